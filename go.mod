@@ -1,0 +1,14 @@
+module github.com/gzramd/gzramd
+
+go 1.26.8
+
+require (
+	github.com/NVIDIA/go-nvml v0.13.0-1 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pojntfx/go-nbd v0.3.2 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

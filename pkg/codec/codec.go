@@ -1,0 +1,96 @@
+// Package codec holds the page compressors gzramd can use and the batch
+// type that carries pages between the batcher and a compression backend.
+//
+// Every LZ4 producer (the CPU codec here and the CUDA kernels in pkg/gpu)
+// emits the standard LZ4 block format, so any stored page can be decoded by
+// any LZ4 decoder.
+package codec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// PageSize is the unit the device stores and the codecs compress.
+const PageSize = 4096
+
+// ErrCorrupt reports compressed input that does not decode to exactly one page.
+var ErrCorrupt = errors.New("codec: corrupt compressed page")
+
+// Codec compresses and decompresses single pages. Implementations are safe
+// for concurrent use.
+type Codec interface {
+	// Name is the algorithm as the operator names it: "lz4" or "zstd".
+	Name() string
+	// Compress compresses src into dst and returns the compressed length,
+	// or 0 when the result would not fit in len(dst) (the caller then keeps
+	// the page raw).
+	Compress(dst, src []byte) int
+	// Decompress decodes src into dst, which must be exactly as long as the
+	// original; it fails with ErrCorrupt on malformed input.
+	Decompress(dst, src []byte) error
+}
+
+// New returns the codec with the given name.
+func New(name string) (Codec, error) {
+	switch name {
+	case "lz4":
+		return NewLZ4(), nil
+	case "zstd":
+		return NewZstd(1), nil
+	}
+	return nil, fmt.Errorf("codec: unknown algorithm %q (want lz4 or zstd)", name)
+}
+
+// Batch carries up to Cap pages to a BatchCompressor and the results back.
+// Backends that need special memory (pinned host buffers for the GPU) make
+// their own batches; the slices must not be reallocated by the user.
+type Batch struct {
+	// Pages holds page i at Pages[i*PageSize:(i+1)*PageSize]; len is Cap*PageSize.
+	Pages []byte
+	// N is the number of pages in use.
+	N int
+	// Out receives compressed pages; len is Cap*PageSize.
+	Out []byte
+	// Offsets[i] and Lens[i] locate page i's compressed bytes in Out.
+	// Lens[i] == 0 means the page did not compress below PageSize and is
+	// to be stored raw from Pages.
+	Offsets []uint32
+	Lens    []uint32
+}
+
+// NewBatch allocates a batch of cap pages on the Go heap (pointer-free
+// byte slices, so the GC does not scan them).
+func NewBatch(cap int) *Batch {
+	return &Batch{
+		Pages:   make([]byte, cap*PageSize),
+		Out:     make([]byte, cap*PageSize),
+		Offsets: make([]uint32, cap),
+		Lens:    make([]uint32, cap),
+	}
+}
+
+// Cap is the number of pages the batch can hold.
+func (b *Batch) Cap() int { return len(b.Offsets) }
+
+// Page returns page i of the input.
+func (b *Batch) Page(i int) []byte { return b.Pages[i*PageSize : (i+1)*PageSize] }
+
+// Compressed returns page i's compressed bytes, or nil if it is stored raw.
+func (b *Batch) Compressed(i int) []byte {
+	if b.Lens[i] == 0 {
+		return nil
+	}
+	return b.Out[b.Offsets[i] : b.Offsets[i]+b.Lens[i]]
+}
+
+// BatchCompressor compresses whole batches. The CPU implementation is
+// CPUBatch; pkg/gpu provides the CUDA one.
+type BatchCompressor interface {
+	Name() string
+	// CompressBatch fills b.Offsets and b.Lens for pages [0, b.N). It must
+	// not modify b.Pages: on error the caller falls back to another
+	// compressor with the same batch.
+	CompressBatch(ctx context.Context, b *Batch) error
+}

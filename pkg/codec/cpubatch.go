@@ -1,0 +1,67 @@
+package codec
+
+import (
+	"context"
+	"runtime"
+	"sync"
+)
+
+// CPUBatch compresses batches on CPU cores with a Codec. It is the fallback
+// for every other backend, so it never fails.
+type CPUBatch struct {
+	codec   Codec
+	workers int
+}
+
+// NewCPUBatch spreads each batch over up to workers goroutines
+// (runtime.GOMAXPROCS when workers <= 0).
+func NewCPUBatch(c Codec, workers int) *CPUBatch {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	return &CPUBatch{codec: c, workers: workers}
+}
+
+// Name implements BatchCompressor.
+func (*CPUBatch) Name() string { return "cpu" }
+
+// minPagesPerWorker keeps goroutine hand-off cheap relative to the work.
+const minPagesPerWorker = 16
+
+// CompressBatch implements BatchCompressor. Page i's output goes to
+// Out[i*PageSize:], bounded to PageSize-1 bytes so a page that does not
+// shrink is reported as raw.
+func (c *CPUBatch) CompressBatch(_ context.Context, b *Batch) error {
+	n := b.N
+	w := min(c.workers, (n+minPagesPerWorker-1)/minPagesPerWorker)
+	if w <= 1 {
+		c.run(b, 0, n)
+		return nil
+	}
+	var wg sync.WaitGroup
+	per := (n + w - 1) / w
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.run(b, lo, hi)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (c *CPUBatch) run(b *Batch, lo, hi int) {
+	for i := lo; i < hi; i++ {
+		b.Offsets[i] = uint32(i * PageSize)
+	}
+	if l, ok := c.codec.(*LZ4); ok {
+		l.compressPages(b.Pages[lo*PageSize:], b.Out[lo*PageSize:], b.Lens[lo:hi], hi-lo)
+		return
+	}
+	for i := lo; i < hi; i++ {
+		off := i * PageSize
+		b.Lens[i] = uint32(c.codec.Compress(b.Out[off:off+PageSize-1], b.Page(i)))
+	}
+}
