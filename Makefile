@@ -1,0 +1,50 @@
+# gzramd — see README.md. `make test` is what CI runs.
+GO        ?= go
+BIN       ?= bin
+GOFLAGS   ?=
+export CGO_ENABLED := 1
+
+.PHONY: all build run test test-unit test-race vet bench bench-e2e test-e2e ptx install clean
+
+all: build
+
+build:
+	$(GO) build $(GOFLAGS) -o $(BIN)/gzramd ./cmd/gzramd
+
+# A daemon on the embedded defaults: 1 GiB, a Unix socket in a temporary
+# directory, backend auto.
+run: build
+	@dir=$$(mktemp -d /tmp/gzramd.XXXXXX); \
+	echo "gzramd: socket $$dir/gzramd.sock — connect with: nbdinfo 'nbd+unix:///gzram0?socket=$$dir/gzramd.sock'"; \
+	exec $(BIN)/gzramd serve --socket $$dir/gzramd.sock --metrics 127.0.0.1:9829
+
+vet:
+	$(GO) vet ./...
+
+test-unit:
+	$(GO) test -count=1 -timeout 30m ./...
+
+test-race:
+	$(GO) test -count=1 -race -short -timeout 30m ./...
+
+test: vet test-unit test-race
+
+test-e2e: build
+	./test/e2e/run.sh
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2x ./...
+
+bench-e2e: build
+	./bench/e2e.sh
+
+# Needs nvcc (CUDA 12+); the generated PTX is committed so users need only the driver.
+ptx:
+	$(MAKE) -C kernels
+
+install: build
+	install -D -m 0755 $(BIN)/gzramd $(DESTDIR)/usr/local/bin/gzramd
+	install -D -m 0644 deploy/systemd/gzramd.service $(DESTDIR)/etc/systemd/system/gzramd.service
+
+clean:
+	rm -rf $(BIN)
