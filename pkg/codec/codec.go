@@ -94,3 +94,10 @@ type BatchCompressor interface {
 	// compressor with the same batch.
 	CompressBatch(ctx context.Context, b *Batch) error
 }
+
+// BatchAllocator is implemented by backends that need batches in special
+// memory (the GPU's pinned host buffers). The batcher asks for its batches
+// here when its primary backend offers it.
+type BatchAllocator interface {
+	NewBatch(cap int) (*Batch, error)
+}
