@@ -1,0 +1,238 @@
+package codec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gzramd/gzramd/internal/corpus"
+)
+
+func edgePages() map[string][]byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	pages := map[string][]byte{
+		"zeros":     make([]byte, PageSize),
+		"ones":      bytes.Repeat([]byte{0xff}, PageSize),
+		"random":    make([]byte, PageSize),
+		"one-byte":  make([]byte, PageSize),
+		"last-byte": make([]byte, PageSize),
+		"text":      bytes.Repeat([]byte("gzramd compresses pages. "), PageSize/25+1)[:PageSize],
+		"halfrand":  make([]byte, PageSize),
+	}
+	for i := range pages["random"] {
+		pages["random"][i] = byte(r.Uint32())
+	}
+	for i := range PageSize / 2 {
+		pages["halfrand"][i] = byte(r.Uint32())
+	}
+	pages["one-byte"][1234] = 1
+	pages["last-byte"][PageSize-1] = 7
+	return pages
+}
+
+func loadCorpus(tb testing.TB) []byte {
+	tb.Helper()
+	data, err := corpus.Load("")
+	if errors.Is(err, corpus.ErrNotFound) {
+		tb.Skip("shared corpus not found; skipping:", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data
+}
+
+func roundTrip(t *testing.T, c Codec, name string, page []byte) int {
+	t.Helper()
+	dst := make([]byte, PageSize-1)
+	n := c.Compress(dst, page)
+	if n == 0 {
+		return PageSize // incompressible: stored raw
+	}
+	got := make([]byte, PageSize)
+	for i := range got {
+		got[i] = 0xa5 // poison
+	}
+	if err := c.Decompress(got, dst[:n]); err != nil {
+		t.Fatalf("%s %s: decompress: %v", c.Name(), name, err)
+	}
+	if !bytes.Equal(got, page) {
+		t.Fatalf("%s %s: round trip differs", c.Name(), name)
+	}
+	return n
+}
+
+func TestEdgePages(t *testing.T) {
+	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
+		for name, page := range edgePages() {
+			n := roundTrip(t, c, name, page)
+			if name == "random" && n != PageSize {
+				t.Errorf("%s: random page compressed to %d bytes", c.Name(), n)
+			}
+			if name == "zeros" && n > 64 {
+				t.Errorf("%s: zero page compressed to %d bytes", c.Name(), n)
+			}
+		}
+	}
+}
+
+func TestDecompressRejectsGarbage(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
+		dst := make([]byte, PageSize)
+		if err := c.Decompress(dst, nil); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: empty input: got %v, want ErrCorrupt", c.Name(), err)
+		}
+		comp := make([]byte, PageSize)
+		n := c.Compress(comp, bytes.Repeat([]byte("abcdefgh"), PageSize/8-1))
+		if n == 0 {
+			t.Fatalf("%s: compress failed", c.Name())
+		}
+		// Truncations and random flips must fail cleanly or decode to some page, never crash.
+		for cut := 1; cut < n; cut++ {
+			if err := c.Decompress(dst, comp[:cut]); err == nil {
+				t.Errorf("%s: truncated to %d of %d bytes decoded without error", c.Name(), cut, n)
+			}
+		}
+		for range 2000 {
+			g := make([]byte, 1+r.IntN(200))
+			for i := range g {
+				g[i] = byte(r.Uint32())
+			}
+			_ = c.Decompress(dst, g)
+		}
+		if err := c.Decompress(dst[:100], comp[:n]); err == nil {
+			t.Errorf("%s: decoded a page into a 100-byte buffer", c.Name())
+		}
+	}
+}
+
+func TestCorpusRoundTrip(t *testing.T) {
+	data := loadCorpus(t)
+	if testing.Short() {
+		data = data[:2048*PageSize]
+	}
+	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
+		var total int64
+		for off := 0; off < len(data); off += PageSize {
+			total += int64(roundTrip(t, c, "corpus", data[off:off+PageSize]))
+		}
+		ratio := float64(len(data)) / float64(total)
+		t.Logf("%s: ratio %.3f over %d pages", c.Name(), ratio, len(data)/PageSize)
+		if ratio < 2.0 {
+			t.Errorf("%s: corpus ratio %.3f, expected above 2 (liblz4 gives 2.38)", c.Name(), ratio)
+		}
+	}
+}
+
+func TestCPUBatchMatchesCodec(t *testing.T) {
+	lz := NewLZ4()
+	for _, workers := range []int{1, 2, 7} {
+		cb := NewCPUBatch(lz, workers)
+		b := NewBatch(100)
+		r := rand.New(rand.NewPCG(5, uint64(workers)))
+		var pages [][]byte
+		edges := edgePages()
+		for _, p := range edges {
+			pages = append(pages, p)
+		}
+		for len(pages) < 100 {
+			p := make([]byte, PageSize)
+			for i := range p {
+				p[i] = byte(r.IntN(4 + len(pages)))
+			}
+			pages = append(pages, p)
+		}
+		for _, n := range []int{0, 1, 17, 100} {
+			b.N = n
+			for i := range n {
+				copy(b.Page(i), pages[i])
+			}
+			if err := cb.CompressBatch(context.Background(), b); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				got := make([]byte, PageSize)
+				if c := b.Compressed(i); c == nil {
+					if pages[i][0] == 0 && bytes.Equal(pages[i], edges["zeros"]) {
+						t.Errorf("zero page reported incompressible")
+					}
+					continue
+				} else if err := lz.Decompress(got, c); err != nil || !bytes.Equal(got, pages[i]) {
+					t.Fatalf("workers %d page %d: batch output does not round-trip (err %v)", workers, i, err)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkLZ4Compress compares gzramd's batch path (one cgo call per run
+// of pages, reused state) with liblz4's plain one-shot call in a C loop, the
+// way `lz4 -b1 -B4096` measures it, on one core. ratio-vs-liblz4 > 1 means
+// faster than the reference.
+func BenchmarkLZ4Compress(b *testing.B) {
+	data := loadCorpus(b)
+	n := len(data) / PageSize
+	b.Run("liblz4-reference", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		var total int64
+		for b.Loop() {
+			total = referenceLZ4(data)
+		}
+		b.ReportMetric(float64(len(data))/float64(total), "ratio")
+	})
+	b.Run("gzramd-cpubatch", func(b *testing.B) {
+		cb := NewCPUBatch(NewLZ4(), 1)
+		batch := &Batch{Pages: data, N: n, Out: make([]byte, len(data)), Offsets: make([]uint32, n), Lens: make([]uint32, n)}
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			_ = cb.CompressBatch(context.Background(), batch)
+		}
+		var total int64
+		for i := range n {
+			if batch.Lens[i] == 0 {
+				total += PageSize
+			}
+			total += int64(batch.Lens[i])
+		}
+		b.ReportMetric(float64(len(data))/float64(total), "ratio")
+	})
+}
+
+func BenchmarkDecompress(b *testing.B) {
+	data := loadCorpus(b)
+	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
+		var comp [][]byte
+		for off := 0; off < len(data); off += PageSize {
+			dst := make([]byte, PageSize-1)
+			if n := c.Compress(dst, data[off:off+PageSize]); n > 0 {
+				comp = append(comp, dst[:n])
+			}
+		}
+		b.Run(c.Name(), func(b *testing.B) {
+			page := make([]byte, PageSize)
+			b.SetBytes(int64(len(comp)) * PageSize)
+			for b.Loop() {
+				for _, cp := range comp {
+					if err := c.Decompress(page, cp); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkZstdCompress(b *testing.B) {
+	data := loadCorpus(b)
+	c := NewZstd(1)
+	dst := make([]byte, PageSize-1)
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		for off := 0; off < len(data); off += PageSize {
+			c.Compress(dst, data[off:off+PageSize])
+		}
+	}
+}
