@@ -1,0 +1,290 @@
+// Package batch groups page writes into batches for a compression backend,
+// like a group commit: while the backend is busy, arriving pages gather in
+// the open batch; when a backend slot frees up the batch goes out. A batch
+// also closes when full, and for backends that want large batches (the GPU)
+// it waits up to a deadline to grow before it goes to the CPU instead.
+//
+// A page stays in its batch's input buffer until every waiter has committed
+// its result, so a failed backend can be replaced by the CPU codec for
+// exactly the pages not yet held.
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+)
+
+// Config tunes the batcher. Zero values take the defaults.
+type Config struct {
+	// MaxPages closes a batch when it holds this many pages (default 256).
+	MaxPages int
+	// InFlight is the number of batches compressing at once; writers block
+	// (backpressure) when all are busy and the open batch is full
+	// (default 4).
+	InFlight int
+	// MinPrimaryPages is the smallest batch the primary backend gets; a
+	// smaller batch goes to the CPU backend (default 1: any batch).
+	MinPrimaryPages int
+	// Deadline is how long a batch smaller than MinPrimaryPages may wait
+	// to grow before it goes to the CPU (default 500µs).
+	Deadline time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if c.MaxPages == 0 {
+		c.MaxPages = 256
+	}
+	if c.InFlight == 0 {
+		c.InFlight = 4
+	}
+	if c.MinPrimaryPages == 0 {
+		c.MinPrimaryPages = 1
+	}
+	if c.Deadline == 0 {
+		c.Deadline = 500 * time.Microsecond
+	}
+	switch {
+	case c.MaxPages < 1 || c.MaxPages > 1<<16:
+		return fmt.Errorf("batch: max pages %d out of range [1, 65536]", c.MaxPages)
+	case c.InFlight < 1 || c.InFlight > 1024:
+		return fmt.Errorf("batch: in-flight batches %d out of range [1, 1024]", c.InFlight)
+	case c.MinPrimaryPages > c.MaxPages:
+		return fmt.Errorf("batch: min primary pages %d above max pages %d", c.MinPrimaryPages, c.MaxPages)
+	case c.Deadline < 0:
+		return fmt.Errorf("batch: negative deadline %v", c.Deadline)
+	}
+	return nil
+}
+
+// ErrClosed is returned for pages submitted after Close.
+var ErrClosed = errors.New("batch: batcher closed")
+
+// Stats are cumulative counters, safe to read at any time.
+type Stats struct {
+	Batches        uint64 // batches compressed, all backends
+	Pages          uint64
+	PrimaryBatches uint64
+	CPUBatches     uint64
+	BackendErrors  uint64 // primary failures the CPU covered
+}
+
+// Observer sees each compressed batch (for metrics); it must be cheap.
+type Observer interface {
+	BatchDone(backend string, pages int, d time.Duration)
+}
+
+// Batcher is safe for concurrent use.
+type Batcher struct {
+	cfg      Config
+	primary  codec.BatchCompressor
+	cpu      codec.BatchCompressor
+	observer Observer
+
+	mu      sync.Mutex
+	open    *slot // batch accepting pages; nil when none is free
+	free    []*slot
+	idle    int // workers waiting for a batch
+	closed  bool
+	ready   *sync.Cond // signalled when open gets a page or closes
+	freed   *sync.Cond // signalled when a slot returns to free
+	timer   *time.Timer
+	workers sync.WaitGroup
+
+	batches, pages, primaryBatches, cpuBatches, backendErrors atomic.Uint64
+}
+
+// slot is one batch buffer and the waiters on its pages.
+type slot struct {
+	b       *codec.Batch
+	opened  time.Time
+	done    chan struct{} // closed when compression finished
+	pending atomic.Int32  // waiters that have not committed yet
+}
+
+// New starts a batcher. primary compresses batches of at least
+// MinPrimaryPages pages; cpu takes the rest and must never fail. primary
+// may be the same as cpu. Batches come from primary when it is a
+// codec.BatchAllocator (pinned memory for the GPU).
+func New(primary, cpu codec.BatchCompressor, cfg Config, obs Observer) (*Batcher, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if primary == nil || cpu == nil {
+		return nil, errors.New("batch: nil backend")
+	}
+	bt := &Batcher{cfg: cfg, primary: primary, cpu: cpu, observer: obs}
+	bt.ready = sync.NewCond(&bt.mu)
+	bt.freed = sync.NewCond(&bt.mu)
+	for range cfg.InFlight + 1 { // one more than in flight: one can fill while the others compress
+		var b *codec.Batch
+		if a, ok := primary.(codec.BatchAllocator); ok {
+			var err error
+			if b, err = a.NewBatch(cfg.MaxPages); err != nil {
+				return nil, fmt.Errorf("batch: allocating %s batch buffers: %w", primary.Name(), err)
+			}
+		} else {
+			b = codec.NewBatch(cfg.MaxPages)
+		}
+		bt.free = append(bt.free, &slot{b: b})
+	}
+	bt.timer = time.AfterFunc(time.Hour, bt.ready.Broadcast)
+	bt.timer.Stop()
+	for range cfg.InFlight {
+		bt.workers.Add(1)
+		go bt.work()
+	}
+	return bt, nil
+}
+
+// Compress adds page (PageSize bytes) to a batch and, once the batch is
+// compressed, calls commit with the page's compressed bytes (nil when the
+// page did not compress below PageSize) while the batch still holds the
+// page. Compress returns commit's error. The page's bytes are copied; the
+// caller may reuse page when Compress returns.
+func (bt *Batcher) Compress(ctx context.Context, page []byte, commit func(compressed []byte) error) error {
+	if len(page) != codec.PageSize {
+		return fmt.Errorf("batch: page of %d bytes, want %d", len(page), codec.PageSize)
+	}
+	bt.mu.Lock()
+	for !bt.closed && (bt.open == nil || bt.open.b.N == bt.cfg.MaxPages) {
+		if bt.open == nil && len(bt.free) > 0 {
+			bt.open = bt.free[len(bt.free)-1]
+			bt.free = bt.free[:len(bt.free)-1]
+			bt.open.b.N = 0
+			bt.open.done = make(chan struct{})
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			bt.mu.Unlock()
+			return err
+		}
+		bt.freed.Wait() // backpressure: every buffer is full or compressing
+	}
+	if bt.closed {
+		bt.mu.Unlock()
+		return ErrClosed
+	}
+	s := bt.open
+	i := s.b.N
+	s.b.N++
+	s.pending.Add(1)
+	copy(s.b.Page(i), page)
+	if i == 0 {
+		s.opened = time.Now()
+		if bt.cfg.MinPrimaryPages > 1 {
+			bt.timer.Reset(bt.cfg.Deadline)
+		}
+	}
+	if bt.idle > 0 {
+		bt.ready.Signal()
+	}
+	bt.mu.Unlock()
+
+	<-s.done
+	err := commit(s.b.Compressed(i))
+	if s.pending.Add(-1) == 0 {
+		bt.release(s)
+	}
+	return err
+}
+
+func (bt *Batcher) release(s *slot) {
+	bt.mu.Lock()
+	bt.free = append(bt.free, s)
+	bt.mu.Unlock()
+	bt.freed.Broadcast()
+}
+
+// take waits for a batch worth sending and detaches it.
+func (bt *Batcher) take() *slot {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	for {
+		s := bt.open
+		if s != nil && s.b.N > 0 {
+			if s.b.N >= bt.cfg.MinPrimaryPages || bt.closed ||
+				time.Since(s.opened) >= bt.cfg.Deadline {
+				bt.open = nil
+				bt.freed.Broadcast() // writers waiting on a full batch can open a new one
+				return s
+			}
+		} else if bt.closed {
+			return nil
+		}
+		bt.idle++
+		bt.ready.Wait()
+		bt.idle--
+	}
+}
+
+func (bt *Batcher) work() {
+	defer bt.workers.Done()
+	for {
+		s := bt.take()
+		if s == nil {
+			return
+		}
+		bt.compress(s)
+		close(s.done)
+	}
+}
+
+func (bt *Batcher) compress(s *slot) {
+	start := time.Now()
+	backend := bt.cpu
+	if s.b.N >= bt.cfg.MinPrimaryPages {
+		backend = bt.primary
+	}
+	err := backend.CompressBatch(context.Background(), s.b)
+	if err != nil && backend != bt.cpu {
+		bt.backendErrors.Add(1)
+		backend = bt.cpu
+		err = backend.CompressBatch(context.Background(), s.b)
+	}
+	if err != nil {
+		// The CPU backend does not fail; if it ever does, store every page raw
+		// rather than lose one.
+		for i := range s.b.N {
+			s.b.Lens[i] = 0
+		}
+	}
+	if backend == bt.cpu && bt.cpu != bt.primary {
+		bt.cpuBatches.Add(1)
+	} else {
+		bt.primaryBatches.Add(1)
+	}
+	bt.batches.Add(1)
+	bt.pages.Add(uint64(s.b.N))
+	if bt.observer != nil {
+		bt.observer.BatchDone(backend.Name(), s.b.N, time.Since(start))
+	}
+}
+
+// Stats returns the cumulative counters.
+func (bt *Batcher) Stats() Stats {
+	return Stats{
+		Batches:        bt.batches.Load(),
+		Pages:          bt.pages.Load(),
+		PrimaryBatches: bt.primaryBatches.Load(),
+		CPUBatches:     bt.cpuBatches.Load(),
+		BackendErrors:  bt.backendErrors.Load(),
+	}
+}
+
+// Close compresses what is queued, waits for the workers and refuses new
+// pages.
+func (bt *Batcher) Close() {
+	bt.mu.Lock()
+	bt.closed = true
+	bt.mu.Unlock()
+	bt.ready.Broadcast()
+	bt.freed.Broadcast()
+	bt.timer.Stop()
+	bt.workers.Wait()
+}

@@ -1,0 +1,163 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+)
+
+// failing fails every batch; it stands in for a broken GPU.
+type failing struct{ calls atomic.Int32 }
+
+func (*failing) Name() string { return "failing" }
+func (f *failing) CompressBatch(_ context.Context, b *codec.Batch) error {
+	f.calls.Add(1)
+	for i := range b.N { // scribble, as a half-finished backend might
+		b.Lens[i] = 12345
+	}
+	return errors.New("injected failure")
+}
+
+type sizes struct {
+	mu    sync.Mutex
+	pages []int
+}
+
+func (s *sizes) BatchDone(_ string, pages int, _ time.Duration) {
+	s.mu.Lock()
+	s.pages = append(s.pages, pages)
+	s.mu.Unlock()
+}
+
+func page(seed int) []byte {
+	p := make([]byte, codec.PageSize)
+	for i := range p {
+		p[i] = byte((i / 64) * seed)
+	}
+	return p
+}
+
+func runWriters(t *testing.T, bt *Batcher, writers, perWriter int) {
+	t.Helper()
+	lz := codec.NewLZ4()
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range perWriter {
+				want := page(w*perWriter + j + 1)
+				err := bt.Compress(context.Background(), want, func(c []byte) error {
+					got := make([]byte, codec.PageSize)
+					if c == nil {
+						return errors.New("compressible page reported raw")
+					}
+					if err := lz.Decompress(got, c); err != nil {
+						return err
+					}
+					if !bytes.Equal(got, want) {
+						return errors.New("page came back different")
+					}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestConcurrentWritersGetTheirOwnPages(t *testing.T) {
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 2)
+	obs := &sizes{}
+	bt, err := New(cpu, cpu, Config{MaxPages: 16, InFlight: 2}, obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWriters(t, bt, 32, 50)
+	bt.Close()
+	st := bt.Stats()
+	if st.Pages != 32*50 {
+		t.Fatalf("compressed %d pages, want %d", st.Pages, 32*50)
+	}
+	for _, n := range obs.pages {
+		if n < 1 || n > 16 {
+			t.Fatalf("batch of %d pages, want 1..16", n)
+		}
+	}
+	if st.Batches >= st.Pages {
+		t.Logf("no batching happened (%d batches for %d pages); acceptable on an idle machine", st.Batches, st.Pages)
+	}
+}
+
+func TestPrimaryFailureFallsBackToCPU(t *testing.T) {
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
+	bad := &failing{}
+	bt, err := New(bad, cpu, Config{MaxPages: 8, InFlight: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWriters(t, bt, 8, 20)
+	bt.Close()
+	st := bt.Stats()
+	if bad.calls.Load() == 0 || st.BackendErrors != uint64(bad.calls.Load()) {
+		t.Fatalf("primary called %d times, %d backend errors counted", bad.calls.Load(), st.BackendErrors)
+	}
+}
+
+func TestSmallBatchesGoToCPUAfterDeadline(t *testing.T) {
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
+	bad := &failing{}
+	bt, err := New(bad, cpu, Config{MaxPages: 64, MinPrimaryPages: 64, Deadline: time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWriters(t, bt, 1, 5) // one writer never fills 64 pages
+	bt.Close()
+	if n := bad.calls.Load(); n != 0 {
+		t.Fatalf("primary got %d batches smaller than its minimum", n)
+	}
+	if st := bt.Stats(); st.CPUBatches != 5 {
+		t.Fatalf("%d CPU batches, want 5", st.CPUBatches)
+	}
+}
+
+func TestBackpressureAndClose(t *testing.T) {
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
+	bt, err := New(cpu, cpu, Config{MaxPages: 1, InFlight: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWriters(t, bt, 16, 20) // 16 writers through 2 one-page buffers
+	bt.Close()
+	err = bt.Compress(context.Background(), page(1), func([]byte) error { return nil })
+	if !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+	if err := bt.Compress(context.Background(), make([]byte, 10), nil); err == nil {
+		t.Fatal("short page accepted")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
+	for _, c := range []Config{{MaxPages: -1}, {InFlight: 5000}, {MaxPages: 4, MinPrimaryPages: 8}, {Deadline: -1}} {
+		if _, err := New(cpu, cpu, c, nil); err == nil {
+			t.Errorf("config %+v accepted", c)
+		}
+	}
+}
