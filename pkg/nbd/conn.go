@@ -1,0 +1,369 @@
+package nbd
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+var (
+	errStopped = errors.New("server shutting down")
+	errDisc    = errors.New("client sent NBD_CMD_DISC")
+)
+
+const readBufferSize = 64 << 10
+
+// conn is one client connection. Its goroutine runs the handshake, then
+// reads requests and hands them to a pool of worker goroutines (grown on
+// demand up to MaxInFlight); each worker runs its request against the
+// Backend and writes the reply as soon as it is done, so replies go out
+// in completion order.
+type conn struct {
+	srv      *Server
+	nc       net.Conn
+	br       *bufio.Reader
+	stopping atomic.Bool
+
+	backend Backend
+	size    uint64
+
+	// wmu serialises replies; after the first write error (or a backend
+	// panic) dead is set and further replies are dropped.
+	wmu  sync.Mutex
+	dead bool
+
+	work     chan *request
+	free     chan *request
+	nreq     int // requests allocated so far; used by the reader only
+	inflight sync.WaitGroup
+	workers  sync.WaitGroup
+}
+
+// request is one transmission request; requests are recycled through the
+// connection's free list so the steady state allocates nothing.
+type request struct {
+	cmd    Command
+	flags  uint16
+	cookie uint64
+	off    uint64
+	length uint32
+	errno  uint32 // set by the reader for requests refused before running
+	start  time.Time
+
+	buf  *[]byte // pooled payload buffer, nil for none
+	data []byte  // the payload: *buf cut to length
+
+	hdr  [replyHeaderLen]byte
+	vec  [2][]byte
+	bufs net.Buffers
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	return &conn{srv: s, nc: nc}
+}
+
+// stop asks the connection to finish: its reader wakes up through an
+// expired read deadline, and the requests already read still complete.
+func (c *conn) stop() {
+	c.stopping.Store(true)
+	c.nc.SetReadDeadline(time.Now())
+}
+
+func (c *conn) remote() string {
+	if a := c.nc.RemoteAddr(); a != nil && a.String() != "" {
+		return a.String()
+	}
+	return c.nc.LocalAddr().String()
+}
+
+func (c *conn) serve() {
+	defer c.srv.forget(c)
+	defer c.nc.Close()
+	defer func() {
+		// The handshake and the reader run no Backend code but Size;
+		// still, a panic here must not take the daemon down.
+		if p := recover(); p != nil {
+			c.srv.log.Error("nbd: panic serving connection; dropping it",
+				"remote", c.remote(), "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+
+	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
+	c.nc.SetReadDeadline(time.Now().Add(c.srv.handshakeTimeout))
+	if c.stopping.Load() {
+		return
+	}
+	e, err := c.handshake()
+	if err != nil {
+		if !c.stopping.Load() && err != errAbort {
+			c.srv.log.Info("nbd: handshake failed; dropping connection", "remote", c.remote(), "err", err)
+		}
+		return
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	if c.stopping.Load() {
+		return
+	}
+	c.backend = e.Backend
+	c.size = uint64(e.Backend.Size())
+	c.work = make(chan *request, c.srv.maxInFlight)
+	c.free = make(chan *request, c.srv.maxInFlight)
+
+	err = c.transmit()
+
+	// Stop reading, let what was read finish and reply, then close.
+	c.inflight.Wait()
+	close(c.work)
+	c.workers.Wait()
+	switch {
+	case err == errDisc, c.stopping.Load(), errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+	case errors.Is(err, syscall.ECONNRESET):
+		c.srv.log.Info("nbd: connection reset", "remote", c.remote(), "export", e.Name)
+	default:
+		c.srv.log.Warn("nbd: dropping connection", "remote", c.remote(), "export", e.Name, "err", err)
+	}
+}
+
+// transmit reads requests until the client disconnects or breaks the
+// protocol, and dispatches them to the workers.
+func (c *conn) transmit() error {
+	var h [requestHeaderLen]byte
+	for {
+		if _, err := io.ReadFull(c.br, h[:]); err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return fmt.Errorf("truncated request header: %w", err)
+			}
+			return err
+		}
+		if m := be.Uint32(h[0:]); m != magicRequest {
+			// Nothing after a bad magic can be trusted to be a
+			// request boundary: the spec leaves only a hard disconnect.
+			return fmt.Errorf("bad request magic %#08x", m)
+		}
+		cmd := Command(be.Uint16(h[6:]))
+		if cmd == CmdDisc {
+			return errDisc
+		}
+		r := c.getRequest()
+		r.flags = be.Uint16(h[4:])
+		r.cmd = cmd
+		r.cookie = be.Uint64(h[8:])
+		r.off = be.Uint64(h[16:])
+		r.length = be.Uint32(h[24:])
+		r.errno = 0
+		if c.srv.obs != nil {
+			r.start = time.Now()
+		}
+		if err := c.readPayload(r); err != nil {
+			c.putRequest(r)
+			return err
+		}
+		c.inflight.Add(1)
+		c.work <- r
+	}
+}
+
+// readPayload validates r and reads a write's payload into a pooled
+// buffer (and takes one for a read's reply). Requests that are invalid get
+// r.errno set and are answered without reaching the Backend.
+func (c *conn) readPayload(r *request) error {
+	switch r.cmd {
+	case CmdWrite:
+		if r.length > MaxPayload {
+			// Skip the payload so the stream stays in step and the
+			// connection stays usable.
+			if _, err := io.CopyN(io.Discard, c.br, int64(r.length)); err != nil {
+				return fmt.Errorf("write of %d bytes beyond the maximum: skipping payload: %w", r.length, err)
+			}
+			r.errno = errnoInval
+			return nil
+		}
+		if r.length > 0 {
+			r.buf, r.data = c.srv.bufs.get(r.length)
+			if _, err := io.ReadFull(c.br, r.data); err != nil {
+				return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
+			}
+		}
+		r.errno = c.checkRange(r, errnoNoSpc)
+	case CmdRead:
+		if r.length > MaxPayload {
+			r.errno = errnoInval
+			return nil
+		}
+		r.errno = c.checkRange(r, errnoInval)
+		if r.errno == 0 && r.length > 0 {
+			r.buf, r.data = c.srv.bufs.get(r.length)
+		}
+	case CmdTrim:
+		r.errno = c.checkRange(r, errnoInval)
+	case CmdWriteZeroes:
+		r.errno = c.checkRange(r, errnoNoSpc)
+	case CmdFlush:
+	default:
+		// CACHE, BLOCK_STATUS and unknown commands: not advertised, and
+		// none of them carries a payload the stream would have to skip.
+		r.errno = errnoInval
+	}
+	return nil
+}
+
+// checkRange returns errno when r reaches past the end of the export.
+func (c *conn) checkRange(r *request, errno uint32) uint32 {
+	if r.off > c.size || uint64(r.length) > c.size-r.off {
+		return errno
+	}
+	return 0
+}
+
+func (c *conn) getRequest() *request {
+	select {
+	case r := <-c.free:
+		return r
+	default:
+	}
+	if c.nreq < c.srv.maxInFlight {
+		c.nreq++
+		c.workers.Add(1)
+		go c.worker()
+		return new(request)
+	}
+	return <-c.free
+}
+
+func (c *conn) putRequest(r *request) {
+	if r.buf != nil {
+		c.srv.bufs.put(r.buf)
+		r.buf, r.data = nil, nil
+	}
+	c.free <- r
+}
+
+func (c *conn) worker() {
+	defer c.workers.Done()
+	for r := range c.work {
+		c.handle(r)
+	}
+}
+
+func (c *conn) handle(r *request) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.srv.log.Error("nbd: backend panicked; dropping connection",
+				"remote", c.remote(), "cmd", r.cmd.String(), "offset", r.off, "length", r.length,
+				"panic", p, "stack", string(debug.Stack()))
+			c.kill()
+			c.putRequest(r)
+			c.inflight.Done()
+		}
+	}()
+	if r.errno == 0 {
+		r.errno = c.exec(r)
+	}
+	c.reply(r)
+	c.putRequest(r)
+	c.inflight.Done()
+}
+
+func (c *conn) exec(r *request) uint32 {
+	ctx := c.srv.ctx
+	off := int64(r.off)
+	var err error
+	switch r.cmd {
+	case CmdRead:
+		if len(r.data) > 0 {
+			err = c.backend.ReadAt(ctx, r.data, off)
+		}
+	case CmdWrite:
+		if len(r.data) > 0 {
+			err = c.backend.WriteAt(ctx, r.data, off, r.flags&cmdFlagFUA != 0)
+		}
+	case CmdFlush:
+		err = c.backend.Flush(ctx)
+	case CmdTrim:
+		if r.length > 0 {
+			err = c.backend.Trim(ctx, off, int64(r.length))
+		}
+	case CmdWriteZeroes:
+		if r.length > 0 {
+			err = c.backend.WriteZeroes(ctx, off, int64(r.length), r.flags&cmdFlagNoHole != 0)
+		}
+	}
+	if err == nil {
+		return 0
+	}
+	errno := errnoOf(err)
+	if errno == errnoIO {
+		c.srv.log.Error("nbd: request failed", "remote", c.remote(), "cmd", r.cmd.String(),
+			"offset", r.off, "length", r.length, "err", err)
+	}
+	return errno
+}
+
+// errnoOf maps a Backend error to the NBD error code sent for it.
+func errnoOf(err error) uint32 {
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		switch uint32(en) {
+		case errnoPerm, errnoIO, errnoNoMem, errnoInval, errnoNoSpc, errnoOverflow, errnoNotSup, errnoShutdown:
+			return uint32(en)
+		case uint32(syscall.EROFS):
+			return errnoPerm
+		case uint32(syscall.EDQUOT):
+			return errnoNoSpc
+		}
+		return errnoIO
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return errnoIO
+	}
+	if errors.Is(err, errStopped) {
+		return errnoShutdown
+	}
+	return errnoIO
+}
+
+// reply writes r's simple reply, with the read payload in the same writev.
+func (c *conn) reply(r *request) {
+	be.PutUint32(r.hdr[0:], magicReply)
+	be.PutUint32(r.hdr[4:], r.errno)
+	be.PutUint64(r.hdr[8:], r.cookie)
+	r.vec[0] = r.hdr[:]
+	n := 1
+	if r.cmd == CmdRead && r.errno == 0 && len(r.data) > 0 {
+		r.vec[1] = r.data
+		n = 2
+	}
+	r.bufs = r.vec[:n]
+
+	c.wmu.Lock()
+	if !c.dead {
+		if _, err := r.bufs.WriteTo(c.nc); err != nil {
+			c.dead = true
+			// Wake the reader: nobody is listening any more.
+			c.nc.Close()
+		}
+	}
+	c.wmu.Unlock()
+	r.vec[1] = nil
+
+	if c.srv.obs != nil {
+		c.srv.obs.RequestDone(r.cmd, r.length, time.Since(r.start), r.errno)
+	}
+}
+
+// kill drops the connection after a fault: no more replies are written and
+// the reader fails on its next read.
+func (c *conn) kill() {
+	c.wmu.Lock()
+	c.dead = true
+	c.wmu.Unlock()
+	c.nc.Close()
+}

@@ -1,0 +1,220 @@
+package nbd
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+var be = binary.BigEndian
+
+// errAbort ends a handshake the client gave up with NBD_OPT_ABORT.
+var errAbort = errors.New("client sent NBD_OPT_ABORT")
+
+// handshake runs the fixed-newstyle negotiation and returns the export the
+// client chose. Any error means the connection must be dropped.
+func (c *conn) handshake() (*Export, error) {
+	var greeting [18]byte
+	be.PutUint64(greeting[0:], magicInit)
+	be.PutUint64(greeting[8:], magicOption)
+	be.PutUint16(greeting[16:], flagFixedNewstyle|flagNoZeroes)
+	if _, err := c.nc.Write(greeting[:]); err != nil {
+		return nil, fmt.Errorf("sending greeting: %w", err)
+	}
+
+	var cf [4]byte
+	if _, err := io.ReadFull(c.br, cf[:]); err != nil {
+		return nil, fmt.Errorf("reading client flags: %w", err)
+	}
+	clientFlags := be.Uint32(cf[:])
+	if unknown := clientFlags &^ (clientFlagFixed | clientFlagNoZeroes); unknown != 0 {
+		// The spec requires dropping a client that sets unknown flags.
+		return nil, fmt.Errorf("client flags %#x: unknown bits %#x", clientFlags, unknown)
+	}
+	noZeroes := clientFlags&clientFlagNoZeroes != 0
+
+	var oh [16]byte
+	for {
+		if _, err := io.ReadFull(c.br, oh[:]); err != nil {
+			return nil, fmt.Errorf("reading option header: %w", err)
+		}
+		if m := be.Uint64(oh[0:]); m != magicOption {
+			return nil, fmt.Errorf("bad option magic %#x", m)
+		}
+		opt := be.Uint32(oh[8:])
+		length := be.Uint32(oh[12:])
+		if length > maxOptionLen {
+			if length > maxOptionSkip {
+				return nil, fmt.Errorf("option %d: %d bytes of data, beyond %d", opt, length, maxOptionSkip)
+			}
+			if _, err := io.CopyN(io.Discard, c.br, int64(length)); err != nil {
+				return nil, fmt.Errorf("option %d: skipping data: %w", opt, err)
+			}
+			if err := c.optError(opt, repErrTooBig, "option data too long"); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		data := make([]byte, length)
+		if _, err := io.ReadFull(c.br, data); err != nil {
+			return nil, fmt.Errorf("option %d: reading %d bytes of data: %w", opt, length, err)
+		}
+		if c.stopping.Load() {
+			_ = c.optError(opt, repErrShutdown, "server shutting down")
+			return nil, errStopped
+		}
+
+		switch opt {
+		case optExportName:
+			e := c.srv.lookup(string(data))
+			if e == nil {
+				// NBD_OPT_EXPORT_NAME cannot fail politely: the spec
+				// says to drop the connection.
+				return nil, fmt.Errorf("NBD_OPT_EXPORT_NAME: no export %q", data)
+			}
+			reply := make([]byte, 10, 10+124)
+			be.PutUint64(reply[0:], uint64(e.Backend.Size()))
+			be.PutUint16(reply[8:], serverFlags)
+			if !noZeroes {
+				reply = reply[:10+124]
+			}
+			if _, err := c.nc.Write(reply); err != nil {
+				return nil, fmt.Errorf("NBD_OPT_EXPORT_NAME: sending export: %w", err)
+			}
+			return e, nil
+
+		case optAbort:
+			// Best effort: the client may already have gone.
+			_ = c.optReply(opt, repAck, nil)
+			return nil, errAbort
+
+		case optList:
+			if length != 0 {
+				if err := c.optError(opt, repErrInvalid, "NBD_OPT_LIST takes no data"); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			for i := range c.srv.exports {
+				e := &c.srv.exports[i]
+				d := make([]byte, 4, 4+len(e.Name)+len(e.Description))
+				be.PutUint32(d, uint32(len(e.Name)))
+				d = append(d, e.Name...)
+				d = append(d, e.Description...)
+				if err := c.optReply(opt, repServer, d); err != nil {
+					return nil, err
+				}
+			}
+			if err := c.optReply(opt, repAck, nil); err != nil {
+				return nil, err
+			}
+
+		case optInfo, optGo:
+			e, err := c.info(opt, data)
+			if err != nil {
+				return nil, err
+			}
+			if e != nil && opt == optGo {
+				return e, nil
+			}
+
+		default:
+			// STARTTLS, STRUCTURED_REPLY, meta contexts, extended headers
+			// and anything newer: the client falls back to the basics.
+			if err := c.optError(opt, repErrUnsup, "option not supported"); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+// info answers NBD_OPT_INFO and NBD_OPT_GO. It returns the export when the
+// request succeeded, nil after an error reply, and an error only when the
+// connection must be dropped.
+func (c *conn) info(opt uint32, data []byte) (*Export, error) {
+	// Data: u32 name length, name, u16 number of requests, u16 each.
+	if len(data) < 6 {
+		return nil, c.optError(opt, repErrInvalid, "option data too short")
+	}
+	nameLen := be.Uint32(data)
+	if uint64(nameLen)+6 > uint64(len(data)) {
+		return nil, c.optError(opt, repErrInvalid, "export name length beyond option data")
+	}
+	name := string(data[4 : 4+nameLen])
+	rest := data[4+nameLen:]
+	nreq := int(be.Uint16(rest))
+	rest = rest[2:]
+	if len(rest) != 2*nreq {
+		return nil, c.optError(opt, repErrInvalid, "information request count does not match option length")
+	}
+	var wantName, wantDesc bool
+	for i := 0; i < nreq; i++ {
+		switch be.Uint16(rest[2*i:]) {
+		case infoName:
+			wantName = true
+		case infoDescription:
+			wantDesc = true
+		}
+	}
+
+	e := c.srv.lookup(name)
+	if e == nil {
+		return nil, c.optError(opt, repErrUnknown, fmt.Sprintf("no export named %q", name))
+	}
+
+	var exp [12]byte
+	be.PutUint16(exp[0:], infoExport)
+	be.PutUint64(exp[2:], uint64(e.Backend.Size()))
+	be.PutUint16(exp[10:], serverFlags)
+	if err := c.optReply(opt, repInfo, exp[:]); err != nil {
+		return nil, err
+	}
+	if wantName {
+		d := make([]byte, 2, 2+len(e.Name))
+		be.PutUint16(d, infoName)
+		if err := c.optReply(opt, repInfo, append(d, e.Name...)); err != nil {
+			return nil, err
+		}
+	}
+	if wantDesc && e.Description != "" {
+		d := make([]byte, 2, 2+len(e.Description))
+		be.PutUint16(d, infoDescription)
+		if err := c.optReply(opt, repInfo, append(d, e.Description...)); err != nil {
+			return nil, err
+		}
+	}
+	// Block sizes are sent whether asked for or not: they are the
+	// defaults a client assumes anyway, with the page as the preferred
+	// size so that the kernel and qemu align to it.
+	var bs [14]byte
+	be.PutUint16(bs[0:], infoBlockSize)
+	be.PutUint32(bs[2:], minBlockSize)
+	be.PutUint32(bs[6:], PreferredBlockSize)
+	be.PutUint32(bs[10:], MaxPayload)
+	if err := c.optReply(opt, repInfo, bs[:]); err != nil {
+		return nil, err
+	}
+	if err := c.optReply(opt, repAck, nil); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// optReply sends one option reply: magic, option, type, length, data.
+func (c *conn) optReply(opt, typ uint32, data []byte) error {
+	b := make([]byte, 20, 20+len(data))
+	be.PutUint64(b[0:], magicOptionReply)
+	be.PutUint32(b[8:], opt)
+	be.PutUint32(b[12:], typ)
+	be.PutUint32(b[16:], uint32(len(data)))
+	if _, err := c.nc.Write(append(b, data...)); err != nil {
+		return fmt.Errorf("option %d: sending reply %#x: %w", opt, typ, err)
+	}
+	return nil
+}
+
+// optError sends an error reply with a message for the user.
+func (c *conn) optError(opt, typ uint32, msg string) error {
+	return c.optReply(opt, typ, []byte(msg))
+}

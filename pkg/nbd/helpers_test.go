@@ -1,0 +1,179 @@
+package nbd
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// memBackend is an in-memory Backend for tests.
+type memBackend struct {
+	mu      sync.RWMutex
+	data    []byte
+	flushes int
+	// hook, if set, runs at the start of every call (to inject faults).
+	hook func(op string, off int64) error
+}
+
+func newMemBackend(size int) *memBackend { return &memBackend{data: make([]byte, size)} }
+
+func (m *memBackend) Size() int64 { return int64(len(m.data)) }
+
+func (m *memBackend) call(op string, off int64) error {
+	if m.hook != nil {
+		return m.hook(op, off)
+	}
+	return nil
+}
+
+func (m *memBackend) ReadAt(_ context.Context, p []byte, off int64) error {
+	if err := m.call("read", off); err != nil {
+		return err
+	}
+	m.mu.RLock()
+	copy(p, m.data[off:])
+	m.mu.RUnlock()
+	return nil
+}
+
+func (m *memBackend) WriteAt(_ context.Context, p []byte, off int64, fua bool) error {
+	if err := m.call("write", off); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	copy(m.data[off:], p)
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *memBackend) zero(off, length int64) {
+	m.mu.Lock()
+	clear(m.data[off : off+length])
+	m.mu.Unlock()
+}
+
+func (m *memBackend) Trim(_ context.Context, off, length int64) error {
+	if err := m.call("trim", off); err != nil {
+		return err
+	}
+	m.zero(off, length)
+	return nil
+}
+
+func (m *memBackend) WriteZeroes(_ context.Context, off, length int64, noHole bool) error {
+	if err := m.call("zero", off); err != nil {
+		return err
+	}
+	m.zero(off, length)
+	return nil
+}
+
+func (m *memBackend) Flush(context.Context) error {
+	if err := m.call("flush", 0); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.flushes++
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *memBackend) flushCount() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.flushes
+}
+
+func (m *memBackend) snapshot() []byte {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return append([]byte(nil), m.data...)
+}
+
+// testServer is a Server listening on a unix socket in a temp dir.
+type testServer struct {
+	srv  *Server
+	sock string
+	done chan error
+}
+
+// quietLogger discards logs unless the test runs with -v.
+func quietLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+func startServer(t testing.TB, exports []Export, opts Options) *testServer {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quietLogger(t)
+	}
+	srv, err := NewServer(exports, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "nbd.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := &testServer{srv: srv, sock: sock, done: make(chan error, 1)}
+	go func() { ts.done <- srv.Serve(l) }()
+	t.Cleanup(func() { ts.shutdown(t) })
+	return ts
+}
+
+func (ts *testServer) shutdown(t testing.TB) {
+	if ts.done == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ts.srv.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-ts.done; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve returned %v, want ErrServerClosed", err)
+	}
+	ts.done = nil
+}
+
+func (ts *testServer) uri(name string) string {
+	return "nbd+unix:///" + name + "?socket=" + ts.sock
+}
+
+// checkGoroutines fails the test if the goroutine count does not return to
+// base (allowing the runtime a moment to reap exiting goroutines).
+func checkGoroutines(t testing.TB, base int) {
+	t.Helper()
+	var n int
+	for i := 0; i < 200; i++ {
+		n = runtime.NumGoroutine()
+		if n <= base {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	t.Errorf("goroutines: %d, want <= %d\n%s", n, base, buf)
+}
+
+var errInjected = syscall.ENOSPC

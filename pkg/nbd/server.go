@@ -1,0 +1,267 @@
+package nbd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"net"
+	"sync"
+	"time"
+)
+
+// ErrServerClosed is returned by Serve once Shutdown has been called.
+var ErrServerClosed = errors.New("nbd: server closed")
+
+// Export is one named block device served by a Server.
+type Export struct {
+	Name        string
+	Description string
+	Backend     Backend
+}
+
+// Observer receives every completed request, for metrics. It is called on
+// the request path, so it must be cheap and must not allocate.
+type Observer interface {
+	// RequestDone reports one request: its command, its length field,
+	// the time from its header being read to its reply being written,
+	// and the NBD error code sent (0 for success).
+	RequestDone(cmd Command, length uint32, d time.Duration, errno uint32)
+}
+
+// Options tune a Server. The zero value is usable.
+type Options struct {
+	// Logger receives connection-level events; nil means slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, is told about each completed request.
+	Observer Observer
+	// MaxInFlight bounds the requests one connection has in flight (read
+	// but not yet replied to); the reader stops reading at the bound, which
+	// pushes back on the client. Default 128.
+	MaxInFlight int
+	// HandshakeTimeout bounds the whole handshake of one connection, so
+	// that half-open connections cannot pile up. Default 10s.
+	HandshakeTimeout time.Duration
+}
+
+const (
+	defaultMaxInFlight      = 128
+	defaultHandshakeTimeout = 10 * time.Second
+)
+
+// Server serves NBD exports on any number of listeners.
+type Server struct {
+	exports          []Export
+	log              *slog.Logger
+	obs              Observer
+	maxInFlight      int
+	handshakeTimeout time.Duration
+	bufs             bufferPool
+
+	// ctx is handed to every Backend call; it is cancelled only when a
+	// Shutdown gives up waiting.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	closing   bool
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	connWG    sync.WaitGroup
+}
+
+// NewServer returns a Server for exports; the first export is the default
+// one, reached by the empty name.
+func NewServer(exports []Export, opts Options) (*Server, error) {
+	if len(exports) == 0 {
+		return nil, errors.New("nbd: no exports")
+	}
+	seen := make(map[string]bool, len(exports))
+	for i, e := range exports {
+		if e.Backend == nil {
+			return nil, fmt.Errorf("nbd: export %q: nil backend", e.Name)
+		}
+		if len(e.Name) > maxNameLen {
+			return nil, fmt.Errorf("nbd: export %d: name longer than %d bytes", i, maxNameLen)
+		}
+		if seen[e.Name] {
+			return nil, fmt.Errorf("nbd: export %q listed twice", e.Name)
+		}
+		seen[e.Name] = true
+		if size := e.Backend.Size(); size < 0 {
+			return nil, fmt.Errorf("nbd: export %q: negative size %d", e.Name, size)
+		}
+	}
+	if opts.MaxInFlight < 0 {
+		return nil, fmt.Errorf("nbd: MaxInFlight %d: want >= 0 (0 means %d)", opts.MaxInFlight, defaultMaxInFlight)
+	}
+	if opts.MaxInFlight == 0 {
+		opts.MaxInFlight = defaultMaxInFlight
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = defaultHandshakeTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		exports:          append([]Export(nil), exports...),
+		log:              opts.Logger,
+		obs:              opts.Observer,
+		maxInFlight:      opts.MaxInFlight,
+		handshakeTimeout: opts.HandshakeTimeout,
+		ctx:              ctx,
+		cancel:           cancel,
+		listeners:        make(map[net.Listener]struct{}),
+		conns:            make(map[*conn]struct{}),
+	}, nil
+}
+
+// lookup finds an export by name; the empty name is the default export.
+func (s *Server) lookup(name string) *Export {
+	for i := range s.exports {
+		if s.exports[i].Name == name {
+			return &s.exports[i]
+		}
+	}
+	if name == "" {
+		return &s.exports[0]
+	}
+	return nil
+}
+
+// Serve accepts connections on l until Shutdown, serving each on its own
+// goroutines. It may be called for several listeners at once. It always
+// returns a non-nil error: ErrServerClosed after Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if s.isClosing() {
+				return ErrServerClosed
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// Out of file descriptors and the like: wait and retry, as
+			// net/http does, rather than give up serving.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("nbd: accept failed; retrying", "listener", l.Addr().String(), "err", err, "after", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			nc.Close()
+			return ErrServerClosed
+		}
+		s.conns[c] = struct{}{}
+		s.connWG.Add(1)
+		s.mu.Unlock()
+		go c.serve()
+	}
+}
+
+func (s *Server) isClosing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closing
+}
+
+func (s *Server) forget(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.connWG.Done()
+}
+
+// Shutdown stops accepting connections, stops reading new requests, lets
+// the requests in flight finish and be replied to, then closes every
+// connection. If ctx ends first, the Backend context is cancelled, every
+// connection is closed at once, and ctx's error is returned once the
+// connections' goroutines are gone.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		c.stop()
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		s.connWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.cancel()
+		return nil
+	case <-ctx.Done():
+	}
+	s.cancel()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	<-done
+	return ctx.Err()
+}
+
+// bufferPool hands out payload buffers in power-of-two size classes from
+// 4 KiB to MaxPayload, so that steady-state requests allocate nothing.
+type bufferPool struct {
+	classes [maxClassShift - minClassShift + 1]sync.Pool
+}
+
+const (
+	minClassShift = 12 // 4 KiB
+	maxClassShift = 25 // MaxPayload, 32 MiB
+)
+
+func sizeClass(n uint32) int {
+	shift := bits.Len32(n - 1)
+	if shift < minClassShift {
+		shift = minClassShift
+	}
+	return shift - minClassShift
+}
+
+// get returns a buffer of at least n bytes (0 < n <= MaxPayload) and the
+// handle to give back to put.
+func (p *bufferPool) get(n uint32) (*[]byte, []byte) {
+	class := sizeClass(n)
+	if v := p.classes[class].Get(); v != nil {
+		b := v.(*[]byte)
+		return b, (*b)[:n]
+	}
+	b := make([]byte, 1<<(class+minClassShift))
+	return &b, b[:n]
+}
+
+func (p *bufferPool) put(b *[]byte) {
+	p.classes[sizeClass(uint32(cap(*b)))].Put(b)
+}
