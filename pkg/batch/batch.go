@@ -95,6 +95,7 @@ type Batcher struct {
 	freed   *sync.Cond // signalled when a slot returns to free
 	timer   *time.Timer
 	workers sync.WaitGroup
+	refs    sync.Pool // *[]ref, so requests do not allocate
 
 	batches, pages, primaryBatches, cpuBatches, backendErrors atomic.Uint64
 }
@@ -133,6 +134,7 @@ func New(primary, cpu codec.BatchCompressor, cfg Config, obs Observer) (*Batcher
 		}
 		bt.free = append(bt.free, &slot{b: b})
 	}
+	bt.refs.New = func() any { r := make([]ref, 0, 64); return &r }
 	bt.timer = time.AfterFunc(time.Hour, bt.ready.Broadcast)
 	bt.timer.Stop()
 	for range cfg.InFlight {
@@ -142,56 +144,93 @@ func New(primary, cpu codec.BatchCompressor, cfg Config, obs Observer) (*Batcher
 	return bt, nil
 }
 
-// Compress adds page (PageSize bytes) to a batch and, once the batch is
-// compressed, calls commit with the page's compressed bytes (nil when the
-// page did not compress below PageSize) while the batch still holds the
-// page. Compress returns commit's error. The page's bytes are copied; the
-// caller may reuse page when Compress returns.
-func (bt *Batcher) Compress(ctx context.Context, page []byte, commit func(compressed []byte) error) error {
-	if len(page) != codec.PageSize {
-		return fmt.Errorf("batch: page of %d bytes, want %d", len(page), codec.PageSize)
-	}
-	bt.mu.Lock()
-	for !bt.closed && (bt.open == nil || bt.open.b.N == bt.cfg.MaxPages) {
-		if bt.open == nil && len(bt.free) > 0 {
-			bt.open = bt.free[len(bt.free)-1]
-			bt.free = bt.free[:len(bt.free)-1]
-			bt.open.b.N = 0
-			bt.open.done = make(chan struct{})
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			bt.mu.Unlock()
-			return err
-		}
-		bt.freed.Wait() // backpressure: every buffer is full or compressing
-	}
-	if bt.closed {
-		bt.mu.Unlock()
-		return ErrClosed
-	}
-	s := bt.open
-	i := s.b.N
-	s.b.N++
-	s.pending.Add(1)
-	copy(s.b.Page(i), page)
-	if i == 0 {
-		s.opened = time.Now()
-		if bt.cfg.MinPrimaryPages > 1 {
-			bt.timer.Reset(bt.cfg.Deadline)
-		}
-	}
-	if bt.idle > 0 {
-		bt.ready.Signal()
-	}
-	bt.mu.Unlock()
+// ref locates one submitted page in its batch.
+type ref struct {
+	s    *slot
+	i    int // index in the batch
+	page int // index in the caller's pages
+}
 
-	<-s.done
-	err := commit(s.b.Compressed(i))
-	if s.pending.Add(-1) == 0 {
-		bt.release(s)
+// Compress adds the pages (a whole number of PageSize pages) to batches
+// and, once each page's batch is compressed, calls commit with the page's
+// index and its compressed bytes (nil when it did not compress below
+// PageSize) while the batch still holds the page. commit is called exactly
+// once for each of the first accepted pages; accepted < len(pages)/PageSize
+// only when err is not nil (closed, or ctx done while waiting for a
+// buffer). err is otherwise commit's first error. The pages are copied; the
+// caller may reuse them when Compress returns.
+func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int, compressed []byte) error) (accepted int, err error) {
+	n := len(pages) / codec.PageSize
+	if n == 0 || len(pages)%codec.PageSize != 0 {
+		return 0, fmt.Errorf("batch: %d bytes is not a whole number of %d-byte pages", len(pages), codec.PageSize)
 	}
-	return err
+	refs := bt.refs.Get().(*[]ref)
+	defer bt.refs.Put(refs)
+	*refs = (*refs)[:0]
+	// settle commits every page submitted so far. A request must settle
+	// before it waits for a buffer: the buffers its pages hold can only be
+	// freed by its own commits.
+	settle := func() {
+		for _, r := range *refs {
+			<-r.s.done
+			if cerr := commit(r.page, r.s.b.Compressed(r.i)); cerr != nil && err == nil {
+				err = cerr
+			}
+			if r.s.pending.Add(-1) == 0 {
+				bt.release(r.s)
+			}
+		}
+		*refs = (*refs)[:0]
+	}
+	for accepted < n {
+		bt.mu.Lock()
+		if bt.closed {
+			bt.mu.Unlock()
+			settle()
+			return accepted, ErrClosed
+		}
+		if bt.open == nil || bt.open.b.N == bt.cfg.MaxPages {
+			if bt.open == nil && len(bt.free) > 0 {
+				bt.open = bt.free[len(bt.free)-1]
+				bt.free = bt.free[:len(bt.free)-1]
+				bt.open.b.N = 0
+				bt.open.done = make(chan struct{})
+			} else if len(*refs) > 0 {
+				bt.mu.Unlock()
+				settle()
+				continue
+			} else {
+				if cerr := ctx.Err(); cerr != nil {
+					bt.mu.Unlock()
+					return accepted, cerr
+				}
+				bt.freed.Wait() // backpressure: every buffer is full or compressing
+				bt.mu.Unlock()
+				continue
+			}
+		}
+		s := bt.open
+		for accepted < n && s.b.N < bt.cfg.MaxPages {
+			i := s.b.N
+			s.b.N++
+			s.pending.Add(1)
+			copy(s.b.Page(i), pages[accepted*codec.PageSize:(accepted+1)*codec.PageSize])
+			if i == 0 {
+				s.opened = time.Now()
+				if bt.cfg.MinPrimaryPages > 1 {
+					bt.timer.Reset(bt.cfg.Deadline)
+				}
+			}
+			*refs = append(*refs, ref{s: s, i: i, page: accepted})
+			accepted++
+		}
+		if bt.idle > 0 {
+			bt.ready.Signal()
+		}
+		bt.mu.Unlock()
+	}
+	settle()
+	return accepted, err
 }
 
 func (bt *Batcher) release(s *slot) {

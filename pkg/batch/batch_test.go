@@ -54,7 +54,7 @@ func runWriters(t *testing.T, bt *Batcher, writers, perWriter int) {
 			defer wg.Done()
 			for j := range perWriter {
 				want := page(w*perWriter + j + 1)
-				err := bt.Compress(context.Background(), want, func(c []byte) error {
+				_, err := bt.Compress(context.Background(), want, func(_ int, c []byte) error {
 					got := make([]byte, codec.PageSize)
 					if c == nil {
 						return errors.New("compressible page reported raw")
@@ -144,11 +144,11 @@ func TestBackpressureAndClose(t *testing.T) {
 	}
 	runWriters(t, bt, 16, 20) // 16 writers through 2 one-page buffers
 	bt.Close()
-	err = bt.Compress(context.Background(), page(1), func([]byte) error { return nil })
+	_, err = bt.Compress(context.Background(), page(1), func(int, []byte) error { return nil })
 	if !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
-	if err := bt.Compress(context.Background(), make([]byte, 10), nil); err == nil {
+	if _, err := bt.Compress(context.Background(), make([]byte, 10), nil); err == nil {
 		t.Fatal("short page accepted")
 	}
 }
@@ -160,4 +160,48 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("config %+v accepted", c)
 		}
 	}
+}
+
+// TestLargeRequestsDoNotDeadlock sends requests larger than all the
+// buffers together from several writers at once.
+func TestLargeRequestsDoNotDeadlock(t *testing.T) {
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
+	bt, err := New(cpu, cpu, Config{MaxPages: 8, InFlight: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bt.Close()
+	lz := codec.NewLZ4()
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := make([]byte, 40*codec.PageSize)
+			for j := range 40 {
+				copy(req[j*codec.PageSize:], page(w*40+j+1))
+			}
+			seen := make([]bool, 40)
+			n, err := bt.Compress(context.Background(), req, func(i int, c []byte) error {
+				got := make([]byte, codec.PageSize)
+				if err := lz.Decompress(got, c); err != nil || !bytes.Equal(got, page(w*40+i+1)) {
+					return errors.New("wrong page committed")
+				}
+				if seen[i] {
+					return errors.New("page committed twice")
+				}
+				seen[i] = true
+				return nil
+			})
+			if err != nil || n != 40 {
+				t.Errorf("writer %d: accepted %d, err %v", w, n, err)
+			}
+			for i, ok := range seen {
+				if !ok {
+					t.Errorf("writer %d: page %d never committed", w, i)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
