@@ -1,0 +1,85 @@
+package pagestore
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+type slabState uint8
+
+const (
+	// slabEmpty holds no memory and waits on its class's empty stack.
+	slabEmpty slabState = iota
+	// slabActive takes new objects while it has free slots.
+	slabActive
+	// slabEvacuating is having its objects moved out by Compact.
+	slabEvacuating
+	// slabDraining was evacuated except for objects whose owners are
+	// freeing them; it is released when the last one goes.
+	slabDraining
+)
+
+// slabRec describes one slab. arena, page and class never change once the
+// slab exists (an empty slab is reused only by its own class), so Bytes
+// reads them without a lock; the rest is guarded by the class's mutex.
+type slabRec struct {
+	arena    uint32
+	page     uint32 // first page of the slab within its arena
+	prev     uint32 // links in the class's partial or draining list; 0 ends it
+	next     uint32
+	class    uint16
+	bump     uint16 // slots [0, bump) have been handed out at least once
+	live     uint16
+	freeHead uint16 // first free slot below bump, plus one; 0 if none
+	touched  uint16 // pages counted in MemUsed: [0, touched) of the slab
+	state    slabState
+}
+
+// Slab records live in chunks so that the table grows without moving
+// records that other goroutines are reading.
+const (
+	chunkBits = 9
+	chunkSize = 1 << chunkBits
+	chunkMask = chunkSize - 1
+	maxChunks = 1 << 15 // 16M slabs: at least 64 GiB of slabs
+
+	slabRecSize = int64(unsafe.Sizeof(slabRec{}))
+)
+
+type slabChunk [chunkSize]slabRec
+
+func (s *Store) rec(id uint32) *slabRec { return &s.chunks[id>>chunkBits].Load()[id&chunkMask] }
+
+// The per-slot tags at the head of a slab: owners[slots] then deltas[slots].
+
+func owner(mem []byte, slot uint32) uint32 { return binary.LittleEndian.Uint32(mem[4*slot:]) }
+
+func setOwner(mem []byte, slot, o uint32) { binary.LittleEndian.PutUint32(mem[4*slot:], o) }
+
+func deltaAt(g *geometry, slot uint32) uint32 { return 4*g.slots + slot }
+
+func objectAt(g *geometry, slot uint32) uint32 { return g.tagBytes + slot*g.size }
+
+// push puts slab id at the head of the list at head.
+func (s *Store) push(head *uint32, id uint32) {
+	r := s.rec(id)
+	r.prev, r.next = 0, *head
+	if *head != 0 {
+		s.rec(*head).prev = id
+	}
+	*head = id
+}
+
+// unlink takes slab id out of the list at head.
+func (s *Store) unlink(head *uint32, id uint32) {
+	r := s.rec(id)
+	if r.prev != 0 {
+		s.rec(r.prev).next = r.next
+	} else {
+		*head = r.next
+	}
+	if r.next != 0 {
+		s.rec(r.next).prev = r.prev
+	}
+	r.prev, r.next = 0, 0
+}

@@ -1,0 +1,437 @@
+package pagestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Handle names a stored object. 0 is never a valid handle. Handles are
+// below 1<<48: a slab number shifted left by 12 bits, or'ed with a slot.
+type Handle uint64
+
+var (
+	// ErrFull reports that storing would exceed the memory limit.
+	ErrFull = fmt.Errorf("pagestore: memory limit reached: %w", syscall.ENOSPC)
+	// ErrClosed reports use of a closed store.
+	ErrClosed = errors.New("pagestore: store is closed")
+)
+
+// Config sets up a Store.
+type Config struct {
+	// MemLimit is the number of bytes of slab memory the store may hold;
+	// 0 means unlimited.
+	MemLimit int64
+	// ArenaSize is the number of bytes mmap'd at a time, from which slabs
+	// are carved; 0 means DefaultArenaSize. It is rounded up to whole pages
+	// and to the largest slab (about 1 MiB).
+	ArenaSize int
+}
+
+// Stats are the store's counters, with kernel zram's meanings where zram
+// has the same figure.
+type Stats struct {
+	ComprDataSize  int64 // sum of live objects' sizes (compr_data_size)
+	MemUsed        int64 // bytes of slab memory held (mem_used_total)
+	MemUsedMax     int64 // high-water mark of MemUsed (mem_used_max)
+	MemLimit       int64 // 0 = unlimited (mem_limit)
+	Objects        int64 // live objects
+	PagesCompacted int64 // 4 KiB pages given back by compaction, cumulative (pages_compacted)
+	// MetadataBytes is what the store spends to keep track of objects:
+	// each live object's 5-byte tag (owner and exact size, held inside the
+	// slabs and so also part of MemUsed) plus the slab records on the Go
+	// heap.
+	MetadataBytes int64
+	// BadHandles counts Free calls with a handle that names no live object.
+	BadHandles int64
+	// ReleaseErrors counts failures to give an empty slab's pages back to
+	// the kernel (the pages stay mapped and are reused).
+	ReleaseErrors int64
+}
+
+// Store keeps objects of 1..4096 bytes in slabs outside the Go heap.
+//
+// Alloc, Bytes, Free and Compact are safe for concurrent use; each size
+// class has its own lock, and the only lock shared by all classes is taken
+// when a class needs a slab it has never had before.
+type Store struct {
+	geo     [numClasses]geometry
+	classes [numClasses]class
+
+	chunks [maxChunks]atomic.Pointer[slabChunk]
+	nslabs atomic.Uint32 // slabs [1, nslabs) exist; 0 is never used
+	// arenas is replaced, never modified, when an arena is added, so that
+	// Bytes reads it without a lock.
+	arenas atomic.Pointer[[][]byte]
+	closed atomic.Bool
+
+	memUsed        atomic.Int64
+	memUsedMax     atomic.Int64
+	memLimit       atomic.Int64
+	pagesCompacted atomic.Int64
+	nchunks        atomic.Int64
+	badHandles     atomic.Int64
+	releaseErrors  atomic.Int64
+
+	mu        sync.Mutex // guards arena carving, slab creation and Close
+	arenaSize int
+	arenaNext int // first uncarved page of the last arena
+
+	compactMu sync.Mutex // one Compact at a time; guards scratch
+	scratch   []uint32
+}
+
+// class is a size class's mutable state. It is padded so that two classes'
+// locks never share a cache line.
+type class struct {
+	mu       sync.Mutex
+	partial  uint32 // active slabs with a free slot
+	draining uint32
+	empty    []uint32 // slabs of this class holding no memory, for reuse
+	objects  atomic.Int64
+	bytes    atomic.Int64
+	_        [64]byte
+}
+
+// New creates an empty store. It maps no memory until the first Alloc.
+func New(cfg Config) (*Store, error) {
+	if cfg.MemLimit < 0 {
+		return nil, fmt.Errorf("pagestore: negative memory limit %d", cfg.MemLimit)
+	}
+	if cfg.ArenaSize < 0 {
+		return nil, fmt.Errorf("pagestore: negative arena size %d", cfg.ArenaSize)
+	}
+	s := &Store{arenaSize: cfg.ArenaSize}
+	if s.arenaSize == 0 {
+		s.arenaSize = DefaultArenaSize
+	}
+	largest := 0
+	for i := range s.geo {
+		s.geo[i] = newGeometry(i)
+		largest = max(largest, int(s.geo[i].pages)*pageSize)
+	}
+	s.arenaSize = max((s.arenaSize+pageSize-1)/pageSize*pageSize, largest)
+	s.memLimit.Store(cfg.MemLimit)
+	s.nslabs.Store(1)
+	s.arenas.Store(new([][]byte))
+	return s, nil
+}
+
+// Close unmaps all memory. No other method may run during or after Close;
+// afterwards Alloc fails with ErrClosed, Bytes returns nil and Free does
+// nothing.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Swap(true) {
+		return nil
+	}
+	var errs []error
+	for _, mem := range *s.arenas.Load() {
+		if err := unix.Munmap(mem); err != nil {
+			errs = append(errs, fmt.Errorf("pagestore: munmap arena: %w", err))
+		}
+	}
+	s.arenas.Store(new([][]byte))
+	s.memUsed.Store(0)
+	return errors.Join(errs...)
+}
+
+// SetMemLimit changes the memory limit; 0 means unlimited. Objects already
+// stored are kept even when they exceed a lowered limit, as in zram.
+func (s *Store) SetMemLimit(n int64) { s.memLimit.Store(max(n, 0)) }
+
+// ResetMemUsedMax sets MemUsedMax to the current MemUsed, like writing to
+// zram's mem_used_max.
+func (s *Store) ResetMemUsedMax() { s.memUsedMax.Store(s.memUsed.Load()) }
+
+// Stats returns the counters. It reads only atomics.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		MemUsed:        s.memUsed.Load(),
+		MemUsedMax:     s.memUsedMax.Load(),
+		MemLimit:       s.memLimit.Load(),
+		PagesCompacted: s.pagesCompacted.Load(),
+		BadHandles:     s.badHandles.Load(),
+		ReleaseErrors:  s.releaseErrors.Load(),
+	}
+	for i := range s.classes {
+		st.Objects += s.classes[i].objects.Load()
+		st.ComprDataSize += s.classes[i].bytes.Load()
+	}
+	st.MetadataBytes = st.Objects*tagSize + s.nchunks.Load()*chunkSize*slabRecSize
+	return st
+}
+
+// Alloc reserves an object of size bytes (1..MaxObjectSize) tagged with
+// owner, and returns its handle and its bytes for the caller to fill. owner
+// is what Compact passes back to relocate; it may be any value but
+// 0xFFFFFFFF. Alloc fails with ErrFull, changing nothing, when the object
+// needs a page of memory that the limit does not allow.
+func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
+	if size < 1 || size > MaxObjectSize {
+		return 0, nil, fmt.Errorf("pagestore: object size %d out of range [1, %d]: %w", size, MaxObjectSize, syscall.EINVAL)
+	}
+	if owner == freeOwner {
+		return 0, nil, fmt.Errorf("pagestore: owner %#x is reserved: %w", owner, syscall.EINVAL)
+	}
+	if s.closed.Load() {
+		return 0, nil, ErrClosed
+	}
+	ci := classOf(size)
+	c, g := &s.classes[ci], &s.geo[ci]
+	c.mu.Lock()
+	id, mem, slot, err := s.take(c, ci, true)
+	if err != nil {
+		c.mu.Unlock()
+		return 0, nil, err
+	}
+	setOwner(mem, slot, owner)
+	mem[deltaAt(g, slot)] = byte(g.size - uint32(size))
+	c.objects.Add(1)
+	c.bytes.Add(int64(size))
+	c.mu.Unlock()
+	off := objectAt(g, slot)
+	return handle(id, slot), mem[off : off+uint32(size) : off+uint32(size)], nil
+}
+
+func handle(slab, slot uint32) Handle { return Handle(slab)<<slotBits | Handle(slot) }
+
+// lookup checks that h names a slot of an existing slab and returns the
+// slab and its memory. It does not say whether the slot is in use.
+func (s *Store) lookup(h Handle) (id uint32, r *slabRec, mem []byte, slot uint32, ok bool) {
+	if h>>slotBits >= Handle(s.nslabs.Load()) {
+		return 0, nil, nil, 0, false
+	}
+	id, slot = uint32(h>>slotBits), uint32(h&slotMask)
+	if id == 0 {
+		return 0, nil, nil, 0, false
+	}
+	r = s.rec(id)
+	g := &s.geo[r.class]
+	arenas := *s.arenas.Load()
+	if slot >= g.slots || int(r.arena) >= len(arenas) {
+		return 0, nil, nil, 0, false
+	}
+	off := int(r.page) * pageSize
+	return id, r, arenas[r.arena][off : off+int(g.pages)*pageSize], slot, true
+}
+
+// Bytes returns the bytes of the object h, size long as given to Alloc (a
+// size beyond the object's class is clamped to it). They are valid until
+// the object is freed or relocated. Bytes checks only that h names a slot
+// of an existing slab, returning nil otherwise; it takes no lock.
+func (s *Store) Bytes(h Handle, size int) []byte {
+	_, r, mem, slot, ok := s.lookup(h)
+	if !ok {
+		return nil
+	}
+	g := &s.geo[r.class]
+	n := uint32(min(max(size, 0), int(g.size)))
+	off := objectAt(g, slot)
+	return mem[off : off+n : off+n]
+}
+
+// Free releases the object h. A handle that names no live object (never
+// allocated, already freed, or from another store) is detected, counted in
+// Stats.BadHandles and otherwise ignored. A slab left empty gives its pages
+// back to the kernel at once.
+func (s *Store) Free(h Handle) {
+	id, r, mem, slot, ok := s.lookup(h)
+	if !ok {
+		s.badHandles.Add(1)
+		return
+	}
+	c, g := &s.classes[r.class], &s.geo[r.class]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.state == slabEmpty || slot >= uint32(r.bump) || owner(mem, slot) == freeOwner {
+		s.badHandles.Add(1)
+		return
+	}
+	size := g.size - uint32(mem[deltaAt(g, slot)])
+	setOwner(mem, slot, freeOwner)
+	binary.LittleEndian.PutUint16(mem[objectAt(g, slot):], r.freeHead)
+	r.freeHead = uint16(slot + 1)
+	wasFull := uint32(r.live) == g.slots
+	r.live--
+	c.objects.Add(-1)
+	c.bytes.Add(-int64(size))
+	switch r.state {
+	case slabActive:
+		switch {
+		case r.live == 0:
+			if !wasFull {
+				s.unlink(&c.partial, id)
+			}
+			s.release(c, id, r, mem, false)
+		case wasFull:
+			s.push(&c.partial, id)
+		}
+	case slabDraining:
+		if r.live == 0 {
+			s.unlink(&c.draining, id)
+			s.release(c, id, r, mem, true)
+		}
+	}
+}
+
+// take hands out a free slot of class ci, from the most recently used slab
+// with room, making a slab when grow is set and none has room. c.mu is held.
+func (s *Store) take(c *class, ci int, grow bool) (id uint32, mem []byte, slot uint32, err error) {
+	g := &s.geo[ci]
+	id = c.partial
+	if id == 0 {
+		if !grow {
+			return 0, nil, 0, ErrFull
+		}
+		if id, err = s.newSlab(c, ci); err != nil {
+			return 0, nil, 0, err
+		}
+		s.push(&c.partial, id)
+	}
+	r := s.rec(id)
+	slot, err = s.takeFrom(r, g, s.slabMem(r, g))
+	if err != nil {
+		if r.live == 0 {
+			// A slab made just now: it holds no memory yet.
+			s.unlink(&c.partial, id)
+			r.state = slabEmpty
+			c.empty = append(c.empty, id)
+		}
+		// The head slab needs a new page; another may have a free slot
+		// in pages it already holds.
+		for id = c.partial; id != 0; id = r.next {
+			r = s.rec(id)
+			if r.freeHead != 0 || pagesFor(objectAt(g, uint32(r.bump)+1)) <= uint32(r.touched) {
+				slot, err = s.takeFrom(r, g, s.slabMem(r, g))
+				break
+			}
+		}
+		if err != nil {
+			return 0, nil, 0, err
+		}
+	}
+	if uint32(r.live) == g.slots {
+		s.unlink(&c.partial, id)
+	}
+	return id, s.slabMem(r, g), slot, nil
+}
+
+// takeFrom hands out a slot of r: a freed one first, else the next never
+// used one, reserving the page it reaches into.
+func (s *Store) takeFrom(r *slabRec, g *geometry, mem []byte) (uint32, error) {
+	var slot uint32
+	if r.freeHead != 0 {
+		slot = uint32(r.freeHead - 1)
+		r.freeHead = binary.LittleEndian.Uint16(mem[objectAt(g, slot):])
+	} else {
+		slot = uint32(r.bump)
+		need := pagesFor(objectAt(g, slot+1))
+		if need > uint32(r.touched) {
+			if err := s.reserve(int64(need-uint32(r.touched)) * pageSize); err != nil {
+				return 0, err
+			}
+			r.touched = uint16(need)
+		}
+		r.bump++
+	}
+	r.live++
+	return slot, nil
+}
+
+func (s *Store) slabMem(r *slabRec, g *geometry) []byte {
+	off := int(r.page) * pageSize
+	return (*s.arenas.Load())[r.arena][off : off+int(g.pages)*pageSize]
+}
+
+// reserve counts n more bytes as held, failing if that exceeds the limit.
+func (s *Store) reserve(n int64) error {
+	for {
+		used, limit := s.memUsed.Load(), s.memLimit.Load()
+		if limit > 0 && used+n > limit {
+			return ErrFull
+		}
+		if s.memUsed.CompareAndSwap(used, used+n) {
+			for {
+				m := s.memUsedMax.Load()
+				if used+n <= m || s.memUsedMax.CompareAndSwap(m, used+n) {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// newSlab returns an empty active slab for class ci: one the class used
+// before, or a new one carved from an arena. c.mu is held.
+func (s *Store) newSlab(c *class, ci int) (uint32, error) {
+	if n := len(c.empty); n > 0 {
+		id := c.empty[n-1]
+		c.empty = c.empty[:n-1]
+		s.rec(id).state = slabActive
+		return id, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	id := s.nslabs.Load()
+	if id >= maxChunks*chunkSize {
+		return 0, fmt.Errorf("pagestore: all %d slab records in use: %w", maxChunks*chunkSize, syscall.ENOSPC)
+	}
+	arena, page, err := s.carve(int(s.geo[ci].pages))
+	if err != nil {
+		return 0, err
+	}
+	chunk := s.chunks[id>>chunkBits].Load()
+	if chunk == nil {
+		chunk = new(slabChunk)
+		s.chunks[id>>chunkBits].Store(chunk)
+		s.nchunks.Add(1)
+	}
+	chunk[id&chunkMask] = slabRec{arena: arena, page: page, class: uint16(ci), state: slabActive}
+	s.nslabs.Store(id + 1)
+	return id, nil
+}
+
+// carve takes pages contiguous pages from the last arena, mapping a new
+// one when it has too few left. s.mu is held.
+func (s *Store) carve(pages int) (arena, page uint32, err error) {
+	arenas := *s.arenas.Load()
+	if len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize {
+		mem, err := mapArena(s.arenaSize)
+		if err != nil {
+			return 0, 0, err
+		}
+		next := make([][]byte, len(arenas)+1)
+		copy(next, arenas)
+		next[len(arenas)] = mem
+		s.arenas.Store(&next)
+		arenas, s.arenaNext = next, 0
+	}
+	page = uint32(s.arenaNext)
+	s.arenaNext += pages
+	return uint32(len(arenas) - 1), page, nil
+}
+
+// release gives an empty slab's pages back to the kernel and keeps the
+// slab for its class to reuse. c.mu is held.
+func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted bool) {
+	held := int64(r.touched)
+	if err := releasePages(mem[:held*pageSize]); err != nil {
+		s.releaseErrors.Add(1)
+	}
+	s.memUsed.Add(-held * pageSize)
+	if compacted {
+		s.pagesCompacted.Add(held)
+	}
+	*r = slabRec{arena: r.arena, page: r.page, class: r.class, state: slabEmpty}
+	c.empty = append(c.empty, id)
+}

@@ -1,0 +1,595 @@
+package pagestore
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// fill writes a pattern determined by seed; check verifies it.
+func fill(b []byte, seed uint64) {
+	x := seed*0x9E3779B97F4A7C15 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+}
+
+func check(t *testing.T, b []byte, seed uint64, size int) {
+	t.Helper()
+	if len(b) != size {
+		t.Fatalf("object %d: %d bytes, want %d", seed, len(b), size)
+	}
+	want := make([]byte, size)
+	fill(want, seed)
+	if string(b) != string(want) {
+		t.Fatalf("object %d (%d bytes): content differs", seed, size)
+	}
+}
+
+// checkInvariants walks every slab and compares it with the counters.
+// Nothing else may use the store meanwhile.
+func checkInvariants(t *testing.T, s *Store) {
+	t.Helper()
+	var held, objects, bytes int64
+	for ci := range s.classes {
+		c, g := &s.classes[ci], &s.geo[ci]
+		inPartial := map[uint32]bool{}
+		for id := c.partial; id != 0; id = s.rec(id).next {
+			inPartial[id] = true
+		}
+		inDraining := map[uint32]bool{}
+		for id := c.draining; id != 0; id = s.rec(id).next {
+			inDraining[id] = true
+		}
+		var classObjects, classBytes int64
+		for id := uint32(1); id < s.nslabs.Load(); id++ {
+			r := s.rec(id)
+			if int(r.class) != ci {
+				continue
+			}
+			held += int64(r.touched) * pageSize
+			if r.state == slabEmpty {
+				if r.touched != 0 || r.live != 0 || r.bump != 0 {
+					t.Fatalf("empty slab %d holds %d pages, %d objects", id, r.touched, r.live)
+				}
+				continue
+			}
+			mem := s.slabMem(r, g)
+			live := 0
+			for slot := uint32(0); slot < uint32(r.bump); slot++ {
+				if owner(mem, slot) != freeOwner {
+					live++
+					classBytes += int64(g.size - uint32(mem[deltaAt(g, slot)]))
+				}
+			}
+			free := 0
+			for f := r.freeHead; f != 0; f = uint16(mem[objectAt(g, uint32(f-1))]) | uint16(mem[objectAt(g, uint32(f-1))+1])<<8 {
+				if owner(mem, uint32(f-1)) != freeOwner {
+					t.Fatalf("slab %d: free list holds live slot %d", id, f-1)
+				}
+				if free++; free > int(r.bump) {
+					t.Fatalf("slab %d: free list loops", id)
+				}
+			}
+			if live != int(r.live) || live+free != int(r.bump) {
+				t.Fatalf("slab %d: %d live tags, %d free, bump %d, live count %d", id, live, free, r.bump, r.live)
+			}
+			if live == 0 {
+				t.Fatalf("slab %d (state %d) is empty but holds %d pages", id, r.state, r.touched)
+			}
+			if want := pagesFor(objectAt(g, uint32(r.bump))); uint32(r.touched) != want {
+				t.Fatalf("slab %d: %d pages counted, %d reached", id, r.touched, want)
+			}
+			switch r.state {
+			case slabActive:
+				if inPartial[id] != (uint32(r.live) < g.slots) {
+					t.Fatalf("slab %d: %d of %d slots live, in partial list: %v", id, r.live, g.slots, inPartial[id])
+				}
+			case slabDraining:
+				if !inDraining[id] {
+					t.Fatalf("draining slab %d not in draining list", id)
+				}
+			default:
+				t.Fatalf("slab %d in state %d outside Compact", id, r.state)
+			}
+			classObjects += int64(live)
+		}
+		if classObjects != c.objects.Load() || classBytes != c.bytes.Load() {
+			t.Fatalf("class %d: %d objects of %d bytes, counters say %d of %d", ci, classObjects, classBytes, c.objects.Load(), c.bytes.Load())
+		}
+		objects += classObjects
+		bytes += classBytes
+	}
+	st := s.Stats()
+	if held != st.MemUsed || objects != st.Objects || bytes != st.ComprDataSize {
+		t.Fatalf("walk: %d bytes held, %d objects, %d data bytes; stats %+v", held, objects, bytes, st)
+	}
+	if st.MemUsedMax < st.MemUsed || (st.MemLimit > 0 && st.MemUsed > st.MemLimit && st.MemUsed > 0) {
+		// Only Alloc grows MemUsed, always within the limit; a lowered
+		// limit may leave it above, which the tests that lower it allow.
+		if st.MemUsedMax < st.MemUsed {
+			t.Fatalf("MemUsedMax %d < MemUsed %d", st.MemUsedMax, st.MemUsed)
+		}
+	}
+}
+
+func newStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
+type object struct {
+	h    Handle
+	size int
+}
+
+func TestRoundTrip(t *testing.T) {
+	s := newStore(t, Config{ArenaSize: 4 << 20}) // small arenas: exercise several
+	n := 20000
+	if testing.Short() {
+		n = 4000
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	objs := map[uint64]object{}
+	var next uint64
+	alloc := func() {
+		size := 1 + rng.IntN(MaxObjectSize)
+		if rng.IntN(8) == 0 {
+			size = MaxObjectSize
+		}
+		h, b, err := s.Alloc(size, uint32(next))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h == 0 || h >= 1<<48 {
+			t.Fatalf("handle %#x out of range", h)
+		}
+		fill(b, next)
+		objs[next] = object{h, size}
+		next++
+	}
+	for range n {
+		alloc()
+	}
+	checkInvariants(t, s)
+	for k, o := range objs {
+		check(t, s.Bytes(o.h, o.size), k, o.size)
+	}
+	// Free about half, refill, and check everything again.
+	for k, o := range objs {
+		if rng.IntN(2) == 0 {
+			s.Free(o.h)
+			delete(objs, k)
+		}
+	}
+	checkInvariants(t, s)
+	for range n / 2 {
+		alloc()
+	}
+	checkInvariants(t, s)
+	for k, o := range objs {
+		check(t, s.Bytes(o.h, o.size), k, o.size)
+	}
+	var sum int64
+	for _, o := range objs {
+		sum += int64(o.size)
+	}
+	if st := s.Stats(); st.Objects != int64(len(objs)) || st.ComprDataSize != sum || st.MemUsed < sum {
+		t.Fatalf("stats %+v, want %d objects of %d bytes", st, len(objs), sum)
+	}
+	for _, o := range objs {
+		s.Free(o.h)
+	}
+	checkInvariants(t, s)
+	if st := s.Stats(); st.MemUsed != 0 || st.Objects != 0 || st.ComprDataSize != 0 || st.BadHandles != 0 {
+		t.Fatalf("after freeing everything: %+v", st)
+	}
+	if st := s.Stats(); st.MemUsedMax == 0 {
+		t.Fatalf("MemUsedMax not kept: %+v", st)
+	}
+	s.ResetMemUsedMax()
+	if st := s.Stats(); st.MemUsedMax != 0 {
+		t.Fatalf("MemUsedMax after reset: %d", st.MemUsedMax)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	s := newStore(t, Config{})
+	for _, size := range []int{-1, 0, MaxObjectSize + 1, 1 << 40} {
+		if _, _, err := s.Alloc(size, 1); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("Alloc(%d): %v, want EINVAL", size, err)
+		}
+	}
+	if _, _, err := s.Alloc(10, freeOwner); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("Alloc with reserved owner: %v, want EINVAL", err)
+	}
+	h, b, err := s.Alloc(100, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(b, 7)
+	bad := []Handle{0, 1, h + 1, h + slotMask, h + 1<<slotBits, 1 << 47, ^Handle(0)}
+	for _, x := range bad {
+		if b := s.Bytes(x, 10); b != nil && x>>slotBits != h>>slotBits {
+			t.Errorf("Bytes(%#x) = %d bytes, want nil", x, len(b))
+		}
+		s.Free(x)
+	}
+	if got := s.Stats().BadHandles; got != int64(len(bad)) {
+		t.Errorf("BadHandles = %d, want %d", got, len(bad))
+	}
+	if got := len(s.Bytes(h, 1000)); got != 112 {
+		t.Errorf("Bytes clamps to the class: got %d bytes, want 112", got)
+	}
+	if got := len(s.Bytes(h, -5)); got != 0 {
+		t.Errorf("Bytes(h, -5) = %d bytes", got)
+	}
+	check(t, s.Bytes(h, 100), 7, 100)
+	s.Free(h)
+	s.Free(h) // double free
+	if got := s.Stats(); got.BadHandles != int64(len(bad))+1 || got.Objects != 0 {
+		t.Errorf("after double free: %+v", got)
+	}
+	checkInvariants(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Alloc(10, 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Alloc after Close: %v", err)
+	}
+	if s.Bytes(h, 100) != nil {
+		t.Error("Bytes after Close is not nil")
+	}
+	s.Free(h)
+	if _, err := New(Config{MemLimit: -1}); err == nil {
+		t.Error("New accepts a negative limit")
+	}
+	if _, err := New(Config{ArenaSize: -1}); err == nil {
+		t.Error("New accepts a negative arena size")
+	}
+}
+
+func TestMemLimit(t *testing.T) {
+	const limit = 256 << 10
+	s := newStore(t, Config{MemLimit: limit, ArenaSize: 1})
+	rng := rand.New(rand.NewPCG(3, 4))
+	var objs []object
+	var full error
+	for i := 0; full == nil; i++ {
+		size := 1 + rng.IntN(MaxObjectSize)
+		before := s.Stats()
+		h, b, err := s.Alloc(size, uint32(i))
+		if err != nil {
+			if after := s.Stats(); after != before {
+				t.Fatalf("failed Alloc changed stats: %+v -> %+v", before, after)
+			}
+			full = err
+			break
+		}
+		fill(b, uint64(i))
+		objs = append(objs, object{h, size})
+	}
+	if !errors.Is(full, ErrFull) || !errors.Is(full, syscall.ENOSPC) {
+		t.Fatalf("Alloc past the limit: %v, want ErrFull/ENOSPC", full)
+	}
+	st := s.Stats()
+	if st.MemUsed > limit || st.MemUsedMax > limit || st.MemLimit != limit {
+		t.Fatalf("over the limit: %+v", st)
+	}
+	if st.MemUsed < limit-16*pageSize {
+		t.Fatalf("full at %d bytes of %d", st.MemUsed, limit)
+	}
+	checkInvariants(t, s)
+	// Small objects still fit in slabs' held pages; a big one needs more.
+	s.SetMemLimit(limit * 2)
+	if _, _, err := s.Alloc(MaxObjectSize, 1); err != nil {
+		t.Fatalf("after raising the limit: %v", err)
+	}
+	s.SetMemLimit(0)
+	for i := range 200 {
+		if _, _, err := s.Alloc(MaxObjectSize, uint32(i)); err != nil {
+			t.Fatalf("unlimited: %v", err)
+		}
+	}
+	if st := s.Stats(); st.MemUsed <= 2*limit || st.MemLimit != 0 {
+		t.Fatalf("unlimited store did not grow: %+v", st)
+	}
+	for i, o := range objs {
+		check(t, s.Bytes(o.h, o.size), uint64(i), o.size)
+	}
+	checkInvariants(t, s)
+}
+
+// model is the test's page table: owner -> handle, as the device keeps it.
+type model struct {
+	mu   []sync.Mutex // per owner, like the device's page locks
+	objs []object     // objs[owner]; h == 0 means none
+}
+
+func newModel(n int) *model { return &model{mu: make([]sync.Mutex, n), objs: make([]object, n)} }
+
+func (m *model) relocate(owner uint32, old, new Handle) bool {
+	m.mu[owner].Lock()
+	defer m.mu[owner].Unlock()
+	if m.objs[owner].h != old {
+		return false
+	}
+	m.objs[owner].h = new
+	return true
+}
+
+func TestCompact(t *testing.T) {
+	s := newStore(t, Config{})
+	const owners = 30000
+	m := newModel(owners)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for o := range uint32(owners) {
+		size := 200 + rng.IntN(3000)
+		h, b, err := s.Alloc(size, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(o))
+		m.objs[o] = object{h, size}
+	}
+	// Fragment: free 85% at random.
+	for o := range m.objs {
+		if rng.IntN(100) < 85 {
+			s.Free(m.objs[o].h)
+			m.objs[o] = object{}
+		}
+	}
+	checkInvariants(t, s)
+	before := s.Stats()
+	moved := s.Compact(m.relocate)
+	after := s.Stats()
+	t.Logf("moved %d objects; MemUsed %d -> %d bytes for %d data bytes; %d pages compacted",
+		moved, before.MemUsed, after.MemUsed, after.ComprDataSize, after.PagesCompacted)
+	if moved == 0 || after.PagesCompacted == 0 {
+		t.Fatalf("nothing compacted: moved %d, %+v", moved, after)
+	}
+	if after.MemUsed*3 > before.MemUsed*2 {
+		t.Fatalf("MemUsed only dropped from %d to %d", before.MemUsed, after.MemUsed)
+	}
+	if after.Objects != before.Objects || after.ComprDataSize != before.ComprDataSize {
+		t.Fatalf("compaction changed the data: %+v -> %+v", before, after)
+	}
+	// Destinations may have reached into a few more pages.
+	if got := (before.MemUsed - after.MemUsed) / pageSize; got > after.PagesCompacted || got < after.PagesCompacted*9/10 {
+		t.Fatalf("MemUsed dropped by %d pages, PagesCompacted %d", got, after.PagesCompacted)
+	}
+	// What compaction leaves free in held memory is less than one slab's
+	// slots per class.
+	for ci := range s.classes {
+		g := &s.geo[ci]
+		free := 0
+		for id := uint32(1); id < s.nslabs.Load(); id++ {
+			if r := s.rec(id); int(r.class) == ci && r.state != slabEmpty {
+				free += int(r.bump) - int(r.live)
+			}
+		}
+		if free >= int(g.slots) {
+			t.Fatalf("class %d: %d free slots below the slabs' marks after compaction, slab has %d", ci, free, g.slots)
+		}
+	}
+	checkInvariants(t, s)
+	for o, obj := range m.objs {
+		if obj.h != 0 {
+			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
+		}
+	}
+	if again := s.Compact(m.relocate); again > moved/10 {
+		t.Fatalf("second Compact moved %d objects after the first moved %d", again, moved)
+	}
+	for o, obj := range m.objs {
+		if obj.h != 0 {
+			s.Free(obj.h)
+		}
+		_ = o
+	}
+	checkInvariants(t, s)
+	if st := s.Stats(); st.MemUsed != 0 || st.BadHandles != 0 {
+		t.Fatalf("after freeing everything: %+v", st)
+	}
+}
+
+// TestCompactRefused has the owner change while relocating: the new copy
+// must be freed by Compact and the old one by the owner, and a slab left
+// with such objects drains when they go.
+func TestCompactRefused(t *testing.T) {
+	s := newStore(t, Config{})
+	const owners = 4000
+	m := newModel(owners)
+	for o := range uint32(owners) {
+		h, b, err := s.Alloc(1000, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(o))
+		m.objs[o] = object{h, 1000}
+	}
+	for o := range m.objs {
+		if o%5 != 0 {
+			s.Free(m.objs[o].h)
+			m.objs[o] = object{}
+		}
+	}
+	var refused []Handle
+	moved := s.Compact(func(owner uint32, old, new Handle) bool {
+		if owner%3 == 0 {
+			// The page was rewritten meanwhile; its writer frees old later.
+			m.objs[owner] = object{}
+			refused = append(refused, old)
+			return false
+		}
+		return m.relocate(owner, old, new)
+	})
+	if moved == 0 || len(refused) == 0 {
+		t.Fatalf("moved %d, refused %d", moved, len(refused))
+	}
+	checkInvariants(t, s)
+	for _, h := range refused {
+		s.Free(h)
+	}
+	checkInvariants(t, s)
+	st := s.Stats()
+	if st.Objects != int64(moved) {
+		// Every survivor was moved (its owner%3 != 0), the rest are gone.
+		n := 0
+		for _, o := range m.objs {
+			if o.h != 0 {
+				n++
+			}
+		}
+		if st.Objects != int64(n) {
+			t.Fatalf("%d objects stored, model has %d", st.Objects, n)
+		}
+	}
+	for o, obj := range m.objs {
+		if obj.h != 0 {
+			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
+			s.Free(obj.h)
+		}
+	}
+	checkInvariants(t, s)
+	if st := s.Stats(); st.MemUsed != 0 || st.BadHandles != 0 {
+		t.Fatalf("after freeing everything: %+v", st)
+	}
+}
+
+func TestCompactConcurrent(t *testing.T) {
+	s := newStore(t, Config{})
+	const owners = 4096
+	workers, ops := 4, 40000
+	if testing.Short() {
+		ops = 8000
+	}
+	m := newModel(owners)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers+1)
+	stop := make(chan struct{})
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			seq := uint64(w) << 40
+			for range ops {
+				o := uint32(rng.IntN(owners))
+				m.mu[o].Lock()
+				cur := m.objs[o]
+				switch {
+				case cur.h != 0 && rng.IntN(3) == 0:
+					want := make([]byte, cur.size)
+					fill(want, uint64(o))
+					if string(s.Bytes(cur.h, cur.size)) != string(want) {
+						errs <- errors.New("content differs")
+					}
+				case cur.h != 0 && rng.IntN(2) == 0:
+					s.Free(cur.h)
+					m.objs[o] = object{}
+				default:
+					size := 1 + rng.IntN(MaxObjectSize)
+					h, b, err := s.Alloc(size, o)
+					if err != nil {
+						errs <- err
+						m.mu[o].Unlock()
+						return
+					}
+					fill(b, uint64(o))
+					if cur.h != 0 {
+						s.Free(cur.h)
+					}
+					m.objs[o] = object{h, size}
+				}
+				m.mu[o].Unlock()
+				seq++
+			}
+		})
+	}
+	var compactions, moved int
+	cwg := sync.WaitGroup{}
+	cwg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			moved += s.Compact(m.relocate)
+			compactions++
+		}
+	})
+	wg.Wait()
+	close(stop)
+	cwg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d compactions moved %d objects", compactions, moved)
+	moved += s.Compact(m.relocate)
+	checkInvariants(t, s)
+	for o, obj := range m.objs {
+		if obj.h != 0 {
+			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
+			s.Free(obj.h)
+		}
+	}
+	checkInvariants(t, s)
+	if st := s.Stats(); st.MemUsed != 0 || st.Objects != 0 || st.BadHandles != 0 {
+		t.Fatalf("after freeing everything: %+v", st)
+	}
+}
+
+func TestMetadataPerObject(t *testing.T) {
+	s := newStore(t, Config{})
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n = 50000
+	for i := range n {
+		// Typical compressed pages: ratio 1.5 to 4.
+		if _, _, err := s.Alloc(1000+rng.IntN(1800), uint32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	per := float64(st.MetadataBytes) / float64(st.Objects)
+	t.Logf("%.2f metadata bytes per object (%d slab records)", per, s.nslabs.Load()-1)
+	if per > 8 {
+		t.Fatalf("%.2f metadata bytes per object, want <= 8", per)
+	}
+	if st.MetadataBytes < n*tagSize {
+		t.Fatalf("MetadataBytes %d misses the tags", st.MetadataBytes)
+	}
+}
+
+func TestGeometry(t *testing.T) {
+	for ci := range numClasses {
+		g := newGeometry(ci)
+		if g.slots == 0 || g.slots > maxSlots || g.pages > maxSlabPages {
+			t.Fatalf("class %d: %+v", ci, g)
+		}
+		bytes := g.pages * pageSize
+		if used := g.slots * (g.size + tagSize); used > bytes || (bytes-used)*100 > bytes {
+			t.Fatalf("class %d: %d of %d slab bytes used", ci, used, bytes)
+		}
+		if g.size < 2 {
+			t.Fatalf("class %d too small for the free list", ci)
+		}
+	}
+	if classOf(1) != 0 || classOf(16) != 0 || classOf(17) != 1 || classOf(MaxObjectSize) != numClasses-1 {
+		t.Fatal("classOf")
+	}
+}
