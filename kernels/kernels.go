@@ -1,0 +1,31 @@
+// Package kernels holds the CUDA kernels of gzramd as PTX, built from the
+// .cu sources beside it by build-ptx.sh (`make ptx`, which needs nvcc) and
+// committed, so that building gzramd needs no CUDA toolkit: the driver
+// compiles the PTX for the GPU at load time.
+package kernels
+
+import (
+	"bufio"
+	"bytes"
+	_ "embed"
+	"strings"
+)
+
+// LZ4 is the PTX of lz4.cu: gz_lz4_compress, gz_lz4_decompress and gz_spin.
+//
+//go:embed lz4.ptx
+var LZ4 []byte
+
+// sourceHashPrefix starts the first line of every generated PTX file.
+const sourceHashPrefix = "// gzramd-source-sha256: "
+
+// SourceHash returns the sha256 (hex) of the .cu source that ptx was built
+// from, as build-ptx.sh recorded it, or "" if ptx carries none.
+func SourceHash(ptx []byte) string {
+	line, _, _ := bufio.NewReader(bytes.NewReader(ptx)).ReadLine()
+	s, ok := strings.CutPrefix(string(line), sourceHashPrefix)
+	if !ok {
+		return ""
+	}
+	return strings.TrimSpace(s)
+}
