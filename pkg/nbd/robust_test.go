@@ -1,0 +1,557 @@
+package nbd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// rawClient speaks the transmission phase byte by byte, to send what no
+// well-behaved client would.
+type rawClient struct {
+	t    testing.TB
+	nc   net.Conn
+	info ExportInfo
+}
+
+func dialRaw(t testing.TB, ts *testServer, export string) *rawClient {
+	t.Helper()
+	nc, info, err := Dial(context.Background(), "unix", ts.sock, export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &rawClient{t: t, nc: nc, info: info}
+}
+
+func (c *rawClient) send(cmd Command, flags uint16, cookie, off uint64, length uint32, payload []byte) {
+	c.t.Helper()
+	b := make([]byte, requestHeaderLen, requestHeaderLen+len(payload))
+	be.PutUint32(b[0:], magicRequest)
+	be.PutUint16(b[4:], flags)
+	be.PutUint16(b[6:], uint16(cmd))
+	be.PutUint64(b[8:], cookie)
+	be.PutUint64(b[16:], off)
+	be.PutUint32(b[24:], length)
+	if _, err := c.nc.Write(append(b, payload...)); err != nil {
+		c.t.Fatalf("sending %v: %v", cmd, err)
+	}
+}
+
+// recv reads one simple reply header.
+func (c *rawClient) recv() (errno uint32, cookie uint64) {
+	c.t.Helper()
+	var h [replyHeaderLen]byte
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(c.nc, h[:]); err != nil {
+		c.t.Fatalf("reading reply: %v", err)
+	}
+	if m := be.Uint32(h[:]); m != magicReply {
+		c.t.Fatalf("reply magic %#x", m)
+	}
+	return be.Uint32(h[4:]), be.Uint64(h[8:])
+}
+
+func (c *rawClient) recvData(n int) []byte {
+	c.t.Helper()
+	b := make([]byte, n)
+	if _, err := io.ReadFull(c.nc, b); err != nil {
+		c.t.Fatalf("reading %d bytes of read reply: %v", n, err)
+	}
+	return b
+}
+
+// expect sends one request and checks its reply's error code.
+func (c *rawClient) expect(want uint32, cmd Command, flags uint16, off uint64, length uint32, payload []byte) {
+	c.t.Helper()
+	c.send(cmd, flags, 77, off, length, payload)
+	errno, cookie := c.recv()
+	if errno != want || cookie != 77 {
+		c.t.Fatalf("%v off %d len %d: errno %d cookie %d, want errno %d cookie 77", cmd, off, length, errno, cookie, want)
+	}
+	if cmd == CmdRead && errno == 0 {
+		c.recvData(int(length))
+	}
+}
+
+// roundTrip checks that the connection still serves a write and a read.
+func (c *rawClient) roundTrip(off uint64) {
+	c.t.Helper()
+	data := bytes.Repeat([]byte{byte(off >> 12), 0x5a}, 2048)
+	c.expect(0, CmdWrite, 0, off, 4096, data)
+	c.send(CmdRead, 0, 78, off, 4096, nil)
+	if errno, cookie := c.recv(); errno != 0 || cookie != 78 {
+		c.t.Fatalf("read back: errno %d cookie %d", errno, cookie)
+	}
+	if got := c.recvData(4096); !bytes.Equal(got, data) {
+		c.t.Fatal("read back differs")
+	}
+}
+
+// expectClosed checks that the server dropped the connection.
+func expectClosed(t testing.TB, nc net.Conn) {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := io.Copy(io.Discard, nc)
+	if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("connection not closed by server (read %d bytes): %v", n, err)
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	base := runtime.NumGoroutine()
+	mem := newMemBackend(1 << 20)
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
+	c := dialRaw(t, ts, "d")
+	if c.info.Size != 1<<20 || c.info.Flags != serverFlags || c.info.PreferredBlock != 4096 || c.info.MaxBlock != MaxPayload {
+		t.Fatalf("negotiated %+v", c.info)
+	}
+	size := uint64(1 << 20)
+	cases := []struct {
+		name    string
+		want    uint32
+		cmd     Command
+		flags   uint16
+		off     uint64
+		length  uint32
+		payload []byte
+	}{
+		{"read past end", errnoInval, CmdRead, 0, size - 4095, 4096, nil},
+		{"read at huge offset", errnoInval, CmdRead, 0, 1 << 63, 1, nil},
+		{"read offset overflow", errnoInval, CmdRead, 0, ^uint64(0) - 10, 4096, nil},
+		{"read over max payload", errnoInval, CmdRead, 0, 0, MaxPayload + 1, nil},
+		{"write past end", errnoNoSpc, CmdWrite, 0, size - 100, 4096, make([]byte, 4096)},
+		{"write at end", errnoNoSpc, CmdWrite, 0, size, 1, []byte{1}},
+		{"trim past end", errnoInval, CmdTrim, 0, size, 4096, nil},
+		{"zero past end", errnoNoSpc, CmdWriteZeroes, 0, size - 4096, 8192, nil},
+		{"unknown command", errnoInval, Command(99), 0, 0, 4096, nil},
+		{"cache (not advertised)", errnoInval, CmdCache, 0, 0, 4096, nil},
+		{"block status (not negotiated)", errnoInval, CmdBlockStatus, 0, 0, 4096, nil},
+		{"zero-length read", 0, CmdRead, 0, 0, 0, nil},
+		{"zero-length write at end", 0, CmdWrite, 0, size, 0, nil},
+		{"unaligned read at end", 0, CmdRead, 0, size - 1, 1, nil},
+		{"write with unknown flags", 0, CmdWrite, 0xff00, 3 << 12, 3, []byte{1, 2, 3}},
+	}
+	for _, tc := range cases {
+		c.expect(tc.want, tc.cmd, tc.flags, tc.off, tc.length, tc.payload)
+		c.roundTrip(8192)
+	}
+	// A write beyond the maximum payload: its payload is skipped and the
+	// connection stays usable.
+	c.expect(errnoInval, CmdWrite, 0, 0, MaxPayload+4096, bytes.Repeat([]byte{0xcc}, MaxPayload+4096))
+	c.roundTrip(4096)
+	if got := mem.snapshot(); got[0] != 0 {
+		t.Error("oversized write reached the backend")
+	}
+
+	// Bad magic: the connection is dropped, the server carries on.
+	bad := make([]byte, requestHeaderLen)
+	copy(bad, "GARBAGE!")
+	c.nc.Write(bad)
+	expectClosed(t, c.nc)
+	c2 := dialRaw(t, ts, "")
+	c2.roundTrip(0)
+	c2.send(CmdDisc, 0, 1, 0, 0, nil)
+	expectClosed(t, c2.nc)
+	ts.shutdown(t)
+	checkGoroutines(t, base)
+}
+
+func TestTruncatedAndAbrupt(t *testing.T) {
+	base := runtime.NumGoroutine()
+	mem := newMemBackend(1 << 20)
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
+
+	// A write whose payload never fully arrives changes nothing.
+	c := dialRaw(t, ts, "d")
+	c.send(CmdWrite, 0, 1, 0, 4096, bytes.Repeat([]byte{0xee}, 1000))
+	c.nc.Close()
+
+	// A header cut short.
+	c = dialRaw(t, ts, "d")
+	c.nc.Write([]byte{0x25, 0x60, 0x95})
+	c.nc.Close()
+
+	// Many requests in flight, then the client vanishes without reading.
+	c = dialRaw(t, ts, "d")
+	for i := range 200 {
+		c.send(CmdRead, 0, uint64(i), uint64(i%256)*4096, 4096, nil)
+	}
+	c.nc.Close()
+
+	// A reset connection (SO_LINGER 0 is TCP only; a unix socket just closes).
+	c = dialRaw(t, ts, "d")
+	c.send(CmdWrite, 0, 1, 0, 8192, make([]byte, 4096))
+	c.nc.(*net.UnixConn).CloseWrite()
+	expectClosed(t, c.nc)
+
+	ok := dialRaw(t, ts, "d")
+	ok.roundTrip(1 << 19)
+	if got := mem.snapshot(); got[0] != 0 {
+		t.Error("a truncated write reached the backend")
+	}
+	ts.shutdown(t)
+	checkGoroutines(t, base)
+}
+
+// handshakeConn dials and reads the server greeting.
+func handshakeConn(t testing.TB, ts *testServer) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("unix", ts.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	var g [18]byte
+	nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(nc, g[:]); err != nil {
+		t.Fatal(err)
+	}
+	if be.Uint64(g[:]) != magicInit || be.Uint64(g[8:]) != magicOption || be.Uint16(g[16:]) != flagFixedNewstyle|flagNoZeroes {
+		t.Fatalf("greeting %x", g)
+	}
+	return nc
+}
+
+func option(opt uint32, data []byte) []byte {
+	return append(appendOption(nil, opt, len(data)), data...)
+}
+
+func goData(name string, infos ...uint16) []byte {
+	b := be.AppendUint32(nil, uint32(len(name)))
+	b = append(b, name...)
+	b = be.AppendUint16(b, uint16(len(infos)))
+	for _, i := range infos {
+		b = be.AppendUint16(b, i)
+	}
+	return b
+}
+
+func TestHandshakeBadInput(t *testing.T) {
+	base := runtime.NumGoroutine()
+	mem := newMemBackend(1 << 20)
+	ts := startServer(t, []Export{{Name: "d", Description: "desc", Backend: mem}}, Options{})
+
+	expectReply := func(nc net.Conn, opt, want uint32) []byte {
+		t.Helper()
+		typ, data, err := readOptReply(nc, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ != want {
+			t.Fatalf("option %d: reply %#x (%q), want %#x", opt, typ, data, want)
+		}
+		return data
+	}
+
+	// Garbage right after the greeting: unknown client flags.
+	nc := handshakeConn(t, ts)
+	nc.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+	expectClosed(t, nc)
+
+	// Bad option magic.
+	nc = handshakeConn(t, ts)
+	nc.Write(be.AppendUint32(nil, clientFlagFixed))
+	nc.Write(bytes.Repeat([]byte{0xab}, 16))
+	expectClosed(t, nc)
+
+	// Option replies that keep the handshake going, then NBD_OPT_GO.
+	nc = handshakeConn(t, ts)
+	nc.Write(be.AppendUint32(nil, clientFlagFixed|clientFlagNoZeroes))
+	nc.Write(option(99, []byte("junk")))
+	expectReply(nc, 99, repErrUnsup)
+	nc.Write(option(optStartTLS, nil))
+	expectReply(nc, optStartTLS, repErrUnsup)
+	nc.Write(option(optStructuredReply, nil))
+	expectReply(nc, optStructuredReply, repErrUnsup)
+	nc.Write(option(optList, []byte("x")))
+	expectReply(nc, optList, repErrInvalid)
+	nc.Write(option(optGo, []byte{0, 0, 0}))
+	expectReply(nc, optGo, repErrInvalid)
+	nc.Write(option(optGo, []byte{0xff, 0xff, 0xff, 0xff, 0, 0}))
+	expectReply(nc, optGo, repErrInvalid)
+	nc.Write(option(optInfo, append(goData("d"), 0))) // odd trailing byte
+	expectReply(nc, optInfo, repErrInvalid)
+	nc.Write(option(optGo, goData("nosuch")))
+	expectReply(nc, optGo, repErrUnknown)
+	nc.Write(option(77, make([]byte, maxOptionLen+1)))
+	expectReply(nc, 77, repErrTooBig)
+	nc.Write(option(optList, nil))
+	if d := expectReply(nc, optList, repServer); !bytes.Equal(d, append(be.AppendUint32(nil, 1), "ddesc"...)) {
+		t.Errorf("NBD_REP_SERVER %q", d)
+	}
+	expectReply(nc, optList, repAck)
+	nc.Write(option(optInfo, goData("d", infoName, infoDescription, 1234)))
+	var sawName, sawDesc, sawExport, sawBlock bool
+	for {
+		typ, d, err := readOptReply(nc, optInfo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ == repAck {
+			break
+		}
+		switch be.Uint16(d) {
+		case infoName:
+			sawName = string(d[2:]) == "d"
+		case infoDescription:
+			sawDesc = string(d[2:]) == "desc"
+		case infoExport:
+			sawExport = be.Uint64(d[2:]) == 1<<20
+		case infoBlockSize:
+			sawBlock = be.Uint32(d[6:]) == 4096
+		}
+	}
+	if !sawName || !sawDesc || !sawExport || !sawBlock {
+		t.Errorf("NBD_OPT_INFO: name %v description %v export %v block size %v", sawName, sawDesc, sawExport, sawBlock)
+	}
+	// Into transmission with NBD_OPT_EXPORT_NAME and no zeroes.
+	nc.Write(option(optExportName, []byte("d")))
+	var ex [10]byte
+	if _, err := io.ReadFull(nc, ex[:]); err != nil || be.Uint64(ex[:]) != 1<<20 || be.Uint16(ex[8:]) != serverFlags {
+		t.Fatalf("NBD_OPT_EXPORT_NAME reply %x: %v", ex, err)
+	}
+	(&rawClient{t: t, nc: nc}).roundTrip(0)
+
+	// NBD_OPT_EXPORT_NAME with zeroes; unknown name drops the connection.
+	nc = handshakeConn(t, ts)
+	nc.Write(be.AppendUint32(nil, clientFlagFixed))
+	nc.Write(option(optExportName, nil))
+	var ex2 [134]byte
+	if _, err := io.ReadFull(nc, ex2[:]); err != nil || be.Uint64(ex2[:]) != 1<<20 || !bytes.Equal(ex2[10:], make([]byte, 124)) {
+		t.Fatalf("NBD_OPT_EXPORT_NAME reply with zeroes %x: %v", ex2, err)
+	}
+	nc = handshakeConn(t, ts)
+	nc.Write(be.AppendUint32(nil, clientFlagFixed))
+	nc.Write(option(optExportName, []byte("nosuch")))
+	expectClosed(t, nc)
+
+	// NBD_OPT_ABORT is acknowledged, then the connection closes.
+	nc = handshakeConn(t, ts)
+	nc.Write(be.AppendUint32(nil, clientFlagFixed))
+	nc.Write(option(optAbort, nil))
+	expectReply(nc, optAbort, repAck)
+	expectClosed(t, nc)
+
+	// An option claiming more data than we will skip.
+	nc = handshakeConn(t, ts)
+	nc.Write(be.AppendUint32(nil, clientFlagFixed))
+	nc.Write(appendOption(nil, 77, 1<<30))
+	expectClosed(t, nc)
+
+	ts.shutdown(t)
+	checkGoroutines(t, base)
+}
+
+func TestHalfOpenConnections(t *testing.T) {
+	base := runtime.NumGoroutine()
+	mem := newMemBackend(1 << 20)
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{HandshakeTimeout: 300 * time.Millisecond})
+	n := 300
+	if testing.Short() {
+		n = 100
+	}
+	conns := make([]net.Conn, 0, n)
+	for i := range n {
+		nc, err := net.Dial("unix", ts.sock)
+		if err != nil {
+			t.Fatalf("conn %d: %v", i, err)
+		}
+		if i%2 == 0 {
+			nc.Write([]byte{0, 0}) // half of the client flags
+		}
+		conns = append(conns, nc)
+	}
+	// A real client still gets through while they hang.
+	c := dialRaw(t, ts, "d")
+	c.roundTrip(0)
+	for _, nc := range conns {
+		expectClosed(t, nc)
+		nc.Close()
+	}
+	c.roundTrip(4096)
+	ts.shutdown(t)
+	checkGoroutines(t, base)
+}
+
+func TestBackendPanicAndErrors(t *testing.T) {
+	base := runtime.NumGoroutine()
+	mem := newMemBackend(1 << 20)
+	mem.hook = func(op string, off int64) error {
+		switch off {
+		case 200 * 4096:
+			panic("backend bug")
+		case 28 * 4096:
+			return fmt.Errorf("store full: %w", syscall.ENOSPC)
+		case 5 * 4096:
+			return errors.New("opaque failure")
+		case 95 * 4096:
+			return syscall.EOPNOTSUPP
+		case 3 * 4096:
+			return syscall.EBADF // not an NBD error code
+		}
+		return nil
+	}
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
+	good := dialRaw(t, ts, "d")
+	victim := dialRaw(t, ts, "d")
+	good.expect(errnoNoSpc, CmdWrite, 0, 28*4096, 4096, make([]byte, 4096))
+	good.expect(errnoIO, CmdRead, 0, 5*4096, 4096, nil)
+	good.expect(errnoNotSup, CmdTrim, 0, 95*4096, 4096, nil)
+	good.expect(errnoIO, CmdWriteZeroes, 0, 3*4096, 4096, nil)
+
+	// Requests in flight on the victim when its backend call panics.
+	for i := range 20 {
+		victim.send(CmdRead, 0, uint64(i), uint64(i)*4096+100*4096, 4096, nil)
+	}
+	victim.send(CmdRead, 0, 99, 200*4096, 4096, nil)
+	expectClosed(t, victim.nc)
+
+	good.roundTrip(0)
+	late := dialRaw(t, ts, "d")
+	late.roundTrip(4096)
+	ts.shutdown(t)
+	checkGoroutines(t, base)
+}
+
+// blockingBackend holds every write until released, to test shutdown.
+type blockingBackend struct {
+	*memBackend
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.memBackend.WriteAt(ctx, p, off, fua)
+}
+
+func TestShutdownFinishesInFlight(t *testing.T) {
+	base := runtime.NumGoroutine()
+	bb := &blockingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	ts := startServer(t, []Export{{Name: "d", Backend: bb}}, Options{})
+	c := dialRaw(t, ts, "d")
+	idle := handshakeConn(t, ts) // a connection still in its handshake
+	for i := range 4 {
+		c.send(CmdWrite, 0, uint64(i), uint64(i)*4096, 4096, bytes.Repeat([]byte{byte(i + 1)}, 4096))
+	}
+	for range 4 {
+		<-bb.entered
+	}
+	var wg sync.WaitGroup
+	var shutdownErr error
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		shutdownErr = ts.srv.Shutdown(ctx)
+	})
+	expectClosed(t, idle)
+	close(bb.release)
+	seen := map[uint64]bool{}
+	for range 4 {
+		errno, cookie := c.recv()
+		if errno != 0 {
+			t.Errorf("write %d: errno %d", cookie, errno)
+		}
+		seen[cookie] = true
+	}
+	expectClosed(t, c.nc)
+	wg.Wait()
+	if shutdownErr != nil || len(seen) != 4 {
+		t.Fatalf("Shutdown: %v; replies %v", shutdownErr, seen)
+	}
+	for i := range 4 {
+		if got := bb.snapshot()[i*4096]; got != byte(i+1) {
+			t.Errorf("write %d not held: %d", i, got)
+		}
+	}
+	if err := <-ts.done; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve: %v", err)
+	}
+	ts.done = nil
+	if _, err := net.Dial("unix", ts.sock); err == nil {
+		t.Error("still accepting after Shutdown")
+	}
+	checkGoroutines(t, base)
+}
+
+func TestShutdownDeadline(t *testing.T) {
+	base := runtime.NumGoroutine()
+	bb := &blockingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	ts := startServer(t, []Export{{Name: "d", Backend: bb}}, Options{})
+	c := dialRaw(t, ts, "d")
+	c.send(CmdWrite, 0, 1, 0, 4096, make([]byte, 4096))
+	<-bb.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- ts.srv.Shutdown(ctx) }()
+	expectClosed(t, c.nc) // forced closed once ctx expires
+	close(bb.release)
+	if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Shutdown: %v, want deadline exceeded", err)
+	}
+	<-ts.done
+	ts.done = nil
+	checkGoroutines(t, base)
+}
+
+func TestNewServerValidates(t *testing.T) {
+	m := newMemBackend(4096)
+	for _, tc := range []struct {
+		name    string
+		exports []Export
+		opts    Options
+	}{
+		{"no exports", nil, Options{}},
+		{"nil backend", []Export{{Name: "a"}}, Options{}},
+		{"duplicate", []Export{{Name: "a", Backend: m}, {Name: "a", Backend: m}}, Options{}},
+		{"long name", []Export{{Name: string(make([]byte, 5000)), Backend: m}}, Options{}},
+		{"negative in flight", []Export{{Name: "a", Backend: m}}, Options{MaxInFlight: -1}},
+	} {
+		if _, err := NewServer(tc.exports, tc.opts); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+}
+
+func TestMultipleListeners(t *testing.T) {
+	base := runtime.NumGoroutine()
+	mem := newMemBackend(1 << 20)
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tcpDone := make(chan error, 1)
+	go func() { tcpDone <- ts.srv.Serve(tl) }()
+	nc, info, err := Dial(context.Background(), "tcp", tl.Addr().String(), "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	tc := &rawClient{t: t, nc: nc, info: info}
+	tc.roundTrip(0)
+	uc := dialRaw(t, ts, "d")
+	uc.expect(0, CmdFlush, 0, 0, 0, nil)
+	// Both see the same device.
+	uc.send(CmdRead, 0, 5, 0, 4096, nil)
+	uc.recv()
+	if got := uc.recvData(4096); got[1] != 0x5a {
+		t.Error("unix connection does not see the tcp connection's write")
+	}
+	ts.shutdown(t)
+	if err := <-tcpDone; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("tcp Serve: %v", err)
+	}
+	checkGoroutines(t, base)
+}
