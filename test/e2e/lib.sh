@@ -1,0 +1,233 @@
+# Shared by test/e2e/run.sh and bench/e2e.sh: fetching Debian's kernel,
+# building the guest initramfs, booting QEMU, picking ports, cleanup.
+# Source it; it sets no options of its own.
+
+E2E_ROOT=${E2E_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+E2E_DIR=$E2E_ROOT/test/e2e
+E2E_CACHE=${E2E_CACHE:-$E2E_ROOT/.e2e}
+
+log() { echo "e2e: $*" >&2; }
+die() { echo "e2e: FAIL: $*" >&2; exit 1; }
+
+# Processes to kill and paths to remove on exit; each script that sources
+# this installs e2e_cleanup as its EXIT trap.
+E2E_PIDS=()
+E2E_TMPS=()
+e2e_cleanup() {
+	local pid
+	for pid in "${E2E_PIDS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${E2E_PIDS[@]}"; do
+		for _ in 1 2 3 4 5 6 7 8 9 10; do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	done
+	[ ${#E2E_TMPS[@]} -eq 0 ] || rm -rf "${E2E_TMPS[@]}"
+}
+
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() { # host port seconds pid
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		kill -0 "$4" 2>/dev/null || return 1
+		(exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# kernel_fetch sets KVER (e.g. 6.1.0-56-amd64) and KROOT (the unpacked
+# package, with modules.dep built). Cached under .e2e/kernel/<pkg>_<ver>;
+# without apt access the newest cached kernel is used.
+kernel_fetch() {
+	local meta=${E2E_KERNEL_META:-linux-image-amd64} pkg ver dir deb
+	pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+	if [ -n "$pkg" ]; then
+		ver=$(apt-cache policy "$pkg" | awk '/Candidate:/ { print $2 }')
+		dir=$E2E_CACHE/kernel/${pkg}_$ver
+	else
+		dir=$(ls -d "$E2E_CACHE"/kernel/*/ 2>/dev/null | sort -V | tail -1)
+		[ -n "$dir" ] || die "cannot resolve $meta with apt-cache and no kernel is cached in $E2E_CACHE/kernel"
+		dir=${dir%/}
+	fi
+	if [ ! -e "$dir/.done" ]; then
+		log "fetching $pkg $ver"
+		rm -rf "$dir" && mkdir -p "$dir/deb"
+		(cd "$dir/deb" && apt-get download "$pkg=$ver" >/dev/null 2>&1) ||
+			(apt-get update -qq && cd "$dir/deb" && apt-get download "$pkg=$ver" >/dev/null) ||
+			die "apt-get download $pkg=$ver failed"
+		deb=$(ls "$dir"/deb/*.deb)
+		dpkg-deb -x "$deb" "$dir/root" || die "dpkg-deb -x $deb"
+		rm -rf "$dir/deb"
+		KVER=$(ls "$dir/root/lib/modules")
+		depmod -b "$dir/root" "$KVER" || die "depmod $KVER"
+		touch "$dir/.done"
+	fi
+	KROOT=$dir/root
+	KVER=$(ls "$KROOT/lib/modules")
+	[ -f "$KROOT/boot/vmlinuz-$KVER" ] || die "no vmlinuz in $KROOT"
+}
+
+# copy_with_libs ROOT BINARY DEST: copies a dynamic binary and every
+# shared library ldd names into ROOT, keeping the libraries' paths.
+copy_with_libs() {
+	local root=$1 bin=$2 dest=$3 lib
+	install -D -m 0755 "$bin" "$root$dest"
+	for lib in $(ldd "$bin" 2>/dev/null | grep -o '/[^ ]*'); do
+		[ -e "$root$lib" ] || install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
+	done
+}
+
+# initramfs_base: the guest without gzramd (busybox, nbd-client, hog,
+# modules, /init). Cached by the versions and sources that go into it.
+# Sets INITRD.
+initramfs_base() {
+	local key root mod m
+	key=$( {
+		echo "$KVER"
+		dpkg-query -W busybox-static nbd-client libc6 2>/dev/null
+		cat "$E2E_DIR/init.sh" "$E2E_DIR/hog.c" "$E2E_DIR/lib.sh"
+	} | sha256sum | cut -c1-16)
+	INITRD=$E2E_CACHE/initramfs/base-$KVER-$key.cpio.gz
+	[ -s "$INITRD" ] && return 0
+	log "building initramfs $INITRD"
+	rm -f "$E2E_CACHE"/initramfs/base-*.cpio.gz # older keys
+	root=$(mktemp -d "$E2E_CACHE/tmp.XXXXXX")
+	mkdir -p "$root"/{bin,sbin,etc,lib64,dev,proc,sys,tmp,run}
+	install -m 0755 /bin/busybox "$root/bin/busybox"
+	[[ "$(LC_ALL=C ldd /bin/busybox 2>&1 || true)" == *"not a dynamic"* ]] ||
+		die "/bin/busybox is not static (install busybox-static)"
+	install -m 0755 "$E2E_DIR/init.sh" "$root/init"
+	gcc -O2 -static -Wall -o "$root/bin/hog" "$E2E_DIR/hog.c" || die "gcc -static hog.c (needs libc6-dev)"
+	copy_with_libs "$root" "$(command -v nbd-client)" /sbin/nbd-client
+	# The modules the guest needs, in load order, with their dependencies.
+	: >"$root/etc/e2e-modules"
+	for m in $(for name in nbd virtio_pci virtio_net; do
+		modprobe -C /dev/null -d "$KROOT" -S "$KVER" --show-depends "$name" |
+			awk '$1 == "insmod" { print $2 }'
+	done); do
+		mod=${m#"$KROOT"}
+		[ -e "$root$mod" ] && continue
+		install -D -m 0644 "$m" "$root$mod"
+		echo "$mod" >>"$root/etc/e2e-modules"
+	done
+	grep -q '/nbd.ko' "$root/etc/e2e-modules" ||
+		grep -q '^CONFIG_BLK_DEV_NBD=y' "$KROOT/boot/config-$KVER" ||
+		die "kernel $KVER has no nbd driver"
+	mkdir -p "$(dirname "$INITRD")"
+	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$INITRD.tmp" &&
+		mv "$INITRD.tmp" "$INITRD"
+	rm -rf "$root"
+}
+
+# initramfs_with_gzramd BINARY OUT: the base initramfs plus a second cpio
+# archive with gzramd and its shared libraries (the kernel unpacks
+# concatenated archives in order).
+initramfs_with_gzramd() {
+	local bin=$1 out=$2 root
+	root=$(mktemp -d "$E2E_CACHE/tmp.XXXXXX")
+	copy_with_libs "$root" "$bin" /bin/gzramd
+	{
+		cat "$INITRD"
+		(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1)
+	} >"$out"
+	rm -rf "$root"
+}
+
+# accel_pick sets ACCEL to kvm or tcg. /dev/kvm can exist while its
+# hypervisor refuses a stock kernel, so KVM is used only when a probe
+# guest boots under it. E2E_ACCEL=kvm|tcg skips the probe.
+accel_pick() {
+	if [ -n "${E2E_ACCEL:-}" ]; then
+		ACCEL=$E2E_ACCEL
+		return
+	fi
+	ACCEL=tcg
+	[ -w /dev/kvm ] || { log "no writable /dev/kvm: TCG"; return; }
+	local plog
+	plog=$(mktemp)
+	# In a subshell: QEMU may abort (PVM refuses MSRs) and bash would
+	# report that on our stderr.
+	(timeout -k 2 "${E2E_KVM_PROBE_S:-20}" qemu-system-x86_64 -accel kvm -cpu host -m 128M \
+		-kernel "$KROOT/boot/vmlinuz-$KVER" -initrd "$INITRD" \
+		-append "console=ttyS0 panic=-1 e2e.mode=probe" \
+		-display none -monitor none -serial "file:$plog" -no-reboot -nic none \
+		>"$plog.qemu" 2>&1 || true) 2>/dev/null
+	if grep -q 'E2E-PROBE-OK' "$plog"; then
+		ACCEL=kvm
+		log "KVM boots a guest: using KVM"
+	else
+		log "KVM did not boot the probe guest ($(tail -c 200 "$plog.qemu" | tr '\n' ' ')): TCG"
+	fi
+	rm -f "$plog" "$plog.qemu"
+}
+
+# qemu_args MEM SMP APPEND: the command line for one guest run. The
+# serial console goes to $CONSOLE; -no-reboot with panic=-1 makes a
+# kernel panic end QEMU at once.
+qemu_cmd() {
+	local mem=$1 smp=$2 append=$3 accel_args
+	if [ "$ACCEL" = kvm ]; then
+		accel_args=(-accel kvm -cpu host)
+	else
+		accel_args=(-accel tcg,thread=multi -cpu max)
+	fi
+	QEMU=(qemu-system-x86_64 "${accel_args[@]}" -m "$mem" -smp "$smp"
+		-kernel "$KROOT/boot/vmlinuz-$KVER" -initrd "$GUEST_INITRD"
+		-append "console=ttyS0 panic=-1 oops=panic zswap.enabled=0 $append"
+		-display none -monitor none -serial "file:$CONSOLE" -no-reboot
+		-nic "user,model=virtio-net-pci")
+}
+
+# guest_run TIMEOUT: boots $QEMU and watches $CONSOLE until a verdict, a
+# panic, QEMU exiting, or TIMEOUT seconds. Returns 0 only on
+# "E2E-RESULT: PASS"; prints the console's tail on anything else.
+guest_run() {
+	local limit=$1 qpid start verdict=
+	start=$SECONDS
+	"${QEMU[@]}" </dev/null >"$CONSOLE.qemu" 2>&1 &
+	qpid=$!
+	E2E_PIDS+=("$qpid")
+	while :; do
+		if grep -q '^E2E-RESULT: ' "$CONSOLE" 2>/dev/null; then
+			verdict=$(grep -m1 '^E2E-RESULT: ' "$CONSOLE" | tr -d '\r')
+			break
+		fi
+		if grep -qE 'Kernel panic|BUG: |Oops|general protection fault' "$CONSOLE" 2>/dev/null; then
+			verdict="kernel failure: $(grep -m1 -E 'Kernel panic|BUG: |Oops|general protection fault' "$CONSOLE" | tr -d '\r')"
+			break
+		fi
+		if ! kill -0 "$qpid" 2>/dev/null; then
+			verdict="QEMU exited without a verdict: $(cat "$CONSOLE.qemu")"
+			break
+		fi
+		if ((SECONDS - start > limit)); then
+			verdict="timeout: no verdict after $limit s (guest hung?)"
+			break
+		fi
+		sleep 0.5
+	done
+	# Let the guest power off on its own after a verdict, then make sure.
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		kill -0 "$qpid" 2>/dev/null || break
+		sleep 0.5
+	done
+	kill "$qpid" 2>/dev/null || true
+	wait "$qpid" 2>/dev/null || true
+	GUEST_WALL=$((SECONDS - start))
+	GUEST_VERDICT=$verdict
+	if [ "$verdict" = "E2E-RESULT: PASS" ]; then
+		return 0
+	fi
+	echo "---- guest console (tail) ----" >&2
+	tail -n 40 "$CONSOLE" | tr -d '\r' >&2
+	echo "---- end of console; verdict: $verdict" >&2
+	return 1
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Checks that gzramd's metrics, scraped by the e2e guest, show the traffic.
+
+Input lines: "<when> <series> <value>", when being "peak" (scraped while the
+hog's pages sat in swap) or "end" (after the swap was turned off). Exits 1
+naming every check that failed or could not be made.
+"""
+import re
+import sys
+
+SERIES = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?$')
+
+
+def load(path):
+    snaps = {"peak": {}, "end": {}}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) != 3 or parts[0] not in snaps:
+                continue
+            try:
+                snaps[parts[0]][parts[1]] = float(parts[2])
+            except ValueError:
+                continue
+    return snaps
+
+
+def gauge(snap, name):
+    return snap.get(name)
+
+
+def trims(snap):
+    """Sum of trim/discard request counters, however gzramd labels them."""
+    total, seen = 0.0, False
+    for series, value in snap.items():
+        m = SERIES.match(series)
+        if not m:
+            continue
+        name, labels = m.group(1), (m.group(3) or "").lower()
+        if name.endswith("_bucket") or name.endswith("_sum") or name.endswith("_count"):
+            continue
+        if "trim" in name or "discard" in name or (
+                "request" in name and ('"trim"' in labels or '"discard"' in labels)):
+            total += value
+            seen = True
+    return total if seen else None
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: metrics.py FILE")
+    snaps = load(sys.argv[1])
+    peak, end = snaps["peak"], snaps["end"]
+    problems = []
+    orig = gauge(peak, "gzramd_orig_data_bytes")
+    compr = gauge(peak, "gzramd_compr_data_bytes")
+    if not peak:
+        problems.append("no metrics were scraped at the hog's peak")
+    elif orig is None or compr is None:
+        problems.append("gzramd_orig_data_bytes / gzramd_compr_data_bytes missing at the peak")
+    else:
+        print(f"metrics: at the peak orig_data {orig / 2**20:.1f} MiB, "
+              f"compr_data {compr / 2**20:.1f} MiB (ratio {orig / compr if compr else float('inf'):.2f})")
+        if orig <= 0:
+            problems.append(f"no pages stored at the peak (gzramd_orig_data_bytes={orig:.0f})")
+        elif compr >= orig:
+            problems.append(f"compressed bytes {compr:.0f} not below the original {orig:.0f}")
+    t = trims(end) if end else None
+    if not end:
+        problems.append("no metrics were scraped at the end")
+    elif t is None:
+        problems.append("no trim/discard counter among the metrics")
+    else:
+        print(f"metrics: {t:.0f} trims received")
+        if t <= 0:
+            problems.append("no trims received although swap was on with discard")
+    for p in problems:
+        print(f"metrics: FAIL: {p}", file=sys.stderr)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()

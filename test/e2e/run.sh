@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# End-to-end test: Debian's kernel in QEMU swaps through an NBD server and a
+# memory hog verifies every word it wrote, twice.
+#
+# Scenarios (E2E_SCENARIOS, space-separated, default "host-1 host-2 guest"):
+#   host-1  server on the host, guest nbd-client -swap, 1 vCPU, 1 connection
+#   host-2  the same with 2 vCPUs and nbd-client -C 2
+#   guest   gzramd inside the guest: `gzramd serve --swap --device /dev/nbd0`
+#           attaches, mkswaps and swapons itself; a clean stop must swapoff.
+#           Skipped (with a message) while the binary has no --swap flag,
+#           unless E2E_REQUIRE_GUEST=1.
+# Environment:
+#   E2E_SERVER=gzramd|nbdkit   the host-side server (default gzramd)
+#   E2E_EXPECT_FAIL=1          the server corrupts data on purpose (e.g.
+#                              GZRAMD_FAULT_CORRUPT_READS=1): every host
+#                              scenario must end with the hog finding wrong
+#                              words; passing is then the failure.
+#   E2E_ACCEL=kvm|tcg          skip the KVM probe
+#   E2E_GUEST_MEM, E2E_HOG_MIB guest RAM (default 128M) and hog size (200)
+#   E2E_TIMEOUT                seconds per guest before it counts as hung
+#   GZRAMD                     the daemon binary (default bin/gzramd)
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+trap e2e_cleanup EXIT
+trap 'exit 130' INT TERM
+
+SERVER=${E2E_SERVER:-gzramd}
+SCENARIOS=${E2E_SCENARIOS:-host-1 host-2 guest}
+GUEST_MEM=${E2E_GUEST_MEM:-128M}
+HOG_MIB=${E2E_HOG_MIB:-200}
+TIMEOUT=${E2E_TIMEOUT:-600}
+EXPECT_FAIL=${E2E_EXPECT_FAIL:-0}
+GZRAMD=${GZRAMD:-$E2E_ROOT/bin/gzramd}
+SIZE=512MiB
+EXPORT=gzram0
+
+"$E2E_DIR/deps.sh"
+command -v nbdkit >/dev/null || [ "$SERVER" != nbdkit ] || die "nbdkit missing"
+case "$SERVER" in
+gzramd) [ -x "$GZRAMD" ] || die "$GZRAMD not built (make build)" ;;
+nbdkit) ;;
+*) die "E2E_SERVER must be gzramd or nbdkit, not $SERVER" ;;
+esac
+
+mkdir -p "$E2E_CACHE"
+WORK=$(mktemp -d /tmp/gzramd-e2e.XXXXXX)
+E2E_TMPS+=("$WORK")
+T0=$SECONDS
+kernel_fetch
+initramfs_base
+accel_pick
+log "kernel $KVER, accel $ACCEL, server $SERVER, guest ${GUEST_MEM} RAM, hog ${HOG_MIB} MiB (setup $((SECONDS - T0)) s)"
+
+SERVER_PID=
+# server_start: starts $SERVER on 127.0.0.1:$PORT (and gzramd's metrics on
+# $MPORT) and waits until it accepts connections.
+server_start() {
+	PORT=$(free_port)
+	SERVER_LOG=$WORK/$1.server.log
+	case "$SERVER" in
+	gzramd)
+		MPORT=$(free_port)
+		"$GZRAMD" serve --tcp "127.0.0.1:$PORT" --size "$SIZE" --export "$EXPORT" \
+			--socket "$WORK/gzramd.sock" --metrics "127.0.0.1:$MPORT" \
+			${E2E_GZRAMD_ARGS:-} >"$SERVER_LOG" 2>&1 &
+		;;
+	nbdkit)
+		MPORT=
+		nbdkit -f -i 127.0.0.1 -p "$PORT" memory "${SIZE%iB}" >"$SERVER_LOG" 2>&1 &
+		;;
+	esac
+	SERVER_PID=$!
+	E2E_PIDS+=("$SERVER_PID")
+	wait_port 127.0.0.1 "$PORT" 20 "$SERVER_PID" || {
+		cat "$SERVER_LOG" >&2
+		die "$SERVER did not listen on 127.0.0.1:$PORT"
+	}
+}
+
+server_stop() {
+	kill "$SERVER_PID" 2>/dev/null || true
+	local rc=0
+	wait "$SERVER_PID" 2>/dev/null || rc=$?
+	# 143 is SIGTERM's own status: a daemon that exits by the default action.
+	if [ "$rc" -ne 0 ] && [ "$rc" -ne 143 ]; then
+		cat "$SERVER_LOG" >&2
+		die "$SERVER exited $rc on SIGTERM"
+	fi
+}
+
+# metrics_check: gzramd's metrics, scraped by the guest at the hog's peak
+# and after the swap is off, must show the traffic.
+metrics_check() {
+	grep '^E2E-METRIC ' "$CONSOLE" | tr -d '\r' | sed 's/^E2E-METRIC //' >"$CONSOLE.metrics"
+	python3 "$E2E_DIR/metrics.py" "$CONSOLE.metrics"
+}
+
+passed=()
+run_host() { # name smp conns
+	local name=$1 smp=$2 conns=$3 seed=$RANDOM
+	server_start "$name"
+	CONSOLE=$WORK/$name.console
+	GUEST_INITRD=$INITRD
+	qemu_cmd "$GUEST_MEM" "$smp" "e2e.mode=client e2e.port=$PORT e2e.export=$EXPORT e2e.conns=$conns e2e.hog=$HOG_MIB e2e.seed=$seed${MPORT:+ e2e.metrics=10.0.2.2:$MPORT}"
+	log "$name: booting ($ACCEL, $smp vCPU, $conns connection(s), server $SERVER on :$PORT)"
+	local ok=0
+	guest_run "$TIMEOUT" || ok=$?
+	if [ "$EXPECT_FAIL" = 1 ]; then
+		server_stop
+		if [ "$ok" -eq 0 ]; then
+			die "$name: E2E_EXPECT_FAIL=1 but the guest passed: the test did not catch the corruption"
+		fi
+		grep -E 'hog: pass|HOG-FAIL' "$CONSOLE" | tr -d '\r' | head -5 >&2
+		grep -q 'HOG-FAIL' "$CONSOLE" ||
+			die "$name: expected the hog to find wrong words, got: $GUEST_VERDICT"
+		log "$name: failed as expected, the hog caught the corruption ($GUEST_WALL s)"
+		passed+=("$name(expected-fail):${GUEST_WALL}s")
+		return
+	fi
+	[ "$ok" -eq 0 ] || {
+		echo "---- $SERVER log (tail) ----" >&2
+		tail -n 20 "$SERVER_LOG" >&2
+		die "$name: $GUEST_VERDICT"
+	}
+	grep -E '^(HOG-PASS|E2E-SWAP)' "$CONSOLE" | tr -d '\r' >&2
+	if [ "$SERVER" = gzramd ]; then
+		metrics_check || die "$name: metrics do not show the traffic"
+	fi
+	server_stop
+	log "$name: PASS ($GUEST_WALL s)"
+	passed+=("$name:${GUEST_WALL}s")
+}
+
+run_guest() {
+	if ! "$GZRAMD" serve --help 2>&1 | grep -q -- '--swap'; then
+		[ "${E2E_REQUIRE_GUEST:-0}" = 1 ] && die "guest: $GZRAMD serve has no --swap flag"
+		log "guest: SKIP: $GZRAMD serve has no --swap flag yet"
+		return
+	fi
+	[ "$EXPECT_FAIL" = 1 ] && { log "guest: skipped under E2E_EXPECT_FAIL"; return; }
+	CONSOLE=$WORK/guest.console
+	GUEST_INITRD=$WORK/guest.cpio.gz
+	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
+	# The daemon lives inside the guest here, so the guest gets more RAM.
+	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-256M}" 2 "e2e.mode=daemon e2e.size=$SIZE e2e.hog=${E2E_GUEST_HOG_MIB:-400} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}"
+	log "guest: booting ($ACCEL, gzramd serve --swap inside the guest)"
+	guest_run "$TIMEOUT" || die "guest: $GUEST_VERDICT"
+	grep -E '^(HOG-PASS|E2E-SWAP)' "$CONSOLE" | tr -d '\r' >&2
+	metrics_check || die "guest: metrics do not show the traffic"
+	log "guest: PASS ($GUEST_WALL s)"
+	passed+=("guest:${GUEST_WALL}s")
+}
+
+for s in $SCENARIOS; do
+	case "$s" in
+	host-1) run_host host-1 1 1 ;;
+	host-2) run_host host-2 2 2 ;;
+	guest) [ "$SERVER" = gzramd ] && run_guest ;;
+	*) die "unknown scenario $s" ;;
+	esac
+done
+log "PASS: ${passed[*]:-nothing ran} (total $((SECONDS - T0)) s)"
