@@ -1,0 +1,49 @@
+package device
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/gzramd/gzramd/internal/corpus"
+)
+
+// BenchmarkWrite measures device ingest of corpus pages (or generated ones)
+// from several writers, one page per request, like the kernel's swap-out.
+func BenchmarkWrite(b *testing.B) {
+	data, err := corpus.Load("")
+	if err != nil {
+		b.Logf("corpus unavailable (%v); using generated pages", err)
+		data = make([]byte, 4096*pageSize)
+		for i := range data {
+			data[i] = byte(i/97) ^ byte(i/4096)
+		}
+	}
+	pages := len(data) / pageSize
+	for _, writers := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("writers-%d", writers), func(b *testing.B) {
+			f := newDevice(b, int64(pages)*pageSize, 0)
+			b.SetBytes(pageSize)
+			var next sync.Mutex
+			i := 0
+			b.SetParallelism(writers)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					next.Lock()
+					pg := i % pages
+					i++
+					next.Unlock()
+					if err := f.dev.WriteAt(context.Background(), data[pg*pageSize:(pg+1)*pageSize], int64(pg)*pageSize, false); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			st := f.dev.Stats()
+			if st.MemUsedTotal > 0 {
+				b.ReportMetric(float64(st.OrigDataSize)/float64(st.MemUsedTotal), "eff-ratio")
+			}
+		})
+	}
+}
