@@ -1,0 +1,63 @@
+// Command gzramd is a compressed RAM block device served over NBD, for use
+// as swap: pages are compressed in batches (on the GPU when there is one)
+// and kept in memory.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	root := &cobra.Command{
+		Use:   "gzramd",
+		Short: "GPU-compressed RAM block device for swap, served over NBD",
+		Long: `gzramd keeps a block device in compressed RAM, like the kernel's zram, and
+serves it over the NBD protocol. The kernel's NBD client attaches it as
+/dev/nbdN and uses it as swap; writes are compressed in large batches on the
+GPU when one is present (LZ4 block format) and on the CPU otherwise.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newServeCmd(), newVersionCmd())
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "gzramd:", err)
+		os.Exit(2)
+	}
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "gzramd", version)
+		},
+	}
+}
+
+// bindEnv lets every flag of fs be set from GZRAMD_<FLAG> (upper case,
+// dashes as underscores); a flag given on the command line wins.
+func bindEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed {
+			return
+		}
+		name := "GZRAMD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("invalid value %q for %s (from the environment): %w", v, name, e)
+			}
+		}
+	})
+	return err
+}
