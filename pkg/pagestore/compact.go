@@ -43,7 +43,7 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 			}
 			mem := s.slabMem(r, g)
 			o := owner(mem, slot)
-			if o == freeOwner {
+			if isFree(o) {
 				c.mu.Unlock()
 				continue
 			}
@@ -55,10 +55,10 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 				c.mu.Unlock()
 				break
 			}
-			delta := mem[deltaAt(g, slot)]
+			d := delta(mem, slot)
 			setOwner(nmem, nslot, o)
-			nmem[deltaAt(g, nslot)] = delta
-			n := g.size - uint32(delta)
+			setDelta(nmem, nslot, d)
+			n := g.size - uint32(d)
 			copy(nmem[objectAt(g, nslot):][:n], mem[objectAt(g, slot):][:n])
 			c.objects.Add(1)
 			c.bytes.Add(int64(n))

@@ -50,13 +50,18 @@ type slabChunk [chunkSize]slabRec
 
 func (s *Store) rec(id uint32) *slabRec { return &s.chunks[id>>chunkBits].Load()[id&chunkMask] }
 
-// The per-slot tags at the head of a slab: owners[slots] then deltas[slots].
+// Slot tags at the head of a slab, tagSize bytes each: owner, then delta.
 
-func owner(mem []byte, slot uint32) uint32 { return binary.LittleEndian.Uint32(mem[4*slot:]) }
+func owner(mem []byte, slot uint32) uint32 { return binary.LittleEndian.Uint32(mem[tagSize*slot:]) }
 
-func setOwner(mem []byte, slot, o uint32) { binary.LittleEndian.PutUint32(mem[4*slot:], o) }
+func setOwner(mem []byte, slot, o uint32) { binary.LittleEndian.PutUint32(mem[tagSize*slot:], o) }
 
-func deltaAt(g *geometry, slot uint32) uint32 { return 4*g.slots + slot }
+func isFree(owner uint32) bool { return owner >= freeTag }
+
+// delta is how many bytes the slot's object is short of the class size.
+func delta(mem []byte, slot uint32) byte { return mem[tagSize*slot+4] }
+
+func setDelta(mem []byte, slot uint32, d byte) { mem[tagSize*slot+4] = d }
 
 func objectAt(g *geometry, slot uint32) uint32 { return g.tagBytes + slot*g.size }
 

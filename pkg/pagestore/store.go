@@ -1,7 +1,6 @@
 package pagestore
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -170,15 +169,14 @@ func (s *Store) Stats() Stats {
 
 // Alloc reserves an object of size bytes (1..MaxObjectSize) tagged with
 // owner, and returns its handle and its bytes for the caller to fill. owner
-// is what Compact passes back to relocate; it may be any value but
-// 0xFFFFFFFF. Alloc fails with ErrFull, changing nothing, when the object
+// is what Compact passes back to relocate, at most MaxOwner. Alloc fails with ErrFull, changing nothing, when the object
 // needs a page of memory that the limit does not allow.
 func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 	if size < 1 || size > MaxObjectSize {
 		return 0, nil, fmt.Errorf("pagestore: object size %d out of range [1, %d]: %w", size, MaxObjectSize, syscall.EINVAL)
 	}
-	if owner == freeOwner {
-		return 0, nil, fmt.Errorf("pagestore: owner %#x is reserved: %w", owner, syscall.EINVAL)
+	if owner > MaxOwner {
+		return 0, nil, fmt.Errorf("pagestore: owner %#x above %#x: %w", owner, MaxOwner, syscall.EINVAL)
 	}
 	if s.closed.Load() {
 		return 0, nil, ErrClosed
@@ -192,7 +190,7 @@ func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 		return 0, nil, err
 	}
 	setOwner(mem, slot, owner)
-	mem[deltaAt(g, slot)] = byte(g.size - uint32(size))
+	setDelta(mem, slot, byte(g.size-uint32(size)))
 	c.objects.Add(1)
 	c.bytes.Add(int64(size))
 	c.mu.Unlock()
@@ -250,13 +248,12 @@ func (s *Store) Free(h Handle) {
 	c, g := &s.classes[r.class], &s.geo[r.class]
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if r.state == slabEmpty || slot >= uint32(r.bump) || owner(mem, slot) == freeOwner {
+	if r.state == slabEmpty || slot >= uint32(r.bump) || isFree(owner(mem, slot)) {
 		s.badHandles.Add(1)
 		return
 	}
-	size := g.size - uint32(mem[deltaAt(g, slot)])
-	setOwner(mem, slot, freeOwner)
-	binary.LittleEndian.PutUint16(mem[objectAt(g, slot):], r.freeHead)
+	size := g.size - uint32(delta(mem, slot))
+	setOwner(mem, slot, freeTag|uint32(r.freeHead))
 	r.freeHead = uint16(slot + 1)
 	wasFull := uint32(r.live) == g.slots
 	r.live--
@@ -288,6 +285,10 @@ func (s *Store) take(c *class, ci int, grow bool) (id uint32, mem []byte, slot u
 	id = c.partial
 	if id == 0 {
 		if !grow {
+			return 0, nil, 0, ErrFull
+		}
+		// Spare making a slab that could not take even one object.
+		if limit := s.memLimit.Load(); limit > 0 && s.memUsed.Load()+int64(pagesFor(objectAt(g, 1)))*pageSize > limit {
 			return 0, nil, 0, ErrFull
 		}
 		if id, err = s.newSlab(c, ci); err != nil {
@@ -329,7 +330,7 @@ func (s *Store) takeFrom(r *slabRec, g *geometry, mem []byte) (uint32, error) {
 	var slot uint32
 	if r.freeHead != 0 {
 		slot = uint32(r.freeHead - 1)
-		r.freeHead = binary.LittleEndian.Uint16(mem[objectAt(g, slot):])
+		r.freeHead = uint16(owner(mem, slot) &^ freeTag)
 	} else {
 		slot = uint32(r.bump)
 		need := pagesFor(objectAt(g, slot+1))
@@ -432,6 +433,8 @@ func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted b
 	if compacted {
 		s.pagesCompacted.Add(held)
 	}
-	*r = slabRec{arena: r.arena, page: r.page, class: r.class, state: slabEmpty}
+	// arena, page and class stay: Bytes and Free read them without a lock.
+	r.prev, r.next, r.bump, r.live, r.freeHead, r.touched = 0, 0, 0, 0, 0, 0
+	r.state = slabEmpty
 	c.empty = append(c.empty, id)
 }

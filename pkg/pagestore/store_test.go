@@ -62,14 +62,14 @@ func checkInvariants(t *testing.T, s *Store) {
 			mem := s.slabMem(r, g)
 			live := 0
 			for slot := uint32(0); slot < uint32(r.bump); slot++ {
-				if owner(mem, slot) != freeOwner {
+				if !isFree(owner(mem, slot)) {
 					live++
-					classBytes += int64(g.size - uint32(mem[deltaAt(g, slot)]))
+					classBytes += int64(g.size - uint32(delta(mem, slot)))
 				}
 			}
 			free := 0
-			for f := r.freeHead; f != 0; f = uint16(mem[objectAt(g, uint32(f-1))]) | uint16(mem[objectAt(g, uint32(f-1))+1])<<8 {
-				if owner(mem, uint32(f-1)) != freeOwner {
+			for f := r.freeHead; f != 0; f = uint16(owner(mem, uint32(f-1)) &^ freeTag) {
+				if !isFree(owner(mem, uint32(f-1))) {
 					t.Fatalf("slab %d: free list holds live slot %d", id, f-1)
 				}
 				if free++; free > int(r.bump) {
@@ -214,8 +214,15 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("Alloc(%d): %v, want EINVAL", size, err)
 		}
 	}
-	if _, _, err := s.Alloc(10, freeOwner); !errors.Is(err, syscall.EINVAL) {
-		t.Errorf("Alloc with reserved owner: %v, want EINVAL", err)
+	for _, o := range []uint32{MaxOwner + 1, ^uint32(0)} {
+		if _, _, err := s.Alloc(10, o); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("Alloc with reserved owner %#x: %v, want EINVAL", o, err)
+		}
+	}
+	if h, _, err := s.Alloc(10, MaxOwner); err != nil {
+		t.Errorf("Alloc with owner MaxOwner: %v", err)
+	} else {
+		s.Free(h)
 	}
 	h, b, err := s.Alloc(100, 7)
 	if err != nil {
@@ -274,7 +281,8 @@ func TestMemLimit(t *testing.T) {
 		before := s.Stats()
 		h, b, err := s.Alloc(size, uint32(i))
 		if err != nil {
-			if after := s.Stats(); after != before {
+			after := s.Stats()
+			if after.MemUsed != before.MemUsed || after.Objects != before.Objects || after.ComprDataSize != before.ComprDataSize || after.MemUsedMax != before.MemUsedMax {
 				t.Fatalf("failed Alloc changed stats: %+v -> %+v", before, after)
 			}
 			full = err

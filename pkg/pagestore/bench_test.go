@@ -1,0 +1,106 @@
+package pagestore
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// benchSizes are compressed-page-like sizes: mostly 1-3 KiB, some raw pages.
+func benchSizes() []int {
+	rng := rand.New(rand.NewPCG(11, 12))
+	sizes := make([]int, 1024)
+	for i := range sizes {
+		sizes[i] = 600 + rng.IntN(2600)
+		if i%16 == 0 {
+			sizes[i] = MaxObjectSize
+		}
+	}
+	return sizes
+}
+
+// BenchmarkAllocFree measures one Alloc plus one Free in steady state: each
+// goroutine keeps a ring of live objects and replaces the oldest one.
+func BenchmarkAllocFree(b *testing.B) {
+	s := newStore(b, Config{})
+	sizes := benchSizes()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ring := make([]Handle, 4096)
+		i := 0
+		for pb.Next() {
+			slot := i & (len(ring) - 1)
+			if ring[slot] != 0 {
+				s.Free(ring[slot])
+			}
+			h, _, err := s.Alloc(sizes[i&(len(sizes)-1)], uint32(i))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			ring[slot] = h
+			i++
+		}
+		for _, h := range ring {
+			if h != 0 {
+				s.Free(h)
+			}
+		}
+	})
+}
+
+func BenchmarkBytes(b *testing.B) {
+	s := newStore(b, Config{})
+	sizes := benchSizes()
+	handles := make([]Handle, len(sizes))
+	for i, size := range sizes {
+		h, _, err := s.Alloc(size, uint32(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		handles[i] = h
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i, n := 0, 0
+		for pb.Next() {
+			n += len(s.Bytes(handles[i&(len(handles)-1)], sizes[i&(len(sizes)-1)]))
+			i++
+		}
+		_ = n
+	})
+}
+
+// BenchmarkCompact measures moving objects out of fragmented slabs, per
+// object moved.
+func BenchmarkCompact(b *testing.B) {
+	sizes := benchSizes()
+	const owners = 20000
+	m := newModel(owners)
+	rng := rand.New(rand.NewPCG(13, 14))
+	var moved int
+	for b.Loop() {
+		b.StopTimer()
+		s, err := New(Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for o := range uint32(owners) {
+			h, _, err := s.Alloc(sizes[o%uint32(len(sizes))], o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.objs[o] = object{h: h}
+		}
+		for o := range m.objs {
+			if rng.IntN(4) != 0 {
+				s.Free(m.objs[o].h)
+			}
+		}
+		b.StartTimer()
+		moved += s.Compact(m.relocate)
+		b.StopTimer()
+		s.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(moved, 1)), "ns/moved")
+}

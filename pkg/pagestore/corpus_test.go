@@ -1,0 +1,108 @@
+package pagestore_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/pagestore"
+)
+
+const corpusName = "shared/corpus/memory-pages.bin.zst"
+
+// loadCorpus finds the shared corpus by walking up from the working
+// directory, and skips the test when it is not there.
+func loadCorpus(tb testing.TB) []byte {
+	tb.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		raw, err := os.ReadFile(filepath.Join(dir, corpusName))
+		if err == nil {
+			dec, err := zstd.NewReader(nil)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			defer dec.Close()
+			pages, err := dec.DecodeAll(raw, nil)
+			if err != nil {
+				tb.Fatalf("decode %s: %v", corpusName, err)
+			}
+			if len(pages) == 0 || len(pages)%codec.PageSize != 0 {
+				tb.Fatalf("%s: %d bytes is not whole pages", corpusName, len(pages))
+			}
+			return pages
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Skipf("corpus %s not found above the working directory", corpusName)
+		}
+		dir = parent
+	}
+}
+
+// compressCorpus compresses every page with LZ4; a page that does not
+// shrink is kept raw, as the device keeps huge pages.
+func compressCorpus(tb testing.TB) (pages int, compressed [][]byte) {
+	data := loadCorpus(tb)
+	lz4 := codec.NewLZ4()
+	buf := make([]byte, codec.PageSize)
+	for off := 0; off < len(data); off += codec.PageSize {
+		page := data[off : off+codec.PageSize]
+		n := lz4.Compress(buf, page)
+		if n == 0 {
+			compressed = append(compressed, page)
+		} else {
+			compressed = append(compressed, append([]byte(nil), buf[:n]...))
+		}
+	}
+	return len(compressed), compressed
+}
+
+// TestCorpusRatio stores the LZ4-compressed corpus and compares the
+// effective ratio (original bytes / memory held, zram's
+// orig_data_size / mem_used_total) with the codec's own ratio.
+func TestCorpusRatio(t *testing.T) {
+	pages, comp := compressCorpus(t)
+	s, err := pagestore.New(pagestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var sum int64
+	handles := make([]pagestore.Handle, pages)
+	for i, c := range comp {
+		h, b, err := s.Alloc(len(c), uint32(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(b, c)
+		handles[i] = h
+		sum += int64(len(c))
+	}
+	orig := float64(pages * codec.PageSize)
+	st := s.Stats()
+	codecRatio := orig / float64(sum)
+	effective := orig / float64(st.MemUsed)
+	t.Logf("%d pages: codec ratio %.4f, effective ratio %.4f (%.2f%% of the codec's); %d data bytes in %d bytes held; %.2f metadata bytes per object",
+		pages, codecRatio, effective, 100*effective/codecRatio, st.ComprDataSize, st.MemUsed, float64(st.MetadataBytes)/float64(st.Objects))
+	if st.ComprDataSize != sum || st.Objects != int64(pages) {
+		t.Fatalf("stats %+v, want %d objects of %d bytes", st, pages, sum)
+	}
+	if effective < 0.95*codecRatio {
+		t.Errorf("effective ratio %.4f < 0.95 x codec ratio %.4f", effective, codecRatio)
+	}
+	if per := float64(st.MetadataBytes) / float64(st.Objects); per > 8 {
+		t.Errorf("%.2f metadata bytes per object, want <= 8", per)
+	}
+	for i, h := range handles {
+		if string(s.Bytes(h, len(comp[i]))) != string(comp[i]) {
+			t.Fatalf("page %d: stored bytes differ", i)
+		}
+	}
+}
