@@ -1,0 +1,110 @@
+package device
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gzramd/gzramd/internal/corpus"
+	"github.com/gzramd/gzramd/pkg/codec"
+)
+
+// TestCorpusEffectiveRatio writes the shared corpus through the device and
+// checks what zram users look at: orig_data_size / mem_used_total must be
+// at least 0.95 of the codec's own ratio on the same pages, and the
+// metadata per stored page at most 16 bytes.
+func TestCorpusEffectiveRatio(t *testing.T) {
+	data, err := corpus.Load("")
+	if errors.Is(err, corpus.ErrNotFound) {
+		t.Skip("shared corpus not found; skipping:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newDevice(t, int64(len(data)), 0)
+	ctx := context.Background()
+	for off := 0; off < len(data); off += 64 * pageSize {
+		end := min(off+64*pageSize, len(data))
+		if err := f.dev.WriteAt(ctx, data[off:end], int64(off), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The codec's own ratio over the pages the device stores as objects
+	// (same-filled pages cost neither side anything), counting pages that
+	// do not shrink as raw, as the device does.
+	lz := codec.NewLZ4()
+	dst := make([]byte, pageSize)
+	var orig, comp int64
+	for off := 0; off < len(data); off += pageSize {
+		p := data[off : off+pageSize]
+		if _, same := fillWord(p); same {
+			continue
+		}
+		n := lz.Compress(dst[:pageSize-1], p)
+		if n == 0 || n >= DefaultHugeThreshold {
+			n = pageSize
+		}
+		orig += pageSize
+		comp += int64(n)
+	}
+	st := f.dev.Stats()
+	if st.OrigDataSize != orig {
+		t.Fatalf("orig_data_size %d, want %d", st.OrigDataSize, orig)
+	}
+	codecRatio := float64(orig) / float64(comp)
+	effRatio := float64(st.OrigDataSize) / float64(st.MemUsedTotal)
+	meta := float64(int64(len(f.dev.table))*8+f.store.Stats().MetadataBytes) / float64(st.StoredPages)
+	t.Logf("codec ratio %.3f, effective ratio %.3f (%.3f of the codec's), %d same pages, %d huge, %.1f metadata bytes per stored page",
+		codecRatio, effRatio, effRatio/codecRatio, st.SamePages, st.HugePages, meta)
+	if effRatio < 0.95*codecRatio {
+		t.Errorf("effective ratio %.3f below 0.95 × codec ratio %.3f", effRatio, codecRatio)
+	}
+	if meta > 16 {
+		t.Errorf("%.1f metadata bytes per stored page, want at most 16", meta)
+	}
+	got := make([]byte, len(data))
+	if err := f.dev.ReadAt(ctx, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("corpus read back differs")
+	}
+}
+
+func TestCompactorRunsWhenFragmented(t *testing.T) {
+	const pages = 4096
+	f := newDevice(t, pages*pageSize, 0)
+	ctx := context.Background()
+	p := make([]byte, pages*pageSize)
+	for i := range p {
+		p[i] = byte(i/61) ^ byte(i/pageSize*7)
+	}
+	if err := f.dev.WriteAt(ctx, p, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	for pg := 0; pg < pages; pg++ {
+		if pg%8 != 0 {
+			if err := f.dev.Trim(ctx, int64(pg)*pageSize, pageSize); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	before := f.dev.Stats().MemUsedTotal
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		f.dev.RunCompactor(cctx, CompactPolicy{Interval: time.Millisecond, MinWaste: 1})
+		close(done)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for f.dev.Stats().PagesCompacted == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if st := f.dev.Stats(); st.PagesCompacted == 0 || st.MemUsedTotal >= before {
+		t.Fatalf("compactor did not run: pages_compacted %d, mem_used %d -> %d", st.PagesCompacted, before, st.MemUsedTotal)
+	}
+}
