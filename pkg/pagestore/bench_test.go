@@ -104,3 +104,19 @@ func BenchmarkCompact(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(moved, 1)), "ns/moved")
 }
+
+// BenchmarkAllocFreeLast allocates and frees a class's only object, which
+// would release and fault in its slab each time without the class's
+// cached slab.
+func BenchmarkAllocFreeLast(b *testing.B) {
+	s := newStore(b, Config{})
+	b.ReportAllocs()
+	for b.Loop() {
+		h, buf, err := s.Alloc(1000, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf[0] = 1
+		s.Free(h)
+	}
+}

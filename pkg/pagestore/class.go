@@ -34,6 +34,10 @@ const (
 	// wastes at most 1/maxTailWaste of the slab in its tail.
 	maxSlabPages = 256
 	maxTailWaste = 200
+
+	// A slab that empties holding at most this many pages is kept for
+	// its class's next object (see class.cached).
+	maxCachedPages = 2
 )
 
 // geometry is a class's immutable layout: a slab is slots tags followed by

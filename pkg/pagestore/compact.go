@@ -3,7 +3,8 @@ package pagestore
 import "slices"
 
 // Compact moves live objects out of sparse slabs so that whole slabs go
-// back to the kernel, and returns how many objects it moved.
+// back to the kernel, and returns how many objects it moved. It also
+// releases the slabs each class keeps cached after they emptied.
 //
 // For each object it moves, it copies the bytes to a new slot of the same
 // class and then calls relocate(owner, old, new) holding no store lock:
@@ -29,6 +30,7 @@ func (s *Store) Compact(relocate func(owner uint32, old, new Handle) bool) (move
 func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle) bool) (moved int) {
 	c, g := &s.classes[ci], &s.geo[ci]
 	c.mu.Lock()
+	s.dropCache(c, g)
 	srcs := s.pickSources(c, g)
 	c.mu.Unlock()
 

@@ -92,6 +92,11 @@ type class struct {
 	partial  uint32 // active slabs with a free slot
 	draining uint32
 	empty    []uint32 // slabs of this class holding no memory, for reuse
+	// cached is a slab that emptied while small and kept its pages, so
+	// that a class whose last object comes and goes does not pay for
+	// madvise, a TLB shootdown and page faults each time. Compact, Close
+	// and a limit that would fail an Alloc release it.
+	cached uint32
 	objects  atomic.Int64
 	bytes    atomic.Int64
 	_        [64]byte
@@ -237,8 +242,10 @@ func (s *Store) Bytes(h Handle, size int) []byte {
 
 // Free releases the object h. A handle that names no live object (never
 // allocated, already freed, or from another store) is detected, counted in
-// Stats.BadHandles and otherwise ignored. A slab left empty gives its pages
-// back to the kernel at once.
+// Stats.BadHandles and otherwise ignored; a stale handle whose slot holds
+// a new object frees that object. A slab left empty gives its pages back
+// to the kernel at once, except that each class keeps one that emptied
+// holding at most two pages (Compact releases it).
 func (s *Store) Free(h Handle) {
 	id, r, mem, slot, ok := s.lookup(h)
 	if !ok {
@@ -266,7 +273,12 @@ func (s *Store) Free(h Handle) {
 			if !wasFull {
 				s.unlink(&c.partial, id)
 			}
-			s.release(c, id, r, mem, false)
+			if c.cached == 0 && r.touched <= maxCachedPages {
+				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
+				c.cached = id
+			} else {
+				s.release(c, id, r, mem, false)
+			}
 		case wasFull:
 			s.push(&c.partial, id)
 		}
@@ -288,7 +300,7 @@ func (s *Store) take(c *class, ci int, grow bool) (id uint32, mem []byte, slot u
 			return 0, nil, 0, ErrFull
 		}
 		// Spare making a slab that could not take even one object.
-		if limit := s.memLimit.Load(); limit > 0 && s.memUsed.Load()+int64(pagesFor(objectAt(g, 1)))*pageSize > limit {
+		if !s.fits(c, int64(pagesFor(objectAt(g, 1)))*pageSize) {
 			return 0, nil, 0, ErrFull
 		}
 		if id, err = s.newSlab(c, ci); err != nil {
@@ -297,7 +309,7 @@ func (s *Store) take(c *class, ci int, grow bool) (id uint32, mem []byte, slot u
 		s.push(&c.partial, id)
 	}
 	r := s.rec(id)
-	slot, err = s.takeFrom(r, g, s.slabMem(r, g))
+	slot, err = s.takeFrom(c, r, g, s.slabMem(r, g))
 	if err != nil {
 		if r.live == 0 {
 			// A slab made just now: it holds no memory yet.
@@ -310,7 +322,7 @@ func (s *Store) take(c *class, ci int, grow bool) (id uint32, mem []byte, slot u
 		for id = c.partial; id != 0; id = r.next {
 			r = s.rec(id)
 			if r.freeHead != 0 || pagesFor(objectAt(g, uint32(r.bump)+1)) <= uint32(r.touched) {
-				slot, err = s.takeFrom(r, g, s.slabMem(r, g))
+				slot, err = s.takeFrom(c, r, g, s.slabMem(r, g))
 				break
 			}
 		}
@@ -326,7 +338,7 @@ func (s *Store) take(c *class, ci int, grow bool) (id uint32, mem []byte, slot u
 
 // takeFrom hands out a slot of r: a freed one first, else the next never
 // used one, reserving the page it reaches into.
-func (s *Store) takeFrom(r *slabRec, g *geometry, mem []byte) (uint32, error) {
+func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte) (uint32, error) {
 	var slot uint32
 	if r.freeHead != 0 {
 		slot = uint32(r.freeHead - 1)
@@ -335,7 +347,7 @@ func (s *Store) takeFrom(r *slabRec, g *geometry, mem []byte) (uint32, error) {
 		slot = uint32(r.bump)
 		need := pagesFor(objectAt(g, slot+1))
 		if need > uint32(r.touched) {
-			if err := s.reserve(int64(need-uint32(r.touched)) * pageSize); err != nil {
+			if err := s.reserve(c, int64(need-uint32(r.touched))*pageSize); err != nil {
 				return 0, err
 			}
 			r.touched = uint16(need)
@@ -351,12 +363,19 @@ func (s *Store) slabMem(r *slabRec, g *geometry) []byte {
 	return (*s.arenas.Load())[r.arena][off : off+int(g.pages)*pageSize]
 }
 
-// reserve counts n more bytes as held, failing if that exceeds the limit.
-func (s *Store) reserve(n int64) error {
+// reserve counts n more bytes as held, failing if that exceeds the limit
+// even after cached empty slabs are released. c.mu is held.
+func (s *Store) reserve(c *class, n int64) error {
+	reclaimed := false
 	for {
 		used, limit := s.memUsed.Load(), s.memLimit.Load()
 		if limit > 0 && used+n > limit {
-			return ErrFull
+			if reclaimed {
+				return ErrFull
+			}
+			s.dropCaches(c)
+			reclaimed = true
+			continue
 		}
 		if s.memUsed.CompareAndSwap(used, used+n) {
 			for {
@@ -372,6 +391,11 @@ func (s *Store) reserve(n int64) error {
 // newSlab returns an empty active slab for class ci: one the class used
 // before, or a new one carved from an arena. c.mu is held.
 func (s *Store) newSlab(c *class, ci int) (uint32, error) {
+	if id := c.cached; id != 0 {
+		c.cached = 0
+		s.rec(id).state = slabActive
+		return id, nil
+	}
 	if n := len(c.empty); n > 0 {
 		id := c.empty[n-1]
 		c.empty = c.empty[:n-1]
@@ -422,6 +446,43 @@ func (s *Store) carve(pages int) (arena, page uint32, err error) {
 	return uint32(len(arenas) - 1), page, nil
 }
 
+// fits reports whether n more bytes would fit within the limit, releasing
+// cached empty slabs if that makes the difference. c.mu is held.
+func (s *Store) fits(c *class, n int64) bool {
+	over := func() bool {
+		limit := s.memLimit.Load()
+		return limit > 0 && s.memUsed.Load()+n > limit
+	}
+	if over() {
+		s.dropCaches(c)
+		return !over()
+	}
+	return true
+}
+
+// dropCaches releases the classes' cached empty slabs. c.mu is held; other
+// classes busy now are skipped, as taking their locks could deadlock.
+func (s *Store) dropCaches(c *class) {
+	for i := range s.classes {
+		o := &s.classes[i]
+		if o == c {
+			s.dropCache(o, &s.geo[i])
+		} else if o.mu.TryLock() {
+			s.dropCache(o, &s.geo[i])
+			o.mu.Unlock()
+		}
+	}
+}
+
+// dropCache releases class c's cached empty slab, if any. c.mu is held.
+func (s *Store) dropCache(c *class, g *geometry) {
+	if id := c.cached; id != 0 {
+		c.cached = 0
+		r := s.rec(id)
+		s.release(c, id, r, s.slabMem(r, g), false)
+	}
+}
+
 // release gives an empty slab's pages back to the kernel and keeps the
 // slab for its class to reuse. c.mu is held.
 func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted bool) {
@@ -436,5 +497,8 @@ func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted b
 	// arena, page and class stay: Bytes and Free read them without a lock.
 	r.prev, r.next, r.bump, r.live, r.freeHead, r.touched = 0, 0, 0, 0, 0, 0
 	r.state = slabEmpty
+	if c.empty == nil {
+		c.empty = make([]uint32, 0, 16)
+	}
 	c.empty = append(c.empty, id)
 }

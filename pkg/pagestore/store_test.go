@@ -54,7 +54,7 @@ func checkInvariants(t *testing.T, s *Store) {
 			}
 			held += int64(r.touched) * pageSize
 			if r.state == slabEmpty {
-				if r.touched != 0 || r.live != 0 || r.bump != 0 {
+				if (r.touched != 0 && id != c.cached) || r.touched > maxCachedPages || r.live != 0 || r.bump != 0 || r.freeHead != 0 {
 					t.Fatalf("empty slab %d holds %d pages, %d objects", id, r.touched, r.live)
 				}
 				continue
@@ -82,7 +82,8 @@ func checkInvariants(t *testing.T, s *Store) {
 			if live == 0 {
 				t.Fatalf("slab %d (state %d) is empty but holds %d pages", id, r.state, r.touched)
 			}
-			if want := pagesFor(objectAt(g, uint32(r.bump))); uint32(r.touched) != want {
+			// A reused cached slab may hold pages its mark has not reached.
+			if want := pagesFor(objectAt(g, uint32(r.bump))); uint32(r.touched) != want && (r.touched < uint16(want) || r.touched > maxCachedPages) {
 				t.Fatalf("slab %d: %d pages counted, %d reached", id, r.touched, want)
 			}
 			switch r.state {
@@ -116,6 +117,24 @@ func checkInvariants(t *testing.T, s *Store) {
 			t.Fatalf("MemUsedMax %d < MemUsed %d", st.MemUsedMax, st.MemUsed)
 		}
 	}
+}
+
+// expectEmpty checks a store whose objects were all freed: it holds only
+// the classes' cached slabs, and Compact gives those back.
+func expectEmpty(t *testing.T, s *Store) {
+	t.Helper()
+	checkInvariants(t, s)
+	st := s.Stats()
+	if st.Objects != 0 || st.ComprDataSize != 0 || st.MemUsed > numClasses*maxCachedPages*pageSize {
+		t.Fatalf("after freeing everything: %+v", st)
+	}
+	if moved := s.Compact(func(uint32, Handle, Handle) bool { t.Fatal("relocate called on an empty store"); return false }); moved != 0 {
+		t.Fatalf("Compact moved %d objects of an empty store", moved)
+	}
+	if st := s.Stats(); st.MemUsed != 0 {
+		t.Fatalf("after Compact of an empty store, MemUsed %d", st.MemUsed)
+	}
+	checkInvariants(t, s)
 }
 
 func newStore(t testing.TB, cfg Config) *Store {
@@ -195,9 +214,7 @@ func TestRoundTrip(t *testing.T) {
 		s.Free(o.h)
 	}
 	checkInvariants(t, s)
-	if st := s.Stats(); st.MemUsed != 0 || st.Objects != 0 || st.ComprDataSize != 0 || st.BadHandles != 0 {
-		t.Fatalf("after freeing everything: %+v", st)
-	}
+	expectEmpty(t, s)
 	if st := s.Stats(); st.MemUsedMax == 0 {
 		t.Fatalf("MemUsedMax not kept: %+v", st)
 	}
@@ -282,7 +299,7 @@ func TestMemLimit(t *testing.T) {
 		h, b, err := s.Alloc(size, uint32(i))
 		if err != nil {
 			after := s.Stats()
-			if after.MemUsed != before.MemUsed || after.Objects != before.Objects || after.ComprDataSize != before.ComprDataSize || after.MemUsedMax != before.MemUsedMax {
+			if after.MemUsed > before.MemUsed || after.Objects != before.Objects || after.ComprDataSize != before.ComprDataSize || after.MemUsedMax != before.MemUsedMax {
 				t.Fatalf("failed Alloc changed stats: %+v -> %+v", before, after)
 			}
 			full = err
@@ -376,8 +393,9 @@ func TestCompact(t *testing.T) {
 	if after.Objects != before.Objects || after.ComprDataSize != before.ComprDataSize {
 		t.Fatalf("compaction changed the data: %+v -> %+v", before, after)
 	}
-	// Destinations may have reached into a few more pages.
-	if got := (before.MemUsed - after.MemUsed) / pageSize; got > after.PagesCompacted || got < after.PagesCompacted*9/10 {
+	// Destinations may have reached into a few more pages, and Compact
+	// released the classes' cached empty slabs too.
+	if got := (before.MemUsed - after.MemUsed) / pageSize; got > after.PagesCompacted+numClasses*maxCachedPages || got < after.PagesCompacted*9/10 {
 		t.Fatalf("MemUsed dropped by %d pages, PagesCompacted %d", got, after.PagesCompacted)
 	}
 	// What compaction leaves free in held memory is less than one slab's
@@ -410,9 +428,7 @@ func TestCompact(t *testing.T) {
 		_ = o
 	}
 	checkInvariants(t, s)
-	if st := s.Stats(); st.MemUsed != 0 || st.BadHandles != 0 {
-		t.Fatalf("after freeing everything: %+v", st)
-	}
+	expectEmpty(t, s)
 }
 
 // TestCompactRefused has the owner change while relocating: the new copy
@@ -474,9 +490,7 @@ func TestCompactRefused(t *testing.T) {
 		}
 	}
 	checkInvariants(t, s)
-	if st := s.Stats(); st.MemUsed != 0 || st.BadHandles != 0 {
-		t.Fatalf("after freeing everything: %+v", st)
-	}
+	expectEmpty(t, s)
 }
 
 func TestCompactConcurrent(t *testing.T) {
@@ -557,9 +571,7 @@ func TestCompactConcurrent(t *testing.T) {
 		}
 	}
 	checkInvariants(t, s)
-	if st := s.Stats(); st.MemUsed != 0 || st.Objects != 0 || st.BadHandles != 0 {
-		t.Fatalf("after freeing everything: %+v", st)
-	}
+	expectEmpty(t, s)
 }
 
 func TestMetadataPerObject(t *testing.T) {
@@ -600,4 +612,44 @@ func TestGeometry(t *testing.T) {
 	if classOf(1) != 0 || classOf(16) != 0 || classOf(17) != 1 || classOf(MaxObjectSize) != numClasses-1 {
 		t.Fatal("classOf")
 	}
+}
+
+// TestCachedSlabs checks the slab each class keeps when its last object
+// goes: it is reused without growing MemUsed and yields to the limit.
+func TestCachedSlabs(t *testing.T) {
+	const limit = 32 * pageSize
+	s := newStore(t, Config{MemLimit: limit})
+	for i := range 1000 {
+		h, b, err := s.Alloc(1000, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(i))
+		s.Free(h)
+		if st := s.Stats(); st.MemUsed != pageSize || st.Objects != 0 {
+			t.Fatalf("round %d: %+v", i, st)
+		}
+	}
+	// Fill the limit with cached slabs of many classes.
+	for size := 16; s.Stats().MemUsed < limit; size += 16 {
+		h, _, err := s.Alloc(size, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Free(h)
+	}
+	checkInvariants(t, s)
+	if st := s.Stats(); st.Objects != 0 || st.MemUsed != limit {
+		t.Fatalf("cached slabs: %+v", st)
+	}
+	// A class with no cached slab still gets memory: the others give way.
+	h, b, err := s.Alloc(MaxObjectSize, 2)
+	if err != nil {
+		t.Fatalf("Alloc with the limit held by cached slabs: %v", err)
+	}
+	fill(b, 2)
+	checkInvariants(t, s)
+	check(t, s.Bytes(h, MaxObjectSize), 2, MaxObjectSize)
+	s.Free(h)
+	expectEmpty(t, s)
 }
