@@ -96,10 +96,10 @@ type class struct {
 	// that a class whose last object comes and goes does not pay for
 	// madvise, a TLB shootdown and page faults each time. Compact, Close
 	// and a limit that would fail an Alloc release it.
-	cached uint32
-	objects  atomic.Int64
-	bytes    atomic.Int64
-	_        [64]byte
+	cached  uint32
+	objects atomic.Int64
+	bytes   atomic.Int64
+	_       [64]byte
 }
 
 // New creates an empty store. It maps no memory until the first Alloc.
