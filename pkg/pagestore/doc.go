@@ -1,5 +1,40 @@
 // Package pagestore keeps variable-sized compressed objects (up to one page)
 // in slabs carved from large mmap'd arenas outside the Go heap, so millions
 // of stored pages cost the garbage collector nothing. Objects are named by
-// integer handles that pack size class, slab and slot.
+// integer handles that pack slab and slot.
+//
+// # Layout
+//
+// Objects fall in 256 size classes 16 bytes apart; the last holds raw
+// 4096-byte pages. A class's slabs are runs of 1 to 161 pages, the fewest
+// that leave at most 0.5% of the slab unused at its tail. A slab starts
+// with a 5-byte tag per slot (the owner that Compact reports, and how far
+// the object falls short of the class size, so that Free knows its size);
+// a free slot's tag holds the next free slot instead, so the free list
+// costs nothing. Each slab has a 28-byte record on the Go heap, in chunks
+// of pointer-free records. Metadata per object is thus the 5-byte tag plus
+// a share of a slab record: 6 to 7 bytes for compressed pages.
+//
+// # Accounting
+//
+// Memory is counted as the kernel holds it: a slab's pages count from the
+// first object that reaches into them (untouched mmap'd pages cost
+// nothing), and an empty slab's pages go back with madvise(MADV_DONTNEED),
+// so MemUsed is what zram calls mem_used_total and matches the resident
+// pages of the arenas. Arenas refuse transparent huge pages so that one
+// touched object does not fault in 2 MiB. The only memory held beyond the
+// objects' pages is one emptied slab of at most two pages per class, kept
+// so that a class whose last object comes and goes does not fault pages in
+// and out each time; Compact and the memory limit take those back.
+//
+// The memory limit is checked whenever a slab reaches into a new page, so
+// an Alloc that fails with ErrFull leaves everything as it was.
+//
+// # Compaction
+//
+// Compact picks in each class the sparsest slabs whose objects fit in the
+// free slots of the others, stops new objects going into them, and moves
+// their objects out one at a time, asking the owner (through relocate,
+// called with no lock held) to switch its reference. A slab is given back
+// once empty.
 package pagestore

@@ -596,8 +596,13 @@ func TestMetadataPerObject(t *testing.T) {
 }
 
 func TestGeometry(t *testing.T) {
+	if slabRecSize != 28 {
+		t.Errorf("slab record is %d bytes, the package doc says 28", slabRecSize)
+	}
+	largest := uint32(0)
 	for ci := range numClasses {
 		g := newGeometry(ci)
+		largest = max(largest, g.pages)
 		if g.slots == 0 || g.slots > maxSlots || g.pages > maxSlabPages {
 			t.Fatalf("class %d: %+v", ci, g)
 		}
@@ -608,6 +613,9 @@ func TestGeometry(t *testing.T) {
 		if g.size < 2 {
 			t.Fatalf("class %d too small for the free list", ci)
 		}
+	}
+	if largest != 161 {
+		t.Errorf("largest slab has %d pages, the package doc says 161", largest)
 	}
 	if classOf(1) != 0 || classOf(16) != 0 || classOf(17) != 1 || classOf(MaxObjectSize) != numClasses-1 {
 		t.Fatal("classOf")
