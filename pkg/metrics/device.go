@@ -1,0 +1,122 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gzramd/gzramd/pkg/batch"
+	"github.com/gzramd/gzramd/pkg/device"
+)
+
+// Info describes the running daemon; it becomes gzramd_info's labels and
+// gzramd_disksize_bytes.
+type Info struct {
+	Version   string
+	Export    string
+	Algorithm string
+	Backend   string // the primary batch backend: "cpu" or "gpu"
+	DiskSize  int64
+}
+
+// Device exports the device's zram-like statistics and the batcher's
+// counters, read at scrape time. It implements prometheus.Collector.
+type Device struct {
+	info    Info
+	device  func() device.Stats
+	batcher func() batch.Stats
+
+	infoDesc, diskSize                               *prometheus.Desc
+	orig, compr, memUsed, memUsedMax, memLimit       *prometheus.Desc
+	same, huge, stored, compacted                    *prometheus.Desc
+	failedReads, failedWrites, invalidIO, notifyFree *prometheus.Desc
+	batches, batchedPages, primaryBatches, fallbacks *prometheus.Desc
+}
+
+func gauge(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+
+// NewDevice returns a collector over the snapshots dev and bt return
+// (typically (*device.Device).Stats and (*batch.Batcher).Stats); bt may be
+// nil.
+func NewDevice(info Info, dev func() device.Stats, bt func() batch.Stats) *Device {
+	return &Device{
+		info: info, device: dev, batcher: bt,
+		infoDesc: prometheus.NewDesc("gzramd_info", "Constant 1, labelled with the daemon's version, export, algorithm and backend.",
+			[]string{"version", "export", "algorithm", "backend"}, nil),
+		diskSize:   gauge("gzramd_disksize_bytes", "Size of the block device (zram disksize)."),
+		orig:       gauge("gzramd_orig_data_bytes", "Uncompressed size of the pages stored as objects, same-filled pages excluded (zram orig_data_size)."),
+		compr:      gauge("gzramd_compr_data_bytes", "Compressed size of the stored pages (zram compr_data_size)."),
+		memUsed:    gauge("gzramd_mem_used_bytes", "Memory the page store holds, fragmentation included (zram mem_used_total)."),
+		memUsedMax: gauge("gzramd_mem_used_max_bytes", "Highest gzramd_mem_used_bytes seen (zram mem_used_max)."),
+		memLimit:   gauge("gzramd_mem_limit_bytes", "Most memory the page store may hold; 0 means no limit (zram mem_limit)."),
+		same:       gauge("gzramd_same_pages", "Pages filled with one repeated 8-byte word, stored without memory (zram same_pages)."),
+		huge:       gauge("gzramd_huge_pages", "Pages that did not compress below the huge threshold and are stored raw (zram huge_pages)."),
+		stored:     gauge("gzramd_stored_pages", "Pages stored as objects, compressed or raw."),
+		compacted: prometheus.NewDesc("gzramd_pages_compacted_total",
+			"Memory pages given back by compaction (zram pages_compacted).", nil, nil),
+		failedReads: prometheus.NewDesc("gzramd_failed_reads_total",
+			"Reads that failed inside the device (zram failed_reads).", nil, nil),
+		failedWrites: prometheus.NewDesc("gzramd_failed_writes_total",
+			"Writes that failed inside the device, memory limit included (zram failed_writes).", nil, nil),
+		invalidIO: prometheus.NewDesc("gzramd_invalid_io_total",
+			"Requests outside the device or malformed (zram invalid_io).", nil, nil),
+		notifyFree: prometheus.NewDesc("gzramd_notify_free_total",
+			"Pages freed by trims and discards (zram notify_free).", nil, nil),
+		batches: prometheus.NewDesc("gzramd_batches_total",
+			"Batches compressed, all backends.", nil, nil),
+		batchedPages: prometheus.NewDesc("gzramd_batched_pages_total",
+			"Pages compressed in batches, all backends.", nil, nil),
+		primaryBatches: prometheus.NewDesc("gzramd_primary_batches_total",
+			"Batches the primary backend (gzramd_info's backend label) compressed.", nil, nil),
+		fallbacks: prometheus.NewDesc("gzramd_backend_fallbacks_total",
+			"Batches the primary backend failed and the CPU compressed instead (GPU fallbacks).", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Device) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		m.infoDesc, m.diskSize, m.orig, m.compr, m.memUsed, m.memUsedMax, m.memLimit,
+		m.same, m.huge, m.stored, m.compacted, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
+	} {
+		ch <- d
+	}
+	if m.batcher != nil {
+		ch <- m.batches
+		ch <- m.batchedPages
+		ch <- m.primaryBatches
+		ch <- m.fallbacks
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Device) Collect(ch chan<- prometheus.Metric) {
+	g := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
+	}
+	c := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	ch <- prometheus.MustNewConstMetric(m.infoDesc, prometheus.GaugeValue, 1,
+		m.info.Version, m.info.Export, m.info.Algorithm, m.info.Backend)
+	g(m.diskSize, float64(m.info.DiskSize))
+	st := m.device()
+	g(m.orig, float64(st.OrigDataSize))
+	g(m.compr, float64(st.ComprDataSize))
+	g(m.memUsed, float64(st.MemUsedTotal))
+	g(m.memUsedMax, float64(st.MemUsedMax))
+	g(m.memLimit, float64(st.MemLimit))
+	g(m.same, float64(st.SamePages))
+	g(m.huge, float64(st.HugePages))
+	g(m.stored, float64(st.StoredPages))
+	c(m.compacted, float64(st.PagesCompacted))
+	c(m.failedReads, float64(st.FailedReads))
+	c(m.failedWrites, float64(st.FailedWrites))
+	c(m.invalidIO, float64(st.InvalidIO))
+	c(m.notifyFree, float64(st.NotifyFree))
+	if m.batcher != nil {
+		bs := m.batcher()
+		c(m.batches, float64(bs.Batches))
+		c(m.batchedPages, float64(bs.Pages))
+		c(m.primaryBatches, float64(bs.PrimaryBatches))
+		c(m.fallbacks, float64(bs.BackendErrors))
+	}
+}

@@ -1,0 +1,311 @@
+package metrics
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gzramd/gzramd/pkg/batch"
+	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/pagestore"
+)
+
+const pageSize = codec.PageSize
+
+// stack is a real device with a CPU batcher, observed by the collectors.
+type stack struct {
+	dev     *device.Device
+	batcher *batch.Batcher
+	nbd     *NBD
+	batches *Batches
+	srv     *httptest.Server
+}
+
+func newStack(t *testing.T, size int64) *stack {
+	t.Helper()
+	lz4, err := codec.New("lz4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := codec.NewCPUBatch(lz4, 0)
+	store, err := pagestore.New(pagestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{nbd: NewNBD(), batches: NewBatches()}
+	s.batcher, err = batch.New(cpu, cpu, batch.Config{MaxPages: 64}, s.batches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.dev, err = device.New(device.Config{Size: size, Codec: lz4, Batcher: s.batcher, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.batcher.Close()
+		s.dev.Close()
+		store.Close()
+	})
+	reg, err := NewRegistry(s.nbd, s.batches, NewDevice(Info{
+		Version: "test", Export: "gzram0", Algorithm: "lz4", Backend: "cpu", DiskSize: size,
+	}, s.dev.Stats, s.batcher.Stats))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.srv = httptest.NewServer(Handler(reg, nil))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *stack) scrape(t *testing.T) (Families, []byte) {
+	t.Helper()
+	resp, err := http.Get(s.srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Parse(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, body)
+	}
+	return f, body
+}
+
+// testPages returns n pages: zero-filled, same-filled, text-like and random,
+// so every kind of entry shows in the statistics.
+func testPages(n int) []byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, n*pageSize)
+	for i := range n {
+		p := buf[i*pageSize : (i+1)*pageSize]
+		switch i % 4 {
+		case 1:
+			for j := range p {
+				p[j] = 0xAB
+			}
+		case 2:
+			for j := range p {
+				p[j] = "gzramd compresses pages "[(j+i)%24]
+			}
+			p[i%pageSize] = byte(i)
+		case 3:
+			for j := range p {
+				p[j] = byte(r.Uint32())
+			}
+		}
+	}
+	return buf
+}
+
+func want(t *testing.T, f Families, name string, v float64, labels ...string) {
+	t.Helper()
+	got, ok := f.Value(name, labels...)
+	if !ok {
+		t.Errorf("%s%v missing from the scrape", name, labels)
+		return
+	}
+	if got != v {
+		t.Errorf("%s%v = %v, want %v", name, labels, got, v)
+	}
+}
+
+func TestScrapeMatchesDevice(t *testing.T) {
+	const pages = 256
+	s := newStack(t, 64<<20)
+	ctx := context.Background()
+	data := testPages(pages)
+	for i := 0; i < pages; i += 16 {
+		if err := s.dev.WriteAt(ctx, data[i*pageSize:(i+16)*pageSize], int64(i)*pageSize, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.dev.Trim(ctx, 0, 8*pageSize); err != nil {
+		t.Fatal(err)
+	}
+	// An out-of-range request counts as invalid I/O.
+	if err := s.dev.ReadAt(ctx, make([]byte, pageSize), 64<<20); err == nil {
+		t.Fatal("read past the end succeeded")
+	}
+
+	f, body := s.scrape(t)
+	st := s.dev.Stats()
+	if st.StoredPages == 0 || st.SamePages == 0 || st.NotifyFree == 0 {
+		t.Fatalf("the test wrote too little to check anything: %+v", st)
+	}
+	want(t, f, "gzramd_orig_data_bytes", float64(st.OrigDataSize))
+	want(t, f, "gzramd_compr_data_bytes", float64(st.ComprDataSize))
+	want(t, f, "gzramd_mem_used_bytes", float64(st.MemUsedTotal))
+	want(t, f, "gzramd_mem_used_max_bytes", float64(st.MemUsedMax))
+	want(t, f, "gzramd_mem_limit_bytes", 0)
+	want(t, f, "gzramd_same_pages", float64(st.SamePages))
+	want(t, f, "gzramd_huge_pages", float64(st.HugePages))
+	want(t, f, "gzramd_stored_pages", float64(st.StoredPages))
+	want(t, f, "gzramd_notify_free_total", float64(st.NotifyFree))
+	want(t, f, "gzramd_invalid_io_total", 1)
+	want(t, f, "gzramd_failed_reads_total", 0)
+	want(t, f, "gzramd_failed_writes_total", 0)
+	want(t, f, "gzramd_disksize_bytes", 64<<20)
+	want(t, f, "gzramd_info", 1, "backend", "cpu", "algorithm", "lz4", "export", "gzram0")
+
+	bs := s.batcher.Stats()
+	want(t, f, "gzramd_batches_total", float64(bs.Batches))
+	want(t, f, "gzramd_batched_pages_total", float64(bs.Pages))
+	want(t, f, "gzramd_backend_fallbacks_total", 0)
+	// The histograms saw every batch and every page.
+	want(t, f, "gzramd_batch_pages", float64(bs.Batches), "backend", "cpu")
+	if h := f["gzramd_batch_pages"].GetMetric()[0].GetHistogram(); uint64(h.GetSampleSum()) != bs.Pages {
+		t.Errorf("gzramd_batch_pages_sum = %v, want %d", h.GetSampleSum(), bs.Pages)
+	}
+	want(t, f, "gzramd_batch_duration_seconds", float64(bs.Batches), "backend", "cpu")
+
+	// The process collector matters for an mlock'd daemon; keep it.
+	if _, ok := f.Value("process_resident_memory_bytes"); !ok {
+		t.Error("process_resident_memory_bytes missing")
+	}
+	promtoolCheck(t, body)
+}
+
+func TestNBDCounters(t *testing.T) {
+	s := newStack(t, 1<<20)
+	s.nbd.RequestDone(nbd.CmdWrite, 4096, 30*time.Microsecond, 0)
+	s.nbd.RequestDone(nbd.CmdWrite, 8192, 2*time.Millisecond, 0)
+	s.nbd.RequestDone(nbd.CmdWrite, 4096, time.Millisecond, uint32(syscall.ENOSPC))
+	s.nbd.RequestDone(nbd.CmdTrim, 1<<20, 5*time.Microsecond, 0)
+	s.nbd.RequestDone(nbd.CmdRead, 4096, 20*time.Second, uint32(syscall.EIO))
+	s.nbd.RequestDone(nbd.Command(99), 0, time.Microsecond, uint32(syscall.EINVAL))
+	s.nbd.RequestDone(nbd.CmdFlush, 0, time.Microsecond, 1234)
+
+	f, body := s.scrape(t)
+	want(t, f, "gzramd_nbd_requests_total", 3, "command", "write")
+	want(t, f, "gzramd_nbd_requests_total", 1, "command", "trim")
+	want(t, f, "gzramd_nbd_requests_total", 1, "command", "read")
+	want(t, f, "gzramd_nbd_requests_total", 0, "command", "write_zeroes")
+	want(t, f, "gzramd_nbd_requests_total", 1, "command", "unknown")
+	want(t, f, "gzramd_nbd_request_bytes_total", 16384, "command", "write")
+	want(t, f, "gzramd_nbd_request_bytes_total", 1<<20, "command", "trim")
+	want(t, f, "gzramd_nbd_request_errors_total", 1, "command", "write", "error", "ENOSPC")
+	want(t, f, "gzramd_nbd_request_errors_total", 1, "command", "read", "error", "EIO")
+	want(t, f, "gzramd_nbd_request_errors_total", 1, "command", "unknown", "error", "EINVAL")
+	want(t, f, "gzramd_nbd_request_errors_total", 1, "command", "flush", "error", "other")
+	if _, ok := f.Value("gzramd_nbd_request_errors_total", "command", "trim"); ok {
+		t.Error("an error series for trim exists though no trim failed")
+	}
+
+	// The latency buckets are cumulative and in seconds.
+	var h = histogramOf(t, f, "gzramd_nbd_request_duration_seconds", "write")
+	if h.GetSampleCount() != 3 {
+		t.Fatalf("write latency count = %d, want 3", h.GetSampleCount())
+	}
+	if sum := h.GetSampleSum(); sum < 0.00302 || sum > 0.00304 {
+		t.Errorf("write latency sum = %v s, want 0.00303", sum)
+	}
+	for _, b := range h.GetBucket() {
+		var wantN uint64
+		switch ub := b.GetUpperBound(); {
+		case ub >= 0.0025:
+			wantN = 3
+		case ub >= 0.001:
+			wantN = 2
+		case ub >= 0.00003:
+			wantN = 1
+		}
+		if b.GetCumulativeCount() != wantN {
+			t.Errorf("write latency bucket le=%v holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), wantN)
+		}
+	}
+	// 20 s is above every bound: only +Inf (the count) holds it.
+	r := histogramOf(t, f, "gzramd_nbd_request_duration_seconds", "read")
+	if r.GetSampleCount() != 1 {
+		t.Errorf("read latency count = %d, want 1", r.GetSampleCount())
+	}
+	for _, b := range r.GetBucket() {
+		if !math.IsInf(b.GetUpperBound(), 1) && b.GetCumulativeCount() != 0 {
+			t.Errorf("a 20s read landed in the bucket le=%v", b.GetUpperBound())
+		}
+	}
+	promtoolCheck(t, body)
+}
+
+func histogramOf(t *testing.T, f Families, name, command string) interface {
+	GetSampleCount() uint64
+	GetSampleSum() float64
+	GetBucket() []*dto.Bucket
+} {
+	t.Helper()
+	for _, m := range f[name].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "command" && l.GetValue() == command {
+				return m.GetHistogram()
+			}
+		}
+	}
+	t.Fatalf("%s{command=%q} missing", name, command)
+	return nil
+}
+
+func TestObserversDoNotAllocate(t *testing.T) {
+	n := NewNBD()
+	b := NewBatches()
+	b.Track("gpu")
+	if a := testing.AllocsPerRun(1000, func() {
+		n.RequestDone(nbd.CmdWrite, 4096, time.Millisecond, 0)
+		n.RequestDone(nbd.CmdRead, 4096, time.Millisecond, uint32(syscall.EIO))
+	}); a != 0 {
+		t.Errorf("NBD.RequestDone allocates %v times per call", a)
+	}
+	if a := testing.AllocsPerRun(1000, func() { b.BatchDone("gpu", 256, time.Millisecond) }); a != 0 {
+		t.Errorf("Batches.BatchDone allocates %v times per call", a)
+	}
+}
+
+func TestBatchBackendsAreBounded(t *testing.T) {
+	b := NewBatches()
+	for i := range 3 * maxBackends {
+		b.BatchDone(strings.Repeat("x", i+1), 1, time.Microsecond)
+	}
+	if n := len(*b.backends.Load()); n != maxBackends+1 {
+		t.Fatalf("%d backends tracked, want %d (the bound plus \"other\")", n, maxBackends+1)
+	}
+}
+
+func BenchmarkRequestDone(b *testing.B) {
+	n := NewNBD()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n.RequestDone(nbd.CmdWrite, 4096, 50*time.Microsecond, 0)
+		}
+	})
+}
+
+// promtoolCheck runs `promtool check metrics` (Debian package prometheus)
+// on a scrape.
+func promtoolCheck(t *testing.T, body []byte) {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not found (Debian package prometheus); skipping the lint of the scrape")
+		return
+	}
+	cmd := exec.Command(path, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
