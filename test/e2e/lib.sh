@@ -177,7 +177,7 @@ qemu_cmd() {
 	if [ "$ACCEL" = kvm ]; then
 		accel_args=(-accel kvm -cpu host)
 	else
-		accel_args=(-accel tcg,thread=multi -cpu max)
+		accel_args=(-accel "tcg,thread=${E2E_TCG_THREAD:-single}" -cpu max)
 	fi
 	QEMU=(qemu-system-x86_64 "${accel_args[@]}" -m "$mem" -smp "$smp"
 		-kernel "$KROOT/boot/vmlinuz-$KVER" -initrd "$GUEST_INITRD"
