@@ -85,10 +85,11 @@ func BenchmarkCompact(b *testing.B) {
 			b.Fatal(err)
 		}
 		for o := range uint32(owners) {
-			h, _, err := s.Alloc(sizes[o%uint32(len(sizes))], o)
+			h, buf, err := s.Alloc(sizes[o%uint32(len(sizes))], o)
 			if err != nil {
 				b.Fatal(err)
 			}
+			fill(buf, uint64(o))
 			m.objs[o] = object{h: h}
 		}
 		for o := range m.objs {
