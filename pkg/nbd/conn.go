@@ -35,10 +35,16 @@ type conn struct {
 	backend Backend
 	size    uint64
 
-	// wmu serialises replies; after the first write error (or a backend
-	// panic) dead is set and further replies are dropped.
-	wmu  sync.Mutex
-	dead bool
+	// wmu guards the reply queue. After the first write error (or a
+	// backend panic) dead is set and further replies are dropped.
+	wmu     sync.Mutex
+	pending []*request // replies waiting for the writer
+	writing bool       // a worker is writing replies
+	dead    bool
+	// Owned by the worker that is writing.
+	batch []*request
+	iovs  [][]byte // backing array of iov, 2 per request
+	iov   net.Buffers
 
 	work     chan *request
 	free     chan *request
@@ -61,9 +67,7 @@ type request struct {
 	buf  *[]byte // pooled payload buffer, nil for none
 	data []byte  // the payload: *buf cut to length
 
-	hdr  [replyHeaderLen]byte
-	vec  [2][]byte
-	bufs net.Buffers
+	hdr [replyHeaderLen]byte
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -77,11 +81,18 @@ func (c *conn) stop() {
 	c.nc.SetReadDeadline(time.Now())
 }
 
+// remote names the peer for log lines; unix-socket clients are unnamed,
+// so those are named by the socket they came in on.
 func (c *conn) remote() string {
-	if a := c.nc.RemoteAddr(); a != nil && a.String() != "" {
-		return a.String()
+	if a := c.nc.RemoteAddr(); a != nil {
+		if s := a.String(); s != "" && s != "@" {
+			return s
+		}
 	}
-	return c.nc.LocalAddr().String()
+	if a := c.nc.LocalAddr(); a != nil {
+		return "unix:" + a.String()
+	}
+	return "unknown"
 }
 
 func (c *conn) serve() {
@@ -116,6 +127,9 @@ func (c *conn) serve() {
 	c.size = uint64(e.Backend.Size())
 	c.work = make(chan *request, c.srv.maxInFlight)
 	c.free = make(chan *request, c.srv.maxInFlight)
+	c.pending = make([]*request, 0, c.srv.maxInFlight)
+	c.batch = make([]*request, 0, c.srv.maxInFlight)
+	c.iovs = make([][]byte, 0, 2*c.srv.maxInFlight)
 
 	err = c.transmit()
 
@@ -260,16 +274,13 @@ func (c *conn) handle(r *request) {
 				"remote", c.remote(), "cmd", r.cmd.String(), "offset", r.off, "length", r.length,
 				"panic", p, "stack", string(debug.Stack()))
 			c.kill()
-			c.putRequest(r)
-			c.inflight.Done()
+			c.release(r)
 		}
 	}()
 	if r.errno == 0 {
 		r.errno = c.exec(r)
 	}
 	c.reply(r)
-	c.putRequest(r)
-	c.inflight.Done()
 }
 
 func (c *conn) exec(r *request) uint32 {
@@ -330,33 +341,62 @@ func errnoOf(err error) uint32 {
 	return errnoIO
 }
 
-// reply writes r's simple reply, with the read payload in the same writev.
+// reply queues r's simple reply and releases r once it is written. The
+// first worker to find no write under way becomes the writer: it sends
+// every queued reply (headers and read payloads) in one writev, and loops
+// while more arrive, so replies that complete together share a syscall.
+// Replies leave in completion order, not request order.
 func (c *conn) reply(r *request) {
 	be.PutUint32(r.hdr[0:], magicReply)
 	be.PutUint32(r.hdr[4:], r.errno)
 	be.PutUint64(r.hdr[8:], r.cookie)
-	r.vec[0] = r.hdr[:]
-	n := 1
-	if r.cmd == CmdRead && r.errno == 0 && len(r.data) > 0 {
-		r.vec[1] = r.data
-		n = 2
-	}
-	r.bufs = r.vec[:n]
 
 	c.wmu.Lock()
-	if !c.dead {
-		if _, err := r.bufs.WriteTo(c.nc); err != nil {
-			c.dead = true
-			// Wake the reader: nobody is listening any more.
-			c.nc.Close()
-		}
+	c.pending = append(c.pending, r)
+	if c.writing {
+		c.wmu.Unlock()
+		return
 	}
-	c.wmu.Unlock()
-	r.vec[1] = nil
+	c.writing = true
+	for len(c.pending) > 0 {
+		c.batch, c.pending = c.pending, c.batch[:0]
+		dead := c.dead
+		c.wmu.Unlock()
 
-	if c.srv.obs != nil {
-		c.srv.obs.RequestDone(r.cmd, r.length, time.Since(r.start), r.errno)
+		if !dead {
+			c.iov = c.iovs[:0]
+			for _, r := range c.batch {
+				c.iov = append(c.iov, r.hdr[:])
+				if r.cmd == CmdRead && r.errno == 0 && len(r.data) > 0 {
+					c.iov = append(c.iov, r.data)
+				}
+			}
+			if _, err := c.iov.WriteTo(c.nc); err != nil {
+				dead = true
+				// Wake the reader: nobody is listening any more.
+				c.nc.Close()
+			}
+			clear(c.iovs[:cap(c.iovs)])
+		}
+		for i, r := range c.batch {
+			if c.srv.obs != nil {
+				c.srv.obs.RequestDone(r.cmd, r.length, time.Since(r.start), r.errno)
+			}
+			c.release(r)
+			c.batch[i] = nil
+		}
+
+		c.wmu.Lock()
+		c.dead = c.dead || dead
 	}
+	c.writing = false
+	c.wmu.Unlock()
+}
+
+// release recycles a finished request.
+func (c *conn) release(r *request) {
+	c.putRequest(r)
+	c.inflight.Done()
 }
 
 // kill drops the connection after a fault: no more replies are written and

@@ -1,0 +1,367 @@
+package nbd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// AnyDevice asks AttachKernel for any free /dev/nbdN.
+const AnyDevice = -1
+
+// KernelOptions configure AttachKernel.
+type KernelOptions struct {
+	// Network and Address reach the server ("unix" and a socket path, or
+	// "tcp" and host:port); Export names the export ("" is the default).
+	Network, Address, Export string
+	// Index picks /dev/nbdN; AnyDevice lets the kernel (netlink) or
+	// FindFreeDevice (ioctl) choose.
+	Index int
+	// Connections is the number of sockets the kernel spreads requests
+	// over (default 1). The ioctl fallback supports only one.
+	Connections int
+	// BlockSize is the device's logical block size (default 4096).
+	BlockSize uint32
+	// Timeout is the kernel's per-request timeout; 0 leaves the kernel's
+	// default. Whole seconds.
+	Timeout time.Duration
+	// DeadConnTimeout is how long the kernel waits for a dead connection
+	// to be replaced before failing requests; 0 leaves it unset.
+	DeadConnTimeout time.Duration
+	// DialTimeout bounds dialing and negotiating each connection
+	// (default 10s).
+	DialTimeout time.Duration
+}
+
+// KernelDevice is a /dev/nbdN attached to an export.
+type KernelDevice struct {
+	Index   int
+	Path    string // /dev/nbdN
+	Size    uint64 // bytes, as negotiated
+	Netlink bool   // attached with netlink (false: the ioctl interface)
+
+	// ioctl attachment: the open device and NBD_DO_IT's result.
+	dev  *os.File
+	doIt chan error
+}
+
+// AttachKernel connects a kernel /dev/nbdN to an export: it dials
+// Connections sockets to the server, negotiates the export on each
+// (NBD_OPT_GO), and hands them to the kernel with generic netlink
+// (NBD_CMD_CONNECT). Where the kernel has no nbd netlink family it falls
+// back to the ioctl interface with one connection. It needs CAP_SYS_ADMIN
+// and the nbd module. Errors name the step and the errno.
+func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error) {
+	if opts.Connections == 0 {
+		opts.Connections = 1
+	}
+	if opts.BlockSize == 0 {
+		opts.BlockSize = PreferredBlockSize
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 10 * time.Second
+	}
+	if opts.Connections < 1 || opts.Connections > 256 {
+		return nil, fmt.Errorf("nbd: attach: %d connections: want 1..256", opts.Connections)
+	}
+	if bs := opts.BlockSize; bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
+		// The kernel's blk_validate_block_size: a power of two from
+		// 512 up to the page size (64 KiB at most on any arch).
+		return nil, fmt.Errorf("nbd: attach: block size %d: want a power of two from 512 to the page size", bs)
+	}
+	if opts.Index < AnyDevice {
+		return nil, fmt.Errorf("nbd: attach: device index %d: want >= 0 or AnyDevice", opts.Index)
+	}
+
+	conns, info, err := dialKernelConns(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	// The kernel takes its own reference to each socket: ours are closed
+	// whatever happens.
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	if info.Size < uint64(opts.BlockSize) {
+		return nil, fmt.Errorf("nbd: attach: export %q is %d bytes, smaller than one %d-byte block", opts.Export, info.Size, opts.BlockSize)
+	}
+	fds := make([]int, len(conns))
+	for i, c := range conns {
+		f, err := socketFile(c)
+		if err != nil {
+			return nil, fmt.Errorf("nbd: attach: connection %d: %w", i, err)
+		}
+		defer f.Close() // after the kernel has taken its reference
+		fds[i] = int(f.Fd())
+	}
+
+	req := connectRequest{
+		index:       opts.Index,
+		size:        info.Size,
+		blockSize:   uint64(opts.BlockSize),
+		timeoutSec:  uint64(opts.Timeout / time.Second),
+		deadConnSec: uint64(opts.DeadConnTimeout / time.Second),
+		serverFlags: uint64(info.Flags),
+		fds:         fds,
+	}
+	index, err := netlinkConnect(req)
+	if err == nil {
+		return &KernelDevice{Index: index, Path: devicePath(index), Size: info.Size, Netlink: true}, nil
+	}
+	if !isNetlinkUnavailable(err) {
+		return nil, fmt.Errorf("nbd: attach via netlink: %w", err)
+	}
+	d, ierr := attachIoctl(opts, info, fds[0])
+	if ierr != nil {
+		return nil, fmt.Errorf("nbd: attach: netlink unavailable (%v); ioctl fallback: %w", err, ierr)
+	}
+	return d, nil
+}
+
+// dialKernelConns opens and negotiates the sockets for the kernel.
+func dialKernelConns(ctx context.Context, opts KernelOptions) ([]net.Conn, ExportInfo, error) {
+	var conns []net.Conn
+	var first ExportInfo
+	for i := 0; i < opts.Connections; i++ {
+		dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+		c, info, err := Dial(dctx, opts.Network, opts.Address, opts.Export)
+		cancel()
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, ExportInfo{}, fmt.Errorf("nbd: attach: connection %d of %d: %w", i+1, opts.Connections, err)
+		}
+		conns = append(conns, c)
+		if i == 0 {
+			first = info
+		} else if info.Size != first.Size || info.Flags != first.Flags {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, ExportInfo{}, fmt.Errorf("nbd: attach: connection %d saw size %d flags %#x, connection 1 saw %d %#x",
+				i+1, info.Size, info.Flags, first.Size, first.Flags)
+		}
+	}
+	if opts.Connections > 1 && first.Flags&FlagCanMultiConn == 0 {
+		for _, c := range conns {
+			c.Close()
+		}
+		return nil, ExportInfo{}, fmt.Errorf("nbd: attach: export %q does not allow multiple connections", opts.Export)
+	}
+	return conns, first, nil
+}
+
+// socketFile returns a blocking duplicate of c's socket for the kernel.
+func socketFile(c net.Conn) (*os.File, error) {
+	fc, ok := c.(interface{ File() (*os.File, error) })
+	if !ok {
+		return nil, fmt.Errorf("%T has no file descriptor", c)
+	}
+	f, err := fc.File()
+	if err != nil {
+		return nil, fmt.Errorf("socket file descriptor: %w", err)
+	}
+	// The kernel reads and writes the socket itself; nbd-client hands
+	// it over blocking, and so do we.
+	if err := unix.SetNonblock(int(f.Fd()), false); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("clearing O_NONBLOCK: %w", err)
+	}
+	return f, nil
+}
+
+// Detach disconnects the device: the kernel sends NBD_CMD_DISC, fails
+// what is still queued and shuts the sockets down.
+func (d *KernelDevice) Detach() error {
+	if d.Netlink {
+		if err := netlinkDisconnect(d.Index); err != nil {
+			return fmt.Errorf("nbd: detach: %w", err)
+		}
+		return nil
+	}
+	return d.detachIoctl()
+}
+
+func devicePath(index int) string { return "/dev/nbd" + strconv.Itoa(index) }
+
+// sysBlock is where the kernel describes block devices; a variable so
+// tests can point it at a fake tree.
+var sysBlock = "/sys/block"
+
+// DeviceInUse reports whether /dev/nbdN is connected: the kernel creates
+// /sys/block/nbdN/pid while a device is connected, and its size is
+// nonzero. An error means the device does not exist (module not loaded,
+// or N beyond nbds_max).
+func DeviceInUse(index int) (bool, error) {
+	dir := filepath.Join(sysBlock, "nbd"+strconv.Itoa(index))
+	if _, err := os.Stat(dir); err != nil {
+		return false, fmt.Errorf("nbd: /dev/nbd%d: %w (is the nbd module loaded?)", index, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pid")); err == nil {
+		return true, nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "size"))
+	if err != nil {
+		return false, fmt.Errorf("nbd: /dev/nbd%d: %w", index, err)
+	}
+	sectors, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return false, fmt.Errorf("nbd: /dev/nbd%d: size %q: %w", index, b, err)
+	}
+	return sectors != 0, nil
+}
+
+// FindFreeDevice returns the lowest N whose /dev/nbdN is not in use.
+func FindFreeDevice() (int, error) {
+	entries, err := os.ReadDir(sysBlock)
+	if err != nil {
+		return 0, fmt.Errorf("nbd: listing %s: %w", sysBlock, err)
+	}
+	best := -1
+	for _, e := range entries {
+		s, ok := strings.CutPrefix(e.Name(), "nbd")
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || (best >= 0 && n >= best) {
+			continue
+		}
+		if busy, err := DeviceInUse(n); err == nil && !busy {
+			best = n
+		}
+	}
+	if best < 0 {
+		return 0, fmt.Errorf("nbd: no free /dev/nbdN in %s (is the nbd module loaded? nbds_max?)", sysBlock)
+	}
+	return best, nil
+}
+
+// The kernel's nbd ioctls (include/uapi/linux/nbd.h): _IO(0xab, n).
+const (
+	ioctlSetSock       = 0xab00
+	ioctlSetBlkSize    = 0xab01
+	ioctlDoIt          = 0xab03
+	ioctlClearSock     = 0xab04
+	ioctlClearQue      = 0xab05
+	ioctlSetSizeBlocks = 0xab07
+	ioctlDisconnect    = 0xab08
+	ioctlSetTimeout    = 0xab09
+	ioctlSetFlags      = 0xab0a
+)
+
+// attachIoctl is the pre-netlink interface: configure the device, give it
+// one socket, and run NBD_DO_IT, which blocks until disconnection.
+func attachIoctl(opts KernelOptions, info ExportInfo, sockFD int) (*KernelDevice, error) {
+	index := opts.Index
+	if index == AnyDevice {
+		var err error
+		if index, err = FindFreeDevice(); err != nil {
+			return nil, err
+		}
+	}
+	path := devicePath(index)
+	dev, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err // *PathError names the device
+	}
+	fd := int(dev.Fd())
+	steps := []struct {
+		name string
+		req  uint
+		arg  uint64
+	}{
+		{"NBD_SET_BLKSIZE", ioctlSetBlkSize, uint64(opts.BlockSize)},
+		{"NBD_SET_SIZE_BLOCKS", ioctlSetSizeBlocks, info.Size / uint64(opts.BlockSize)},
+		{"NBD_SET_FLAGS", ioctlSetFlags, uint64(info.Flags)},
+		{"NBD_SET_TIMEOUT", ioctlSetTimeout, uint64(opts.Timeout / time.Second)},
+		{"NBD_SET_SOCK", ioctlSetSock, uint64(sockFD)},
+	}
+	for _, s := range steps {
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), uintptr(s.req), uintptr(s.arg)); errno != 0 {
+			unix.Syscall(unix.SYS_IOCTL, uintptr(fd), ioctlClearSock, 0)
+			dev.Close()
+			return nil, fmt.Errorf("%s %s (%d): %w", path, s.name, s.arg, errno)
+		}
+	}
+	d := &KernelDevice{Index: index, Path: path, Size: info.Size, dev: dev, doIt: make(chan error, 1)}
+	go d.runDoIt()
+	// NBD_DO_IT fails at once if the configuration was refused; give it a
+	// moment to do so, then wait for the device to show its size.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-d.doIt:
+			dev.Close()
+			return nil, fmt.Errorf("%s NBD_DO_IT: %w", path, err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if busy, err := DeviceInUse(index); err == nil && busy {
+			return d, nil
+		}
+	}
+	return d, nil
+}
+
+// runDoIt runs NBD_DO_IT on an OS thread with every signal blocked: a
+// signal delivered to the thread blocked in NBD_DO_IT (a SIGTERM to the
+// process, say) makes the kernel tear the device down.
+func (d *KernelDevice) runDoIt() {
+	// The thread is not unlocked: with its altered signal mask it must
+	// die with this goroutine rather than return to the pool.
+	runtime.LockOSThread()
+	var all unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	if err := unix.PthreadSigmask(unix.SIG_BLOCK, &all, nil); err != nil {
+		d.doIt <- fmt.Errorf("blocking signals: %w", err)
+		return
+	}
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, d.dev.Fd(), ioctlDoIt, 0)
+	if errno != 0 {
+		d.doIt <- errno
+		return
+	}
+	d.doIt <- nil
+}
+
+func (d *KernelDevice) detachIoctl() error {
+	fd := d.dev.Fd()
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, ioctlDisconnect, 0); errno != 0 {
+		return fmt.Errorf("nbd: detach %s: NBD_DISCONNECT: %w", d.Path, errno)
+	}
+	var doItErr error
+	select {
+	case doItErr = <-d.doIt:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("nbd: detach %s: NBD_DO_IT did not return 30s after NBD_DISCONNECT", d.Path)
+	}
+	unix.Syscall(unix.SYS_IOCTL, fd, ioctlClearQue, 0)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, ioctlClearSock, 0); errno != 0 {
+		d.dev.Close()
+		return fmt.Errorf("nbd: detach %s: NBD_CLEAR_SOCK: %w", d.Path, errno)
+	}
+	if err := d.dev.Close(); err != nil {
+		return fmt.Errorf("nbd: detach %s: %w", d.Path, err)
+	}
+	// NBD_DO_IT reports the disconnect we asked for as success; anything
+	// else (a timeout) is worth knowing.
+	if doItErr != nil && !errors.Is(doItErr, syscall.EPIPE) {
+		return fmt.Errorf("nbd: detach %s: NBD_DO_IT returned %w", d.Path, doItErr)
+	}
+	return nil
+}
