@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Proves the end-to-end test can fail: gzramd's fault switch flips a byte
+# in some of the pages it reads back, and the guest's hog must catch it.
+# Exits 0 only when the test failed for exactly that reason.
+set -euo pipefail
+export GZRAMD_FAULT_CORRUPT_READS=1 E2E_EXPECT_FAIL=1 E2E_SERVER=gzramd
+export E2E_SCENARIOS=${E2E_SCENARIOS:-host-1}
+exec "$(dirname "$0")/run.sh"
