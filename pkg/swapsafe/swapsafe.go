@@ -1,0 +1,252 @@
+// Package swapsafe makes a process fit to serve swap: the daemon answers the
+// very requests the kernel makes to free memory, so its own memory must not
+// be swapped out (mlockall), its allocations must not recurse into I/O on
+// its own device (PR_SET_IO_FLUSHER on every thread), the OOM killer must
+// leave it alone (oom_score_adj), and its Go heap must stay bounded (a
+// runtime memory limit).
+//
+// Every step is best effort by default: it reports what it did, or why it
+// could not (a missing capability, an old kernel), and the caller decides
+// whether that is fatal.
+package swapsafe
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Step is the outcome of one hardening step.
+type Step struct {
+	Name string // "mlockall", "io_flusher", "oom_score_adj", "go_memory_limit", "gc_percent"
+	Done string // what was done, when Err is nil
+	Err  error  // why it could not be done
+	Hint string // what the operator can do about Err
+}
+
+// Options choose the steps. The zero value does nothing.
+type Options struct {
+	LockMemory  bool  // mlockall(MCL_CURRENT|MCL_FUTURE|MCL_ONFAULT)
+	OOMScoreAdj *int  // written to /proc/self/oom_score_adj when non-nil (-1000: never kill)
+	MemoryLimit int64 // the Go runtime's soft memory limit; 0 leaves it (or GOMEMLIMIT) alone
+	GCPercent   int   // debug.SetGCPercent; 0 leaves it (or GOGC) alone
+	// IOFlusher checks that the threads are IO flushers (see ReExecAsIOFlusher,
+	// which must have run first) and reports how many are.
+	IOFlusher bool
+}
+
+// Apply runs the steps opts asks for, in an order where an earlier failure
+// does not prevent a later step, and returns one Step per step asked for.
+func Apply(opts Options) []Step {
+	var steps []Step
+	if opts.MemoryLimit > 0 {
+		steps = append(steps, setMemoryLimit(opts.MemoryLimit))
+	}
+	if opts.GCPercent != 0 {
+		old := debug.SetGCPercent(opts.GCPercent)
+		steps = append(steps, Step{Name: "gc_percent", Done: fmt.Sprintf("GOGC %d (was %d)", opts.GCPercent, old)})
+	}
+	if opts.OOMScoreAdj != nil {
+		steps = append(steps, setOOMScoreAdj(*opts.OOMScoreAdj))
+	}
+	if opts.IOFlusher {
+		steps = append(steps, checkIOFlusher())
+	}
+	if opts.LockMemory {
+		steps = append(steps, lockMemory())
+	}
+	return steps
+}
+
+// Failed returns the steps that failed.
+func Failed(steps []Step) []Step {
+	var bad []Step
+	for _, s := range steps {
+		if s.Err != nil {
+			bad = append(bad, s)
+		}
+	}
+	return bad
+}
+
+func setMemoryLimit(n int64) Step {
+	s := Step{Name: "go_memory_limit"}
+	if v := os.Getenv("GOMEMLIMIT"); v != "" {
+		// The environment is the operator's word; do not override it.
+		s.Done = fmt.Sprintf("left at GOMEMLIMIT=%s from the environment", v)
+		return s
+	}
+	old := debug.SetMemoryLimit(n)
+	s.Done = fmt.Sprintf("%d bytes (was %d)", n, old)
+	return s
+}
+
+func setOOMScoreAdj(v int) Step {
+	s := Step{Name: "oom_score_adj"}
+	if v < -1000 || v > 1000 {
+		s.Err = fmt.Errorf("value %d outside [-1000, 1000]", v)
+		return s
+	}
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(v)), 0); err != nil {
+		s.Err = err
+		if errors.Is(err, os.ErrPermission) {
+			s.Hint = "lowering oom_score_adj needs CAP_SYS_RESOURCE (or OOMScoreAdj= in the systemd unit)"
+		}
+		return s
+	}
+	got, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	s.Done = "set to " + strings.TrimSpace(string(got))
+	return s
+}
+
+func lockMemory() Step {
+	s := Step{Name: "mlockall"}
+	// MCL_ONFAULT: lock pages as they are touched, not when mapped. The
+	// page store and page table are large lazy mappings; locking them up
+	// front would commit memory the device may never use.
+	err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT)
+	if err == nil {
+		s.Done = "current and future memory locked (MCL_ONFAULT)"
+		return s
+	}
+	s.Err = err
+	switch {
+	case errors.Is(err, syscall.EINVAL):
+		s.Hint = "MCL_ONFAULT needs Linux 4.4 or later"
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.ENOMEM):
+		var lim unix.Rlimit
+		_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)
+		s.Hint = fmt.Sprintf("needs CAP_IPC_LOCK or a larger RLIMIT_MEMLOCK (now %s; LimitMEMLOCK=infinity in the systemd unit, ulimit -l unlimited by hand)", rlimitString(lim.Cur))
+	}
+	return s
+}
+
+func rlimitString(v uint64) string {
+	if v == unix.RLIM_INFINITY {
+		return "unlimited"
+	}
+	return strconv.FormatUint(v, 10) + " bytes"
+}
+
+// Thread flags of /proc/<pid>/task/<tid>/stat (include/linux/sched.h) that
+// PR_SET_IO_FLUSHER sets.
+const (
+	pfMemallocNoIO  = 0x00080000
+	pfLocalThrottle = 0x00100000
+)
+
+func checkIOFlusher() Step {
+	s := Step{Name: "io_flusher"}
+	flushers, threads, err := CountIOFlushers()
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	if flushers < threads {
+		s.Err = fmt.Errorf("%d of %d threads are IO flushers", flushers, threads)
+		if why := os.Getenv(reexecFailedEnv); why != "" {
+			s.Err = fmt.Errorf("%w: %s", s.Err, why)
+		}
+		s.Hint = "PR_SET_IO_FLUSHER needs CAP_SYS_RESOURCE and Linux 5.6, and the re-exec that spreads it to every thread"
+		return s
+	}
+	s.Done = fmt.Sprintf("all %d threads", threads)
+	return s
+}
+
+// CountIOFlushers counts this process's threads that carry the flags
+// PR_SET_IO_FLUSHER sets, and all its threads.
+func CountIOFlushers() (flushers, threads int, err error) {
+	dirs, err := filepath.Glob("/proc/self/task/*/stat")
+	if err != nil || len(dirs) == 0 {
+		return 0, 0, fmt.Errorf("listing threads in /proc/self/task: %v", err)
+	}
+	for _, p := range dirs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread exited
+		}
+		flags, err := statFlags(string(b))
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: %w", p, err)
+		}
+		threads++
+		if flags&(pfMemallocNoIO|pfLocalThrottle) == pfMemallocNoIO|pfLocalThrottle {
+			flushers++
+		}
+	}
+	return flushers, threads, nil
+}
+
+// statFlags returns field 9 (flags) of a stat line. The command name
+// (field 2) may hold spaces and parentheses, so fields count from the last ')'.
+func statFlags(stat string) (uint64, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat line")
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state); flags is field 9.
+	if len(f) < 7 {
+		return 0, errors.New("short stat line")
+	}
+	return strconv.ParseUint(f[6], 10, 64)
+}
+
+// reexecEnv marks a process already re-executed as an IO flusher;
+// reexecFailedEnv carries why PR_SET_IO_FLUSHER failed, for the report.
+const (
+	reexecEnv       = "GZRAMD_IO_FLUSHER_REEXEC"
+	reexecFailedEnv = "GZRAMD_IO_FLUSHER_FAILED"
+)
+
+// ReExecAsIOFlusher marks the calling thread PR_SET_IO_FLUSHER and
+// re-executes the program on it: the flag is per thread, inherited by
+// threads cloned later and kept across execve, so after the re-exec every
+// thread the Go runtime starts is an IO flusher. It does not return on
+// success. It returns nil at once in the re-executed process, and an error
+// (the process carrying on unchanged) when the flag cannot be set.
+func ReExecAsIOFlusher() error {
+	if os.Getenv(reexecEnv) == "1" {
+		os.Unsetenv(reexecEnv)
+		return nil
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_IO_FLUSHER, 1, 0, 0, 0); err != nil {
+		err = fmt.Errorf("prctl(PR_SET_IO_FLUSHER): %w%s", err, ioFlusherHint(err))
+		os.Setenv(reexecFailedEnv, err.Error())
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the executable to re-exec: %w", err)
+	}
+	env := append(os.Environ(), reexecEnv+"=1")
+	if err := syscall.Exec(exe, os.Args, env); err != nil {
+		return fmt.Errorf("re-executing %s: %w", exe, err)
+	}
+	return nil // not reached
+}
+
+func ioFlusherHint(err error) string {
+	switch {
+	case errors.Is(err, syscall.EPERM):
+		return " (needs CAP_SYS_RESOURCE)"
+	case errors.Is(err, syscall.EINVAL):
+		return " (needs Linux 5.6 or later)"
+	}
+	return ""
+}

@@ -1,0 +1,132 @@
+package swapsafe
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestStatFlags(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want uint64
+		ok   bool
+	}{
+		{"1234 (gzramd) S 1 1234 1234 0 -1 4194560 100 0 0", 4194560, true},
+		{"1234 (a b) c)) R 1 2 3 4 5 1572928 0", 1572928, true},
+		{"1234 gzramd S 1", 0, false},
+		{"1234 (x) S 1 2", 0, false},
+	} {
+		got, err := statFlags(tc.line)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("statFlags(%q) = %d, %v; want %d, ok=%v", tc.line, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestReExecMarksEveryThread runs this test binary as a child that calls
+// ReExecAsIOFlusher, starts more threads, and reports how many are IO
+// flushers.
+func TestReExecMarksEveryThread(t *testing.T) {
+	if os.Getenv("SWAPSAFE_CHILD") == "1" {
+		child()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestReExecMarksEveryThread$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "SWAPSAFE_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	s := string(out)
+	if i := strings.Index(s, "SKIP:"); i >= 0 {
+		t.Skip(strings.SplitN(s[i:], "\n", 2)[0])
+	}
+	var flushers, threads, pid0, pid1 int
+	i := strings.Index(s, "RESULT")
+	if i < 0 {
+		t.Fatalf("child printed no result:\n%s", s)
+	}
+	if _, err := fmt.Sscanf(s[i:], "RESULT %d %d %d %d", &flushers, &threads, &pid0, &pid1); err != nil {
+		t.Fatalf("parsing %q: %v", s[i:], err)
+	}
+	if pid0 != pid1 {
+		t.Errorf("the re-exec changed the pid from %d to %d (systemd would lose the main process)", pid0, pid1)
+	}
+	if threads < 4 || flushers != threads {
+		t.Errorf("%d of %d threads are IO flushers, want all (and at least 4 threads)", flushers, threads)
+	}
+}
+
+func child() {
+	reexeced := os.Getenv(reexecEnv) == "1"
+	pid0 := os.Getenv("SWAPSAFE_PID")
+	if pid0 == "" {
+		os.Setenv("SWAPSAFE_PID", fmt.Sprint(os.Getpid()))
+		pid0 = fmt.Sprint(os.Getpid())
+	}
+	if err := ReExecAsIOFlusher(); err != nil {
+		fmt.Println("SKIP: cannot set PR_SET_IO_FLUSHER here:", err)
+		return
+	}
+	if !reexeced {
+		fmt.Println("ReExecAsIOFlusher returned without re-executing")
+		os.Exit(1)
+	}
+	// Make the runtime start more threads: goroutines locked to threads
+	// force new Ms.
+	var wg sync.WaitGroup
+	ready := make(chan struct{})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			<-ready
+		}()
+	}
+	runtime.Gosched()
+	f, n, err := CountIOFlushers()
+	close(ready)
+	wg.Wait()
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Printf("RESULT %d %d %s %d\n", f, n, pid0, os.Getpid())
+}
+
+func TestApplyReportsEachStep(t *testing.T) {
+	adj := 0 // raising or keeping the score needs no privilege
+	steps := Apply(Options{OOMScoreAdj: &adj, GCPercent: 100, MemoryLimit: 1 << 40, IOFlusher: true})
+	names := map[string]Step{}
+	for _, s := range steps {
+		names[s.Name] = s
+		if s.Err == nil && s.Done == "" {
+			t.Errorf("step %s neither did anything nor failed", s.Name)
+		}
+	}
+	for _, n := range []string{"oom_score_adj", "gc_percent", "go_memory_limit", "io_flusher"} {
+		if _, ok := names[n]; !ok {
+			t.Errorf("no report for step %s", n)
+		}
+	}
+	if s := names["oom_score_adj"]; s.Err != nil {
+		t.Errorf("oom_score_adj 0: %v", s.Err)
+	}
+	// This test process was not re-executed, so its threads are not flushers.
+	if s := names["io_flusher"]; s.Err == nil {
+		t.Errorf("io_flusher reported success without the re-exec: %s", s.Done)
+	}
+	if bad := Failed(steps); len(bad) != 1 || bad[0].Name != "io_flusher" {
+		t.Errorf("Failed = %+v, want only io_flusher", bad)
+	}
+	bad := -5000
+	if s := Apply(Options{OOMScoreAdj: &bad}); s[0].Err == nil {
+		t.Error("oom_score_adj -5000 accepted")
+	}
+}
