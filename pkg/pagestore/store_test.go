@@ -466,10 +466,28 @@ func TestCompactRefused(t *testing.T) {
 		t.Fatalf("moved %d, refused %d", moved, len(refused))
 	}
 	checkInvariants(t, s)
+	draining := 0
+	for id := uint32(1); id < s.nslabs.Load(); id++ {
+		if s.rec(id).state == slabDraining {
+			draining++
+		}
+	}
+	compacted := s.Stats().PagesCompacted
+	if draining == 0 {
+		t.Fatal("no slab left draining by refused relocations")
+	}
 	for _, h := range refused {
 		s.Free(h)
 	}
 	checkInvariants(t, s)
+	for id := uint32(1); id < s.nslabs.Load(); id++ {
+		if s.rec(id).state == slabDraining {
+			t.Fatalf("slab %d still draining after its last objects were freed", id)
+		}
+	}
+	if s.Stats().PagesCompacted <= compacted {
+		t.Fatalf("drained slabs not counted as compacted: %d pages before, %d after", compacted, s.Stats().PagesCompacted)
+	}
 	st := s.Stats()
 	if st.Objects != int64(moved) {
 		// Every survivor was moved (its owner%3 != 0), the rest are gone.
@@ -498,7 +516,7 @@ func TestCompactConcurrent(t *testing.T) {
 	const owners = 4096
 	workers, ops := 4, 40000
 	if testing.Short() {
-		ops = 8000
+		ops = 20000
 	}
 	m := newModel(owners)
 	var wg sync.WaitGroup
