@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs the CPU benchmarks of the codec, the page store and the device on the
+# shared corpus and writes a markdown report to bench/results/.
+# Usage: bench/cpu.sh [benchtime]   (default 5x)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+benchtime=${1:-5x}
+out=bench/results/cpu-$(hostname -s)-$(date -u +%Y%m%d).md
+raw=$(mktemp)
+trap 'rm -f "$raw"' EXIT
+
+go test -run '^$' -bench 'LZ4Compress|Decompress|ZstdCompress' -benchtime "$benchtime" -cpu 1 ./pkg/codec | tee -a "$raw"
+go test -run '^$' -bench 'BenchmarkWrite' -benchtime 20000x ./pkg/device | tee -a "$raw"
+go test -count=1 -run 'TestCorpusEffectiveRatio' -v ./pkg/device | grep 'codec ratio' | tee -a "$raw"
+
+mbs() { awk -v pat="$1" '$1 ~ pat { for (i = 1; i <= NF; i++) if ($(i+1) == "MB/s") print $i }' "$raw" | head -1; }
+ref=$(mbs 'liblz4-reference')
+ours=$(mbs 'gzramd-cpubatch')
+{
+	echo "# CPU benchmarks, $(date -u +%Y-%m-%d)"
+	echo
+	echo "- commit: $(git rev-parse --short HEAD)"
+	echo "- machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), kernel $(uname -r)"
+	echo "- corpus: shared/corpus/memory-pages.bin.zst (23,359 pages of 4 KiB)"
+	echo "- command: bench/cpu.sh $benchtime"
+	echo
+	echo "| measure | value |"
+	echo "| --- | --- |"
+	echo "| liblz4 one-shot loop (reference), one core | $ref MB/s |"
+	echo "| gzramd CPU LZ4 batch path, one core | $ours MB/s |"
+	echo "| ratio gzramd / liblz4 (same run) | $(awk -v a="$ours" -v b="$ref" 'BEGIN { printf "%.2f", a / b }') |"
+	echo "| LZ4 decompression, one core | $(mbs 'BenchmarkDecompress/lz4') MB/s |"
+	echo "| zstd-1 compression, one core | $(mbs 'BenchmarkZstdCompress') MB/s |"
+	echo "| zstd-1 decompression, one core | $(mbs 'BenchmarkDecompress/zstd') MB/s |"
+	for w in 1 8 32; do
+		echo "| device ingest, $w writers, 4 KiB pages | $(mbs "BenchmarkWrite/writers-$w-") MB/s |"
+	done
+	echo
+	echo "Effective ratio on the whole corpus (device test):"
+	echo
+	echo '```'
+	grep 'codec ratio' "$raw" | sed 's/^ *//'
+	echo '```'
+	echo
+	echo "Raw output:"
+	echo
+	echo '```'
+	grep -E '^Benchmark' "$raw"
+	echo '```'
+} >"$out"
+echo "wrote $out"
