@@ -1,0 +1,420 @@
+package gpu
+
+/*
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+// Our own declarations of the few CUDA driver API types and entry points we
+// use, so that gzramd builds without the CUDA toolkit. The _v2 names are the
+// ones cuda.h maps the plain names to.
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUmodule;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef void *CUevent;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+	GZ_CUDA_SUCCESS = 0,
+	GZ_CUDA_ERROR_NOT_READY = 600,
+	GZ_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+	GZ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+	GZ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+	GZ_CU_MEMHOSTALLOC_PORTABLE = 1,
+	GZ_CU_STREAM_NON_BLOCKING = 1,
+	GZ_CU_EVENT_DEFAULT = 0,
+};
+
+typedef struct {
+	void *lib;
+	CUresult (*init)(unsigned int);
+	CUresult (*deviceGetCount)(int *);
+	CUresult (*deviceGet)(CUdevice *, int);
+	CUresult (*deviceGetName)(char *, int, CUdevice);
+	CUresult (*deviceGetAttribute)(int *, int, CUdevice);
+	CUresult (*deviceTotalMem)(size_t *, CUdevice);
+	CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*primaryCtxRelease)(CUdevice);
+	CUresult (*ctxSetCurrent)(CUcontext);
+	CUresult (*moduleLoadData)(CUmodule *, const void *);
+	CUresult (*moduleUnload)(CUmodule);
+	CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*memAlloc)(CUdeviceptr *, size_t);
+	CUresult (*memFree)(CUdeviceptr);
+	CUresult (*memHostAlloc)(void **, size_t, unsigned int);
+	CUresult (*memFreeHost)(void *);
+	CUresult (*memcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*memcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*memsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+	CUresult (*streamCreate)(CUstream *, unsigned int);
+	CUresult (*streamDestroy)(CUstream);
+	CUresult (*streamSynchronize)(CUstream);
+	CUresult (*streamQuery)(CUstream);
+	CUresult (*launchKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
+		unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+	CUresult (*eventCreate)(CUevent *, unsigned int);
+	CUresult (*eventDestroy)(CUevent);
+	CUresult (*eventRecord)(CUevent, CUstream);
+	CUresult (*eventSynchronize)(CUevent);
+	CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
+	CUresult (*getErrorName)(CUresult, const char **);
+} gz_cuda;
+
+// gz_cuda_open loads libcuda and resolves every entry point; it returns
+// NULL and a message in err (of errlen bytes) when it cannot.
+static gz_cuda *gz_cuda_open(char *err, int errlen) {
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!lib) {
+		const char *e = dlerror();
+		snprintf(err, errlen, "%s", e ? e : "dlopen libcuda.so.1 failed");
+		return NULL;
+	}
+	gz_cuda *d = calloc(1, sizeof *d);
+	if (!d) {
+		dlclose(lib);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	d->lib = lib;
+#define SYM(field, name) \
+	if (!(*(void **)&d->field = dlsym(lib, name))) { snprintf(err, errlen, "libcuda.so.1 has no %s", name); dlclose(lib); free(d); return NULL; }
+#define SYM2(field, name, alt) \
+	if (!(*(void **)&d->field = dlsym(lib, name)) && !(*(void **)&d->field = dlsym(lib, alt))) { snprintf(err, errlen, "libcuda.so.1 has no %s", name); dlclose(lib); free(d); return NULL; }
+	SYM(init, "cuInit")
+	SYM(deviceGetCount, "cuDeviceGetCount")
+	SYM(deviceGet, "cuDeviceGet")
+	SYM(deviceGetName, "cuDeviceGetName")
+	SYM(deviceGetAttribute, "cuDeviceGetAttribute")
+	SYM(deviceTotalMem, "cuDeviceTotalMem_v2")
+	SYM(primaryCtxRetain, "cuDevicePrimaryCtxRetain")
+	SYM(primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")
+	SYM(ctxSetCurrent, "cuCtxSetCurrent")
+	SYM(moduleLoadData, "cuModuleLoadData")
+	SYM(moduleUnload, "cuModuleUnload")
+	SYM(moduleGetFunction, "cuModuleGetFunction")
+	SYM(memAlloc, "cuMemAlloc_v2")
+	SYM(memFree, "cuMemFree_v2")
+	SYM(memHostAlloc, "cuMemHostAlloc")
+	SYM(memFreeHost, "cuMemFreeHost")
+	SYM(memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")
+	SYM(memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
+	SYM(memsetD32Async, "cuMemsetD32Async")
+	SYM(streamCreate, "cuStreamCreate")
+	SYM(streamDestroy, "cuStreamDestroy_v2")
+	SYM(streamSynchronize, "cuStreamSynchronize")
+	SYM(streamQuery, "cuStreamQuery")
+	SYM(launchKernel, "cuLaunchKernel")
+	SYM(eventCreate, "cuEventCreate")
+	SYM2(eventDestroy, "cuEventDestroy_v2", "cuEventDestroy")
+	SYM(eventRecord, "cuEventRecord")
+	SYM(eventSynchronize, "cuEventSynchronize")
+	SYM2(eventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime")
+	SYM(getErrorName, "cuGetErrorName")
+#undef SYM
+#undef SYM2
+	return d;
+}
+
+static void gz_cuda_close(gz_cuda *d) {
+	if (d) {
+		dlclose(d->lib);
+		free(d);
+	}
+}
+
+static const char *gz_error_name(gz_cuda *d, CUresult r) {
+	const char *s = NULL;
+	if (d->getErrorName(r, &s) != GZ_CUDA_SUCCESS || s == NULL) return "CUDA_ERROR_UNKNOWN_CODE";
+	return s;
+}
+
+static CUresult gz_init(gz_cuda *d) { return d->init(0); }
+static CUresult gz_device_count(gz_cuda *d, int *n) { return d->deviceGetCount(n); }
+static CUresult gz_device_get(gz_cuda *d, CUdevice *dev, int i) { return d->deviceGet(dev, i); }
+static CUresult gz_device_name(gz_cuda *d, char *name, int len, CUdevice dev) { return d->deviceGetName(name, len, dev); }
+static CUresult gz_device_attr(gz_cuda *d, int *v, int attr, CUdevice dev) { return d->deviceGetAttribute(v, attr, dev); }
+static CUresult gz_device_mem(gz_cuda *d, size_t *v, CUdevice dev) { return d->deviceTotalMem(v, dev); }
+static CUresult gz_ctx_retain(gz_cuda *d, CUcontext *c, CUdevice dev) { return d->primaryCtxRetain(c, dev); }
+static CUresult gz_ctx_release(gz_cuda *d, CUdevice dev) { return d->primaryCtxRelease(dev); }
+
+// Every call below makes the context current on the calling OS thread
+// first: goroutines move between threads, and the setting is per thread.
+#define CTX(d, c) do { CUresult r_ = (d)->ctxSetCurrent(c); if (r_ != GZ_CUDA_SUCCESS) return r_; } while (0)
+
+static CUresult gz_module_load(gz_cuda *d, CUcontext c, CUmodule *m, const void *image) { CTX(d, c); return d->moduleLoadData(m, image); }
+static CUresult gz_module_unload(gz_cuda *d, CUcontext c, CUmodule m) { CTX(d, c); return d->moduleUnload(m); }
+static CUresult gz_module_function(gz_cuda *d, CUcontext c, CUfunction *f, CUmodule m, const char *name) { CTX(d, c); return d->moduleGetFunction(f, m, name); }
+static CUresult gz_mem_alloc(gz_cuda *d, CUcontext c, CUdeviceptr *p, size_t n) { CTX(d, c); return d->memAlloc(p, n); }
+static CUresult gz_mem_free(gz_cuda *d, CUcontext c, CUdeviceptr p) { CTX(d, c); return d->memFree(p); }
+static CUresult gz_host_alloc(gz_cuda *d, CUcontext c, void **p, size_t n) { CTX(d, c); return d->memHostAlloc(p, n, GZ_CU_MEMHOSTALLOC_PORTABLE); }
+static CUresult gz_host_free(gz_cuda *d, CUcontext c, void *p) { CTX(d, c); return d->memFreeHost(p); }
+static CUresult gz_htod(gz_cuda *d, CUcontext c, CUdeviceptr dst, const void *src, size_t n, CUstream s) { CTX(d, c); return d->memcpyHtoDAsync(dst, src, n, s); }
+static CUresult gz_dtoh(gz_cuda *d, CUcontext c, void *dst, CUdeviceptr src, size_t n, CUstream s) { CTX(d, c); return d->memcpyDtoHAsync(dst, src, n, s); }
+static CUresult gz_memset32(gz_cuda *d, CUcontext c, CUdeviceptr dst, unsigned int v, size_t n, CUstream s) { CTX(d, c); return d->memsetD32Async(dst, v, n, s); }
+static CUresult gz_stream_create(gz_cuda *d, CUcontext c, CUstream *s) { CTX(d, c); return d->streamCreate(s, GZ_CU_STREAM_NON_BLOCKING); }
+static CUresult gz_stream_destroy(gz_cuda *d, CUcontext c, CUstream s) { CTX(d, c); return d->streamDestroy(s); }
+static CUresult gz_stream_sync(gz_cuda *d, CUcontext c, CUstream s) { CTX(d, c); return d->streamSynchronize(s); }
+static CUresult gz_stream_query(gz_cuda *d, CUcontext c, CUstream s) { CTX(d, c); return d->streamQuery(s); }
+static CUresult gz_event_create(gz_cuda *d, CUcontext c, CUevent *e) { CTX(d, c); return d->eventCreate(e, GZ_CU_EVENT_DEFAULT); }
+static CUresult gz_event_destroy(gz_cuda *d, CUcontext c, CUevent e) { CTX(d, c); return d->eventDestroy(e); }
+static CUresult gz_event_record(gz_cuda *d, CUcontext c, CUevent e, CUstream s) { CTX(d, c); return d->eventRecord(e, s); }
+static CUresult gz_event_sync(gz_cuda *d, CUcontext c, CUevent e) { CTX(d, c); return d->eventSynchronize(e); }
+static CUresult gz_event_elapsed(gz_cuda *d, CUcontext c, float *ms, CUevent a, CUevent b) { CTX(d, c); return d->eventElapsedTime(ms, a, b); }
+
+static CUresult gz_launch_compress(gz_cuda *d, CUcontext c, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
+		CUdeviceptr in, int n, CUdeviceptr scratch, CUdeviceptr packed, CUdeviceptr packed_size, CUdeviceptr offsets, CUdeviceptr lens) {
+	CTX(d, c);
+	void *args[] = {&in, &n, &scratch, &packed, &packed_size, &offsets, &lens};
+	return d->launchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL);
+}
+
+static CUresult gz_launch_decompress(gz_cuda *d, CUcontext c, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
+		CUdeviceptr in, CUdeviceptr offsets, CUdeviceptr lens, int n, CUdeviceptr out, CUdeviceptr status) {
+	CTX(d, c);
+	void *args[] = {&in, &offsets, &lens, &n, &out, &status};
+	return d->launchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL);
+}
+
+static CUresult gz_launch_spin(gz_cuda *d, CUcontext c, CUfunction f, CUstream s, unsigned long long ns) {
+	CTX(d, c);
+	void *args[] = {&ns};
+	return d->launchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// cudaError is a failed CUDA driver call.
+type cudaError struct {
+	call string
+	code int
+	name string
+}
+
+func (e *cudaError) Error() string {
+	return fmt.Sprintf("gpu: %s: %s (%d)", e.call, e.name, e.code)
+}
+
+// errNotReady is cuStreamQuery's "still running".
+var errNotReady = errors.New("gpu: stream not ready")
+
+// driver is a loaded libcuda with one device's primary context current on
+// every call.
+type driver struct {
+	d   *C.gz_cuda
+	dev C.CUdevice
+	ctx C.CUcontext
+}
+
+// check turns a CUresult into an error naming the call.
+func (dr *driver) check(call string, r C.CUresult) error {
+	if r == C.GZ_CUDA_SUCCESS {
+		return nil
+	}
+	if r == C.GZ_CUDA_ERROR_NOT_READY {
+		return errNotReady
+	}
+	return &cudaError{call: call, code: int(r), name: C.GoString(C.gz_error_name(dr.d, r))}
+}
+
+// loadDriver opens libcuda, initializes it and retains the primary context
+// of device index. Every failure wraps ErrUnavailable.
+func loadDriver(index int) (*driver, DeviceInfo, error) {
+	var info DeviceInfo
+	var msg [256]C.char
+	d := C.gz_cuda_open(&msg[0], C.int(len(msg)))
+	if d == nil {
+		return nil, info, fmt.Errorf("%w: %s", ErrUnavailable, C.GoString(&msg[0]))
+	}
+	dr := &driver{d: d}
+	fail := func(err error) (*driver, DeviceInfo, error) {
+		C.gz_cuda_close(d)
+		return nil, info, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := dr.check("cuInit", C.gz_init(d)); err != nil {
+		return fail(err)
+	}
+	var n C.int
+	if err := dr.check("cuDeviceGetCount", C.gz_device_count(d, &n)); err != nil {
+		return fail(err)
+	}
+	if index < 0 || index >= int(n) {
+		return fail(fmt.Errorf("no GPU with index %d (%d present)", index, int(n)))
+	}
+	if err := dr.check("cuDeviceGet", C.gz_device_get(d, &dr.dev, C.int(index))); err != nil {
+		return fail(err)
+	}
+	var name [256]C.char
+	if err := dr.check("cuDeviceGetName", C.gz_device_name(d, &name[0], C.int(len(name)), dr.dev)); err != nil {
+		return fail(err)
+	}
+	info.Index = index
+	info.Name = C.GoString(&name[0])
+	var v C.int
+	if err := dr.check("cuDeviceGetAttribute", C.gz_device_attr(d, &v, C.GZ_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dr.dev)); err != nil {
+		return fail(err)
+	}
+	info.Multiprocessors = int(v)
+	if err := dr.check("cuDeviceGetAttribute", C.gz_device_attr(d, &v, C.GZ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dr.dev)); err != nil {
+		return fail(err)
+	}
+	info.ComputeMajor = int(v)
+	if err := dr.check("cuDeviceGetAttribute", C.gz_device_attr(d, &v, C.GZ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dr.dev)); err != nil {
+		return fail(err)
+	}
+	info.ComputeMinor = int(v)
+	var mem C.size_t
+	if err := dr.check("cuDeviceTotalMem", C.gz_device_mem(d, &mem, dr.dev)); err != nil {
+		return fail(err)
+	}
+	info.MemoryBytes = uint64(mem)
+	if err := dr.check("cuDevicePrimaryCtxRetain", C.gz_ctx_retain(d, &dr.ctx, dr.dev)); err != nil {
+		return fail(err)
+	}
+	return dr, info, nil
+}
+
+func (dr *driver) close() {
+	C.gz_ctx_release(dr.d, dr.dev)
+	C.gz_cuda_close(dr.d)
+}
+
+type (
+	devicePtr = C.CUdeviceptr
+	stream    = C.CUstream
+	function  = C.CUfunction
+	module    = C.CUmodule
+	event     = C.CUevent
+)
+
+func (dr *driver) loadModule(ptx []byte) (module, error) {
+	// The image must be NUL-terminated text.
+	img := C.CBytes(append(append([]byte(nil), ptx...), 0))
+	defer C.free(img)
+	var m module
+	return m, dr.check("cuModuleLoadData", C.gz_module_load(dr.d, dr.ctx, &m, img))
+}
+
+func (dr *driver) unloadModule(m module) error {
+	return dr.check("cuModuleUnload", C.gz_module_unload(dr.d, dr.ctx, m))
+}
+
+func (dr *driver) function(m module, name string) (function, error) {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var f function
+	return f, dr.check("cuModuleGetFunction("+name+")", C.gz_module_function(dr.d, dr.ctx, &f, m, cs))
+}
+
+func (dr *driver) memAlloc(n int) (devicePtr, error) {
+	var p devicePtr
+	return p, dr.check("cuMemAlloc", C.gz_mem_alloc(dr.d, dr.ctx, &p, C.size_t(n)))
+}
+
+func (dr *driver) memFree(p devicePtr) error {
+	return dr.check("cuMemFree", C.gz_mem_free(dr.d, dr.ctx, p))
+}
+
+// hostAlloc returns n bytes of pinned host memory, outside the Go heap.
+func (dr *driver) hostAlloc(n int) ([]byte, error) {
+	var p unsafe.Pointer
+	if err := dr.check("cuMemHostAlloc", C.gz_host_alloc(dr.d, dr.ctx, &p, C.size_t(n))); err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+func (dr *driver) hostFree(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return dr.check("cuMemFreeHost", C.gz_host_free(dr.d, dr.ctx, unsafe.Pointer(&b[0])))
+}
+
+func (dr *driver) htod(dst devicePtr, src []byte, s stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return dr.check("cuMemcpyHtoDAsync", C.gz_htod(dr.d, dr.ctx, dst, unsafe.Pointer(&src[0]), C.size_t(len(src)), s))
+}
+
+func (dr *driver) dtoh(dst []byte, src devicePtr, s stream) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return dr.check("cuMemcpyDtoHAsync", C.gz_dtoh(dr.d, dr.ctx, unsafe.Pointer(&dst[0]), src, C.size_t(len(dst)), s))
+}
+
+func (dr *driver) memset32(dst devicePtr, v uint32, words int, s stream) error {
+	return dr.check("cuMemsetD32Async", C.gz_memset32(dr.d, dr.ctx, dst, C.uint(v), C.size_t(words), s))
+}
+
+func (dr *driver) streamCreate() (stream, error) {
+	var s stream
+	return s, dr.check("cuStreamCreate", C.gz_stream_create(dr.d, dr.ctx, &s))
+}
+
+func (dr *driver) streamDestroy(s stream) error {
+	return dr.check("cuStreamDestroy", C.gz_stream_destroy(dr.d, dr.ctx, s))
+}
+
+func (dr *driver) streamSync(s stream) error {
+	return dr.check("cuStreamSynchronize", C.gz_stream_sync(dr.d, dr.ctx, s))
+}
+
+// streamQuery returns nil when all work on s is done, errNotReady while it
+// runs, or the error the work ended with.
+func (dr *driver) streamQuery(s stream) error {
+	return dr.check("cuStreamQuery", C.gz_stream_query(dr.d, dr.ctx, s))
+}
+
+func (dr *driver) eventCreate() (event, error) {
+	var e event
+	return e, dr.check("cuEventCreate", C.gz_event_create(dr.d, dr.ctx, &e))
+}
+
+func (dr *driver) eventDestroy(e event) error {
+	return dr.check("cuEventDestroy", C.gz_event_destroy(dr.d, dr.ctx, e))
+}
+
+func (dr *driver) eventRecord(e event, s stream) error {
+	return dr.check("cuEventRecord", C.gz_event_record(dr.d, dr.ctx, e, s))
+}
+
+func (dr *driver) eventSync(e event) error {
+	return dr.check("cuEventSynchronize", C.gz_event_sync(dr.d, dr.ctx, e))
+}
+
+// elapsed returns the milliseconds between two recorded events.
+func (dr *driver) elapsed(a, b event) (float64, error) {
+	var ms C.float
+	err := dr.check("cuEventElapsedTime", C.gz_event_elapsed(dr.d, dr.ctx, &ms, a, b))
+	return float64(ms), err
+}
+
+func (dr *driver) launchCompress(f function, grid, block int, s stream, in devicePtr, n int,
+	scratch, packed, packedSize, offsets, lens devicePtr) error {
+	return dr.check("cuLaunchKernel(gz_lz4_compress)", C.gz_launch_compress(dr.d, dr.ctx, f, C.uint(grid), C.uint(block), s,
+		in, C.int(n), scratch, packed, packedSize, offsets, lens))
+}
+
+func (dr *driver) launchDecompress(f function, grid, block int, s stream, in, offsets, lens devicePtr, n int,
+	out, status devicePtr) error {
+	return dr.check("cuLaunchKernel(gz_lz4_decompress)", C.gz_launch_decompress(dr.d, dr.ctx, f, C.uint(grid), C.uint(block), s,
+		in, offsets, lens, C.int(n), out, status))
+}
+
+func (dr *driver) launchSpin(f function, s stream, ns uint64) error {
+	return dr.check("cuLaunchKernel(gz_spin)", C.gz_launch_spin(dr.d, dr.ctx, f, s, C.ulonglong(ns)))
+}
