@@ -56,8 +56,8 @@ func TestCorpusEffectiveRatio(t *testing.T) {
 	codecRatio := float64(orig) / float64(comp)
 	effRatio := float64(st.OrigDataSize) / float64(st.MemUsedTotal)
 	meta := float64(int64(len(f.dev.table))*8+f.store.Stats().MetadataBytes) / float64(st.StoredPages)
-	t.Logf("codec ratio %.3f, effective ratio %.3f (%.3f of the codec's), %d same pages, %d huge, %.1f metadata bytes per stored page",
-		codecRatio, effRatio, effRatio/codecRatio, st.SamePages, st.HugePages, meta)
+	t.Logf("codec ratio %.3f, effective ratio %.3f (%.3f of the codec's), %d same pages, %d huge, %.1f metadata bytes per stored page; whole corpus / mem_used %.3f",
+		codecRatio, effRatio, effRatio/codecRatio, st.SamePages, st.HugePages, meta, float64(len(data))/float64(st.MemUsedTotal))
 	if effRatio < 0.95*codecRatio {
 		t.Errorf("effective ratio %.3f below 0.95 × codec ratio %.3f", effRatio, codecRatio)
 	}
