@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -26,11 +27,29 @@ GPU when one is present (LZ4 block format) and on the CPU otherwise.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newVersionCmd())
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gzramd:", err)
-		os.Exit(2)
+		os.Exit(exitCode(err))
 	}
+}
+
+// usageError is a bad command line or configuration: exit status 2, as
+// for any command-line tool, so that systemd and scripts can tell it from a
+// failure at run time (status 1).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func usageErr(err error) error { return usageError{err} }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command") {
+		return 2
+	}
+	return 1
 }
 
 func newVersionCmd() *cobra.Command {

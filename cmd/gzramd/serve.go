@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -15,11 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gzramd/gzramd/pkg/batch"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
-	"github.com/gzramd/gzramd/pkg/nbd"
-	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
 type serveConfig struct {
@@ -36,6 +32,19 @@ type serveConfig struct {
 	batchInFlight int
 	hugeThreshold int
 	logLevel      string
+
+	device        string
+	swap          bool
+	swapPriority  int
+	kernelConns   int
+	kernelTimeout time.Duration
+	force         bool
+
+	harden           bool
+	reexec           bool
+	requireHardening bool
+	goMemoryLimit    sizeValue
+	gcPercent        int
 }
 
 func defaultSocket() string {
@@ -47,27 +56,44 @@ func defaultSocket() string {
 }
 
 func newServeCmd() *cobra.Command {
-	cfg := serveConfig{size: 1 << 30}
+	cfg := serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the daemon in the foreground",
 		Long: `Run the daemon in the foreground: create the compressed device and serve it
 over NBD on a Unix socket (and TCP, if asked) until SIGINT or SIGTERM.
+Prometheus metrics and a JSON status report (read by "gzramd status") are
+served on --metrics.
 
 Every flag can also be set from the environment as GZRAMD_<FLAG>, upper case
-with dashes as underscores (GZRAMD_SIZE=8GiB, GZRAMD_MEM_LIMIT=2GiB); a flag on
-the command line wins.
+with dashes as underscores (GZRAMD_SIZE=8GiB, GZRAMD_MEM_LIMIT=2GiB,
+GZRAMD_SWAP=true); a flag on the command line wins.
+
+Swap: --swap attaches a kernel /dev/nbdN to the export, formats it and turns
+it on with discard; on SIGTERM gzramd turns it off (the kernel reads every
+swapped page back first) and detaches. If the export is active swap that
+gzramd did not turn on itself, it refuses to stop (it would take the
+swapped memory with it) until that swap is off, unless --force.
 
 Connect the kernel by hand with
-  nbd-client -unix /run/gzramd/gzramd.sock /dev/nbd0 -N gzram0 -b 4096 -swap`,
+  nbd-client -unix /run/gzramd/gzramd.sock /dev/nbd0 -N gzram0 -b 4096 -swap
+  mkswap /dev/nbd0 && swapon --discard /dev/nbd0
+and set vm.min_free_kbytes=16384 (or more): swap over NBD needs free memory
+for the socket path while the kernel reclaims.
+
+Hardening (on by default, each step logged, none fatal unless
+--require-hardening): mlockall, PR_SET_IO_FLUSHER on every thread (by
+re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
 		Example: `  gzramd serve --size 8GiB --mem-limit 4GiB
-  gzramd serve --socket /tmp/gz.sock --tcp 127.0.0.1:10809 --backend cpu`,
+  gzramd serve --socket /tmp/gz.sock --tcp 127.0.0.1:10809 --backend cpu
+  gzramd serve --size 16GiB --swap                 # as root: becomes swap
+  GZRAMD_SIZE=4GiB GZRAMD_BACKEND=cpu gzramd serve`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd.Flags()); err != nil {
-				return err
+				return usageErr(err)
 			}
-			return runServe(cmd.Context(), cfg)
+			return runServe(cmd.Context(), &cfg)
 		},
 	}
 	f := cmd.Flags()
@@ -76,7 +102,7 @@ Connect the kernel by hand with
 	f.StringVar(&cfg.socket, "socket", defaultSocket(), "Unix socket to serve NBD on (mode 0600); empty to disable")
 	f.StringVar(&cfg.tcp, "tcp", "", "TCP address to serve NBD on, e.g. 127.0.0.1:10809 (a bare :PORT means loopback); off by default")
 	f.StringVar(&cfg.export, "export", "gzram0", "export name; the empty name reaches it too")
-	f.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9829", "address for the Prometheus /metrics endpoint; empty to disable")
+	f.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9829", "address for the HTTP endpoint serving /metrics (Prometheus) and /status; empty to disable")
 	f.StringVar(&cfg.backend, "backend", "auto", "compression backend: auto (GPU when present, else CPU), gpu or cpu")
 	f.StringVar(&cfg.algorithm, "algorithm", "lz4", "compression algorithm: lz4 or zstd (zstd runs on the CPU only)")
 	f.IntVar(&cfg.batchPages, "batch-pages", 256, "largest batch of pages sent to the compressor at once")
@@ -84,6 +110,19 @@ Connect the kernel by hand with
 	f.IntVar(&cfg.batchInFlight, "batch-inflight", 4, "batches compressing at once; writers wait when all are busy")
 	f.IntVar(&cfg.hugeThreshold, "huge-threshold", device.DefaultHugeThreshold, "pages that compress to this many bytes or more are stored raw (1-4096)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+
+	f.StringVar(&cfg.device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module)")
+	f.BoolVar(&cfg.swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
+	f.IntVar(&cfg.swapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
+	f.IntVar(&cfg.kernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
+	f.DurationVar(&cfg.kernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0 keeps the kernel's default)")
+	f.BoolVar(&cfg.force, "force", false, "stop on SIGTERM even while the export is active swap that gzramd did not turn on (the swapped memory is lost)")
+
+	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, oom_score_adj -1000")
+	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
+	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
+	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
+	f.IntVar(&cfg.gcPercent, "gc-percent", 50, "Go GC target percentage (GOGC); a small heap matters when all of it is locked; 0 leaves the runtime's")
 	return cmd
 }
 
@@ -113,6 +152,18 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --batch-inflight %d: want 1 to 1024", c.batchInFlight)
 	case c.hugeThreshold < 1 || c.hugeThreshold > codec.PageSize:
 		return fmt.Errorf("invalid --huge-threshold %d: want 1 to 4096", c.hugeThreshold)
+	case c.swapPriority < -1 || c.swapPriority > 32767:
+		return fmt.Errorf("invalid --swap-priority %d: want -1 (the kernel's default) to 32767", c.swapPriority)
+	case c.kernelConns < 1 || c.kernelConns > 16:
+		return fmt.Errorf("invalid --kernel-connections %d: want 1 to 16", c.kernelConns)
+	case c.kernelTimeout < 0 || c.kernelTimeout%time.Second != 0:
+		return fmt.Errorf("invalid --kernel-timeout %v: want whole seconds, e.g. 120s, or 0", c.kernelTimeout)
+	case c.goMemoryLimit < 0:
+		return fmt.Errorf("invalid --go-memory-limit %s: want a size such as 512MiB, or 0", c.goMemoryLimit.String())
+	case c.goMemoryLimit > 0 && c.goMemoryLimit < 32<<20:
+		return fmt.Errorf("invalid --go-memory-limit %s: below 32MiB the daemon would do nothing but collect garbage", c.goMemoryLimit.String())
+	case c.gcPercent < -1 || c.gcPercent > 10000:
+		return fmt.Errorf("invalid --gc-percent %d: want 1 to 10000, -1 (off) or 0 (leave the runtime's)", c.gcPercent)
 	}
 	if _, err := parseLevel(c.logLevel); err != nil {
 		return err
@@ -126,6 +177,14 @@ func (c *serveConfig) validate() error {
 		if _, _, err := net.SplitHostPort(c.metrics); err != nil {
 			return fmt.Errorf("invalid --metrics %q: want HOST:PORT, e.g. 127.0.0.1:9829", c.metrics)
 		}
+	}
+	if c.device != "" {
+		if _, err := parseDevice(c.device); err != nil {
+			return fmt.Errorf("invalid --device %q: %v", c.device, err)
+		}
+	}
+	if c.swap && c.device == "" {
+		c.device = "auto"
 	}
 	return nil
 }
@@ -147,108 +206,26 @@ func tcpAddr(s string) string {
 	return s
 }
 
-func runServe(ctx context.Context, cfg serveConfig) error {
+func runServe(ctx context.Context, cfg *serveConfig) error {
 	if err := cfg.validate(); err != nil {
-		return err
+		return usageErr(err)
+	}
+	// Before anything else starts: on success this does not return, and
+	// the process starts again with every thread an IO flusher.
+	var reexecErr error
+	if cfg.harden && cfg.reexec {
+		reexecErr = reexecAsIOFlusher()
 	}
 	level, _ := parseLevel(cfg.logLevel)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
-	cpuCodec, err := codec.New(cfg.algorithm)
+	if err := harden(cfg, log, reexecErr); err != nil {
+		return err
+	}
+	d, err := newDaemon(cfg, log)
 	if err != nil {
 		return err
 	}
-	cpu := codec.NewCPUBatch(cpuCodec, 0)
-	primary := codec.BatchCompressor(cpu)
-	switch cfg.backend {
-	case "gpu":
-		return errors.New("invalid --backend gpu: this build has no GPU backend yet; use --backend cpu or auto")
-	case "auto":
-		log.Info("no GPU backend in this build; compressing on the CPU", "algorithm", cfg.algorithm)
-	}
-
-	store, err := pagestore.New(pagestore.Config{MemLimit: int64(cfg.memLimit)})
-	if err != nil {
-		return fmt.Errorf("creating the page store: %w", err)
-	}
-	defer store.Close()
-	batcher, err := batch.New(primary, cpu, batch.Config{
-		MaxPages: cfg.batchPages, InFlight: cfg.batchInFlight, Deadline: cfg.batchDeadline,
-	}, nil)
-	if err != nil {
-		return err
-	}
-	dev, err := device.New(device.Config{
-		Size: int64(cfg.size), Codec: cpuCodec, Batcher: batcher, Store: store,
-		HugeThreshold: cfg.hugeThreshold, Logger: log,
-		CorruptReads: os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1",
-	})
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
-	defer batcher.Close() // runs before dev.Close: no page is mid-commit when the table goes
-
-	srv, err := nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: dev}},
-		nbd.Options{Logger: log})
-	if err != nil {
-		return err
-	}
-
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			l.Close()
-		}
-	}()
-	if cfg.socket != "" {
-		l, err := listenUnix(cfg.socket)
-		if err != nil {
-			return err
-		}
-		listeners = append(listeners, l)
-	}
-	if cfg.tcp != "" {
-		addr := tcpAddr(cfg.tcp)
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listening on --tcp %s: %w", addr, err)
-		}
-		if ip := net.ParseIP(l.Addr().(*net.TCPAddr).IP.String()); ip == nil || !ip.IsLoopback() {
-			log.Warn("serving NBD beyond loopback: anyone who can reach this address can read and write the device", "addr", l.Addr())
-		}
-		listeners = append(listeners, l)
-	}
-
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, len(listeners))
-	for _, l := range listeners {
-		go func() {
-			if err := srv.Serve(l); err != nil && !errors.Is(err, nbd.ErrServerClosed) {
-				errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
-			}
-		}()
-		log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", cfg.export)
-	}
-	log.Info("gzramd ready", "version", version, "size", cfg.size.String(), "algorithm", cfg.algorithm,
-		"backend", primary.Name(), "mem_limit", cfg.memLimit.String())
-
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		log.Info("stopping: waiting for requests in flight")
-	case serveErr = <-errc:
-		log.Error("stopping", "err", serveErr)
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("shutdown did not finish cleanly", "err", err)
-	}
-	st := dev.Stats()
-	log.Info("stopped", "stored_pages", st.StoredPages, "orig_data_bytes", st.OrigDataSize, "compr_data_bytes", st.ComprDataSize)
-	return serveErr
+	return d.run(ctx)
 }
 
 // listenUnix listens on path with mode 0600, replacing a stale socket left

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"net"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// connTracker remembers the NBD connections that are open, and for Unix
+// sockets the pid of the process that connected. A kernel /dev/nbdN
+// records in /sys/block/nbdN/pid the process that set it up (nbd-client,
+// or gzramd itself), which is the process that dialled the socket: that is
+// how the daemon tells whether its export is the kernel's swap device.
+type connTracker struct {
+	mu    sync.Mutex
+	conns map[*trackedConn]struct{}
+}
+
+type trackedConn struct {
+	net.Conn
+	t       *connTracker
+	peerPID int // 0 when unknown (TCP)
+	once    sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.t.mu.Lock()
+		delete(c.t.conns, c)
+		c.t.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+type trackingListener struct {
+	net.Listener
+	t *connTracker
+}
+
+func (t *connTracker) wrap(l net.Listener) net.Listener {
+	return &trackingListener{Listener: l, t: t}
+}
+
+func (l *trackingListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	c := &trackedConn{Conn: nc, t: l.t, peerPID: peerPID(nc)}
+	l.t.mu.Lock()
+	if l.t.conns == nil {
+		l.t.conns = make(map[*trackedConn]struct{})
+	}
+	l.t.conns[c] = struct{}{}
+	l.t.mu.Unlock()
+	return c, nil
+}
+
+// peers returns the pids of the Unix-socket peers and the number of open
+// connections whose peer is unknown (TCP).
+func (t *connTracker) peers() (pids map[int]bool, unknown int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pids = make(map[int]bool)
+	for c := range t.conns {
+		if c.peerPID > 0 {
+			pids[c.peerPID] = true
+		} else {
+			unknown++
+		}
+	}
+	return pids, unknown
+}
+
+func (t *connTracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.conns)
+}
+
+func peerPID(nc net.Conn) int {
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		return 0
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	pid := 0
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
+}

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gzramd/gzramd/pkg/batch"
+	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/metrics"
+	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/pagestore"
+)
+
+// daemon is a running gzramd: the data path, its listeners, the HTTP
+// endpoint and, with --device/--swap, the kernel device.
+type daemon struct {
+	cfg      *serveConfig
+	log      *slog.Logger
+	started  time.Time
+	notify   *notifier
+	backends *backends
+	store    *pagestore.Store
+	batcher  *batch.Batcher
+	dev      *device.Device
+	srv      *nbd.Server
+	tracker  connTracker
+	httpSrv  *http.Server
+	reg      *prometheus.Registry
+
+	listeners []net.Listener
+	kernel    *nbd.KernelDevice // attached by us (--device)
+	swapOn    bool              // we ran swapon on kernel.Path
+}
+
+func newDaemon(cfg *serveConfig, log *slog.Logger) (d *daemon, err error) {
+	d = &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier()}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+	cpuCodec, err := codec.New(cfg.algorithm)
+	if err != nil {
+		return nil, err
+	}
+	if d.backends, err = openBackends(cfg, cpuCodec, log); err != nil {
+		return nil, err
+	}
+	if d.store, err = pagestore.New(pagestore.Config{MemLimit: int64(cfg.memLimit)}); err != nil {
+		return nil, fmt.Errorf("creating the page store: %w", err)
+	}
+	batchObs := metrics.NewBatches()
+	batchObs.Track(d.backends.primary.Name())
+	batchObs.Track(d.backends.cpu.Name())
+	d.batcher, err = batch.New(d.backends.primary, d.backends.cpu, batch.Config{
+		MaxPages: cfg.batchPages, InFlight: cfg.batchInFlight, Deadline: cfg.batchDeadline,
+		MinPrimaryPages: min(d.backends.minPrimary, cfg.batchPages),
+	}, batchObs)
+	if err != nil {
+		return nil, err
+	}
+	d.dev, err = device.New(device.Config{
+		Size: int64(cfg.size), Codec: cpuCodec, Batcher: d.batcher, Store: d.store,
+		HugeThreshold: cfg.hugeThreshold, Logger: log,
+		CorruptReads: os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1",
+	})
+	if err != nil {
+		return nil, err
+	}
+	nbdObs := metrics.NewNBD()
+	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
+		nbd.Options{Logger: log, Observer: nbdObs})
+	if err != nil {
+		return nil, err
+	}
+	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
+		Version: version, Export: cfg.export, Algorithm: cfg.algorithm,
+		Backend: d.backends.primary.Name(), DiskSize: int64(cfg.size),
+	}, d.dev.Stats, d.batcher.Stats)}, d.backends.collectors...)
+	if d.reg, err = metrics.NewRegistry(collectors...); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	return d, nil
+}
+
+// close releases what newDaemon and run built, in reverse order.
+func (d *daemon) close() {
+	for _, l := range d.listeners {
+		l.Close()
+	}
+	if d.batcher != nil {
+		d.batcher.Close() // before the device: no page is mid-commit when the table goes
+	}
+	if d.dev != nil {
+		d.dev.Close()
+	}
+	if d.store != nil {
+		d.store.Close()
+	}
+	if d.backends != nil {
+		d.backends.close()
+	}
+}
+
+func (d *daemon) listen() error {
+	cfg := d.cfg
+	if cfg.socket != "" {
+		l, err := listenUnix(cfg.socket)
+		if err != nil {
+			return err
+		}
+		d.listeners = append(d.listeners, l)
+	}
+	if cfg.tcp != "" {
+		addr := tcpAddr(cfg.tcp)
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listening on --tcp %s: %w", addr, err)
+		}
+		if ip := l.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+			d.log.Warn("serving NBD beyond loopback: anyone who can reach this address can read and write the device", "addr", l.Addr())
+		}
+		d.listeners = append(d.listeners, l)
+	}
+	if cfg.metrics != "" {
+		l, err := net.Listen("tcp", cfg.metrics)
+		if err != nil {
+			return fmt.Errorf("listening on --metrics %s: %w", cfg.metrics, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics.Handler(d.reg, d.log))
+		mux.HandleFunc("GET /status", d.serveStatus)
+		d.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := d.httpSrv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("metrics endpoint stopped", "err", err)
+			}
+		}()
+		d.log.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
+	}
+	return nil
+}
+
+func (d *daemon) status() statusReport {
+	st := d.dev.Stats()
+	r := statusReport{
+		Version: version, PID: os.Getpid(), Export: d.cfg.export, Socket: d.cfg.socket, TCP: d.cfg.tcp,
+		Algorithm: d.cfg.algorithm, Backend: d.backends.primary.Name(), GPU: d.backends.gpuName,
+		DiskSize: int64(d.cfg.size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
+		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
+		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.count(),
+		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
+	}
+	if d.kernel != nil {
+		r.Device = d.kernel.Path
+	}
+	if swaps, err := ourSwaps(r.Device, &d.tracker); err == nil {
+		for _, s := range swaps {
+			r.SwapDevices = append(r.SwapDevices, s.Path)
+		}
+	}
+	return r
+}
+
+func (d *daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(d.status())
+}
+
+// attach connects the kernel device (--device) and makes it swap (--swap).
+func (d *daemon) attach(ctx context.Context) error {
+	if d.cfg.device == "" {
+		return nil
+	}
+	index, _ := parseDevice(d.cfg.device) // validated
+	opts := nbd.KernelOptions{
+		Export: d.cfg.export, Index: index, Connections: d.cfg.kernelConns, Timeout: d.cfg.kernelTimeout,
+	}
+	if d.cfg.socket != "" {
+		opts.Network, opts.Address = "unix", d.cfg.socket
+	} else {
+		opts.Network, opts.Address = "tcp", tcpAddr(d.cfg.tcp)
+	}
+	kd, err := nbd.AttachKernel(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("--device %s: %w", d.cfg.device, err)
+	}
+	d.kernel = kd
+	d.log.Info("kernel device attached", "device", kd.Path, "netlink", kd.Netlink, "size", kd.Size)
+	if !d.cfg.swap {
+		return nil
+	}
+	if err := enableSwap(ctx, kd.Path, d.cfg.swapPriority); err != nil {
+		return fmt.Errorf("--swap on %s: %w", kd.Path, err)
+	}
+	d.swapOn = true
+	d.log.Info("swap on", "device", kd.Path, "priority", d.cfg.swapPriority, "discard", true)
+	return nil
+}
+
+// run serves until a signal asks it to stop and stopping is safe.
+func (d *daemon) run(ctx context.Context) error {
+	defer d.close()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	dump := make(chan os.Signal, 1)
+	signal.Notify(dump, syscall.SIGUSR1)
+	defer signal.Stop(dump)
+
+	if err := d.listen(); err != nil {
+		return err
+	}
+	errc := make(chan error, len(d.listeners))
+	for _, l := range d.listeners {
+		l := d.tracker.wrap(l)
+		go func() {
+			if err := d.srv.Serve(l); err != nil && !errors.Is(err, nbd.ErrServerClosed) {
+				errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
+			}
+		}()
+		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.export)
+	}
+	var serveErr error
+	if err := d.attach(ctx); err != nil {
+		serveErr = err
+		d.log.Error("stopping", "err", err)
+	} else {
+		d.log.Info("gzramd ready", "version", version, "size", d.cfg.size.String(), "algorithm", d.cfg.algorithm,
+			"backend", d.backends.primary.Name(), "mem_limit", d.cfg.memLimit.String())
+		if err := d.notify.notify("READY=1\nSTATUS=serving " + d.cfg.export); err != nil {
+			d.log.Warn("sd_notify READY=1 failed", "err", err)
+		}
+		serveErr = d.wait(ctx, sigs, dump, errc)
+	}
+	d.stop()
+	return serveErr
+}
+
+// wait returns when the daemon should stop: a fatal serving error, or a
+// stop request that is safe to honour.
+func (d *daemon) wait(ctx context.Context, sigs, dump <-chan os.Signal, errc <-chan error) error {
+	var watchdog <-chan time.Time
+	if iv := watchdogInterval(); iv > 0 {
+		t := time.NewTicker(iv)
+		defer t.Stop()
+		watchdog = t.C
+		d.log.Info("systemd watchdog on", "ping_every", iv)
+	}
+	var recheck <-chan time.Time // ticks while a stop waits for swap to go
+	for {
+		select {
+		case sig := <-sigs:
+			d.log.Info("stop requested", "signal", sig.String())
+			if d.readyToStop(ctx) {
+				return nil
+			}
+			if recheck == nil {
+				t := time.NewTicker(5 * time.Second)
+				defer t.Stop()
+				recheck = t.C
+			}
+		case <-recheck:
+			if d.readyToStop(ctx) {
+				return nil
+			}
+		case err := <-errc:
+			d.log.Error("stopping", "err", err)
+			return err
+		case <-ctx.Done():
+			return nil
+		case <-watchdog:
+			if err := d.healthy(); err != nil {
+				d.log.Error("health check failed; not pinging the systemd watchdog", "err", err)
+				continue
+			}
+			_ = d.notify.notify("WATCHDOG=1")
+		case <-dump:
+			d.log.Warn("SIGUSR1: writing every goroutine's stack to stderr")
+			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+		}
+	}
+}
+
+// healthy reads a page through the device, which takes the page lock and
+// the decode path: a daemon wedged on a lock misses the watchdog.
+func (d *daemon) healthy() error {
+	buf := make([]byte, codec.PageSize)
+	done := make(chan error, 1)
+	go func() { done <- d.dev.ReadAt(context.Background(), buf, 0) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		return errors.New("reading page 0 took longer than 10s")
+	}
+}
+
+// readyToStop decides whether a stop request can be honoured now. Swap
+// that gzramd turned on itself is turned off first; active swap on the
+// export that it did not turn on blocks the stop (the kernel would lose
+// the swapped pages, and the processes that own them) unless --force.
+func (d *daemon) readyToStop(ctx context.Context) bool {
+	own := ""
+	if d.kernel != nil {
+		own = d.kernel.Path
+	}
+	swaps, err := ourSwaps(own, &d.tracker)
+	if err != nil {
+		d.log.Warn("cannot tell whether the export is active swap; stopping", "err", err)
+		return true
+	}
+	if len(swaps) == 0 {
+		return true
+	}
+	_ = d.notify.notify("STOPPING=1")
+	for _, s := range swaps {
+		if d.swapOn && own != "" && sameFile(s.Path, own) {
+			d.log.Info("turning swap off before stopping; the kernel reads the swapped pages back", "device", s.Path, "used_bytes", s.Used)
+			_ = d.notify.notify("STATUS=swapoff " + s.Path)
+			sctx, cancel := context.WithTimeout(ctx, swapoffTimeout)
+			err := disableSwap(sctx, s.Path)
+			cancel()
+			if err == nil {
+				d.swapOn = false
+				d.log.Info("swap off", "device", s.Path)
+				continue
+			}
+			d.log.Error("swapoff failed", "device", s.Path, "err", err)
+		}
+		if d.cfg.force {
+			d.log.Warn("--force: stopping while the export is active swap; processes with pages there will fail",
+				"device", s.Path, "used_bytes", s.Used)
+			continue
+		}
+		d.log.Error("refusing to stop: the export is active swap; run swapoff, or restart with --force",
+			"device", s.Path, "used_bytes", s.Used, "fix", "swapoff "+s.Path)
+		_ = d.notify.notify("STATUS=refusing to stop: " + s.Path + " is active swap; run swapoff " + s.Path)
+		return false
+	}
+	return true
+}
+
+// stop detaches the kernel device, finishes the requests in flight and
+// closes the endpoints.
+func (d *daemon) stop() {
+	_ = d.notify.notify("STOPPING=1")
+	if d.kernel != nil {
+		if err := d.kernel.Detach(); err != nil {
+			d.log.Error("detaching the kernel device", "device", d.kernel.Path, "err", err)
+		} else {
+			d.log.Info("kernel device detached", "device", d.kernel.Path)
+		}
+	}
+	d.log.Info("stopping: waiting for requests in flight")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.srv.Shutdown(shutdownCtx); err != nil {
+		d.log.Warn("NBD shutdown did not finish cleanly", "err", err)
+	}
+	if d.httpSrv != nil {
+		_ = d.httpSrv.Shutdown(shutdownCtx)
+	}
+	st := d.dev.Stats()
+	d.log.Info("stopped", "stored_pages", st.StoredPages, "same_pages", st.SamePages,
+		"orig_data_bytes", st.OrigDataSize, "compr_data_bytes", st.ComprDataSize)
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// statusReport is what /status serves and `gzramd status` prints: the
+// figures zramctl shows, taken from the same snapshots as /metrics.
+type statusReport struct {
+	Version        string   `json:"version"`
+	PID            int      `json:"pid"`
+	Export         string   `json:"export"`
+	Socket         string   `json:"socket,omitempty"`
+	TCP            string   `json:"tcp,omitempty"`
+	Device         string   `json:"device,omitempty"` // /dev/nbdN gzramd attached itself
+	SwapDevices    []string `json:"swap_devices"`     // active swap backed by this export
+	Algorithm      string   `json:"algorithm"`
+	Backend        string   `json:"backend"`
+	GPU            string   `json:"gpu,omitempty"`
+	DiskSize       int64    `json:"disksize_bytes"`
+	OrigDataBytes  int64    `json:"orig_data_bytes"`
+	ComprDataBytes int64    `json:"compr_data_bytes"`
+	MemUsedBytes   int64    `json:"mem_used_bytes"`
+	MemLimitBytes  int64    `json:"mem_limit_bytes"`
+	SamePages      int64    `json:"same_pages"`
+	HugePages      int64    `json:"huge_pages"`
+	StoredPages    int64    `json:"stored_pages"`
+	Connections    int      `json:"connections"`
+	UptimeSeconds  float64  `json:"uptime_seconds"`
+}
+
+// Ratio is orig_data_size / mem_used_total, zramctl's view of what the
+// memory buys; 0 when nothing is stored.
+func (r *statusReport) Ratio() float64 {
+	if r.MemUsedBytes == 0 {
+		return 0
+	}
+	return float64(r.OrigDataBytes) / float64(r.MemUsedBytes)
+}
+
+func newStatusCmd() *cobra.Command {
+	var addr string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the running daemon's device, like zramctl",
+		Long: `Show the running daemon's device in a zramctl-like table, read from its
+HTTP endpoint (the --metrics address of gzramd serve, which also serves
+/status). DATA is the uncompressed size of the stored pages, COMPR their
+compressed size, TOTAL the memory the store holds, RATIO is DATA/TOTAL.`,
+		Example: `  gzramd status
+  gzramd status --metrics 127.0.0.1:9829 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return usageErr(fmt.Errorf("invalid --metrics %q: want HOST:PORT, e.g. 127.0.0.1:9829", addr))
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+			defer cancel()
+			rep, raw, err := fetchStatus(ctx, addr)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				_, err := cmd.OutOrStdout().Write(raw)
+				return err
+			}
+			return printStatus(cmd.OutOrStdout(), rep)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "metrics", "127.0.0.1:9829", "the daemon's --metrics address")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the daemon's JSON report as it is")
+	return cmd
+}
+
+func fetchStatus(ctx context.Context, addr string) (*statusReport, []byte, error) {
+	url := "http://" + addr + "/status"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("no gzramd answering at %s (is it running, with --metrics %s?): %w", addr, addr, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading %s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	var rep statusReport
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		return nil, nil, fmt.Errorf("%s is not a gzramd status report: %w", url, err)
+	}
+	return &rep, raw, nil
+}
+
+func printStatus(w io.Writer, r *statusReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "DEVICE\tEXPORT\tALGORITHM\tDISKSIZE\tDATA\tCOMPR\tTOTAL\tRATIO\tBACKEND\tGPU\tSWAP\t")
+	dev := r.Device
+	if dev == "" && len(r.SwapDevices) > 0 {
+		dev = r.SwapDevices[0]
+	}
+	if dev == "" {
+		dev = "-"
+	}
+	gpu := r.GPU
+	if gpu == "" {
+		gpu = "-"
+	}
+	swap := "no"
+	if len(r.SwapDevices) > 0 {
+		swap = "yes"
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+		dev, r.Export, r.Algorithm, humanBytes(r.DiskSize), humanBytes(r.OrigDataBytes),
+		humanBytes(r.ComprDataBytes), humanBytes(r.MemUsedBytes), strconv.FormatFloat(r.Ratio(), 'f', 2, 64),
+		r.Backend, gpu, swap)
+	return tw.Flush()
+}
+
+// humanBytes formats like zramctl: 1024-based units with one decimal.
+func humanBytes(n int64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + "B"
+	}
+	v := float64(n)
+	i := -1
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	s := strconv.FormatFloat(v, 'f', 1, 64)
+	if len(s) > 2 && s[len(s)-2:] == ".0" {
+		s = s[:len(s)-2]
+	}
+	return s + string(units[i])
+}
