@@ -4,7 +4,7 @@
  * back twice. Any page the swap device loses, corrupts, misplaces or
  * serves stale from an earlier run shows up as a wrong word.
  *
- * Usage: hog MIB SEED
+ * Usage: hog MIB SEED [RANDOM_EVERY]   (default 8; 0: no random pages)
  * With HOG_PEAK_CMD set, runs it with /bin/sh once every page is written
  * (the moment most of the hog is in swap), e.g. to scrape metrics.
  * Prints "HOG-PASS" or "HOG-FAIL ..." and exits 0 or 1.
@@ -24,17 +24,25 @@ extern char **environ;
 enum { PAGE = 4096, WORDS = PAGE / 8 };
 
 /*
- * Little-endian bytes: 2 of seed, 2 of word index, 4 of page index.
- * Neighbouring words share 6 bytes, so LZ4 compresses it (the daemon's
- * "compressed below original" metric needs that) while every word stays
- * unique across the whole buffer. Every 8th page is left random-looking
- * so incompressible pages travel too.
+ * The first word of each 64-byte line holds, little-endian, 2 bytes of
+ * seed, 2 of the word's index and 4 of the page's index; the other seven
+ * repeat a word made of page and seed. So a page compresses well (the
+ * daemon's "compressed below original" metric, and gzramd inside the
+ * guest, which keeps compressed pages in the guest's own RAM, need that)
+ * while any misplaced line, page or stale run shows. Every RANDOM_EVERY-th
+ * page is random-looking instead, so incompressible pages travel too.
  */
+static uint64_t random_every = 8;
+
 static uint64_t pattern(uint64_t seed, uint64_t page, uint64_t word)
 {
-	uint64_t v = (page << 32) | ((word & 0xffff) << 16) | (seed & 0xffff);
-	if (page % 8 == 7) {
-		uint64_t z = v ^ (seed * 0x9e3779b97f4a7c15ull);
+	uint64_t v = (page << 32) | (seed & 0xffff);
+	if (word % 8 == 0)
+		v |= (word & 0xffff) << 16;
+	else
+		v |= 0xa5a5ull << 16;
+	if (random_every && page % random_every == random_every - 1) {
+		uint64_t z = v ^ (word << 48) ^ (seed * 0x9e3779b97f4a7c15ull);
 		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 		v = z ^ (z >> 31);
@@ -71,10 +79,12 @@ static uint64_t verify(volatile uint64_t *mem, uint64_t pages, uint64_t seed, in
 
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: hog MIB SEED\n");
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: hog MIB SEED [RANDOM_EVERY]\n");
 		return 2;
 	}
+	if (argc == 4)
+		random_every = strtoull(argv[3], NULL, 10);
 	uint64_t mib = strtoull(argv[1], NULL, 10), seed = strtoull(argv[2], NULL, 10);
 	uint64_t pages = mib * 1024 * 1024 / PAGE;
 	if (pages == 0) {

@@ -10,7 +10,7 @@ mount -t devtmpfs dev /dev
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64
 
-mode=client port=10809 export=gzram0 conns=1 hog=200 seed=1 size=512MiB host=10.0.2.2 metrics=
+mode=client port=10809 export=gzram0 conns=1 hog=200 seed=1 random=8 kconns=1 size=512MiB host=10.0.2.2 metrics=
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.*=*) kv=${arg#e2e.}; eval "${kv%%=*}='${kv#*=}'" ;;
@@ -70,16 +70,17 @@ client)
 	swapon -d /dev/nbd0 || fail "swapon -d"
 	;;
 daemon)
-	step "gzramd serve --swap --device /dev/nbd0 --size $size"
+	step "gzramd serve --swap --device /dev/nbd0 --size $size --kernel-connections $kconns $daemon_args"
 	mkdir -p /run/gzramd
-	gzramd serve --swap --device /dev/nbd0 --size "$size" \
-		--socket /run/gzramd/gzramd.sock --metrics 127.0.0.1:9829 $daemon_args \
+	PATH=/usr/local/sbin:$PATH gzramd serve --swap --device /dev/nbd0 --size "$size" \
+		--socket /run/gzramd/gzramd.sock --metrics 127.0.0.1:9829 --kernel-connections "$kconns" $daemon_args \
 		>/tmp/gzramd.log 2>&1 &
 	daemon_pid=$!
 	i=0
 	while ! grep -q '^/dev/nbd0 ' /proc/swaps; do
 		if ! kill -0 "$daemon_pid" 2>/dev/null; then
 			cat /tmp/gzramd.log
+			echo "E2E-STEP: /dev/nbd0: size $(cat /sys/block/nbd0/size) sectors, pid $(cat /sys/block/nbd0/pid 2>/dev/null || echo none)"
 			fail "gzramd exited before swap was on"
 		fi
 		i=$((i + 1))
@@ -98,9 +99,9 @@ out0=$(vmstat_get pswpout) in0=$(vmstat_get pswpin)
 step "hog $hog MiB seed $seed"
 # At the hog's peak, most of it is in swap: the moment to see pages stored.
 if [ -n "$metrics" ]; then
-	HOG_PEAK_CMD="wget -q -T 10 -O /tmp/metrics.peak http://$metrics/metrics" hog "$hog" "$seed"
+	HOG_PEAK_CMD="wget -q -T 10 -O /tmp/metrics.peak http://$metrics/metrics" hog "$hog" "$seed" "$random"
 else
-	hog "$hog" "$seed"
+	hog "$hog" "$seed" "$random"
 fi
 hog_rc=$?
 out=$(($(vmstat_get pswpout) - out0)) in=$(($(vmstat_get pswpin) - in0))

@@ -129,11 +129,16 @@ initramfs_base() {
 
 # initramfs_with_gzramd BINARY OUT: the base initramfs plus a second cpio
 # archive with gzramd and its shared libraries (the kernel unpacks
-# concatenated archives in order).
+# concatenated archives in order). util-linux's mkswap, swapon and swapoff
+# go in /usr/local/sbin, first on the daemon's PATH: gzramd runs them
+# with the long options users' systems have, which busybox lacks.
 initramfs_with_gzramd() {
-	local bin=$1 out=$2 root
+	local bin=$1 out=$2 root t
 	root=$(mktemp -d "$E2E_CACHE/tmp.XXXXXX")
 	copy_with_libs "$root" "$bin" /bin/gzramd
+	for t in mkswap swapon swapoff; do
+		copy_with_libs "$root" "$(PATH=/usr/sbin:/sbin:$PATH command -v "$t")" "/usr/local/sbin/$t"
+	done
 	{
 		cat "$INITRD"
 		(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1)

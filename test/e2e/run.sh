@@ -150,7 +150,7 @@ run_host() { # name smp conns
 }
 
 run_guest() {
-	if ! "$GZRAMD" serve --help 2>&1 | grep -q -- '--swap'; then
+	if [[ "$("$GZRAMD" serve --help 2>&1 || true)" != *--swap* ]]; then
 		[ "${E2E_REQUIRE_GUEST:-0}" = 1 ] && die "guest: $GZRAMD serve has no --swap flag"
 		log "guest: SKIP: $GZRAMD serve has no --swap flag yet"
 		return
@@ -160,7 +160,7 @@ run_guest() {
 	GUEST_INITRD=$WORK/guest.cpio.gz
 	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
 	# The daemon lives inside the guest here, so the guest gets more RAM.
-	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-256M}" 2 "e2e.mode=daemon e2e.size=$SIZE e2e.hog=${E2E_GUEST_HOG_MIB:-400} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}"
+	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-256M}" 2 "e2e.mode=daemon e2e.size=$SIZE e2e.kconns=2 e2e.hog=${E2E_GUEST_HOG_MIB:-384} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}"
 	log "guest: booting ($ACCEL, gzramd serve --swap inside the guest)"
 	guest_run "$TIMEOUT" || die "guest: $GUEST_VERDICT"
 	grep -E '^(hog: |HOG-PASS|E2E-SWAP)' "$CONSOLE" | tr -d '\r' >&2
