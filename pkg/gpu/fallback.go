@@ -58,7 +58,8 @@ type Fallback struct {
 	mu       sync.Mutex   // guards failures
 	failures int          // consecutive failures of the primary
 
-	shadows sync.Pool // *codec.Batch outputs for the primary
+	shadowMu sync.Mutex
+	shadows  []*codec.Batch // private outputs for the primary, free ones
 
 	primaryN, cpuN, fallbacks, timeouts, skipped, small atomic.Uint64
 }
@@ -158,15 +159,35 @@ func (f *Fallback) CompressBatch(ctx context.Context, b *codec.Batch) error {
 	return f.toCPU(ctx, b)
 }
 
+// outputAllocator is implemented by primaries that want their private
+// outputs in special memory (the GPU: pinned, so it writes them by DMA).
+type outputAllocator interface {
+	newOutputs(capacity int) (*codec.Batch, error)
+}
+
 // shadow returns a batch sharing b's pages with outputs of its own.
 func (f *Fallback) shadow(b *codec.Batch) *codec.Batch {
 	need := b.Cap()
 	var sb *codec.Batch
-	if v, ok := f.shadows.Get().(*codec.Batch); ok && v.Cap() >= need && len(v.Out) >= len(b.Out) {
-		sb = v
-	} else {
+	f.shadowMu.Lock()
+	for i := len(f.shadows) - 1; i >= 0; i-- {
+		if v := f.shadows[i]; v.Cap() >= need && len(v.Out) >= need*codec.PageSize {
+			sb = v
+			f.shadows = append(f.shadows[:i], f.shadows[i+1:]...)
+			break
+		}
+	}
+	f.shadowMu.Unlock()
+	if sb == nil {
+		if a, ok := f.primary.(outputAllocator); ok {
+			if v, err := a.newOutputs(need); err == nil {
+				sb = v
+			}
+		}
+	}
+	if sb == nil {
 		sb = &codec.Batch{
-			Out:     make([]byte, max(len(b.Out), need*codec.PageSize)),
+			Out:     make([]byte, need*codec.PageSize),
 			Offsets: make([]uint32, need),
 			Lens:    make([]uint32, need),
 		}
@@ -194,7 +215,9 @@ func (f *Fallback) adopt(b, sb *codec.Batch) {
 func (f *Fallback) recycle(sb *codec.Batch) {
 	sb.Pages = nil
 	sb.N = 0
-	f.shadows.Put(sb)
+	f.shadowMu.Lock()
+	f.shadows = append(f.shadows, sb)
+	f.shadowMu.Unlock()
 }
 
 func (f *Fallback) succeeded() {

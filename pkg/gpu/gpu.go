@@ -42,7 +42,7 @@ var errClosed = errors.New("gpu: backend closed")
 // round trip costs more than the CPU takes. Measured by
 // bench/gpu/run.sh (TestBenchReport's crossover table); see
 // bench/results/gpu-*.md.
-const DefaultAutoMinPages = 64
+const DefaultAutoMinPages = 256
 
 // Launch geometry of the kernels in kernels/lz4.cu (C_WARPS, D_WARPS):
 // one warp per page.
@@ -55,7 +55,9 @@ const (
 type Config struct {
 	// Device is the CUDA device index (--gpu-device).
 	Device int
-	// Slots is the number of batches in flight (default 4).
+	// Slots is the number of batches in flight (default 8). A batch holds
+	// its slot for about twice its kernel time (two round trips), so
+	// throughput needs several slots and as many concurrent callers.
 	Slots int
 	// MaxBatchPages is the largest batch a slot holds (default 1024).
 	MaxBatchPages int
@@ -72,7 +74,7 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.Slots == 0 {
-		c.Slots = 4
+		c.Slots = 8
 	}
 	if c.MaxBatchPages == 0 {
 		c.MaxBatchPages = 1024
@@ -151,7 +153,7 @@ type Backend struct {
 
 	quarantine sync.WaitGroup
 	mu         sync.Mutex
-	pinned     [][]byte // pages of batches made by NewBatch
+	pinned     [][]byte // memory of batches made by NewBatch and newOutputs
 }
 
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates
@@ -282,9 +284,29 @@ func (g *Backend) Info() DeviceInfo { return g.info }
 // MaxBatchPages is the largest batch CompressBatch and DecompressBatch take.
 func (g *Backend) MaxBatchPages() int { return g.cfg.MaxBatchPages }
 
-// NewBatch implements codec.BatchAllocator: the pages live in pinned host
-// memory, so they are uploaded by DMA without a staging copy.
+// NewBatch implements codec.BatchAllocator. The whole batch (pages,
+// output, offsets, lengths) lives in pinned host memory, so pages go up and
+// compressed bytes come down by DMA with no staging copy.
+//
+// Because CompressBatch then writes b.Out by DMA, a batch that fails with
+// a deadline error may still have b.Out written by the device until its
+// slot is released; WithFallback never hands the caller's batch to the
+// device, so use the Backend through it.
 func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
+	b, err := g.newPinned(capacity, true)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// newOutputs returns a batch with pinned outputs and no pages, for the
+// private outputs WithFallback gives the device.
+func (g *Backend) newOutputs(capacity int) (*codec.Batch, error) {
+	return g.newPinned(capacity, false)
+}
+
+func (g *Backend) newPinned(capacity int, withPages bool) (*codec.Batch, error) {
 	if capacity < 1 || capacity > g.cfg.MaxBatchPages {
 		return nil, fmt.Errorf("gpu: batch capacity %d out of range 1..%d", capacity, g.cfg.MaxBatchPages)
 	}
@@ -294,19 +316,47 @@ func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
 	if err := g.fault(FaultAlloc); err != nil {
 		return nil, err
 	}
-	pages, err := g.dr.hostAlloc(capacity * codec.PageSize)
+	pageBytes := 0
+	if withPages {
+		pageBytes = capacity * codec.PageSize
+	}
+	size := pageBytes + capacity*codec.PageSize + 8*capacity
+	mem, err := g.dr.hostAlloc(size)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: pinned batch of %d pages: %w", capacity, err)
 	}
 	g.mu.Lock()
-	g.pinned = append(g.pinned, pages)
+	g.pinned = append(g.pinned, mem)
 	g.mu.Unlock()
-	return &codec.Batch{
-		Pages:   pages,
-		Out:     make([]byte, capacity*codec.PageSize),
-		Offsets: make([]uint32, capacity),
-		Lens:    make([]uint32, capacity),
-	}, nil
+	out := mem[pageBytes : pageBytes+capacity*codec.PageSize]
+	meta := mem[pageBytes+capacity*codec.PageSize:]
+	b := &codec.Batch{
+		Out:     out,
+		Offsets: unsafe.Slice((*uint32)(unsafe.Pointer(&meta[0])), capacity),
+		Lens:    unsafe.Slice((*uint32)(unsafe.Pointer(&meta[4*capacity])), capacity),
+	}
+	if withPages {
+		b.Pages = mem[:pageBytes]
+	}
+	return b, nil
+}
+
+// ownsPinned reports whether p lies in pinned memory made by NewBatch.
+func (g *Backend) ownsPinned(p []byte) bool {
+	if len(p) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(&p[0]))
+	hi := lo + uintptr(len(p))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, m := range g.pinned {
+		start := uintptr(unsafe.Pointer(&m[0]))
+		if lo >= start && hi <= start+uintptr(len(m)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *Backend) fault(p FaultPoint) error {
@@ -412,7 +462,12 @@ func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
 		return err
 	}
 	defer g.release(s)
-	total, err := g.compress(ctx, s, b.Pages[:n*codec.PageSize], n)
+	direct := g.ownsPinned(b.Out)
+	dst := s.hPacked
+	if direct {
+		dst = b.Out
+	}
+	total, err := g.compress(ctx, s, b.Pages[:n*codec.PageSize], n, dst)
 	if err != nil {
 		return err
 	}
@@ -425,7 +480,9 @@ func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
 			return fmt.Errorf("gpu: page %d: device returned length %d at offset %d of %d packed bytes", i, l, o, total)
 		}
 	}
-	copy(b.Out[:total], s.hPacked[:total])
+	if !direct {
+		copy(b.Out[:total], s.hPacked[:total])
+	}
 	for i := range n {
 		b.Lens[i] = lens[i]
 		if lens[i] == 0 {
@@ -437,10 +494,10 @@ func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
 	return nil
 }
 
-// compress runs one batch on slot s and leaves the packed bytes in
-// s.hPacked and the offsets and lengths in s.hMeta. It returns the packed
-// size.
-func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int) (int, error) {
+// compress runs one batch on slot s and leaves the packed bytes in dst
+// (pinned memory) and the offsets and lengths in s.hMeta. It returns the
+// packed size.
+func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, dst []byte) (int, error) {
 	dr, m := g.dr, g.cfg.MaxBatchPages
 	if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {
 		return 0, err
@@ -482,7 +539,7 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int) (i
 	if total > n*codec.PageSize {
 		return 0, fmt.Errorf("gpu: device reported %d packed bytes for %d pages", total, n)
 	}
-	if err := dr.dtoh(s.hPacked[:total], s.dPacked, s.stream); err != nil {
+	if err := dr.dtoh(dst[:total], s.dPacked, s.stream); err != nil {
 		return 0, err
 	}
 	if err := g.wait(ctx, s); err != nil {
@@ -494,7 +551,8 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int) (i
 // DecompressBatch decodes the compressed pages of b (b.Out at b.Offsets,
 // b.Lens; as CompressBatch or the CPU codec left them) into b.Pages. Pages
 // with length 0 (stored raw) are left untouched. Malformed pages make it
-// return an error wrapping codec.ErrCorrupt; the other pages are decoded.
+// return an error wrapping codec.ErrCorrupt; the other pages are decoded,
+// and the content of the malformed ones is undefined.
 func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
 	if err := g.checkBatch(b); err != nil {
 		return err
@@ -525,7 +583,18 @@ func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
 		return err
 	}
 	defer g.release(s)
-	status, err := g.decompress(ctx, s, b.Out[:extent], b.Offsets[:n], b.Lens[:n])
+	// Decoded pages come down by DMA straight into b.Pages when it is
+	// pinned and every page is compressed (the device has no copy of a
+	// raw page to write back); otherwise through the slot's buffer.
+	direct := g.ownsPinned(b.Pages)
+	for i := 0; i < n && direct; i++ {
+		direct = b.Lens[i] != 0
+	}
+	dst := s.hPages
+	if direct {
+		dst = b.Pages
+	}
+	status, err := g.decompress(ctx, s, b.Out[:extent], b.Offsets[:n], b.Lens[:n], dst)
 	if err != nil {
 		return err
 	}
@@ -533,7 +602,9 @@ func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
 	for i := range n {
 		switch status[i] {
 		case 0:
-			copy(b.Page(i), s.hPages[i*codec.PageSize:(i+1)*codec.PageSize])
+			if !direct {
+				copy(b.Page(i), s.hPages[i*codec.PageSize:(i+1)*codec.PageSize])
+			}
 		case 1:
 			bad++
 		case 2:
@@ -550,9 +621,9 @@ func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
 	return nil
 }
 
-// decompress runs one decode batch on s: the decoded pages land in
-// s.hPages, and the returned per-page status in s.hMeta.
-func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, offsets, lens []uint32) ([]uint32, error) {
+// decompress runs one decode batch on s: the decoded pages land in dst
+// (pinned memory), and the returned per-page status in s.hMeta.
+func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, offsets, lens []uint32, dst []byte) ([]uint32, error) {
 	dr, m, n := g.dr, g.cfg.MaxBatchPages, len(lens)
 	dOffs := s.dMeta + devicePtr(4*metaHeaderWords)
 	dLens := s.dMeta + devicePtr(4*(metaHeaderWords+m))
@@ -563,10 +634,16 @@ func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, offset
 	if err := dr.htod(s.dPacked, packed, s.stream); err != nil {
 		return nil, err
 	}
-	if err := dr.htod(dOffs, bytesOf(offsets), s.stream); err != nil {
+	// Offsets and lengths go up from the pinned meta buffer: an upload
+	// from pageable memory would stall the stream.
+	hOffs := s.hMeta[metaHeaderWords : metaHeaderWords+n]
+	hLens := s.hMeta[metaHeaderWords+m : metaHeaderWords+m+n]
+	copy(hOffs, offsets)
+	copy(hLens, lens)
+	if err := dr.htod(dOffs, bytesOf(hOffs), s.stream); err != nil {
 		return nil, err
 	}
-	if err := dr.htod(dLens, bytesOf(lens), s.stream); err != nil {
+	if err := dr.htod(dLens, bytesOf(hLens), s.stream); err != nil {
 		return nil, err
 	}
 	if err := g.fault(FaultKernel); err != nil {
@@ -584,7 +661,7 @@ func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, offset
 	if err := dr.dtoh(bytesOf(st), dStatus, s.stream); err != nil {
 		return nil, err
 	}
-	if err := dr.dtoh(s.hPages[:n*codec.PageSize], s.dPages, s.stream); err != nil {
+	if err := dr.dtoh(dst[:n*codec.PageSize], s.dPages, s.stream); err != nil {
 		return nil, err
 	}
 	if err := g.wait(ctx, s); err != nil {

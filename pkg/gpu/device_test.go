@@ -1,0 +1,421 @@
+//go:build gpu
+
+// Tests that need an NVIDIA GPU: go test -tags gpu ./pkg/gpu/ (or a binary
+// built with go test -c -tags gpu, run on the GPU machine by
+// bench/gpu/run.sh). GZRAMD_CORPUS names the corpus (.zst) and GZRAMD_PTX a
+// freshly built lz4.ptx to use instead of the embedded one.
+
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/klauspost/compress/zstd"
+)
+
+func testConfig(t testing.TB) Config {
+	t.Helper()
+	c := Config{Logger: quiet}
+	if p := os.Getenv("GZRAMD_PTX"); p != "" {
+		ptx, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("GZRAMD_PTX: %v", err)
+		}
+		c.PTX = ptx
+	}
+	return c
+}
+
+func openGPU(t testing.TB, c Config) *Backend {
+	t.Helper()
+	g, err := Open(c)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return g
+}
+
+var corpusOnce struct {
+	sync.Once
+	pages []byte
+	err   error
+}
+
+// corpus returns the shared corpus pages, or skips.
+func corpus(t testing.TB) []byte {
+	t.Helper()
+	corpusOnce.Do(func() {
+		path := os.Getenv("GZRAMD_CORPUS")
+		if path == "" {
+			path = "../../../shared/corpus/memory-pages.bin.zst"
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			corpusOnce.err = err
+			return
+		}
+		defer f.Close()
+		d, err := zstd.NewReader(f)
+		if err != nil {
+			corpusOnce.err = err
+			return
+		}
+		defer d.Close()
+		var buf bytes.Buffer
+		if _, err := buf.ReadFrom(d); err != nil {
+			corpusOnce.err = err
+			return
+		}
+		corpusOnce.pages = buf.Bytes()[:buf.Len()/codec.PageSize*codec.PageSize]
+	})
+	if corpusOnce.err != nil {
+		t.Skipf("corpus not available (set GZRAMD_CORPUS): %v", corpusOnce.err)
+	}
+	return corpusOnce.pages
+}
+
+// edgePages returns n pages of the kinds that break compressors.
+func edgePages(n int) []byte {
+	r := rand.New(rand.NewPCG(42, 7))
+	out := make([]byte, n*codec.PageSize)
+	for i := range n {
+		p := out[i*codec.PageSize : (i+1)*codec.PageSize]
+		switch i % 9 {
+		case 0: // zeros
+		case 1:
+			for j := range p {
+				p[j] = 0xFF
+			}
+		case 2, 3:
+			for j := range p {
+				p[j] = byte(r.Uint32())
+			}
+		case 4:
+			p[r.IntN(len(p))] = byte(1 + r.IntN(255))
+		case 5:
+			p[len(p)-1] = 1
+		case 6:
+			for j := range p {
+				p[j] = byte(j % (1 + i%13))
+			}
+		case 7: // random, with a repeat near the end
+			for j := range p {
+				p[j] = byte(r.Uint32())
+			}
+			copy(p[len(p)-40:], p[100:140])
+		case 8:
+			for j := range p {
+				p[j] = byte(r.IntN(3))
+			}
+		}
+	}
+	return out
+}
+
+// roundTrip compresses pages (any count) on the GPU in batches of up to
+// the slot size and checks each page both ways: GPU → CPU decoder and GPU
+// decoder of the GPU output and of liblz4's output. It returns the stored
+// bytes (compressed, or a page when raw) of the GPU and of liblz4.
+func roundTrip(t *testing.T, g *Backend, pages []byte) (gpuStored, cpuStored int) {
+	t.Helper()
+	ctx := context.Background()
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 0)
+	total := len(pages) / codec.PageSize
+	per := g.MaxBatchPages()
+	b, err := g.NewBatch(per)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := codec.NewBatch(per)
+	for lo := 0; lo < total; lo += per {
+		n := min(per, total-lo)
+		want := pages[lo*codec.PageSize : (lo+n)*codec.PageSize]
+		copy(b.Pages, want)
+		b.N = n
+		poison(b)
+		if err := g.CompressBatch(ctx, b); err != nil {
+			t.Fatalf("pages %d..%d: %v", lo, lo+n, err)
+		}
+		verifyBatch(t, b, want)
+		for i := range n {
+			if l := int(b.Lens[i]); l > 0 {
+				gpuStored += l
+			} else {
+				gpuStored += codec.PageSize
+			}
+		}
+		// GPU decoder on GPU output.
+		for i := range b.Pages[:n*codec.PageSize] {
+			b.Pages[i] = 0x3C
+		}
+		if err := g.DecompressBatch(ctx, b); err != nil {
+			t.Fatalf("pages %d..%d: GPU decode of GPU output: %v", lo, lo+n, err)
+		}
+		for i := range n {
+			if b.Lens[i] != 0 && !bytes.Equal(b.Page(i), want[i*codec.PageSize:(i+1)*codec.PageSize]) {
+				t.Fatalf("page %d: GPU decode of GPU output differs", lo+i)
+			}
+		}
+		// GPU decoder on liblz4 output.
+		copy(cb.Pages, want)
+		cb.N = n
+		if err := cpu.CompressBatch(ctx, cb); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if l := int(cb.Lens[i]); l > 0 {
+				cpuStored += l
+			} else {
+				cpuStored += codec.PageSize
+			}
+		}
+		for i := range cb.Pages[:n*codec.PageSize] {
+			cb.Pages[i] = 0xC3
+		}
+		if err := g.DecompressBatch(ctx, cb); err != nil {
+			t.Fatalf("pages %d..%d: GPU decode of liblz4 output: %v", lo, lo+n, err)
+		}
+		for i := range n {
+			if cb.Lens[i] != 0 && !bytes.Equal(cb.Page(i), want[i*codec.PageSize:(i+1)*codec.PageSize]) {
+				t.Fatalf("page %d: GPU decode of liblz4 output differs", lo+i)
+			}
+		}
+	}
+	return gpuStored, cpuStored
+}
+
+func TestGPUDeviceAndTelemetry(t *testing.T) {
+	g := openGPU(t, testConfig(t))
+	info := g.Info()
+	if info.Name == "" || info.Multiprocessors == 0 || info.MemoryBytes == 0 {
+		t.Fatalf("device info incomplete: %+v", info)
+	}
+	t.Logf("device: %+v", info)
+	m, err := OpenMonitor(info.Index)
+	if err != nil {
+		t.Fatalf("OpenMonitor: %v", err)
+	}
+	defer m.Close()
+	tel, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tel.Name == "" || tel.MemoryTotalBytes == 0 || tel.MemoryUsedBytes > tel.MemoryTotalBytes {
+		t.Fatalf("telemetry implausible: %+v", tel)
+	}
+	t.Logf("telemetry: %+v", tel)
+}
+
+func TestGPURoundTripCorpus(t *testing.T) {
+	pages := corpus(t)
+	g := openGPU(t, testConfig(t))
+	gs, cs := roundTrip(t, g, pages)
+	gr := float64(len(pages)) / float64(gs)
+	cr := float64(len(pages)) / float64(cs)
+	t.Logf("corpus %d pages: GPU ratio %.4f, liblz4 level 1 ratio %.4f", len(pages)/codec.PageSize, gr, cr)
+	if gr < cr {
+		t.Errorf("GPU ratio %.4f below liblz4's %.4f on the same pages", gr, cr)
+	}
+}
+
+func TestGPUEdgePages(t *testing.T) {
+	g := openGPU(t, testConfig(t))
+	for _, n := range []int{1, 3, 5, 31, 1000, 1024} {
+		pages := edgePages(n)
+		roundTrip(t, g, pages)
+	}
+	// Zero and 0xFF pages must compress to a few bytes, random ones be raw.
+	pages := edgePages(9)
+	b, _ := g.NewBatch(9)
+	copy(b.Pages, pages)
+	b.N = 9
+	if err := g.CompressBatch(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Lens[0] == 0 || b.Lens[0] > 32 || b.Lens[1] == 0 || b.Lens[1] > 32 {
+		t.Errorf("zero/0xFF pages compressed to %d/%d bytes", b.Lens[0], b.Lens[1])
+	}
+	if b.Lens[2] != 0 || b.Lens[3] != 0 {
+		t.Errorf("random pages not stored raw: lengths %d, %d", b.Lens[2], b.Lens[3])
+	}
+}
+
+func TestGPUHeapBatches(t *testing.T) {
+	// Batches not made by NewBatch (Go heap) work too.
+	g := openGPU(t, testConfig(t))
+	pages := testPages(100, 9)
+	b := newBatchWith(pages)
+	poison(b)
+	if err := g.CompressBatch(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	verifyBatch(t, b, pages)
+}
+
+func TestGPUConcurrent(t *testing.T) {
+	pages := corpus(t)
+	g := openGPU(t, testConfig(t))
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := g.NewBatch(512)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for r := range 4 {
+				lo := ((w*4 + r) * 512) % (len(pages)/codec.PageSize - 512)
+				want := pages[lo*codec.PageSize : (lo+512)*codec.PageSize]
+				copy(b.Pages, want)
+				b.N = 512
+				poison(b)
+				if err := g.CompressBatch(context.Background(), b); err != nil {
+					errs <- err
+					return
+				}
+				verifyBatch(t, b, want)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestGPUDecompressRejectsCorrupt(t *testing.T) {
+	g := openGPU(t, testConfig(t))
+	pages := testPages(64, 11)
+	b := newBatchWith(pages)
+	if err := g.CompressBatch(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	for i := range b.N {
+		if b.Lens[i] > 1 {
+			b.Lens[i]-- // truncate every compressed page
+		}
+	}
+	if err := g.DecompressBatch(context.Background(), b); !errors.Is(err, codec.ErrCorrupt) {
+		t.Fatalf("DecompressBatch of truncated pages: %v, want ErrCorrupt", err)
+	}
+}
+
+// TestGPUFaultInjection fails each step of the GPU path once, mid-run, and
+// checks that every batch still comes back complete through the fallback.
+func TestGPUFaultInjection(t *testing.T) {
+	pages := testPages(300, 12)
+	for _, p := range []FaultPoint{FaultUpload, FaultKernel, FaultDownload, FaultSync} {
+		t.Run(string(p), func(t *testing.T) {
+			plan := NewFaultPlan(map[FaultPoint][]int{p: {2}})
+			c := testConfig(t)
+			c.Faults = plan
+			c.Slots = 2
+			g := openGPU(t, c)
+			f := WithFallback(g, codec.NewCPUBatch(codec.NewLZ4(), 0), FallbackOptions{Logger: quiet, MinBackoff: time.Millisecond})
+			b, err := f.NewBatch(300)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				copy(b.Pages, pages)
+				b.N = 300
+				poison(b)
+				if err := f.CompressBatch(context.Background(), b); err != nil {
+					t.Fatal(err)
+				}
+				verifyBatch(t, b, pages)
+				time.Sleep(3 * time.Millisecond)
+			}
+			if s := f.Stats(); s.Fallbacks != 1 || s.Primary != 4 {
+				t.Errorf("stats %+v, want 1 fallback and 4 GPU batches", s)
+			}
+		})
+	}
+	t.Run("alloc", func(t *testing.T) {
+		c := testConfig(t)
+		c.Faults = NewFaultPlan(map[FaultPoint][]int{FaultAlloc: {1}})
+		if _, err := Open(c); !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrInjected) {
+			t.Fatalf("Open with an allocation fault: %v", err)
+		}
+	})
+}
+
+// TestGPUHangQuarantine keeps a slot's stream really busy past the
+// watchdog: the batch is redone on the CPU, the slot stays out of use until
+// the device finishes, and later batches run on the GPU again.
+func TestGPUHangQuarantine(t *testing.T) {
+	pages := testPages(256, 13)
+	c := testConfig(t)
+	c.Faults = NewFaultPlan(map[FaultPoint][]int{FaultHang: {1}})
+	c.HangFor = 400 * time.Millisecond
+	c.Slots = 2
+	g := openGPU(t, c)
+	f := WithFallback(g, codec.NewCPUBatch(codec.NewLZ4(), 0), FallbackOptions{
+		Logger: quiet, Timeout: 50 * time.Millisecond, MinBackoff: time.Millisecond,
+	})
+	b, _ := f.NewBatch(256)
+	copy(b.Pages, pages)
+	b.N = 256
+	poison(b)
+	start := time.Now()
+	if err := f.CompressBatch(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 300*time.Millisecond {
+		t.Errorf("watchdog fired after %v", d)
+	}
+	verifyBatch(t, b, pages)
+	snapshot := append([]byte(nil), b.Out...)
+	// While the hung slot is quarantined the other one serves batches.
+	time.Sleep(2 * time.Millisecond)
+	b2, _ := f.NewBatch(256)
+	copy(b2.Pages, pages)
+	b2.N = 256
+	if err := f.CompressBatch(context.Background(), b2); err != nil {
+		t.Fatal(err)
+	}
+	verifyBatch(t, b2, pages)
+	// After the hang, both slots work again and the first batch's results
+	// were never overwritten.
+	time.Sleep(600 * time.Millisecond)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bb, _ := f.NewBatch(256)
+			copy(bb.Pages, pages)
+			bb.N = 256
+			if err := f.CompressBatch(context.Background(), bb); err != nil {
+				t.Error(err)
+				return
+			}
+			verifyBatch(t, bb, pages)
+		}()
+	}
+	wg.Wait()
+	if !bytes.Equal(snapshot, b.Out) {
+		t.Fatal("the hung batch's late output reached the caller's batch")
+	}
+	s := f.Stats()
+	if s.Timeouts != 1 || s.Primary < 5 {
+		t.Errorf("stats %+v, want 1 timeout and the GPU used afterwards", s)
+	}
+}
