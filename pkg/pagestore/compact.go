@@ -11,7 +11,13 @@ import "slices"
 // relocate may call Alloc, Bytes and Free (but not Compact). If relocate
 // returns true, the owner now refers to new and Compact frees old; if it
 // returns false, the owner changed meanwhile and has freed or will free old
-// itself, and Compact frees new. A slab being evacuated receives no new
+// itself, and Compact frees new.
+//
+// The store cannot know when an object's bytes are final: an owner that
+// fills an object after Alloc returns may still be writing it when Compact
+// copies it. Such an owner must, in relocate, while it holds the lock that
+// orders its writes and reads and has checked that it still refers to old,
+// copy the bytes again: copy(s.Bytes(new, n), s.Bytes(old, n)). A slab being evacuated receives no new
 // objects and is released only when empty; one still holding objects whose
 // owners have not freed them yet is released by the last Free (and counted
 // in PagesCompacted then), or evacuated again by the next Compact.
@@ -44,8 +50,7 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 				break
 			}
 			mem := s.slabMem(r, g)
-			o := owner(mem, slot)
-			if isFree(o) {
+			if isFree(owner(mem, slot)) {
 				c.mu.Unlock()
 				continue
 			}
@@ -57,21 +62,10 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 				c.mu.Unlock()
 				break
 			}
-			d := delta(mem, slot)
-			setOwner(nmem, nslot, o)
-			setDelta(nmem, nslot, d)
-			n := g.size - uint32(d)
-			copy(nmem[objectAt(g, nslot):][:n], mem[objectAt(g, slot):][:n])
-			c.objects.Add(1)
-			c.bytes.Add(int64(n))
+			o := s.copyObject(c, g, mem, slot, nmem, nslot)
 			c.mu.Unlock()
-
-			old, nh := handle(id, slot), handle(nid, nslot)
-			if relocate(o, old, nh) {
-				s.Free(old)
+			if s.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
 				moved++
-			} else {
-				s.Free(nh)
 			}
 		}
 		c.mu.Lock()
@@ -87,7 +81,130 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 		}
 		c.mu.Unlock()
 	}
+	if aborted {
+		return moved
+	}
+	c.mu.Lock()
+	tail := s.pickTail(c)
+	c.mu.Unlock()
+	if tail != 0 {
+		moved += s.compactTail(c, ci, tail, relocate)
+	}
 	return moved
+}
+
+// compactTail packs the objects of slab id, which the others cannot take
+// whole, into the bottom of the slab and gives back the pages above them.
+// Working down from its top object, it moves each object into a free slot
+// of another slab while there is one, then into the lowest free slot of
+// this one. Meanwhile the slab is marked evacuating, so nothing but this
+// takes its free slots; its free list is rebuilt at the end.
+func (s *Store) compactTail(c *class, ci int, id uint32, relocate func(owner uint32, old, new Handle) bool) (moved int) {
+	g, r := &s.geo[ci], s.rec(id)
+	c.mu.Lock()
+	hi := int(r.bump) - 1
+	c.mu.Unlock()
+	lo, outside := uint32(0), true
+	for ; hi >= 0; hi-- {
+		slot := uint32(hi)
+		c.mu.Lock()
+		mem := s.slabMem(r, g)
+		if isFree(owner(mem, slot)) {
+			c.mu.Unlock()
+			continue
+		}
+		nid, nmem, nslot := id, mem, uint32(0)
+		if outside {
+			var err error
+			if nid, nmem, nslot, err = s.take(c, ci, false); err != nil {
+				nid, nmem, outside = id, mem, false
+			}
+		}
+		if !outside {
+			for lo < slot && !isFree(owner(mem, lo)) {
+				lo++
+			}
+			if lo >= slot {
+				c.mu.Unlock()
+				break
+			}
+			nslot = lo
+			r.live++
+		}
+		o := s.copyObject(c, g, mem, slot, nmem, nslot)
+		c.mu.Unlock()
+		if s.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
+			moved++
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.trim(r, g)
+	if r.live == 0 {
+		s.release(c, id, r, s.slabMem(r, g), true)
+		return moved
+	}
+	r.state = slabActive
+	if uint32(r.live) < g.slots {
+		s.push(&c.partial, id)
+	}
+	return moved
+}
+
+// trim lowers slab r's mark to just above its top object, gives back the
+// pages above that, and rebuilds its free list lowest slot first. c.mu is
+// held.
+func (s *Store) trim(r *slabRec, g *geometry) {
+	mem := s.slabMem(r, g)
+	top := uint32(r.bump)
+	for top > 0 && isFree(owner(mem, top-1)) {
+		top--
+	}
+	r.freeHead = 0
+	for slot := int(top) - 1; slot >= 0; slot-- {
+		if isFree(owner(mem, uint32(slot))) {
+			setOwner(mem, uint32(slot), freeTag|uint32(r.freeHead))
+			r.freeHead = uint16(slot + 1)
+		}
+	}
+	r.bump = uint16(top)
+	if top == 0 {
+		return // the caller releases the slab
+	}
+	keep := pagesFor(objectAt(g, top))
+	if held := uint32(r.touched); keep < held {
+		if err := releasePages(mem[keep*pageSize : held*pageSize]); err != nil {
+			s.releaseErrors.Add(1)
+		}
+		s.memUsed.Add(-int64(held-keep) * pageSize)
+		s.pagesCompacted.Add(int64(held - keep))
+		r.touched = uint16(keep)
+	}
+}
+
+// copyObject copies the object in slot of mem, with its tag, into the
+// slot nslot of nmem, which the caller has taken, and returns its owner.
+// c.mu is held.
+func (s *Store) copyObject(c *class, g *geometry, mem []byte, slot uint32, nmem []byte, nslot uint32) uint32 {
+	o, d := owner(mem, slot), delta(mem, slot)
+	setOwner(nmem, nslot, o)
+	setDelta(nmem, nslot, d)
+	n := g.size - uint32(d)
+	copy(nmem[objectAt(g, nslot):][:n], mem[objectAt(g, slot):][:n])
+	c.objects.Add(1)
+	c.bytes.Add(int64(n))
+	return o
+}
+
+// relocateOne asks the owner to switch from old to new and frees the copy
+// it does not keep. No lock is held.
+func (s *Store) relocateOne(relocate func(owner uint32, old, new Handle) bool, o uint32, old, new Handle) bool {
+	if relocate(o, old, new) {
+		s.Free(old)
+		return true
+	}
+	s.Free(new)
+	return false
 }
 
 // pickSources chooses the slabs of a class to evacuate and marks them so:
@@ -130,4 +247,20 @@ func (s *Store) pickSources(c *class, g *geometry) []uint32 {
 	}
 	s.scratch = ids
 	return ids[:chosen]
+}
+
+// pickTail chooses the sparsest active slab with free slots below its
+// mark for compactTail, and marks it evacuating. c.mu is held.
+func (s *Store) pickTail(c *class) uint32 {
+	tail := uint32(0)
+	for id := c.partial; id != 0; id = s.rec(id).next {
+		if r := s.rec(id); r.live < r.bump && (tail == 0 || r.live < s.rec(tail).live) {
+			tail = id
+		}
+	}
+	if tail != 0 {
+		s.unlink(&c.partial, tail)
+		s.rec(tail).state = slabEvacuating
+	}
+	return tail
 }

@@ -1,6 +1,7 @@
 package pagestore_test
 
 import (
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -103,6 +104,40 @@ func TestCorpusRatio(t *testing.T) {
 	for i, h := range handles {
 		if string(s.Bytes(h, len(comp[i]))) != string(comp[i]) {
 			t.Fatalf("page %d: stored bytes differ", i)
+		}
+	}
+
+	// Trim a random half, as a swap device sees, and compact.
+	rng := rand.New(rand.NewPCG(41, 42))
+	kept, keptData := 0, int64(0)
+	for i, h := range handles {
+		if rng.IntN(2) == 0 {
+			s.Free(h)
+			handles[i] = 0
+		} else {
+			kept++
+			keptData += int64(len(comp[i]))
+		}
+	}
+	fragmented := s.Stats().MemUsed
+	moved := s.Compact(func(owner uint32, old, new pagestore.Handle) bool {
+		if handles[owner] != old {
+			return false
+		}
+		handles[owner] = new
+		return true
+	})
+	st = s.Stats()
+	orig = float64(kept * codec.PageSize)
+	codecRatio, effective = orig/float64(keptData), orig/float64(st.MemUsed)
+	t.Logf("half trimmed: %d bytes held before Compact, %d after (%d objects moved); codec ratio %.4f, effective %.4f (%.2f%%)",
+		fragmented, st.MemUsed, moved, codecRatio, effective, 100*effective/codecRatio)
+	if effective < 0.9*codecRatio {
+		t.Errorf("after compaction, effective ratio %.4f < 0.9 x codec ratio %.4f", effective, codecRatio)
+	}
+	for i, h := range handles {
+		if h != 0 && string(s.Bytes(h, len(comp[i]))) != string(comp[i]) {
+			t.Fatalf("page %d: stored bytes differ after compaction", i)
 		}
 	}
 }

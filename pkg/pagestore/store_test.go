@@ -343,6 +343,10 @@ func TestMemLimit(t *testing.T) {
 type model struct {
 	mu   []sync.Mutex // per owner, like the device's page locks
 	objs []object     // objs[owner]; h == 0 means none
+	// copyFrom, when set, is the store whose objects relocate copies
+	// under the owner's lock: needed when objects are filled after Alloc
+	// returns while Compact runs (see Compact).
+	copyFrom *Store
 }
 
 func newModel(n int) *model { return &model{mu: make([]sync.Mutex, n), objs: make([]object, n)} }
@@ -352,6 +356,10 @@ func (m *model) relocate(owner uint32, old, new Handle) bool {
 	defer m.mu[owner].Unlock()
 	if m.objs[owner].h != old {
 		return false
+	}
+	if s := m.copyFrom; s != nil {
+		n := m.objs[owner].size
+		copy(s.Bytes(new, n), s.Bytes(old, n))
 	}
 	m.objs[owner].h = new
 	return true
@@ -519,6 +527,7 @@ func TestCompactConcurrent(t *testing.T) {
 		ops = 20000
 	}
 	m := newModel(owners)
+	m.copyFrom = s // the workers fill objects after Alloc, as the device does
 	var wg sync.WaitGroup
 	errs := make(chan error, workers+1)
 	stop := make(chan struct{})
