@@ -45,8 +45,15 @@ type daemon struct {
 	swapOn    bool              // we ran swapon on kernel.Path
 }
 
-func newDaemon(cfg *serveConfig, log *slog.Logger) (d *daemon, err error) {
-	d = &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier()}
+func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
+	d := &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier()}
+	// Tests stand in for the kernel's swap list and nbd devices.
+	if p := os.Getenv("GZRAMD_FAULT_PROC_SWAPS"); p != "" {
+		procSwaps = p
+	}
+	if p := os.Getenv("GZRAMD_FAULT_SYS_BLOCK"); p != "" {
+		sysBlock = p
+	}
 	defer func() {
 		if err != nil {
 			d.close()

@@ -28,7 +28,7 @@ GPU when one is present (LZ4 block format) and on the CPU otherwise.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
-	root.AddCommand(newServeCmd(), newStatusCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newStatusCmd(), newBenchCmd(), newVersionCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "gzramd:", err)
 		os.Exit(exitCode(err))

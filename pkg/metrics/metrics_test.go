@@ -3,6 +3,7 @@ package metrics
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -307,5 +308,48 @@ func promtoolCheck(t *testing.T, body []byte) {
 	cmd.Stdin = bytes.NewReader(body)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func TestGPUCollector(t *testing.T) {
+	tele := GPUTelemetry{Name: "NVIDIA H100", MemoryUsedBytes: 1 << 30, MemoryTotalBytes: 80 << 30,
+		UtilizationGPU: 42, UtilizationMemory: 7, TemperatureC: 55, PCIeTxBytesPerSec: 1e9, PCIeRxBytesPerSec: 2e9}
+	var teleErr error
+	g := NewGPU(0, func() GPUCounters { return GPUCounters{Primary: 10, CPU: 3, Fallbacks: 2, Timeouts: 1, Skipped: 1} },
+		func() (GPUTelemetry, error) { return tele, teleErr }, nil)
+	reg, err := NewRegistry(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(Handler(reg, nil))
+	defer srv.Close()
+	get := func() (Families, []byte) {
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		f, err := Parse(bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f, body
+	}
+	f, body := get()
+	want(t, f, "gzramd_gpu_batches_total", 10, "gpu", "0")
+	want(t, f, "gzramd_gpu_fallbacks_total", 2, "gpu", "0")
+	want(t, f, "gzramd_gpu_timeouts_total", 1, "gpu", "0")
+	want(t, f, "gzramd_gpu_utilization_ratio", 0.42, "gpu", "0", "name", "NVIDIA H100")
+	want(t, f, "gzramd_gpu_memory_total_bytes", 80<<30, "gpu", "0")
+	want(t, f, "gzramd_gpu_temperature_celsius", 55, "gpu", "0")
+	promtoolCheck(t, body)
+
+	// Telemetry failing drops it from the scrape but keeps the counters.
+	teleErr = errors.New("nvml: GPU is lost")
+	f, _ = get()
+	want(t, f, "gzramd_gpu_fallbacks_total", 2, "gpu", "0")
+	if _, ok := f.Value("gzramd_gpu_temperature_celsius"); ok {
+		t.Error("telemetry exported although NVML failed")
 	}
 }

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/nbd"
+)
+
+// TestStatusMatchesMetrics writes through real clients, then checks the
+// scrape against what was written, lints it with promtool, and checks
+// that `gzramd status` reports the same figures.
+func TestStatusMatchesMetrics(t *testing.T) {
+	needTool(t, "nbdcopy", "libnbd-bin")
+	d := startDaemon(t, nil, append(hardeningOff, "--size", "64MiB")...)
+
+	// 8 MiB of half-compressible data, then trim the first MiB.
+	data := make([]byte, 8<<20)
+	rand.Read(data)
+	for i := 0; i < len(data); i += 4096 {
+		clear(data[i+2048 : i+4096])
+	}
+	src := filepath.Join(t.TempDir(), "data")
+	if err := os.WriteFile(src, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runClient(t, nil, "nbdcopy", src, d.uri())
+	if _, err := exec.LookPath("nbdsh"); err == nil {
+		runClient(t, nil, "nbdsh", "-u", d.uri(), "-c", "h.trim(1048576, 0)")
+	}
+	back := filepath.Join(t.TempDir(), "back")
+	runClient(t, nil, "nbdcopy", d.uri(), back)
+	got, err := os.ReadFile(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed := !bytes.Equal(got[:1<<20], data[:1<<20])
+	if !bytes.Equal(got[1<<20:8<<20], data[1<<20:]) {
+		t.Fatal("data read back differs from data written")
+	}
+
+	f := d.scrape()
+	stored := 2048.0 // 8 MiB of pages
+	if trimmed {
+		stored -= 256
+		if v, _ := f.Value("gzramd_notify_free_total"); v != 256 {
+			t.Errorf("gzramd_notify_free_total = %v after trimming 256 pages", v)
+		}
+	}
+	if v, _ := f.Value("gzramd_stored_pages"); v != stored {
+		t.Errorf("gzramd_stored_pages = %v, want %v", v, stored)
+	}
+	if v, _ := f.Value("gzramd_orig_data_bytes"); v != stored*4096 {
+		t.Errorf("gzramd_orig_data_bytes = %v, want %v", v, stored*4096)
+	}
+	compr, _ := f.Value("gzramd_compr_data_bytes")
+	if compr < stored*2048 || compr > stored*2200 {
+		t.Errorf("gzramd_compr_data_bytes = %v for %v half-random pages", compr, stored)
+	}
+	if v, _ := f.Value("gzramd_nbd_requests_total", "command", "write"); v == 0 {
+		t.Error("no NBD writes counted")
+	}
+	if v, _ := f.Value("gzramd_nbd_request_duration_seconds", "command", "read"); v == 0 {
+		t.Error("no NBD read latencies observed")
+	}
+	if v, _ := f.Value("gzramd_batch_pages", "backend", "cpu"); v == 0 {
+		t.Error("no batches observed for the cpu backend")
+	}
+	promtool(t, d.metrics)
+
+	// The table and the JSON report agree with the metrics.
+	out, _, code := gzramd(t, nil, "status", "--metrics", d.metrics, "--json")
+	if code != 0 {
+		t.Fatalf("status --json: exit status %d", code)
+	}
+	var rep statusReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	for _, c := range []struct {
+		name   string
+		status int64
+	}{
+		{"gzramd_orig_data_bytes", rep.OrigDataBytes},
+		{"gzramd_compr_data_bytes", rep.ComprDataBytes},
+		{"gzramd_mem_used_bytes", rep.MemUsedBytes},
+		{"gzramd_disksize_bytes", rep.DiskSize},
+		{"gzramd_stored_pages", rep.StoredPages},
+		{"gzramd_same_pages", rep.SamePages},
+	} {
+		if v, _ := f.Value(c.name); int64(v) != c.status {
+			t.Errorf("status says %d, metrics %s = %v", c.status, c.name, v)
+		}
+	}
+	if rep.Backend != f.Label("gzramd_info", "backend") || rep.Algorithm != "lz4" || rep.Export != "gzram0" {
+		t.Errorf("status backend/algorithm/export %q/%q/%q disagree with gzramd_info", rep.Backend, rep.Algorithm, rep.Export)
+	}
+	table, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
+	if code != 0 || lines(table) != 2 {
+		t.Fatalf("status: exit status %d, output:\n%s", code, table)
+	}
+	row := strings.Fields(strings.Split(table, "\n")[1])
+	wantRow := []string{"-", "gzram0", "lz4", "64M", humanBytes(rep.OrigDataBytes), humanBytes(rep.ComprDataBytes),
+		humanBytes(rep.MemUsedBytes), strconv.FormatFloat(rep.Ratio(), 'f', 2, 64), "cpu", "-", "no"}
+	if strings.Join(row, " ") != strings.Join(wantRow, " ") {
+		t.Errorf("status row %q, want %q", row, wantRow)
+	}
+	if code := d.stop(sigterm); code != 0 {
+		t.Errorf("exit status %d after SIGTERM", code)
+	}
+}
+
+func TestStatusWithoutDaemon(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	_, stderr, code := gzramd(t, nil, "status", "--metrics", addr)
+	if code != 1 || !strings.Contains(stderr, "no gzramd answering at "+addr) || lines(stderr) != 1 {
+		t.Errorf("status with nothing listening: status %d, stderr %q", code, stderr)
+	}
+}
+
+func promtool(t *testing.T, addr string) {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not installed (Debian package prometheus); not linting /metrics")
+		return
+	}
+	resp, err := httpGet("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(path, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(resp)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+// rawClient speaks NBD's transmission phase directly, so a test knows
+// exactly which writes were acknowledged.
+type rawClient struct {
+	nc     net.Conn
+	cookie uint64
+}
+
+func dialRaw(t *testing.T, socket string) *rawClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, _, err := nbd.Dial(ctx, "unix", socket, "gzram0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &rawClient{nc: nc}
+}
+
+// write sends one NBD_CMD_WRITE and waits for its reply; it returns the
+// NBD error code, or an error when the connection failed first.
+func (c *rawClient) write(off uint64, data []byte) (uint32, error) {
+	c.cookie++
+	req := make([]byte, 28, 28+len(data))
+	binary.BigEndian.PutUint32(req[0:], 0x25609513)
+	binary.BigEndian.PutUint16(req[6:], uint16(nbd.CmdWrite))
+	binary.BigEndian.PutUint64(req[8:], c.cookie)
+	binary.BigEndian.PutUint64(req[16:], off)
+	binary.BigEndian.PutUint32(req[24:], uint32(len(data)))
+	if _, err := c.nc.Write(append(req, data...)); err != nil {
+		return 0, err
+	}
+	var rep [16]byte
+	if _, err := io.ReadFull(c.nc, rep[:]); err != nil {
+		return 0, err
+	}
+	if binary.BigEndian.Uint32(rep[0:]) != 0x67446698 || binary.BigEndian.Uint64(rep[8:]) != c.cookie {
+		return 0, io.ErrUnexpectedEOF
+	}
+	return binary.BigEndian.Uint32(rep[4:]), nil
+}
+
+// TestSIGTERMKeepsAcknowledgedWrites writes distinct pages one at a time
+// and sends SIGTERM in the middle: the daemon must finish the request in
+// flight, exit 0, and hold at the end every page it acknowledged.
+func TestSIGTERMKeepsAcknowledgedWrites(t *testing.T) {
+	d := startDaemon(t, nil, append(hardeningOff, "--size", "64MiB")...)
+	c := dialRaw(t, d.socket)
+	var acked atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		page := make([]byte, 4096)
+		for i := uint64(0); i < 16384; i++ {
+			rand.Read(page[:512]) // distinct and compressible: never same-filled
+			errno, err := c.write(i*4096, page)
+			if err != nil {
+				errc <- nil // the daemon closed the connection: expected
+				return
+			}
+			if errno != 0 {
+				errc <- &nbdError{errno}
+				return
+			}
+			acked.Add(1)
+		}
+		errc <- nil
+	}()
+	for acked.Load() < 500 {
+		time.Sleep(time.Millisecond)
+	}
+	if code := d.stop(sigterm); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+	if err := <-errc; err != nil {
+		// ESHUTDOWN for a request that arrived after the stop is allowed.
+		if e, ok := err.(*nbdError); !ok || e.errno != 108 {
+			t.Errorf("write failed: %v", err)
+		}
+	}
+	m := d.waitLog(`msg=stopped stored_pages=(\d+)`, time.Second)
+	stored, _ := strconv.ParseInt(m[1], 10, 64)
+	n := acked.Load()
+	// The last write may be stored without its reply arriving.
+	t.Logf("%d writes acknowledged, %d pages stored at exit", n, stored)
+	if stored < n || stored > n+1 {
+		t.Errorf("stopped with %d pages stored, but %d writes were acknowledged", stored, n)
+	}
+	for _, want := range []string{"stop requested", "waiting for requests in flight"} {
+		if !strings.Contains(d.log.String(), want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	if strings.Contains(d.log.String(), "level=ERROR") {
+		t.Error("errors logged during a clean stop")
+	}
+}
+
+type nbdError struct{ errno uint32 }
+
+func (e *nbdError) Error() string { return "NBD error " + strconv.Itoa(int(e.errno)) }
+
+// fakeKernel stands in for /proc/swaps and /sys/block: nbd7 is active
+// swap, set up by this test process, whose connection to the daemon is
+// open. That is how the daemon sees swap on its export.
+func fakeKernel(t *testing.T, pid int) (env []string, swaps string) {
+	t.Helper()
+	dir := t.TempDir()
+	swaps = filepath.Join(dir, "swaps")
+	writeSwaps(t, swaps, true)
+	blk := filepath.Join(dir, "block", "nbd7")
+	if err := os.MkdirAll(blk, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(blk, "pid"), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"GZRAMD_FAULT_PROC_SWAPS=" + swaps, "GZRAMD_FAULT_SYS_BLOCK=" + filepath.Join(dir, "block")}, swaps
+}
+
+func writeSwaps(t *testing.T, path string, active bool) {
+	t.Helper()
+	s := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n/dev/sda3                               partition\t8388604\t\t0\t\t-2\n"
+	if active {
+		s += "/dev/nbd7                               partition\t1048572\t\t40960\t\t100\n"
+	}
+	if err := os.WriteFile(path+".tmp", []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStopRefusedWhileExportIsSwap(t *testing.T) {
+	env, swaps := fakeKernel(t, os.Getpid())
+	d := startDaemon(t, env, hardeningOff...)
+	dialRaw(t, d.socket) // the "kernel's" connection, from this process
+	time.Sleep(100 * time.Millisecond)
+
+	out, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
+	if code != 0 || !strings.Contains(out, "/dev/nbd7") || !strings.HasSuffix(strings.TrimSpace(out), "yes") {
+		t.Errorf("status does not show /dev/nbd7 as swap:\n%s", out)
+	}
+	if err := d.cmd.Process.Signal(sigterm); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(`refusing to stop: the export is active swap.*device=/dev/nbd7.*fix="swapoff /dev/nbd7"`, 10*time.Second)
+	select {
+	case <-d.done:
+		t.Fatalf("gzramd stopped while its export was active swap:\n%s", d.log.String())
+	case <-time.After(500 * time.Millisecond):
+	}
+	// Still serving.
+	if _, _, code := gzramd(t, nil, "status", "--metrics", d.metrics); code != 0 {
+		t.Error("status failed while the stop was refused")
+	}
+	// Once the operator runs swapoff, the pending stop goes ahead.
+	writeSwaps(t, swaps, false)
+	if code := d.wait(20 * time.Second); code != 0 {
+		t.Errorf("exit status %d after swapoff", code)
+	}
+}
+
+func TestForceStopsWhileExportIsSwap(t *testing.T) {
+	env, _ := fakeKernel(t, os.Getpid())
+	d := startDaemon(t, env, append(hardeningOff, "--force")...)
+	dialRaw(t, d.socket)
+	time.Sleep(100 * time.Millisecond)
+	if code := d.stop(sigterm); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+	if !strings.Contains(d.log.String(), "--force: stopping while the export is active swap") {
+		t.Errorf("no warning about stopping under swap:\n%s", d.log.String())
+	}
+}
+
+// A swap device set up by another process, not connected to us, is not ours.
+func TestOtherSwapDoesNotBlockStop(t *testing.T) {
+	env, _ := fakeKernel(t, 1)
+	d := startDaemon(t, env, hardeningOff...)
+	dialRaw(t, d.socket)
+	time.Sleep(100 * time.Millisecond)
+	if code := d.stop(sigterm); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+}
+
+// TestSystemdNotify plays systemd: a notify socket, a watchdog, a stop.
+func TestSystemdNotify(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	msgs := make(chan string, 64)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := conn.Read(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	expect := func(prefix string) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case m := <-msgs:
+				if strings.HasPrefix(m, prefix) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("no %q from the daemon", prefix)
+			}
+		}
+	}
+	d := startDaemon(t, []string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=200000"}, hardeningOff...)
+	expect("READY=1")
+	expect("WATCHDOG=1")
+	expect("WATCHDOG=1")
+	if code := d.stop(sigterm); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+	expect("STOPPING=1")
+}
+
+func httpGet(url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return fetch(ctx, url)
+}
