@@ -85,7 +85,7 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 		return moved
 	}
 	c.mu.Lock()
-	tail := s.pickTail(c)
+	tail := s.pickTail(c, g)
 	c.mu.Unlock()
 	if tail != 0 {
 		moved += s.compactTail(c, ci, tail, relocate)
@@ -249,12 +249,14 @@ func (s *Store) pickSources(c *class, g *geometry) []uint32 {
 	return ids[:chosen]
 }
 
-// pickTail chooses the sparsest active slab with free slots below its
-// mark for compactTail, and marks it evacuating. c.mu is held.
-func (s *Store) pickTail(c *class) uint32 {
+// pickTail chooses for compactTail the sparsest active slab that would
+// hold fewer pages with its objects packed at its bottom, and marks it
+// evacuating. c.mu is held.
+func (s *Store) pickTail(c *class, g *geometry) uint32 {
 	tail := uint32(0)
 	for id := c.partial; id != 0; id = s.rec(id).next {
-		if r := s.rec(id); r.live < r.bump && (tail == 0 || r.live < s.rec(tail).live) {
+		r := s.rec(id)
+		if pagesFor(objectAt(g, uint32(r.live))) < uint32(r.touched) && (tail == 0 || r.live < s.rec(tail).live) {
 			tail = id
 		}
 	}

@@ -406,6 +406,18 @@ func TestCompact(t *testing.T) {
 	if got := (before.MemUsed - after.MemUsed) / pageSize; got > after.PagesCompacted+numClasses*maxCachedPages || got < after.PagesCompacted*9/10 {
 		t.Fatalf("MemUsed dropped by %d pages, PagesCompacted %d", got, after.PagesCompacted)
 	}
+	// What compaction leaves is the objects rounded up to their class, their
+	// tags, slab tails, and about two part-filled pages per class.
+	classes := 0
+	for ci := range s.classes {
+		if s.classes[ci].objects.Load() > 0 {
+			classes++
+		}
+	}
+	allowed := after.ComprDataSize + after.Objects*(classStep+tagSize) + after.ComprDataSize/maxTailWaste + int64(classes)*2*pageSize
+	if after.MemUsed > allowed {
+		t.Fatalf("after compaction %d bytes held for %d data bytes in %d classes, want <= %d", after.MemUsed, after.ComprDataSize, classes, allowed)
+	}
 	// What compaction leaves free in held memory is less than one slab's
 	// slots per class.
 	for ci := range s.classes {
