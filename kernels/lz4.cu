@@ -1,29 +1,45 @@
 // Batched LZ4 block compression and decompression of 4 KiB pages.
 //
-// One warp owns one page. Compression finds, for every position of the page
-// in parallel (32 positions per step), the longest match among a 4-way
-// hash bucket of earlier positions and the nearest earlier lane holding the
-// same 4 bytes, then parses greedily with a one-step lazy look-ahead. Every
-// position is both searched and inserted, which is why the ratio beats
-// liblz4's fast mode (which skips ahead on misses and keeps one candidate).
+// One warp owns one page. Compression walks the page in windows of 32
+// positions, one per lane. Each lane finds the longest match (compared up
+// to SEARCH_CAP bytes) for its position among the nearest earlier lane of
+// the window holding the same 4 bytes (__match_any_sync) and the positions
+// in its hash bucket (WAYS most recent positions with that hash); then the
+// window's positions enter the table, and the parser picks matches in
+// order, greedily with a one-position lazy look-ahead, extending a capped
+// match with the whole warp. The chosen sequences of a window are encoded
+// at once: each lane sizes its own, a warp prefix sum places them. The
+// next window starts where the last match ends.
+//
+// Searching every uncovered position (liblz4's fast mode skips ahead after
+// misses) is what beats liblz4 level 1's ratio; the table size, ways and
+// cap trade ratio for speed (bench/gpu/sweep.sh measures variants; the
+// defaults were chosen on an H200, see bench/results/gpu-*.md).
 //
 // The output is the standard LZ4 block format (lz4_Block_format.md): the
 // last match starts at least 12 bytes before the end, the last 5 bytes are
 // literals. A page whose encoding would need PAGE_SIZE bytes or more gets
 // length 0: the caller stores it raw.
 //
-// Compressed pages are packed on the device: each warp reserves its slot in
-// the packed buffer with one atomicAdd (16-byte aligned), so only the packed
-// bytes and the per-page offsets and lengths travel back to the host.
+// Compressed pages are packed on the device: each warp reserves its place
+// in the packed buffer with one atomicAdd (16-byte aligned), so only the
+// packed bytes and the per-page offsets and lengths travel back.
 //
-// The file is built to PTX for compute_75 (Turing and later; Hopper JIT-
-// compiles it at module load) by kernels/build-ptx.sh; no Hopper-only
-// instructions are needed.
+// Decompression: one warp per page, the parse run by all lanes in step,
+// literals and matches copied 32 bytes at a time (a match shorter-period
+// than its length is copied from its period, which is already written).
+//
+// The file is built to PTX for compute_75 (Turing and later; the driver
+// compiles it for the GPU at load) by kernels/build-ptx.sh; no newer
+// instruction is needed.
 
 #include <stdint.h>
 
 #define PAGE_SIZE 4096
 #define PAGE_WORDS (PAGE_SIZE / 4)
+// Zero words after a page in shared memory, so that word loads near the
+// end need no bounds checks (the bytes they read are never used).
+#define PAD_WORDS 16
 #define MIN_MATCH 4
 #define LAST_LITERALS 5
 #define MF_LIMIT 12
@@ -34,25 +50,46 @@
 // A compressed page must be strictly smaller than a page.
 #define OUT_LIMIT (PAGE_SIZE - 1)
 
-#define HASH_BITS 10
+#ifndef HASH_BITS
+#define HASH_BITS 9
+#endif
 #define HASH_BUCKETS (1 << HASH_BITS)
-#define EMPTY_SLOT 0xFFFFu
+// Ways per hash bucket: 16-bit positions packed in one word, slot 0 newest.
+#ifndef WAYS
+#define WAYS 2
+#endif
+#if WAYS == 4
+typedef unsigned long long bucket_t;
+#elif WAYS == 2
+typedef unsigned int bucket_t;
+#else
+#error "WAYS must be 2 or 4"
+#endif
 // Per-position search stops extending a match at this length; the parser
 // extends the chosen match further with the whole warp.
-#define SEARCH_CAP 36
+#ifndef SEARCH_CAP
+#define SEARCH_CAP 12
+#endif
+#if SEARCH_CAP % 4 != 0 || SEARCH_CAP < 8
+#error "SEARCH_CAP must be a multiple of 4, at least 8"
+#endif
+#define SEARCH_WORDS (SEARCH_CAP / 4)
 
+#ifndef C_WARPS
 #define C_WARPS 4 // warps (pages) per compression block
+#endif
 #define D_WARPS 4 // warps (pages) per decompression block
+#ifndef C_MIN_BLOCKS
+#define C_MIN_BLOCKS 1
+#endif
 
 #define FULL_MASK 0xFFFFFFFFu
 
-// word loads an unaligned little-endian 32-bit word at byte position x of a
-// page held as words in shared memory. Bytes past the page read as zero.
+// word_at loads an unaligned little-endian 32-bit word at byte position x
+// of a page held as words in shared memory (followed by PAD_WORDS).
 __device__ __forceinline__ uint32_t word_at(const uint32_t *s, int x) {
-	int i = x >> 2;
-	uint32_t lo = s[i];
-	uint32_t hi = (i + 1 < PAGE_WORDS) ? s[i + 1] : 0u;
-	return __funnelshift_r(lo, hi, (x & 3) * 8);
+	const int i = x >> 2;
+	return __funnelshift_r(s[i], s[i + 1], (x & 3) * 8);
 }
 
 __device__ __forceinline__ uint32_t hash4(uint32_t w) {
@@ -65,16 +102,26 @@ __device__ __forceinline__ int equal_bytes(uint32_t a, uint32_t b) {
 	return x == 0 ? 4 : (__ffs(x) - 1) >> 3;
 }
 
-// match_len returns the length of the match between positions p and c
-// (c < p), known to share their first 4 bytes, up to limit bytes.
-__device__ __forceinline__ int match_len(const uint32_t *s, int p, int c, int limit) {
-	int k = MIN_MATCH;
-	while (k < limit) {
-		int e = equal_bytes(word_at(s, p + k), word_at(s, c + k));
-		k += e;
-		if (e < 4) break;
+// cand_len returns how many leading bytes (4 to SEARCH_CAP) position c
+// shares with the position whose first SEARCH_WORDS words are pw, or 0 if
+// they differ in the first 4 bytes. c is an earlier position than the one
+// searched, so the loads stay within the page and its padding; bytes past
+// the page are never used (the caller clamps the length).
+__device__ __forceinline__ int cand_len(const uint32_t *s, int c, const uint32_t (&pw)[SEARCH_WORDS]) {
+	const int ci = c >> 2, cs = (c & 3) * 8;
+	uint32_t a[SEARCH_WORDS + 1];
+	a[0] = s[ci];
+	a[1] = s[ci + 1];
+	if (__funnelshift_r(a[0], a[1], cs) != pw[0]) return 0;
+#pragma unroll
+	for (int k = 2; k <= SEARCH_WORDS; k++) a[k] = s[ci + k];
+	int len = SEARCH_CAP;
+#pragma unroll
+	for (int k = SEARCH_WORDS - 1; k >= 1; k--) {
+		const uint32_t x = __funnelshift_r(a[k], a[k + 1], cs) ^ pw[k];
+		if (x != 0) len = 4 * k + ((__ffs(x) - 1) >> 3);
 	}
-	return min(k, limit);
+	return len;
 }
 
 // warp_extend extends a match between p and c from length k up to limit,
@@ -146,8 +193,8 @@ __device__ bool emit(const uint8_t *src, uint8_t *out, int &op, int lit, int nli
 }
 
 struct CompressShared {
-	uint32_t page[C_WARPS][PAGE_WORDS];
-	unsigned long long table[C_WARPS][HASH_BUCKETS]; // 4 x 16-bit positions, slot 0 newest
+	uint32_t page[C_WARPS][PAGE_WORDS + PAD_WORDS];
+	bucket_t table[C_WARPS][HASH_BUCKETS];
 };
 
 // gz_lz4_compress compresses n pages from in (page i at in + i*PAGE_SIZE).
@@ -155,7 +202,7 @@ struct CompressShared {
 // then packed into packed at a 16-byte-aligned offset reserved with
 // atomicAdd on *packed_size (which the caller zeroes). lens[i] = 0 means the
 // page did not compress; offsets[i] is then 0.
-extern "C" __global__ void __launch_bounds__(C_WARPS * 32)
+extern "C" __global__ void __launch_bounds__(C_WARPS * 32, C_MIN_BLOCKS)
 gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
 		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
 		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
@@ -166,7 +213,7 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 	if (pg >= n) return;
 
 	uint32_t *s = sh.page[w];
-	unsigned long long *table = sh.table[w];
+	bucket_t *table = sh.table[w];
 	const uint8_t *src = (const uint8_t *)s;
 	uint8_t *out = scratch + (size_t)pg * PAGE_SIZE;
 
@@ -175,7 +222,8 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 	uint4 *s4 = (uint4 *)s;
 #pragma unroll
 	for (int i = 0; i < PAGE_SIZE / 16 / 32; i++) s4[lane + 32 * i] = pin[lane + 32 * i];
-	for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = ~0ull;
+	if (lane < PAD_WORDS) s[PAGE_WORDS + lane] = 0;
+	for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
 	__syncwarp();
 
 	int op = 0;       // output position
@@ -183,37 +231,49 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 	int cursor = 0;   // first position not yet covered by a chosen match
 	bool ok = true;
 
-	for (int base = 0; base < PAGE_SIZE && ok; base += 32) {
+	int base = 0; // first position of this step's window of 32
+	while (base < PAGE_SIZE && ok) {
 		const int p = base + lane;
 		const bool valid = p + MIN_MATCH <= PAGE_SIZE;
-		const uint32_t cur = valid ? word_at(s, p) : 0u;
+		// This position's first SEARCH_CAP bytes (bytes past the page are
+		// garbage, and never used: limit below keeps matches inside).
+		uint32_t pw[SEARCH_WORDS];
+		{
+			const int pi = p >> 2, ps = (p & 3) * 8;
+			uint32_t a[SEARCH_WORDS + 1];
+#pragma unroll
+			for (int k = 0; k <= SEARCH_WORDS; k++) a[k] = s[pi + k];
+#pragma unroll
+			for (int k = 0; k < SEARCH_WORDS; k++) pw[k] = __funnelshift_r(a[k], a[k + 1], ps);
+		}
+		const uint32_t cur = valid ? pw[0] : 0u;
 		const uint32_t h = hash4(cur);
 
 		// Search: the longest match among the nearest earlier lane with the
-		// same word and the bucket's four positions.
+		// same word and the bucket's positions, nearest first on ties.
 		int best_len = 0, best_off = 0;
 		const bool search = valid && p >= cursor && p < MATCH_START_LIMIT;
 		const uint32_t same = __match_any_sync(FULL_MASK, valid ? cur : (0x80000000u ^ (uint32_t)lane));
-		const unsigned long long bucket = table[h];
+		const bucket_t bucket = table[h];
 		if (search) {
-			const int limit = min(SEARCH_CAP, MATCH_END_LIMIT - p);
 			const uint32_t earlier = same & ((1u << lane) - 1u);
 			if (earlier) {
-				int q = base + 31 - __clz(earlier);
-				best_len = match_len(s, p, q, limit);
+				const int q = base + 31 - __clz(earlier);
+				best_len = cand_len(s, q, pw);
 				best_off = p - q;
 			}
 #pragma unroll
-			for (int k = 0; k < 4; k++) {
-				int c = (int)((bucket >> (16 * k)) & 0xFFFFu);
-				if (c < p && p - c > best_off && word_at(s, c) == cur) {
-					int l = match_len(s, p, c, limit);
+			for (int k = 0; k < WAYS; k++) {
+				const int c = (int)((bucket >> (16 * k)) & 0xFFFFu);
+				if (c < p) {
+					const int l = cand_len(s, c, pw);
 					if (l > best_len) {
 						best_len = l;
 						best_off = p - c;
 					}
 				}
 			}
+			best_len = min(best_len, MATCH_END_LIMIT - p);
 			if (best_len < MIN_MATCH) best_len = 0;
 		}
 		__syncwarp();
@@ -222,49 +282,103 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 		// the highest lane that hashes to it.
 		const uint32_t group = __match_any_sync(FULL_MASK, valid ? h : (0x80000000u | (uint32_t)lane));
 		if (valid && lane == 31 - __clz(group)) {
-			unsigned long long fresh = 0;
+			bucket_t fresh = 0;
 			uint32_t g = group;
 			int k = 0;
-			for (; k < 4 && g; k++) {
+			for (; k < WAYS && g; k++) {
 				int l = 31 - __clz(g);
 				g &= ~(1u << l);
-				fresh |= (unsigned long long)(base + l) << (16 * k);
+				fresh |= (bucket_t)(base + l) << (16 * k);
 			}
-			unsigned long long kept = k == 4 ? 0ull : (bucket << (16 * k));
+			bucket_t kept = k == WAYS ? (bucket_t)0 : (bucket_t)(bucket << (16 * k));
 			table[h] = kept | fresh;
 		}
 		__syncwarp();
 
-		// Parse: walk the chosen matches of this step in order.
+		// Parse: choose this step's matches in order (greedy, with a
+		// one-position lazy look-ahead), then encode them all at once.
 		const uint32_t has = __ballot_sync(FULL_MASK, best_len > 0);
+		uint32_t sel = 0;   // lanes where a chosen match starts
+		int sel_len = 0;    // its final length, on those lanes
 		while (cursor < base + 32) {
-			const int rel = cursor - base;
-			const uint32_t cand = has & (FULL_MASK << rel);
+			const uint32_t cand = has & (FULL_MASK << (cursor - base));
 			if (cand == 0) {
 				cursor = base + 32;
 				break;
 			}
 			int j = __ffs(cand) - 1;
 			int len = __shfl_sync(FULL_MASK, best_len, j);
-			int off = __shfl_sync(FULL_MASK, best_off, j);
-			// Lazy step: prefer the next position's match if it is longer.
 			while (j < 31) {
-				int nlen = __shfl_sync(FULL_MASK, best_len, j + 1);
+				const int nlen = __shfl_sync(FULL_MASK, best_len, j + 1);
 				if (nlen <= len) break;
 				j++;
 				len = nlen;
-				off = __shfl_sync(FULL_MASK, best_off, j);
 			}
 			const int mp = base + j;
 			const int limit = MATCH_END_LIMIT - mp;
-			if (len >= SEARCH_CAP && len < limit) len = warp_extend(s, mp, mp - off, len, limit, lane);
-			if (!emit(src, out, op, anchor, mp - anchor, off, len, lane)) {
-				ok = false;
-				break;
-			}
+			if (len >= SEARCH_CAP && len < limit)
+				len = warp_extend(s, mp, mp - __shfl_sync(FULL_MASK, best_off, j), len, limit, lane);
+			if (lane == j) sel_len = len;
+			sel |= 1u << j;
 			cursor = mp + len;
-			anchor = cursor;
 		}
+		// The next window starts where the matches end: positions inside
+		// a match that crosses the window's end are neither searched nor
+		// inserted (liblz4 skips them too). This saves about 8% of the
+		// windows for 0.04% of ratio.
+		base = cursor;
+		if (sel == 0) continue;
+
+		// Encode: each chosen lane sizes its sequence (literals since the
+		// previous match, then the match), a prefix sum places them, each
+		// lane writes its header bytes, and the warp copies the literals.
+		const bool me = (sel >> lane) & 1u;
+		const uint32_t before = sel & ((1u << lane) - 1u);
+		const int prev_end = __shfl_sync(FULL_MASK, p + sel_len, (31 - __clz(before)) & 31);
+		const int lit = before ? prev_end : anchor;
+		const int nlit = p - lit;
+		const int mcode = sel_len - MIN_MATCH;
+		const int size = me ? 3 + length_size(nlit) + nlit + length_size(mcode) : 0;
+		int incl = size;
+#pragma unroll
+		for (int d = 1; d < 32; d <<= 1) {
+			const int v = __shfl_up_sync(FULL_MASK, incl, d);
+			if (lane >= d) incl += v;
+		}
+		const int total = __shfl_sync(FULL_MASK, incl, 31);
+		if (op + total > OUT_LIMIT) {
+			ok = false;
+			break;
+		}
+		int o = op + incl - size;
+		int lit_out = 0;
+		if (me) {
+			out[o++] = (uint8_t)((min(nlit, 15) << 4) | min(mcode, 15));
+			if (nlit >= 15) {
+				int v = nlit - 15;
+				for (; v >= 255; v -= 255) out[o++] = 255;
+				out[o++] = (uint8_t)v;
+			}
+			lit_out = o;
+			o += nlit;
+			const int off = best_off;
+			out[o++] = (uint8_t)off;
+			out[o++] = (uint8_t)(off >> 8);
+			if (mcode >= 15) {
+				int v = mcode - 15;
+				for (; v >= 255; v -= 255) out[o++] = 255;
+				out[o++] = (uint8_t)v;
+			}
+		}
+		for (uint32_t m = sel; m != 0; m &= m - 1) {
+			const int jj = __ffs(m) - 1;
+			const int n = __shfl_sync(FULL_MASK, nlit, jj);
+			const int from = __shfl_sync(FULL_MASK, lit, jj);
+			const int to = __shfl_sync(FULL_MASK, lit_out, jj);
+			for (int i = lane; i < n; i += 32) out[to + i] = src[from + i];
+		}
+		op += total;
+		anchor = __shfl_sync(FULL_MASK, p + sel_len, 31 - __clz(sel));
 	}
 	if (ok) ok = emit(src, out, op, anchor, PAGE_SIZE - anchor, 0, 0, lane);
 	__syncwarp();

@@ -42,7 +42,7 @@ var errClosed = errors.New("gpu: backend closed")
 // round trip costs more than the CPU takes. Measured by
 // bench/gpu/run.sh (TestBenchReport's crossover table); see
 // bench/results/gpu-*.md.
-const DefaultAutoMinPages = 256
+const DefaultAutoMinPages = 128
 
 // Launch geometry of the kernels in kernels/lz4.cu (C_WARPS, D_WARPS):
 // one warp per page.
