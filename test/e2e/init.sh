@@ -29,7 +29,7 @@ vmstat_get() { awk -v k="$1" '$1 == k { print $2 }' /proc/vmstat; }
 # scrape WHEN: gzramd's metrics (no histogram buckets) as E2E-METRIC lines.
 scrape() {
 	[ -n "$metrics" ] || return 0
-	wget -q -T 10 -O /tmp/metrics "http://$metrics/metrics" || echo "E2E-STEP: scraping $metrics failed"
+	httpget "$metrics" /metrics >/tmp/metrics || echo "E2E-STEP: scraping $metrics failed"
 	grep '^gzramd_' /tmp/metrics | grep -v '_bucket{' | sed "s/^/E2E-METRIC $1 /"
 	rm -f /tmp/metrics
 }
@@ -99,7 +99,7 @@ out0=$(vmstat_get pswpout) in0=$(vmstat_get pswpin)
 step "hog $hog MiB seed $seed"
 # At the hog's peak, most of it is in swap: the moment to see pages stored.
 if [ -n "$metrics" ]; then
-	HOG_PEAK_CMD="wget -q -T 10 -O /tmp/metrics.peak http://$metrics/metrics" hog "$hog" "$seed" "$random"
+	HOG_PEAK_CMD="httpget $metrics /metrics >/tmp/metrics.peak" hog "$hog" "$seed" "$random"
 else
 	hog "$hog" "$seed" "$random"
 fi

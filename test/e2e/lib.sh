@@ -85,7 +85,7 @@ copy_with_libs() {
 	done
 }
 
-# initramfs_base: the guest without gzramd (busybox, nbd-client, hog,
+# initramfs_base: the guest without gzramd (busybox, nbd-client, hog, httpget,
 # modules, /init). Cached by the versions and sources that go into it.
 # Sets INITRD.
 initramfs_base() {
@@ -93,7 +93,7 @@ initramfs_base() {
 	key=$( {
 		echo "$KVER"
 		dpkg-query -W busybox-static nbd-client libc6 2>/dev/null
-		cat "$E2E_DIR/init.sh" "$E2E_DIR/hog.c" "$E2E_DIR/lib.sh"
+		cat "$E2E_DIR/init.sh" "$E2E_DIR/hog.c" "$E2E_DIR/httpget.c" "$E2E_DIR/lib.sh"
 	} | sha256sum | cut -c1-16)
 	INITRD=$E2E_CACHE/initramfs/base-$KVER-$key.cpio.gz
 	[ -s "$INITRD" ] && return 0
@@ -106,6 +106,7 @@ initramfs_base() {
 		die "/bin/busybox is not static (install busybox-static)"
 	install -m 0755 "$E2E_DIR/init.sh" "$root/init"
 	gcc -O2 -static -Wall -o "$root/bin/hog" "$E2E_DIR/hog.c" || die "gcc -static hog.c (needs libc6-dev)"
+	gcc -O2 -static -Wall -o "$root/bin/httpget" "$E2E_DIR/httpget.c" || die "gcc -static httpget.c"
 	copy_with_libs "$root" "$(command -v nbd-client)" /sbin/nbd-client
 	# The modules the guest needs, in load order, with their dependencies.
 	: >"$root/etc/e2e-modules"

@@ -30,17 +30,20 @@ def gauge(snap, name):
 
 
 def trims(snap):
-    """Sum of trim/discard request counters, however gzramd labels them."""
+    """Trim requests received: gzramd_nbd_requests_total{command="trim"},
+    or failing that any trim/discard counter, however it is labelled."""
+    exact = snap.get('gzramd_nbd_requests_total{command="trim"}')
+    if exact is not None:
+        return exact
     total, seen = 0.0, False
     for series, value in snap.items():
         m = SERIES.match(series)
         if not m:
             continue
         name, labels = m.group(1), (m.group(3) or "").lower()
-        if name.endswith("_bucket") or name.endswith("_sum") or name.endswith("_count"):
+        if not name.endswith("_total") or "bytes" in name:
             continue
-        if "trim" in name or "discard" in name or (
-                "request" in name and ('"trim"' in labels or '"discard"' in labels)):
+        if "trim" in name or "discard" in name or '"trim"' in labels or '"discard"' in labels:
             total += value
             seen = True
     return total if seen else None
@@ -61,8 +64,12 @@ def main():
     else:
         print(f"metrics: at the peak orig_data {orig / 2**20:.1f} MiB, "
               f"compr_data {compr / 2**20:.1f} MiB (ratio {orig / compr if compr else float('inf'):.2f})")
-        if orig <= 0:
-            problems.append(f"no pages stored at the peak (gzramd_orig_data_bytes={orig:.0f})")
+        stored = gauge(peak, "gzramd_stored_pages")
+        if stored is not None:
+            print(f"metrics: {stored:.0f} pages stored at the peak")
+        if orig <= 0 or (stored is not None and stored <= 0):
+            problems.append(f"no pages stored at the peak (gzramd_orig_data_bytes={orig:.0f}, "
+                            f"gzramd_stored_pages={stored})")
         elif compr >= orig:
             problems.append(f"compressed bytes {compr:.0f} not below the original {orig:.0f}")
     t = trims(end) if end else None
@@ -71,7 +78,9 @@ def main():
     elif t is None:
         problems.append("no trim/discard counter among the metrics")
     else:
-        print(f"metrics: {t:.0f} trims received")
+        w = end.get('gzramd_nbd_requests_total{command="write"}')
+        r = end.get('gzramd_nbd_requests_total{command="read"}')
+        print(f"metrics: {t:.0f} trims received (writes {w}, reads {r})")
         if t <= 0:
             problems.append("no trims received although swap was on with discard")
     for p in problems:
