@@ -348,6 +348,11 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 				d.log.Info("swap off", "device", s.Path)
 				continue
 			}
+			if !stillSwap(s.Path) { // someone else (systemd at shutdown) turned it off first
+				d.swapOn = false
+				d.log.Info("swap off", "device", s.Path, "note", err.Error())
+				continue
+			}
 			d.log.Error("swapoff failed", "device", s.Path, "err", err)
 		}
 		if d.cfg.force {
@@ -386,4 +391,19 @@ func (d *daemon) stop() {
 	st := d.dev.Stats()
 	d.log.Info("stopped", "stored_pages", st.StoredPages, "same_pages", st.SamePages,
 		"orig_data_bytes", st.OrigDataSize, "compr_data_bytes", st.ComprDataSize)
+}
+
+// stillSwap reports whether dev is still listed as active swap (true when
+// that cannot be read, to stay on the safe side).
+func stillSwap(dev string) bool {
+	swaps, err := activeSwaps()
+	if err != nil {
+		return true
+	}
+	for _, s := range swaps {
+		if sameFile(s.Path, dev) {
+			return true
+		}
+	}
+	return false
 }

@@ -60,7 +60,11 @@ func defaultSocket() string {
 }
 
 func newServeCmd() *cobra.Command {
-	cfg := serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20}
+	return serveCmd(&serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20})
+}
+
+// serveCmd binds the flags of `gzramd serve` to cfg, which holds the defaults.
+func serveCmd(cfg *serveConfig) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the daemon in the foreground",
@@ -97,7 +101,7 @@ re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
 			if err := bindEnv(cmd.Flags()); err != nil {
 				return usageErr(err)
 			}
-			return runServe(cmd.Context(), &cfg)
+			return runServe(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()

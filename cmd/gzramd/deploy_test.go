@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const unitDir = "../../deploy/systemd"
+
+// TestSystemdUnitsVerify runs systemd-analyze verify on every unit, with
+// ExecStart pointed at the binary under test (verify checks it exists).
+// Any complaint fails the test, not only the exit status.
+func TestSystemdUnitsVerify(t *testing.T) {
+	path, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze not installed (Debian package systemd); not verifying the units")
+	}
+	units, _ := filepath.Glob(filepath.Join(unitDir, "*.service"))
+	if len(units) == 0 {
+		t.Fatal("no units in " + unitDir)
+	}
+	dir := t.TempDir()
+	for _, u := range units {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(b), "/usr/local/bin/gzramd", gzramdBin)
+		dst := filepath.Join(dir, filepath.Base(u))
+		if err := os.WriteFile(dst, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(path, "verify", dst).CombinedOutput()
+		if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+			t.Errorf("systemd-analyze verify %s: %v\n%s", filepath.Base(u), err, out)
+		}
+	}
+}
+
+// TestUnitPromises checks the settings the swap use depends on, which
+// systemd-analyze cannot judge.
+func TestUnitPromises(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(unitDir, "gzramd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unit := string(b)
+	for _, want := range []string{
+		"Type=notify", "WatchdogSec=", "LimitMEMLOCK=infinity", "OOMScoreAdjust=-1000",
+		"SendSIGKILL=no", "RuntimeDirectory=gzramd", "EnvironmentFile=-/etc/gzramd/gzramd.env",
+		"CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_RESOURCE CAP_SYS_ADMIN\n", "TimeoutStopSec=30min",
+		"ExecStart=/usr/local/bin/gzramd serve\n",
+	} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("gzramd.service lacks %q", want)
+		}
+	}
+}
+
+// TestEnvFileNamesRealFlags makes sure every GZRAMD_ setting in the env
+// file is a flag of gzramd serve (a typo would be silently ignored), and
+// that the values parse and validate.
+func TestEnvFileNamesRealFlags(t *testing.T) {
+	f, err := os.Open(filepath.Join(unitDir, "gzramd.env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cfg := serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20}
+	cmd := serveCmd(&cfg)
+	extra := map[string]bool{"GZRAMD_MIN_FREE_KBYTES": true} // read by the unit's ExecStartPre
+	sc := bufio.NewScanner(f)
+	n := 0
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !strings.HasPrefix(k, "GZRAMD_") {
+			t.Errorf("gzramd.env: %q is not a GZRAMD_ setting", line)
+			continue
+		}
+		if extra[k] {
+			continue
+		}
+		name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, "GZRAMD_"), "_", "-"))
+		if cmd.Flags().Lookup(name) == nil {
+			t.Errorf("gzramd.env: %s names no flag (--%s)", k, name)
+			continue
+		}
+		if err := cmd.Flags().Set(name, v); err != nil {
+			t.Errorf("gzramd.env: %s=%s: %v", k, v, err)
+		}
+		n++
+	}
+	if n < 5 {
+		t.Errorf("only %d settings in gzramd.env", n)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Errorf("gzramd.env does not validate: %v", err)
+	}
+}
