@@ -2,6 +2,7 @@ package pagestore
 
 import (
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 )
 
@@ -23,10 +24,13 @@ func benchSizes() []int {
 func BenchmarkAllocFree(b *testing.B) {
 	s := newStore(b, Config{})
 	sizes := benchSizes()
+	var goroutines atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		ring := make([]Handle, 4096)
-		i := 0
+		// Goroutines start at different places in the size table, so
+		// they do not go through the classes in lockstep.
+		i := int(goroutines.Add(1)) * 317
 		for pb.Next() {
 			slot := i & (len(ring) - 1)
 			if ring[slot] != 0 {
