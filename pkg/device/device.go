@@ -489,6 +489,10 @@ func (d *Device) Compact() int {
 		if !e.hasObject() || e.handle() != old {
 			return false
 		}
+		// The store copied the object before this lock was held, possibly
+		// while a batch commit was still filling it; under the lock the
+		// committed bytes are final, so copy again.
+		copy(d.cfg.Store.Bytes(new, e.length()), d.cfg.Store.Bytes(old, e.length()))
 		d.table[owner] = objectEntry(e.state(), new, e.length())
 		return true
 	})
