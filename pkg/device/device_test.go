@@ -6,12 +6,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gzramd/gzramd/pkg/batch"
 	"github.com/gzramd/gzramd/pkg/codec"
@@ -35,7 +38,8 @@ func newDevice(t testing.TB, size, memLimit int64) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := New(Config{Size: size, Codec: codec.NewLZ4(), Batcher: bt, Store: store})
+	dev, err := New(Config{Size: size, Codec: codec.NewLZ4(), Batcher: bt, Store: store,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,19 +83,47 @@ func fillData(r *rand.Rand, p []byte) {
 // byte. Each goroutine owns a region, so the model is exact, while pages of
 // different regions share stripes, batches and store classes.
 func TestModel(t *testing.T) {
-	const workers = 8
-	const regionPages = 64
-	ops := 1_000_000 / workers
+	ops := 1_000_000
 	if s := os.Getenv("GZRAMD_MODEL_OPS"); s != "" {
 		ops, _ = strconv.Atoi(s)
 	}
 	if testing.Short() {
-		ops = 20_000 / workers
+		ops = 20_000
 	}
+	runModel(t, ops, false)
+}
+
+// TestModelWhileCompacting runs the model with the compactor moving
+// objects as fast as it can underneath.
+func TestModelWhileCompacting(t *testing.T) {
+	ops := 200_000
+	if testing.Short() {
+		ops = 10_000
+	}
+	runModel(t, ops, true)
+}
+
+func runModel(t *testing.T, totalOps int, compact bool) {
+	const workers = 8
+	const regionPages = 64
+	ops := totalOps / workers
 	size := int64(workers * regionPages * pageSize)
 	f := newDevice(t, size, 0)
 	model := make([]byte, size)
 	ctx := context.Background()
+	if compact {
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			f.dev.RunCompactor(cctx, CompactPolicy{Interval: 100 * time.Microsecond, MinWaste: 1, MaxOverhead: 1.0001})
+			close(done)
+		}()
+		defer func() {
+			cancel()
+			<-done
+			t.Logf("pages compacted: %d", f.dev.Stats().PagesCompacted)
+		}()
+	}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, workers)
