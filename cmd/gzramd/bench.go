@@ -38,6 +38,7 @@ type benchConfig struct {
 	writers    int
 	reqPages   int
 	gpuDevice  int
+	devBackend string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -84,6 +85,7 @@ else generated pages. A progress bar goes to stderr when it is a terminal.`,
 	f.IntVar(&cfg.writers, "writers", 8, "concurrent writers for the device ingest")
 	f.IntVar(&cfg.reqPages, "request-pages", 32, "pages per device write (32 = 128 KiB, the kernel's usual swap-out size)")
 	f.IntVar(&cfg.gpuDevice, "gpu-device", 0, "CUDA device index")
+	f.StringVar(&cfg.devBackend, "device-backend", "auto", "backend of the device ingest: auto (the GPU when usable), gpu or cpu")
 	return cmd
 }
 
@@ -101,6 +103,8 @@ func (c *benchConfig) validate() error {
 		return fmt.Errorf("invalid --writers %d: want 1 to 1024", c.writers)
 	case c.reqPages < 1 || c.reqPages > 4096:
 		return fmt.Errorf("invalid --request-pages %d: want 1 to 4096", c.reqPages)
+	case c.devBackend != "auto" && c.devBackend != "gpu" && c.devBackend != "cpu":
+		return fmt.Errorf("invalid --device-backend %q: want auto, gpu or cpu", c.devBackend)
 	case c.corpus != "" && c.generated:
 		return errors.New("invalid --generated with --corpus: choose one")
 	}
@@ -428,7 +432,7 @@ func (r ingestResult) ratio() float64 {
 func benchDevice(ctx context.Context, cfg *benchConfig, data []byte, bar *progress) (ingestResult, error) {
 	var res ingestResult
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	scfg := &serveConfig{backend: "auto", algorithm: "lz4", batchPages: cfg.batchPages, batchInFlight: cfg.inFlight,
+	scfg := &serveConfig{backend: cfg.devBackend, algorithm: "lz4", batchPages: cfg.batchPages, batchInFlight: cfg.inFlight,
 		gpuDevice: cfg.gpuDevice, gpuMinPages: min(gpu.DefaultAutoMinPages, cfg.batchPages)}
 	lz4 := codec.NewLZ4()
 	be, err := openBackends(scfg, lz4, quiet)

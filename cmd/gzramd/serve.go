@@ -120,7 +120,7 @@ re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
 	f.IntVar(&cfg.gpuDevice, "gpu-device", 0, "CUDA device index for the GPU backend")
-	f.IntVar(&cfg.gpuMinPages, "gpu-min-pages", gpu.DefaultAutoMinPages, "smallest batch sent to the GPU; smaller ones (light load) go to the CPU, where they finish sooner")
+	f.IntVar(&cfg.gpuMinPages, "gpu-min-pages", gpu.DefaultAutoMinPages, "smallest batch sent to the GPU (capped at --batch-pages); smaller ones, under light load, go to the CPU, where they finish sooner")
 	f.StringVar(&cfg.device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module)")
 	f.BoolVar(&cfg.swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
 	f.IntVar(&cfg.swapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
@@ -164,8 +164,8 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --huge-threshold %d: want 1 to 4096", c.hugeThreshold)
 	case c.gpuDevice < 0:
 		return fmt.Errorf("invalid --gpu-device %d: want a CUDA device index, 0 or more", c.gpuDevice)
-	case c.gpuMinPages < 1 || c.gpuMinPages > c.batchPages:
-		return fmt.Errorf("invalid --gpu-min-pages %d: want 1 to --batch-pages (%d)", c.gpuMinPages, c.batchPages)
+	case c.gpuMinPages < 1 || c.gpuMinPages > 65536:
+		return fmt.Errorf("invalid --gpu-min-pages %d: want 1 to 65536 (above --batch-pages, batches fill up to --batch-pages)", c.gpuMinPages)
 	case c.swapPriority < -1 || c.swapPriority > 32767:
 		return fmt.Errorf("invalid --swap-priority %d: want -1 (the kernel's default) to 32767", c.swapPriority)
 	case c.kernelConns < 1 || c.kernelConns > 16:
