@@ -14,10 +14,11 @@ run() {
 }
 {
 run default
+run cap16 -DSEARCH_CAP=16
 run hash10 -DHASH_BITS=10
 run ways4 -DWAYS=4
-run cap16 -DSEARCH_CAP=16
 run ways4-hash10-cap16 -DWAYS=4 -DHASH_BITS=10 -DSEARCH_CAP=16 -DC_WARPS=3
 } 2>&1 | tee "$OUT/sweep.txt"
 [ -n "${NCU:-}" ] && ncu --kernel-name gz_lz4_compress --launch-count 1 --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats --section InstructionStats  /tmp/kb_default /tmp/pages.bin 1 >"$OUT/ncu.txt" 2>&1
+true
 
