@@ -269,26 +269,45 @@ func (d *daemon) wait(ctx context.Context, sigs, dump <-chan os.Signal, errc <-c
 		watchdog = t.C
 		d.log.Info("systemd watchdog on", "ping_every", iv)
 	}
-	var recheck <-chan time.Time // ticks while a stop waits for swap to go
+	// recheck ticks while a stop waits for swap on the export to go.
+	var recheck <-chan time.Time
+	var ticker *time.Ticker
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	var serveErr error
+	pending := func() bool {
+		if d.readyToStop(ctx) {
+			return true
+		}
+		if ticker == nil {
+			ticker = time.NewTicker(5 * time.Second)
+			recheck = ticker.C
+		}
+		return false
+	}
 	for {
 		select {
 		case sig := <-sigs:
 			d.log.Info("stop requested", "signal", sig.String())
-			if d.readyToStop(ctx) {
-				return nil
-			}
-			if recheck == nil {
-				t := time.NewTicker(5 * time.Second)
-				defer t.Stop()
-				recheck = t.C
+			if pending() {
+				return serveErr
 			}
 		case <-recheck:
 			if d.readyToStop(ctx) {
-				return nil
+				return serveErr
 			}
 		case err := <-errc:
+			// A listener failed; connections already open still work, so
+			// swap on the export is turned off (or waited for) as on a
+			// signal before the daemon goes.
 			d.log.Error("stopping", "err", err)
-			return err
+			serveErr = err
+			if pending() {
+				return serveErr
+			}
 		case <-ctx.Done():
 			return nil
 		case <-watchdog:

@@ -390,3 +390,40 @@ func httpGet(url string) ([]byte, error) {
 	defer cancel()
 	return fetch(ctx, url)
 }
+
+// TestHardeningReportsEachStep starts the daemon hardened, as it runs in
+// production: every step is logged as done or failed with a reason, and
+// --require-hardening turns a failure into a refusal to start.
+func TestHardeningReportsEachStep(t *testing.T) {
+	d := startDaemon(t, nil)
+	log := d.log.String()
+	failed := []string{}
+	for _, step := range []string{"mlockall", "io_flusher", "oom_score_adj", "go_memory_limit", "gc_percent"} {
+		switch {
+		case strings.Contains(log, "msg=hardening step="+step+" done="):
+		case strings.Contains(log, `msg="hardening step failed" step=`+step+" err="):
+			failed = append(failed, step)
+		default:
+			t.Errorf("no report for hardening step %s", step)
+		}
+	}
+	t.Logf("hardening steps that fail on this machine: %v", failed)
+	if code := d.stop(sigterm); code != 0 {
+		t.Errorf("exit status %d", code)
+	}
+
+	args := []string{"serve", "--socket", filepath.Join(t.TempDir(), "s"), "--metrics", "127.0.0.1:0", "--require-hardening"}
+	if len(failed) == 0 {
+		t.Skip("every hardening step works here; --require-hardening would start the daemon")
+	}
+	_, stderr, code := gzramd(t, nil, args...)
+	last := stderr[strings.LastIndex(strings.TrimSpace(stderr), "\n")+1:]
+	if code != 1 || !strings.HasPrefix(last, "gzramd: --require-hardening: ") {
+		t.Errorf("--require-hardening with %v failing: status %d, stderr:\n%s", failed, code, stderr)
+	}
+	for _, step := range failed {
+		if !strings.Contains(last, step) {
+			t.Errorf("the refusal does not name %s: %q", step, last)
+		}
+	}
+}

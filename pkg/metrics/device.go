@@ -67,7 +67,7 @@ func NewDevice(info Info, dev func() device.Stats, bt func() batch.Stats) *Devic
 		primaryBatches: prometheus.NewDesc("gzramd_primary_batches_total",
 			"Batches the primary backend (gzramd_info's backend label) compressed.", nil, nil),
 		fallbacks: prometheus.NewDesc("gzramd_backend_fallbacks_total",
-			"Batches the primary backend failed and the CPU compressed instead (GPU fallbacks).", nil, nil),
+			"Batches the primary backend returned an error for, compressed again on the CPU by the batcher (the GPU guard's own fallbacks are gzramd_gpu_fallbacks_total).", nil, nil),
 	}
 }
 

@@ -113,6 +113,15 @@ func setOOMScoreAdj(v int) Step {
 
 func lockMemory() Step {
 	s := Step{Name: "mlockall"}
+	var lim unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)
+	if !mayLockFuture(hasCapability(capIPCLock), lim.Cur) {
+		// With MCL_FUTURE every later mapping counts against the limit
+		// at mmap time: the heap or the page store would fail to grow.
+		s.Err = fmt.Errorf("not attempted: RLIMIT_MEMLOCK is %s and CAP_IPC_LOCK is missing, so locking future memory would make allocations fail", rlimitString(lim.Cur))
+		s.Hint = "LimitMEMLOCK=infinity in the systemd unit, ulimit -l unlimited, or CAP_IPC_LOCK"
+		return s
+	}
 	// MCL_ONFAULT: lock pages as they are touched, not when mapped. The
 	// page store and page table are large lazy mappings; locking them up
 	// front would commit memory the device may never use.
@@ -126,11 +135,34 @@ func lockMemory() Step {
 	case errors.Is(err, syscall.EINVAL):
 		s.Hint = "MCL_ONFAULT needs Linux 4.4 or later"
 	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.ENOMEM):
-		var lim unix.Rlimit
-		_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)
 		s.Hint = fmt.Sprintf("needs CAP_IPC_LOCK or a larger RLIMIT_MEMLOCK (now %s; LimitMEMLOCK=infinity in the systemd unit, ulimit -l unlimited by hand)", rlimitString(lim.Cur))
 	}
 	return s
+}
+
+// mayLockFuture reports whether mlockall(MCL_FUTURE) leaves the process
+// able to map memory: with CAP_IPC_LOCK or an unlimited RLIMIT_MEMLOCK.
+func mayLockFuture(capIPCLock bool, memlock uint64) bool {
+	return capIPCLock || memlock == unix.RLIM_INFINITY
+}
+
+// capIPCLock is CAP_IPC_LOCK's bit (include/uapi/linux/capability.h).
+const capIPCLock = 14
+
+// hasCapability reports whether capability bit c is in the effective set,
+// from /proc/self/status (false when that cannot be read).
+func hasCapability(c uint) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<c) != 0
+		}
+	}
+	return false
 }
 
 func rlimitString(v uint64) string {

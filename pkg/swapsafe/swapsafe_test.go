@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestStatFlags(t *testing.T) {
@@ -128,5 +130,22 @@ func TestApplyReportsEachStep(t *testing.T) {
 	bad := -5000
 	if s := Apply(Options{OOMScoreAdj: &bad}); s[0].Err == nil {
 		t.Error("oom_score_adj -5000 accepted")
+	}
+}
+
+func TestMayLockFuture(t *testing.T) {
+	for _, tc := range []struct {
+		cap  bool
+		lim  uint64
+		want bool
+	}{
+		{true, 8 << 20, true},
+		{false, unix.RLIM_INFINITY, true},
+		{false, 8 << 20, false}, // an unprivileged user's default: mmap would fail later
+		{true, unix.RLIM_INFINITY, true},
+	} {
+		if got := mayLockFuture(tc.cap, tc.lim); got != tc.want {
+			t.Errorf("mayLockFuture(%v, %d) = %v, want %v", tc.cap, tc.lim, got, tc.want)
+		}
 	}
 }
