@@ -46,6 +46,11 @@ type conn struct {
 	iovs  [][]byte // backing array of iov, 2 per request
 	iov   net.Buffers
 
+	// The payload budget: bytes of pooled buffers held by requests.
+	budgetMu   sync.Mutex
+	budgetCond sync.Cond
+	budgetUsed int64
+
 	work     chan *request
 	free     chan *request
 	nreq     int // requests allocated so far; used by the reader only
@@ -125,6 +130,7 @@ func (c *conn) serve() {
 	}
 	c.backend = e.Backend
 	c.size = uint64(e.Backend.Size())
+	c.budgetCond.L = &c.budgetMu
 	c.work = make(chan *request, c.srv.maxInFlight)
 	c.free = make(chan *request, c.srv.maxInFlight)
 	c.pending = make([]*request, 0, c.srv.maxInFlight)
@@ -201,7 +207,7 @@ func (c *conn) readPayload(r *request) error {
 			return nil
 		}
 		if r.length > 0 {
-			r.buf, r.data = c.srv.bufs.get(r.length)
+			c.takeBuffer(r)
 			if _, err := io.ReadFull(c.br, r.data); err != nil {
 				return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
 			}
@@ -214,7 +220,7 @@ func (c *conn) readPayload(r *request) error {
 		}
 		r.errno = c.checkRange(r, errnoInval)
 		if r.errno == 0 && r.length > 0 {
-			r.buf, r.data = c.srv.bufs.get(r.length)
+			c.takeBuffer(r)
 		}
 	case CmdTrim:
 		r.errno = c.checkRange(r, errnoInval)
@@ -252,10 +258,28 @@ func (c *conn) getRequest() *request {
 	return <-c.free
 }
 
+// takeBuffer gives r a pooled payload buffer of r.length bytes, waiting
+// while the connection's buffers exceed its budget.
+func (c *conn) takeBuffer(r *request) {
+	n := classBytes(r.length)
+	c.budgetMu.Lock()
+	for c.budgetUsed > 0 && c.budgetUsed+n > c.srv.maxInFlightBytes {
+		c.budgetCond.Wait()
+	}
+	c.budgetUsed += n
+	c.budgetMu.Unlock()
+	r.buf, r.data = c.srv.bufs.get(r.length)
+}
+
 func (c *conn) putRequest(r *request) {
 	if r.buf != nil {
+		n := int64(cap(*r.buf))
 		c.srv.bufs.put(r.buf)
 		r.buf, r.data = nil, nil
+		c.budgetMu.Lock()
+		c.budgetUsed -= n
+		c.budgetMu.Unlock()
+		c.budgetCond.Signal()
 	}
 	c.free <- r
 }

@@ -555,3 +555,61 @@ func TestMultipleListeners(t *testing.T) {
 	}
 	checkGoroutines(t, base)
 }
+
+// countingBackend records how many writes run at once.
+type countingBackend struct {
+	*memBackend
+	mu        sync.Mutex
+	cur, peak int
+	entered   chan struct{}
+	release   chan struct{}
+}
+
+func (b *countingBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
+	b.mu.Lock()
+	b.cur++
+	b.peak = max(b.peak, b.cur)
+	b.mu.Unlock()
+	b.entered <- struct{}{}
+	<-b.release
+	b.mu.Lock()
+	b.cur--
+	b.mu.Unlock()
+	return b.memBackend.WriteAt(ctx, p, off, fua)
+}
+
+func TestInFlightByteBudget(t *testing.T) {
+	base := runtime.NumGoroutine()
+	cb := &countingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 16), release: make(chan struct{})}
+	ts := startServer(t, []Export{{Name: "d", Backend: cb}}, Options{MaxInFlightBytes: 64 << 10})
+	c := dialRaw(t, ts, "d")
+	// The writes outgrow the socket buffer once the server stops reading,
+	// so they are sent from their own goroutine.
+	var sender sync.WaitGroup
+	sender.Go(func() {
+		for i := range 8 {
+			c.send(CmdWrite, 0, uint64(i), uint64(i)*(32<<10), 32<<10, bytes.Repeat([]byte{byte(i + 1)}, 32<<10))
+		}
+	})
+	<-cb.entered
+	<-cb.entered
+	// Give a broken budget the chance to let a third write in.
+	time.Sleep(50 * time.Millisecond)
+	close(cb.release)
+	for range 8 {
+		if errno, cookie := c.recv(); errno != 0 {
+			t.Errorf("write %d: errno %d", cookie, errno)
+		}
+	}
+	sender.Wait()
+	cb.mu.Lock()
+	peak := cb.peak
+	cb.mu.Unlock()
+	if peak > 2 {
+		t.Errorf("%d writes of 32 KiB held at once under a 64 KiB budget", peak)
+	}
+	// A request larger than the whole budget still runs.
+	c.expect(0, CmdRead, 0, 0, 256<<10, nil)
+	ts.shutdown(t)
+	checkGoroutines(t, base)
+}

@@ -40,6 +40,11 @@ type Options struct {
 	// but not yet replied to); the reader stops reading at the bound, which
 	// pushes back on the client. Default 128.
 	MaxInFlight int
+	// MaxInFlightBytes bounds the payload buffers (write data read ahead,
+	// read data not yet sent) one connection holds, so that a client
+	// cannot make the daemon allocate without limit. A request larger
+	// than the whole budget still runs, alone. Default 64 MiB.
+	MaxInFlightBytes int64
 	// HandshakeTimeout bounds the whole handshake of one connection, so
 	// that half-open connections cannot pile up. Default 10s.
 	HandshakeTimeout time.Duration
@@ -47,6 +52,7 @@ type Options struct {
 
 const (
 	defaultMaxInFlight      = 128
+	defaultMaxInFlightBytes = 64 << 20
 	defaultHandshakeTimeout = 10 * time.Second
 )
 
@@ -56,6 +62,7 @@ type Server struct {
 	log              *slog.Logger
 	obs              Observer
 	maxInFlight      int
+	maxInFlightBytes int64
 	handshakeTimeout time.Duration
 	bufs             bufferPool
 
@@ -96,6 +103,12 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 	if opts.MaxInFlight < 0 {
 		return nil, fmt.Errorf("nbd: MaxInFlight %d: want >= 0 (0 means %d)", opts.MaxInFlight, defaultMaxInFlight)
 	}
+	if opts.MaxInFlightBytes < 0 {
+		return nil, fmt.Errorf("nbd: MaxInFlightBytes %d: want >= 0 (0 means %d)", opts.MaxInFlightBytes, defaultMaxInFlightBytes)
+	}
+	if opts.MaxInFlightBytes == 0 {
+		opts.MaxInFlightBytes = defaultMaxInFlightBytes
+	}
 	if opts.MaxInFlight == 0 {
 		opts.MaxInFlight = defaultMaxInFlight
 	}
@@ -111,6 +124,7 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		log:              opts.Logger,
 		obs:              opts.Observer,
 		maxInFlight:      opts.MaxInFlight,
+		maxInFlightBytes: opts.MaxInFlightBytes,
 		handshakeTimeout: opts.HandshakeTimeout,
 		ctx:              ctx,
 		cancel:           cancel,
@@ -249,6 +263,9 @@ func sizeClass(n uint32) int {
 	}
 	return shift - minClassShift
 }
+
+// classBytes is the size of the buffer get returns for n bytes.
+func classBytes(n uint32) int64 { return 1 << (sizeClass(n) + minClassShift) }
 
 // get returns a buffer of at least n bytes (0 < n <= MaxPayload) and the
 // handle to give back to put.
