@@ -419,3 +419,82 @@ func TestGPUHangQuarantine(t *testing.T) {
 		t.Errorf("stats %+v, want 1 timeout and the GPU used afterwards", s)
 	}
 }
+
+// TestGPUOversizeBatch gives the backend batches larger than a slot: they
+// are split into slot-sized parts, compressed and decoded concurrently.
+func TestGPUOversizeBatch(t *testing.T) {
+	c := testConfig(t)
+	c.MaxBatchPages = 100
+	c.Slots = 3
+	g := openGPU(t, c)
+	pages := append(testPages(300, 14), edgePages(50)...)
+	b := newBatchWith(pages)
+	poison(b)
+	if err := g.CompressBatch(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	verifyBatch(t, b, pages)
+	for i := range b.Pages {
+		b.Pages[i] = 0x5A
+	}
+	if err := g.DecompressBatch(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	for i := range b.N {
+		want := pages[i*codec.PageSize : (i+1)*codec.PageSize]
+		if b.Lens[i] != 0 && !bytes.Equal(b.Page(i), want) {
+			t.Fatalf("page %d: GPU decode of an oversize batch differs", i)
+		}
+	}
+	// liblz4 output, one page per PageSize of Out, decoded in parts too.
+	cb := newBatchWith(pages)
+	if err := codec.NewCPUBatch(codec.NewLZ4(), 0).CompressBatch(context.Background(), cb); err != nil {
+		t.Fatal(err)
+	}
+	for i := range cb.Pages {
+		cb.Pages[i] = 0xA5
+	}
+	if err := g.DecompressBatch(context.Background(), cb); err != nil {
+		t.Fatal(err)
+	}
+	for i := range cb.N {
+		want := pages[i*codec.PageSize : (i+1)*codec.PageSize]
+		if cb.Lens[i] != 0 && !bytes.Equal(cb.Page(i), want) {
+			t.Fatalf("page %d: GPU decode of liblz4 output in parts differs", i)
+		}
+	}
+}
+
+// TestGPUCloseReleasesWaiters checks that a caller waiting for a slot is
+// released by Close instead of blocking forever.
+func TestGPUCloseReleasesWaiters(t *testing.T) {
+	c := testConfig(t)
+	c.Slots = 1
+	g, err := Open(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := g.acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := g.acquire(context.Background())
+		got <- err
+	}()
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close() }()
+	select {
+	case err := <-got:
+		if !errors.Is(err, errClosed) {
+			t.Fatalf("waiter got %v, want errClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a waiter for a slot was not released by Close")
+	}
+	g.release(s)
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}

@@ -150,10 +150,10 @@ type Backend struct {
 	slots  []*slot
 	free   chan *slot
 	closed atomic.Bool
+	done   chan struct{} // closed by Close
 
-	quarantine sync.WaitGroup
-	mu         sync.Mutex
-	pinned     [][]byte // memory of batches made by NewBatch and newOutputs
+	mu     sync.Mutex
+	pinned [][]byte // memory of batches made by NewBatch and newOutputs
 }
 
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates
@@ -167,7 +167,7 @@ func Open(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Backend{dr: dr, info: info, cfg: cfg, log: cfg.Logger, free: make(chan *slot, cfg.Slots)}
+	g := &Backend{dr: dr, info: info, cfg: cfg, log: cfg.Logger, free: make(chan *slot, cfg.Slots), done: make(chan struct{})}
 	if err := g.setup(); err != nil {
 		g.teardown()
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, info.Name, err)
@@ -261,6 +261,7 @@ func (g *Backend) Close() error {
 	if g.closed.Swap(true) {
 		return nil
 	}
+	close(g.done)
 	deadline := time.After(10 * time.Second)
 	for range g.slots {
 		select {
@@ -376,6 +377,8 @@ func (g *Backend) acquire(ctx context.Context) (*slot, error) {
 	select {
 	case s := <-g.free:
 		return s, nil
+	case <-g.done:
+		return nil, errClosed
 	case <-ctx.Done():
 		return nil, fmt.Errorf("gpu: waiting for a free slot: %w", ctx.Err())
 	}
@@ -390,9 +393,7 @@ func (g *Backend) release(s *slot) {
 		g.free <- s
 		return
 	}
-	g.quarantine.Add(1)
 	go func() {
-		defer g.quarantine.Done()
 		start := time.Now()
 		if s.pending != nil {
 			<-s.pending
@@ -437,8 +438,6 @@ func (g *Backend) checkBatch(b *codec.Batch) error {
 	switch {
 	case n < 0 || n > b.Cap():
 		return fmt.Errorf("gpu: batch has %d pages, capacity %d", n, b.Cap())
-	case n > g.cfg.MaxBatchPages:
-		return fmt.Errorf("gpu: batch of %d pages exceeds the slot size %d", n, g.cfg.MaxBatchPages)
 	case len(b.Pages) < n*codec.PageSize || len(b.Out) < n*codec.PageSize || len(b.Lens) < n:
 		return fmt.Errorf("gpu: batch buffers too short for %d pages", n)
 	}
@@ -447,12 +446,58 @@ func (g *Backend) checkBatch(b *codec.Batch) error {
 
 // CompressBatch implements codec.BatchCompressor. The compressed pages are
 // packed at the start of b.Out (16-byte aligned offsets); b.Pages is only
-// read. When it returns an error nothing in b was written, and the device
-// may still be working on a quarantined slot, never on b.
+// read. A batch larger than MaxBatchPages is split into slot-sized parts
+// that run concurrently, each packed at the start of its part of b.Out.
+// When it returns an error the device may still be working on a
+// quarantined slot; see NewBatch for what that means for b.Out.
 func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
 	if err := g.checkBatch(b); err != nil {
 		return err
 	}
+	return g.split(b, func(part *codec.Batch, first int) error {
+		if err := g.compressPart(ctx, part); err != nil {
+			return err
+		}
+		for i := range part.N {
+			if part.Lens[i] != 0 {
+				part.Offsets[i] += uint32(first * codec.PageSize)
+			}
+		}
+		return nil
+	})
+}
+
+// split calls f on b whole when it fits a slot, else on views of b of up
+// to MaxBatchPages pages (Out sliced alike), concurrently; first is the
+// index of a part's first page in b.
+func (g *Backend) split(b *codec.Batch, f func(part *codec.Batch, first int) error) error {
+	n, m := b.N, g.cfg.MaxBatchPages
+	if n <= m {
+		return f(b, 0)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, (n+m-1)/m)
+	for k, lo := 0, 0; lo < n; k, lo = k+1, lo+m {
+		hi := min(lo+m, n)
+		part := &codec.Batch{
+			Pages:   b.Pages[lo*codec.PageSize : hi*codec.PageSize],
+			N:       hi - lo,
+			Out:     b.Out[lo*codec.PageSize : hi*codec.PageSize],
+			Offsets: b.Offsets[lo:hi],
+			Lens:    b.Lens[lo:hi],
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = f(part, lo)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// compressPart compresses a batch of at most MaxBatchPages pages.
+func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 	n := b.N
 	if n == 0 {
 		return nil
@@ -552,19 +597,32 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, ds
 // b.Lens; as CompressBatch or the CPU codec left them) into b.Pages. Pages
 // with length 0 (stored raw) are left untouched. Malformed pages make it
 // return an error wrapping codec.ErrCorrupt; the other pages are decoded,
-// and the content of the malformed ones is undefined.
+// and the content of the malformed ones is undefined. A batch larger than
+// MaxBatchPages is decoded in slot-sized parts, concurrently; each part's
+// compressed bytes must span at most MaxBatchPages pages of b.Out (as they
+// do when CompressBatch or the CPU codec wrote them).
 func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
 	if err := g.checkBatch(b); err != nil {
 		return err
 	}
+	if len(b.Offsets) < b.N {
+		return fmt.Errorf("gpu: batch offsets too short for %d pages", b.N)
+	}
+	return g.split(b, func(part *codec.Batch, _ int) error {
+		part.Out = b.Out // offsets are relative to the whole of b.Out
+		return g.decompressPart(ctx, part)
+	})
+}
+
+// decompressPart decodes a batch of at most MaxBatchPages pages.
+func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 	n := b.N
 	if n == 0 {
 		return nil
 	}
-	if len(b.Offsets) < n {
-		return fmt.Errorf("gpu: batch offsets too short for %d pages", n)
-	}
-	extent := 0
+	// Upload only the span the pages' compressed bytes cover, and the
+	// offsets relative to it.
+	lo, hi := len(b.Out), 0
 	for i := range n {
 		l, o := b.Lens[i], b.Offsets[i]
 		if l == 0 {
@@ -573,10 +631,13 @@ func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
 		if l >= codec.PageSize || uint64(o)+uint64(l) > uint64(len(b.Out)) {
 			return fmt.Errorf("gpu: page %d: length %d at offset %d outside %d bytes: %w", i, l, o, len(b.Out), codec.ErrCorrupt)
 		}
-		extent = max(extent, int(o+l))
+		lo, hi = min(lo, int(o)), max(hi, int(o+l))
 	}
-	if extent > g.cfg.MaxBatchPages*codec.PageSize {
-		return fmt.Errorf("gpu: compressed pages span %d bytes, more than a slot holds", extent)
+	if hi == 0 {
+		return nil // every page is raw
+	}
+	if hi-lo > g.cfg.MaxBatchPages*codec.PageSize {
+		return fmt.Errorf("gpu: compressed pages span %d bytes, more than a slot holds", hi-lo)
 	}
 	s, err := g.acquire(ctx)
 	if err != nil {
@@ -594,7 +655,7 @@ func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
 	if direct {
 		dst = b.Pages
 	}
-	status, err := g.decompress(ctx, s, b.Out[:extent], b.Offsets[:n], b.Lens[:n], dst)
+	status, err := g.decompress(ctx, s, b.Out[lo:hi], uint32(lo), b.Offsets[:n], b.Lens[:n], dst)
 	if err != nil {
 		return err
 	}
@@ -623,7 +684,7 @@ func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
 
 // decompress runs one decode batch on s: the decoded pages land in dst
 // (pinned memory), and the returned per-page status in s.hMeta.
-func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, offsets, lens []uint32, dst []byte) ([]uint32, error) {
+func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, base uint32, offsets, lens []uint32, dst []byte) ([]uint32, error) {
 	dr, m, n := g.dr, g.cfg.MaxBatchPages, len(lens)
 	dOffs := s.dMeta + devicePtr(4*metaHeaderWords)
 	dLens := s.dMeta + devicePtr(4*(metaHeaderWords+m))
@@ -638,7 +699,13 @@ func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, offset
 	// from pageable memory would stall the stream.
 	hOffs := s.hMeta[metaHeaderWords : metaHeaderWords+n]
 	hLens := s.hMeta[metaHeaderWords+m : metaHeaderWords+m+n]
-	copy(hOffs, offsets)
+	for i, o := range offsets {
+		if lens[i] != 0 {
+			hOffs[i] = o - base
+		} else {
+			hOffs[i] = 0
+		}
+	}
 	copy(hLens, lens)
 	if err := dr.htod(dOffs, bytesOf(hOffs), s.stream); err != nil {
 		return nil, err
