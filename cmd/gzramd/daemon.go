@@ -189,12 +189,18 @@ func (d *daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	_ = enc.Encode(d.status())
 }
 
+// sysModuleNBD exists while the nbd module is loaded (or built in).
+var sysModuleNBD = "/sys/module/nbd"
+
 // attach connects the kernel device (--device) and makes it swap (--swap).
 func (d *daemon) attach(ctx context.Context) error {
 	if d.cfg.device == "" {
 		return nil
 	}
 	index, _ := parseDevice(d.cfg.device) // validated
+	if _, err := os.Stat(sysModuleNBD); err != nil {
+		return fmt.Errorf("--device %s: the kernel's nbd module is not loaded (run modprobe nbd; it ships with the kernel)", d.cfg.device)
+	}
 	opts := nbd.KernelOptions{
 		Export: d.cfg.export, Index: index, Connections: d.cfg.kernelConns, Timeout: d.cfg.kernelTimeout,
 	}

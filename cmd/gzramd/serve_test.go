@@ -427,3 +427,20 @@ func TestHardeningReportsEachStep(t *testing.T) {
 		}
 	}
 }
+
+func TestDeviceWithoutNBDModule(t *testing.T) {
+	if _, err := os.Stat("/sys/module/nbd"); err == nil {
+		t.Skip("the nbd module is loaded here; --device would really attach (the e2e VM test covers that)")
+	}
+	for _, args := range [][]string{{"--device", "/dev/nbd0"}, {"--swap"}} {
+		full := append([]string{"serve", "--socket", filepath.Join(t.TempDir(), "s"), "--metrics", "127.0.0.1:0", "--harden=false"}, args...)
+		_, stderr, code := gzramd(t, nil, full...)
+		last := stderr[strings.LastIndex(strings.TrimSpace(stderr), "\n")+1:]
+		if code != 1 || !strings.Contains(last, "--device") || !strings.Contains(last, "modprobe nbd") {
+			t.Errorf("%v without the nbd module: status %d, last line %q", args, code, last)
+		}
+		if !strings.Contains(stderr, "msg=stopped") {
+			t.Errorf("%v: the daemon did not stop cleanly after the failed attach:\n%s", args, stderr)
+		}
+	}
+}
