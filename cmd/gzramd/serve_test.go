@@ -113,8 +113,12 @@ func TestStatusMatchesMetrics(t *testing.T) {
 		t.Fatalf("status: exit status %d, output:\n%s", code, table)
 	}
 	row := strings.Fields(strings.Split(table, "\n")[1])
-	wantRow := []string{"-", "gzram0", "lz4", "64M", humanBytes(rep.OrigDataBytes), humanBytes(rep.ComprDataBytes),
-		humanBytes(rep.MemUsedBytes), strconv.FormatFloat(rep.Ratio(), 'f', 2, 64), "cpu", "-", "no"}
+	gpuName := rep.GPU // the daemon picks the GPU where there is one
+	if gpuName == "" {
+		gpuName = "-"
+	}
+	wantRow := strings.Fields(strings.Join([]string{"-", "gzram0", "lz4", "64M", humanBytes(rep.OrigDataBytes), humanBytes(rep.ComprDataBytes),
+		humanBytes(rep.MemUsedBytes), strconv.FormatFloat(rep.Ratio(), 'f', 2, 64), rep.Backend, gpuName, "no"}, " "))
 	if strings.Join(row, " ") != strings.Join(wantRow, " ") {
 		t.Errorf("status row %q, want %q", row, wantRow)
 	}
