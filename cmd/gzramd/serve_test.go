@@ -125,6 +125,11 @@ func TestStatusMatchesMetrics(t *testing.T) {
 	if code := d.stop(sigterm); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
 	}
+	// Everything nbdcopy wrote (and was acknowledged) was held to the end.
+	m := d.waitLog(`msg=stopped stored_pages=(\d+)`, time.Second)
+	if m[1] != strconv.Itoa(int(stored)) {
+		t.Errorf("stopped with %s pages stored, want %v", m[1], stored)
+	}
 }
 
 func TestStatusWithoutDaemon(t *testing.T) {
