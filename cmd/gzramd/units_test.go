@@ -123,3 +123,43 @@ func writePID(t *testing.T, dir string, pid int) {
 		t.Fatal(err)
 	}
 }
+
+func TestNotifyAbstractSocket(t *testing.T) {
+	name := "gzramd-test-" + strconv.Itoa(os.Getpid())
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: "\x00" + name, Net: "unixgram"})
+	if err != nil {
+		t.Skip("no abstract unix sockets here:", err)
+	}
+	defer conn.Close()
+	n := &notifier{addr: "@" + name}
+	if err := n.notify("READY=1"); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	k, err := conn.Read(buf)
+	if err != nil || string(buf[:k]) != "READY=1" {
+		t.Errorf("got %q, %v", buf[:k], err)
+	}
+	if err := (&notifier{}).notify("READY=1"); err != nil {
+		t.Errorf("without NOTIFY_SOCKET notify must do nothing, got %v", err)
+	}
+}
+
+func TestWatchdogInterval(t *testing.T) {
+	for _, tc := range []struct {
+		usec, pid string
+		want      string
+	}{
+		{"", "", "0s"},
+		{"30000000", "", "15s"},
+		{"30000000", strconv.Itoa(os.Getpid()), "15s"},
+		{"30000000", "1", "0s"}, // meant for another process
+		{"banana", "", "0s"},
+	} {
+		t.Setenv("WATCHDOG_USEC", tc.usec)
+		t.Setenv("WATCHDOG_PID", tc.pid)
+		if got := watchdogInterval().String(); got != tc.want {
+			t.Errorf("WATCHDOG_USEC=%q WATCHDOG_PID=%q: %s, want %s", tc.usec, tc.pid, got, tc.want)
+		}
+	}
+}
