@@ -224,39 +224,40 @@ func (g *Backend) setup() error {
 	return nil
 }
 
-// teardown frees what setup made; slots still owned by the device (a hung
-// batch) are left allocated rather than freed under it.
-func (g *Backend) teardown() {
+// teardown frees what setup and NewBatch made. Only call it when no work
+// is on the device.
+func (g *Backend) teardown() error {
+	var errs []error
 	for _, s := range g.slots {
-		if s.pending != nil {
-			continue
-		}
 		for _, d := range []devicePtr{s.dPages, s.dScratch, s.dPacked, s.dMeta} {
 			if d != 0 {
-				g.dr.memFree(d)
+				errs = append(errs, g.dr.memFree(d))
 			}
 		}
 		for _, h := range [][]byte{s.hPacked, s.hPages, s.hMetaBytes} {
-			g.dr.hostFree(h)
+			errs = append(errs, g.dr.hostFree(h))
 		}
 		if s.stream != nil {
-			g.dr.streamDestroy(s.stream)
+			errs = append(errs, g.dr.streamDestroy(s.stream))
 		}
 	}
 	g.mu.Lock()
 	for _, p := range g.pinned {
-		g.dr.hostFree(p)
+		errs = append(errs, g.dr.hostFree(p))
 	}
 	g.pinned = nil
 	g.mu.Unlock()
 	if g.mod != nil {
-		g.dr.unloadModule(g.mod)
+		errs = append(errs, g.dr.unloadModule(g.mod))
 	}
 	g.dr.close()
+	return errors.Join(errs...)
 }
 
 // Close waits (up to 10s) for batches in flight, then frees every buffer.
-// Batches made by NewBatch must not be used afterwards.
+// Batches made by NewBatch must not be used afterwards. If the device does
+// not finish in time, nothing is freed: it might still write into any of
+// the buffers.
 func (g *Backend) Close() error {
 	if g.closed.Swap(true) {
 		return nil
@@ -267,12 +268,13 @@ func (g *Backend) Close() error {
 		select {
 		case <-g.free:
 		case <-deadline:
-			g.log.Warn("gpu: closing with a slot still owned by the device; its buffers are leaked")
-			g.teardown()
+			g.log.Warn("gpu: closing with a batch still on the device; its memory is left allocated")
 			return errors.New("gpu: close: device did not finish a batch within 10s")
 		}
 	}
-	g.teardown()
+	if err := g.teardown(); err != nil {
+		return fmt.Errorf("gpu: close: %w", err)
+	}
 	return nil
 }
 
