@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // BenchmarkRequests drives the server over a unix socket with a pipelined
@@ -15,16 +17,28 @@ func BenchmarkRequests(b *testing.B) {
 	for _, cmd := range []Command{CmdRead, CmdWrite} {
 		for _, qd := range []int{1, 32} {
 			b.Run(fmt.Sprintf("%v/4KiB/qd%d", cmd, qd), func(b *testing.B) {
-				benchRequests(b, cmd, 4096, qd)
+				benchRequests(b, cmd, 4096, qd, nil)
 			})
 		}
 	}
+	// With an Observer, as the daemon runs it (atomic counters).
+	b.Run("write/4KiB/qd32/observer", func(b *testing.B) {
+		benchRequests(b, CmdWrite, 4096, 32, &atomicObserver{})
+	})
 }
 
-func benchRequests(b *testing.B, cmd Command, size uint32, qd int) {
+type atomicObserver struct{ n, bytes, nanos atomic.Uint64 }
+
+func (o *atomicObserver) RequestDone(cmd Command, length uint32, d time.Duration, errno uint32) {
+	o.n.Add(1)
+	o.bytes.Add(uint64(length))
+	o.nanos.Add(uint64(d))
+}
+
+func benchRequests(b *testing.B, cmd Command, size uint32, qd int, obs Observer) {
 	const devSize = 64 << 20
 	mem := newMemBackend(devSize)
-	ts := startServer(b, []Export{{Name: "d", Backend: mem}}, Options{})
+	ts := startServer(b, []Export{{Name: "d", Backend: mem}}, Options{Observer: obs})
 	nc, _, err := Dial(context.Background(), "unix", ts.sock, "d")
 	if err != nil {
 		b.Fatal(err)

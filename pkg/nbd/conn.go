@@ -2,6 +2,7 @@ package nbd
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -19,7 +20,10 @@ var (
 	errDisc    = errors.New("client sent NBD_CMD_DISC")
 )
 
-const readBufferSize = 64 << 10
+const (
+	handshakeBufferSize = 512
+	readBufferSize      = 64 << 10
+)
 
 // conn is one client connection. Its goroutine runs the handshake, then
 // reads requests and hands them to a pool of worker goroutines (grown on
@@ -31,6 +35,10 @@ type conn struct {
 	nc       net.Conn
 	br       *bufio.Reader
 	stopping atomic.Bool
+	// inHandshake is set while the handshake runs under a deadline on
+	// writes too; stop wakes a handshake's blocked write, but never a
+	// transmission-phase reply.
+	inHandshake atomic.Bool
 
 	backend Backend
 	size    uint64
@@ -83,7 +91,11 @@ func newConn(s *Server, nc net.Conn) *conn {
 // expired read deadline, and the requests already read still complete.
 func (c *conn) stop() {
 	c.stopping.Store(true)
-	c.nc.SetReadDeadline(time.Now())
+	if c.inHandshake.Load() {
+		c.nc.SetDeadline(time.Now())
+	} else {
+		c.nc.SetReadDeadline(time.Now())
+	}
 }
 
 // remote names the peer for log lines; unix-socket clients are unnamed,
@@ -112,8 +124,12 @@ func (c *conn) serve() {
 		}
 	}()
 
-	c.br = bufio.NewReaderSize(c.nc, readBufferSize)
-	c.nc.SetReadDeadline(time.Now().Add(c.srv.handshakeTimeout))
+	// The handshake gets a small buffer, so that many half-open
+	// connections cost little, and a deadline on reads and writes alike
+	// (a client that never reads must not hold a writer forever).
+	c.br = bufio.NewReaderSize(c.nc, handshakeBufferSize)
+	c.inHandshake.Store(true)
+	c.nc.SetDeadline(time.Now().Add(c.srv.handshakeTimeout))
 	if c.stopping.Load() {
 		return
 	}
@@ -124,9 +140,18 @@ func (c *conn) serve() {
 		}
 		return
 	}
-	c.nc.SetReadDeadline(time.Time{})
+	c.inHandshake.Store(false)
+	c.nc.SetDeadline(time.Time{})
 	if c.stopping.Load() {
 		return
+	}
+	// Bytes the client sent early (it should wait for our reply, but may
+	// not) stay in front of the transmission-phase reader.
+	if n := c.br.Buffered(); n > 0 {
+		early, _ := c.br.Peek(n)
+		c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), c.nc), readBufferSize)
+	} else {
+		c.br = bufio.NewReaderSize(c.nc, readBufferSize)
 	}
 	c.backend = e.Backend
 	c.size = uint64(e.Backend.Size())

@@ -613,3 +613,114 @@ func TestInFlightByteBudget(t *testing.T) {
 	ts.shutdown(t)
 	checkGoroutines(t, base)
 }
+
+// A client that sends its requests right behind NBD_OPT_GO, before the
+// server's replies, is served all the same.
+func TestPipelinedHandshake(t *testing.T) {
+	mem := newMemBackend(1 << 20)
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
+	nc, err := net.Dial("unix", ts.sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	msg := be.AppendUint32(nil, clientFlagFixed|clientFlagNoZeroes)
+	msg = append(msg, option(optGo, goData("d"))...)
+	msg = append(msg, reqBytes(CmdWrite, 0, 1, 4096, 5, []byte("hello"))...)
+	msg = append(msg, reqBytes(CmdRead, 0, 2, 4096, 5, nil)...)
+	if _, err := nc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	c := &rawClient{t: t, nc: nc}
+	var g [18]byte
+	io.ReadFull(nc, g[:])
+	for {
+		typ, _, err := readOptReply(nc, optGo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if typ == repAck {
+			break
+		}
+	}
+	// Both requests are in flight at once; their replies may come in
+	// either order.
+	got := map[uint64]bool{}
+	for range 2 {
+		errno, cookie := c.recv()
+		if errno != 0 {
+			t.Fatalf("request %d: errno %d", cookie, errno)
+		}
+		if cookie == 2 {
+			if d := c.recvData(5); string(d) != "hello" && string(d) != "\x00\x00\x00\x00\x00" {
+				t.Fatalf("read %q", d)
+			}
+		}
+		got[cookie] = true
+	}
+	if !got[1] || !got[2] {
+		t.Fatalf("replies %v", got)
+	}
+}
+
+// A client that floods options without reading the replies is dropped at
+// the handshake deadline, even with the server blocked writing to it.
+func TestHandshakeClientNeverReads(t *testing.T) {
+	base := runtime.NumGoroutine()
+	mem := newMemBackend(1 << 20)
+	names := make([]Export, 50)
+	for i := range names {
+		names[i] = Export{Name: fmt.Sprintf("export-%02d-%s", i, bytes.Repeat([]byte("x"), 3000)), Backend: mem}
+	}
+	ts := startServer(t, names, Options{HandshakeTimeout: 300 * time.Millisecond})
+	nc := handshakeConn(t, ts)
+	nc.Write(be.AppendUint32(nil, clientFlagFixed))
+	// Each NBD_OPT_LIST asks for ~150 KiB of replies.
+	var flood []byte
+	for range 100 {
+		flood = append(flood, option(optList, nil)...)
+	}
+	nc.Write(flood)
+	ok := dialRaw(t, ts, "")
+	ok.roundTrip(0)
+	ts.shutdown(t)
+	nc.Close()
+	checkGoroutines(t, base)
+}
+
+// countObserver counts completed requests per command and error.
+type countObserver struct {
+	mu     sync.Mutex
+	byCmd  map[Command]int
+	errors map[uint32]int
+	bytes  uint64
+}
+
+func (o *countObserver) RequestDone(cmd Command, length uint32, d time.Duration, errno uint32) {
+	o.mu.Lock()
+	o.byCmd[cmd]++
+	o.errors[errno]++
+	o.bytes += uint64(length)
+	o.mu.Unlock()
+}
+
+func TestObserver(t *testing.T) {
+	obs := &countObserver{byCmd: map[Command]int{}, errors: map[uint32]int{}}
+	ts := startServer(t, []Export{{Name: "d", Backend: newMemBackend(1 << 20)}}, Options{Observer: obs})
+	c := dialRaw(t, ts, "d")
+	c.roundTrip(0)
+	c.expect(0, CmdFlush, 0, 0, 0, nil)
+	c.expect(0, CmdTrim, 0, 0, 8192, nil)
+	c.expect(errnoInval, CmdRead, 0, 1<<20, 1, nil)
+	c.send(CmdDisc, 0, 9, 0, 0, nil)
+	expectClosed(t, c.nc)
+	ts.shutdown(t)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.byCmd[CmdWrite] != 1 || obs.byCmd[CmdRead] != 2 || obs.byCmd[CmdFlush] != 1 || obs.byCmd[CmdTrim] != 1 || obs.byCmd[CmdDisc] != 0 {
+		t.Errorf("observed %v", obs.byCmd)
+	}
+	if obs.errors[0] != 4 || obs.errors[errnoInval] != 1 || obs.bytes != 4096+4096+8192+1 {
+		t.Errorf("observed errors %v bytes %d", obs.errors, obs.bytes)
+	}
+}
