@@ -9,6 +9,8 @@
 #                      after the backend the daemon reports)
 #   E2E_BENCH_OUT      output directory (default bench/results)
 #   GZRAMD             the daemon binary (default bin/gzramd)
+#   E2E_NO_DEPS=1      do not install Debian packages (tools come on PATH)
+#   E2E_NBDKIT_MEMORY  nbdkit's memory plugin: a name or a .so path
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/test/e2e/lib.sh"
@@ -25,7 +27,9 @@ SIZE_MIB=1024   # device size
 REGION=512M     # the part of it fio touches
 EXPORT=gzram0
 
-E2E_WITH_PLOT=1 "$ROOT/test/e2e/deps.sh" || log "plot dependencies missing: the table only"
+if [ "${E2E_NO_DEPS:-0}" != 1 ]; then
+	E2E_WITH_PLOT=1 "$ROOT/test/e2e/deps.sh" || log "plot dependencies missing: the table only"
+fi
 [ -x "$GZRAMD" ] || die "$GZRAMD not built (make build)"
 for t in fio nbdkit nbdcopy zstd python3; do
 	command -v "$t" >/dev/null || die "$t missing (test/e2e/deps.sh installs it as root)"
@@ -50,7 +54,7 @@ start() {
 			--metrics "127.0.0.1:$GZ_MPORT" --backend "$BACKEND" >"$WORK/$name.log" 2>&1 &
 		;;
 	nbdkit)
-		nbdkit -f -U "$sock" memory "${SIZE_MIB}M" >"$WORK/$name.log" 2>&1 &
+		nbdkit -f -U "$sock" "${E2E_NBDKIT_MEMORY:-memory}" "${SIZE_MIB}M" >"$WORK/$name.log" 2>&1 &
 		;;
 	esac
 	PID=$!
