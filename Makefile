@@ -2,6 +2,8 @@
 GO        ?= go
 BIN       ?= bin
 GOFLAGS   ?=
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
 export CGO_ENABLED := 1
 
 .PHONY: all build run test test-unit test-race vet bench bench-e2e test-e2e ptx install clean
@@ -9,7 +11,7 @@ export CGO_ENABLED := 1
 all: build
 
 build:
-	$(GO) build $(GOFLAGS) -o $(BIN)/gzramd ./cmd/gzramd
+	$(GO) build $(GOFLAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/gzramd ./cmd/gzramd
 
 # A daemon on the embedded defaults: 1 GiB, a Unix socket in a temporary
 # directory, backend auto.
@@ -45,6 +47,7 @@ ptx:
 install: build
 	install -D -m 0755 $(BIN)/gzramd $(DESTDIR)/usr/local/bin/gzramd
 	install -D -m 0644 deploy/systemd/gzramd.service $(DESTDIR)/etc/systemd/system/gzramd.service
+	install -D -m 0644 deploy/systemd/gzramd.env $(DESTDIR)/etc/gzramd/gzramd.env
 
 clean:
 	rm -rf $(BIN)
