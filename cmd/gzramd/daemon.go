@@ -249,6 +249,19 @@ func (d *daemon) run(ctx context.Context) error {
 		}()
 		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.export)
 	}
+	// Trims and rewrites leave slabs sparse; give whole slabs back to the
+	// OS when the waste is worth the copying.
+	compactCtx, stopCompactor := context.WithCancel(context.Background())
+	compactorDone := make(chan struct{})
+	go func() {
+		defer close(compactorDone)
+		d.dev.RunCompactor(compactCtx, device.CompactPolicy{})
+	}()
+	defer func() {
+		stopCompactor()
+		<-compactorDone // before d.close unmaps the store
+	}()
+
 	var serveErr error
 	if err := d.attach(ctx); err != nil {
 		serveErr = err

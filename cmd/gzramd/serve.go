@@ -115,7 +115,7 @@ re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
 	f.StringVar(&cfg.algorithm, "algorithm", "lz4", "compression algorithm: lz4 or zstd (zstd runs on the CPU only)")
 	f.IntVar(&cfg.batchPages, "batch-pages", 256, "largest batch of pages sent to the compressor at once")
 	f.DurationVar(&cfg.batchDeadline, "batch-deadline", 500*time.Microsecond, "longest a page waits for its batch to fill before going to the CPU")
-	f.IntVar(&cfg.batchInFlight, "batch-inflight", 4, "batches compressing at once; writers wait when all are busy")
+	f.IntVar(&cfg.batchInFlight, "batch-inflight", 8, "batches compressing at once; writers wait when all are busy")
 	f.IntVar(&cfg.hugeThreshold, "huge-threshold", device.DefaultHugeThreshold, "pages that compress to this many bytes or more are stored raw (1-4096)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
