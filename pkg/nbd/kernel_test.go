@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -221,46 +222,169 @@ func TestAttachKernelErrors(t *testing.T) {
 	}
 }
 
-// TestKernelAttachLive attaches a real /dev/nbdN when the nbd module is
-// loaded and we may (root): writes through the block device must reach
-// the backend, and detach must release the device.
+// TestKernelAttachLive attaches real /dev/nbdN devices when the nbd module
+// is loaded and we are root (testdata/kernelvm.sh runs it in a QEMU guest):
+// netlink with several connections, reuse of a detached device, a busy
+// device refused, and the ioctl fallback.
 func TestKernelAttachLive(t *testing.T) {
 	if _, err := os.Stat("/sys/module/nbd"); err != nil {
-		t.Skip("nbd module not loaded (modprobe nbd); the e2e VM test covers the kernel")
+		t.Skip("nbd module not loaded (modprobe nbd); pkg/nbd/testdata/kernelvm.sh runs this in a VM")
 	}
 	if os.Geteuid() != 0 {
 		t.Skip("attaching /dev/nbdN needs root")
 	}
-	mem := newMemBackend(16 << 20)
+	mem := newMemBackend(64 << 20)
 	ts := startServer(t, []Export{{Name: "k", Backend: mem}}, Options{})
-	d, err := AttachKernel(context.Background(), KernelOptions{
-		Network: "unix", Address: ts.sock, Export: "k", Index: AnyDevice, Connections: 2})
+	opts := KernelOptions{Network: "unix", Address: ts.sock, Export: "k", Index: AnyDevice, Connections: 4, Timeout: 30 * time.Second}
+
+	d, err := AttachKernel(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Detach()
+	t.Logf("attached %s (netlink %v, %d bytes)", d.Path, d.Netlink, d.Size)
+	if !d.Netlink {
+		t.Error("a kernel with the nbd module loaded should take netlink")
+	}
+	exerciseKernelDevice(t, d, mem)
+
+	// The device is busy: asking for it again by index is refused.
+	busy := opts
+	busy.Index = d.Index
+	if _, err := AttachKernel(context.Background(), busy); err == nil || !errors.Is(err, unix.EBUSY) {
+		t.Errorf("attaching busy %s: %v, want EBUSY", d.Path, err)
+	}
+	start := time.Now()
+	if err := d.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	waitFree(t, d.Index)
+	t.Logf("netlink detach took %v", time.Since(start))
+
+	// The same device again, by index, with one connection.
+	again := opts
+	again.Index, again.Connections = d.Index, 1
+	d2, err := AttachKernel(context.Background(), again)
+	if err != nil {
+		t.Fatalf("re-attaching %s: %v", d.Path, err)
+	}
+	exerciseKernelDevice(t, d2, mem)
+	start = time.Now()
+	if err := d2.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	waitFree(t, d2.Index)
+	t.Logf("netlink detach took %v", time.Since(start))
+
+	// The ioctl fallback.
+	forceIoctl = true
+	defer func() { forceIoctl = false }()
+	io1 := opts
+	io1.Connections = 1
+	start = time.Now()
+	d3, err := AttachKernel(context.Background(), io1)
+	t.Logf("ioctl attach took %v", time.Since(start))
+	if err != nil {
+		t.Fatalf("ioctl attach: %v", err)
+	}
+	if d3.Netlink {
+		t.Error("forced ioctl path reports netlink")
+	}
+	exerciseKernelDevice(t, d3, mem)
+	start = time.Now()
+	if err := d3.Detach(); err != nil {
+		t.Fatal(err)
+	}
+	waitFree(t, d3.Index)
+	t.Logf("ioctl detach took %v", time.Since(start))
+}
+
+// exerciseKernelDevice writes, reads, flushes and discards through the
+// kernel's block device and checks the backend saw it.
+func exerciseKernelDevice(t *testing.T, d *KernelDevice, mem *memBackend) {
+	t.Helper()
+	if busy, err := DeviceInUse(d.Index); err != nil || !busy {
+		t.Errorf("DeviceInUse(%d) after attach: %v %v", d.Index, busy, err)
+	}
 	f, err := os.OpenFile(d.Path, os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 8192+4096)
-	aligned := buf[4096-int(uintptrOf(buf)&4095):][:8192]
-	for i := range aligned {
-		aligned[i] = byte(i * 7)
+	defer f.Close()
+	const n = 1 << 20
+	raw := make([]byte, n+4096)
+	buf := raw[4096-int(uintptrOf(raw)&4095):][:n]
+	for i := range buf {
+		buf[i] = byte(i*7 + d.Index + int(time.Now().UnixNano()))
 	}
-	if _, err := f.WriteAt(aligned, 1<<20); err != nil {
-		t.Fatal(err)
+	off := int64(3 << 20)
+	if _, err := f.WriteAt(buf, off); err != nil {
+		t.Fatalf("write %s: %v", d.Path, err)
 	}
-	f.Close()
-	if !bytes.Equal(mem.snapshot()[1<<20:1<<20+8192], aligned) {
-		t.Error("write through the kernel device did not reach the backend")
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync %s: %v", d.Path, err)
 	}
-	if busy, err := DeviceInUse(d.Index); err != nil || !busy {
-		t.Errorf("DeviceInUse after attach: %v %v", busy, err)
+	if !bytes.Equal(mem.snapshot()[off:off+n], buf) {
+		t.Fatal("write through the kernel device did not reach the backend")
 	}
-	if err := d.Detach(); err != nil {
-		t.Fatal(err)
+	back := make([]byte, n+4096)
+	got := back[4096-int(uintptrOf(back)&4095):][:n]
+	if _, err := f.ReadAt(got, off); err != nil {
+		t.Fatalf("read %s: %v", d.Path, err)
+	}
+	if !bytes.Equal(got, buf) {
+		t.Fatal("read through the kernel device differs")
+	}
+	// BLKDISCARD: the kernel sends NBD_CMD_TRIM.
+	rng := [2]uint64{uint64(off), 65536}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKDISCARD, uintptr(unsafe.Pointer(&rng))); errno != 0 {
+		t.Errorf("BLKDISCARD: %v", errno)
+	} else if !bytes.Equal(mem.snapshot()[off:off+65536], make([]byte, 65536)) {
+		t.Error("discard did not reach the backend")
 	}
 }
 
+func waitFree(t *testing.T, index int) {
+	t.Helper()
+	for range 500 {
+		if busy, err := DeviceInUse(index); err == nil && !busy {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("/dev/nbd%d still in use 5s after detach", index)
+}
+
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// The kernel answers NBD_CMD_CONNECT with a reply (the device index) and
+// then an acknowledgement, in separate receives into the same buffer: the
+// reply's attributes must survive the second receive.
+func TestCollectRepliesAcrossReceives(t *testing.T) {
+	littleEndian(t)
+	reply := le(uint32(16+4+8), uint16(0x20), uint16(0), uint32(5), uint32(0),
+		[]byte{nbdCmdConnect, 1, 0, 0}, appendU32Attr(nil, nbdAttrIndex, 3))
+	stale := le(uint32(16+4+8), uint16(0x20), uint16(0), uint32(4), uint32(0), // an earlier request's
+		[]byte{nbdCmdConnect, 1, 0, 0}, appendU32Attr(nil, nbdAttrIndex, 9))
+	ack := le(uint32(16+4+16), uint16(unix.NLMSG_ERROR), uint16(0), uint32(5), uint32(0), uint32(0), make([]byte, 16))
+	nack := le(uint32(16+4+16), uint16(unix.NLMSG_ERROR), uint16(0), uint32(5), uint32(0), uint32(0xfffffff0), make([]byte, 16))
+	script := func(msgs ...[]byte) func([]byte) (int, error) {
+		return func(buf []byte) (int, error) {
+			if len(msgs) == 0 {
+				return 0, errors.New("script ran out")
+			}
+			n := copy(buf, msgs[0])
+			msgs = msgs[1:]
+			return n, nil
+		}
+	}
+	replies, err := collectReplies(5, script(stale, reply, ack))
+	if err != nil || len(replies) != 1 || len(replies[0]) != 1 || ne.Uint32(replies[0][0].data) != 3 {
+		t.Fatalf("replies %+v, %v; want one reply with index 3", replies, err)
+	}
+	if _, err := collectReplies(5, script(nack)); !errors.Is(err, unix.EBUSY) {
+		t.Fatalf("negative ack: %v, want EBUSY", err)
+	}
+	if _, err := collectReplies(5, script(append(reply, ack...))); err != nil {
+		t.Fatalf("reply and ack in one receive: %v", err)
+	}
+}

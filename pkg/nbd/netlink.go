@@ -1,6 +1,7 @@
 package nbd
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -165,22 +166,35 @@ func (g *genlConn) request(family uint16, cmd, version uint8, attrs []byte) ([][
 	if err := unix.Sendto(g.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("netlink send: %w", err)
 	}
+	return collectReplies(g.seq, func(buf []byte) (int, error) {
+		for {
+			n, _, err := unix.Recvfrom(g.fd, buf, 0)
+			if !errors.Is(err, unix.EINTR) {
+				return n, err
+			}
+		}
+	})
+}
+
+// collectReplies receives messages with recv until the kernel's
+// acknowledgement of request seq, and returns the attributes of each reply
+// before it. A negative acknowledgement becomes a syscall.Errno.
+func collectReplies(seq uint32, recv func([]byte) (int, error)) ([][]nlAttr, error) {
 	var replies [][]nlAttr
 	buf := make([]byte, nlRecvBufSize)
 	for {
-		n, _, err := unix.Recvfrom(g.fd, buf, 0)
+		n, err := recv(buf)
 		if err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
 			return nil, fmt.Errorf("netlink receive: %w", err)
 		}
-		msgs, err := parseNetlinkMessages(buf[:n])
+		// Replies keep slices of what was received: copy it out of
+		// buf, which the next receive (the acknowledgement) reuses.
+		msgs, err := parseNetlinkMessages(bytes.Clone(buf[:n]))
 		if err != nil {
 			return nil, err
 		}
 		for _, m := range msgs {
-			if m.seq != g.seq {
+			if m.seq != seq {
 				continue
 			}
 			switch m.typ {
