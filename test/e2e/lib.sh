@@ -43,6 +43,16 @@ wait_port() { # host port seconds pid
 	return 1
 }
 
+wait_log() { # file pattern seconds pid
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		kill -0 "$4" 2>/dev/null || return 1
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # kernel_fetch sets KVER (e.g. 6.1.0-56-amd64) and KROOT (the unpacked
 # package, with modules.dep built). Cached under .e2e/kernel/<pkg>_<ver>;
 # without apt access the newest cached kernel is used.
@@ -201,7 +211,11 @@ guest_run() {
 	"${QEMU[@]}" </dev/null >"$CONSOLE.qemu" 2>&1 &
 	qpid=$!
 	E2E_PIDS+=("$qpid")
+	local exited=0
 	while :; do
+		# Read QEMU's state before the console: a guest that prints its
+		# verdict and powers off between the two reads is not "no verdict".
+		kill -0 "$qpid" 2>/dev/null || exited=1
 		if grep -q '^E2E-RESULT: ' "$CONSOLE" 2>/dev/null; then
 			verdict=$(grep -m1 '^E2E-RESULT: ' "$CONSOLE" | tr -d '\r')
 			break
@@ -210,7 +224,7 @@ guest_run() {
 			verdict="kernel failure: $(grep -m1 -E 'Kernel panic|BUG: |Oops|general protection fault' "$CONSOLE" | tr -d '\r')"
 			break
 		fi
-		if ! kill -0 "$qpid" 2>/dev/null; then
+		if [ "$exited" = 1 ]; then
 			verdict="QEMU exited without a verdict: $(cat "$CONSOLE.qemu")"
 			break
 		fi
