@@ -121,7 +121,14 @@ func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error
 	}
 	index, err := netlinkConnect(req)
 	if err == nil {
-		return &KernelDevice{Index: index, Path: devicePath(index), Size: info.Size, Netlink: true}, nil
+		d := &KernelDevice{Index: index, Path: devicePath(index), Size: info.Size, Netlink: true}
+		// The kernel connects the device before acknowledging; check,
+		// rather than trust an acknowledgement that changed nothing.
+		if busy, err := DeviceInUse(index); err != nil || !busy {
+			d.Detach()
+			return nil, fmt.Errorf("nbd: attach via netlink: NBD_CMD_CONNECT acknowledged but %s is not connected (in use %v, %v)", d.Path, busy, err)
+		}
+		return d, nil
 	}
 	if !isNetlinkUnavailable(err) {
 		return nil, fmt.Errorf("nbd: attach via netlink: %w", err)

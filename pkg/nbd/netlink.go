@@ -258,7 +258,11 @@ func (g *genlConn) resolveFamily(name string) (uint16, error) {
 	for _, r := range replies {
 		for _, a := range r {
 			if a.typ == unix.CTRL_ATTR_FAMILY_ID && len(a.data) >= 2 {
-				return ne.Uint16(a.data), nil
+				// Ids below NLMSG_MIN_TYPE are netlink's own control
+				// messages, which the kernel acknowledges and ignores.
+				if id := ne.Uint16(a.data); id >= unix.NLMSG_MIN_TYPE {
+					return id, nil
+				}
 			}
 		}
 	}
