@@ -2,6 +2,28 @@
 // transmission phase that keeps many requests in flight per connection and
 // replies as each completes. It knows nothing about compression: exports
 // are served by a Backend.
+//
+// Serving:
+//
+//	srv, err := nbd.NewServer([]nbd.Export{{Name: "gzram0", Backend: dev}}, nbd.Options{})
+//	go srv.Serve(unixListener) // any number of listeners
+//	go srv.Serve(tcpListener)
+//	...
+//	srv.Shutdown(ctx) // stop reading, finish and answer what is in flight
+//
+// Each connection has one reader goroutine, which parses requests into
+// recycled request structs with pooled payload buffers, and up to
+// Options.MaxInFlight worker goroutines that run them against the Backend.
+// Replies leave in completion order; the worker that finds no write under
+// way writes every queued reply in one writev. Nothing on that path
+// allocates in steady state (BenchmarkRequests).
+//
+// The kernel: AttachKernel dials the server, negotiates each socket with
+// the client side of the handshake (Negotiate), and hands the sockets to
+// /dev/nbdN with generic netlink (NBD_CMD_CONNECT), or the ioctl interface
+// where netlink is missing; KernelDevice.Detach undoes it. DeviceInUse and
+// FindFreeDevice read /sys/block. testdata/kernelvm.sh runs the kernel
+// tests in a QEMU guest.
 package nbd
 
 import "context"
