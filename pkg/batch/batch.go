@@ -96,6 +96,9 @@ type Batcher struct {
 	timer   *time.Timer
 	workers sync.WaitGroup
 	refs    sync.Pool // *[]ref, so requests do not allocate
+	scratch sync.Pool // *codec.Batch without Pages, for the direct path
+
+	isClosed atomic.Bool
 
 	batches, pages, primaryBatches, cpuBatches, backendErrors atomic.Uint64
 }
@@ -122,7 +125,11 @@ func New(primary, cpu codec.BatchCompressor, cfg Config, obs Observer) (*Batcher
 	bt := &Batcher{cfg: cfg, primary: primary, cpu: cpu, observer: obs}
 	bt.ready = sync.NewCond(&bt.mu)
 	bt.freed = sync.NewCond(&bt.mu)
-	for range cfg.InFlight + 1 { // one more than in flight: one can fill while the others compress
+	workers := cfg.InFlight
+	if primary == cpu {
+		workers = -1 // direct mode: no batch buffers, no workers
+	}
+	for range workers + 1 { // one more than in flight: one can fill while the others compress
 		var b *codec.Batch
 		if a, ok := primary.(codec.BatchAllocator); ok {
 			var err error
@@ -135,9 +142,13 @@ func New(primary, cpu codec.BatchCompressor, cfg Config, obs Observer) (*Batcher
 		bt.free = append(bt.free, &slot{b: b})
 	}
 	bt.refs.New = func() any { r := make([]ref, 0, 64); return &r }
+	bt.scratch.New = func() any {
+		k := min(directChunk, cfg.MaxPages)
+		return &codec.Batch{Out: make([]byte, k*codec.PageSize), Offsets: make([]uint32, k), Lens: make([]uint32, k)}
+	}
 	bt.timer = time.AfterFunc(time.Hour, bt.ready.Broadcast)
 	bt.timer.Stop()
-	for range cfg.InFlight {
+	for range workers {
 		bt.workers.Add(1)
 		go bt.work()
 	}
@@ -163,6 +174,9 @@ func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int
 	n := len(pages) / codec.PageSize
 	if n == 0 || len(pages)%codec.PageSize != 0 {
 		return 0, fmt.Errorf("batch: %d bytes is not a whole number of %d-byte pages", len(pages), codec.PageSize)
+	}
+	if bt.primary == bt.cpu {
+		return bt.direct(pages, n, commit)
 	}
 	refs := bt.refs.Get().(*[]ref)
 	defer bt.refs.Put(refs)
@@ -233,6 +247,35 @@ func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int
 	return accepted, err
 }
 
+// directChunk bounds the scratch memory of one direct request.
+const directChunk = 32
+
+// direct compresses a request's pages in the caller's goroutine. With
+// only the CPU to compress on, batching buys nothing: handing pages to a
+// worker costs two goroutine switches and a copy per request, which at
+// queue depth 1 is most of a write's latency.
+func (bt *Batcher) direct(pages []byte, n int, commit func(i int, compressed []byte) error) (int, error) {
+	if bt.isClosed.Load() {
+		return 0, ErrClosed
+	}
+	b := bt.scratch.Get().(*codec.Batch)
+	defer bt.scratch.Put(b)
+	var err error
+	for done := 0; done < n; {
+		k := min(n-done, len(b.Lens))
+		b.Pages, b.N = pages[done*codec.PageSize:(done+k)*codec.PageSize], k
+		bt.compressWith(bt.cpu, b)
+		for i := range k {
+			if cerr := commit(done+i, b.Compressed(i)); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+		done += k
+	}
+	b.Pages = nil
+	return n, err
+}
+
 func (bt *Batcher) release(s *slot) {
 	bt.mu.Lock()
 	bt.free = append(bt.free, s)
@@ -275,22 +318,28 @@ func (bt *Batcher) work() {
 }
 
 func (bt *Batcher) compress(s *slot) {
-	start := time.Now()
 	backend := bt.cpu
 	if s.b.N >= bt.cfg.MinPrimaryPages {
 		backend = bt.primary
 	}
-	err := backend.CompressBatch(context.Background(), s.b)
+	bt.compressWith(backend, s.b)
+}
+
+// compressWith compresses b on backend, on the CPU if backend fails, and
+// keeps the counters.
+func (bt *Batcher) compressWith(backend codec.BatchCompressor, b *codec.Batch) {
+	start := time.Now()
+	err := backend.CompressBatch(context.Background(), b)
 	if err != nil && backend != bt.cpu {
 		bt.backendErrors.Add(1)
 		backend = bt.cpu
-		err = backend.CompressBatch(context.Background(), s.b)
+		err = backend.CompressBatch(context.Background(), b)
 	}
 	if err != nil {
 		// The CPU backend does not fail; if it ever does, store every page raw
 		// rather than lose one.
-		for i := range s.b.N {
-			s.b.Lens[i] = 0
+		for i := range b.N {
+			b.Lens[i] = 0
 		}
 	}
 	if backend == bt.cpu && bt.cpu != bt.primary {
@@ -299,9 +348,9 @@ func (bt *Batcher) compress(s *slot) {
 		bt.primaryBatches.Add(1)
 	}
 	bt.batches.Add(1)
-	bt.pages.Add(uint64(s.b.N))
+	bt.pages.Add(uint64(b.N))
 	if bt.observer != nil {
-		bt.observer.BatchDone(backend.Name(), s.b.N, time.Since(start))
+		bt.observer.BatchDone(backend.Name(), b.N, time.Since(start))
 	}
 }
 
@@ -321,6 +370,7 @@ func (bt *Batcher) Stats() Stats {
 func (bt *Batcher) Close() {
 	bt.mu.Lock()
 	bt.closed = true
+	bt.isClosed.Store(true)
 	bt.mu.Unlock()
 	bt.ready.Broadcast()
 	bt.freed.Broadcast()

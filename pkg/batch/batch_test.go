@@ -83,8 +83,9 @@ func runWriters(t *testing.T, bt *Batcher, writers, perWriter int) {
 
 func TestConcurrentWritersGetTheirOwnPages(t *testing.T) {
 	cpu := codec.NewCPUBatch(codec.NewLZ4(), 2)
+	primary := codec.NewCPUBatch(codec.NewLZ4(), 2) // distinct, so pages are batched
 	obs := &sizes{}
-	bt, err := New(cpu, cpu, Config{MaxPages: 16, InFlight: 2}, obs)
+	bt, err := New(primary, cpu, Config{MaxPages: 16, InFlight: 2}, obs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestSmallBatchesGoToCPUAfterDeadline(t *testing.T) {
 
 func TestBackpressureAndClose(t *testing.T) {
 	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
-	bt, err := New(cpu, cpu, Config{MaxPages: 1, InFlight: 1}, nil)
+	bt, err := New(codec.NewCPUBatch(codec.NewLZ4(), 1), cpu, Config{MaxPages: 1, InFlight: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestConfigValidation(t *testing.T) {
 // buffers together from several writers at once.
 func TestLargeRequestsDoNotDeadlock(t *testing.T) {
 	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
-	bt, err := New(cpu, cpu, Config{MaxPages: 8, InFlight: 1}, nil)
+	bt, err := New(codec.NewCPUBatch(codec.NewLZ4(), 1), cpu, Config{MaxPages: 8, InFlight: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,4 +205,41 @@ func TestLargeRequestsDoNotDeadlock(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestDirectMode covers the CPU-only path, where requests compress their
+// own pages without batch buffers or workers.
+func TestDirectMode(t *testing.T) {
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 2)
+	bt, err := New(cpu, cpu, Config{MaxPages: 16}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bt.free) != 0 {
+		t.Fatalf("direct mode allocated %d batch buffers", len(bt.free))
+	}
+	runWriters(t, bt, 16, 30)
+	// A request larger than the scratch chunk.
+	req := make([]byte, 100*codec.PageSize)
+	for j := range 100 {
+		copy(req[j*codec.PageSize:], page(j+1))
+	}
+	lz := codec.NewLZ4()
+	n, err := bt.Compress(context.Background(), req, func(i int, c []byte) error {
+		got := make([]byte, codec.PageSize)
+		if err := lz.Decompress(got, c); err != nil || !bytes.Equal(got, page(i+1)) {
+			return errors.New("wrong page")
+		}
+		return nil
+	})
+	if n != 100 || err != nil {
+		t.Fatalf("accepted %d, err %v", n, err)
+	}
+	if st := bt.Stats(); st.Pages != 16*30+100 {
+		t.Fatalf("%d pages counted, want %d", st.Pages, 16*30+100)
+	}
+	bt.Close()
+	if _, err := bt.Compress(context.Background(), page(1), func(int, []byte) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
 }

@@ -27,14 +27,26 @@ type fixture struct {
 	bt    *batch.Batcher
 }
 
+// newDevice returns a device whose batcher batches (its primary backend is
+// a second CPU compressor), the path a GPU takes.
 func newDevice(t testing.TB, size, memLimit int64) *fixture {
+	return newDeviceMode(t, size, memLimit, false)
+}
+
+// newDeviceMode with direct set uses the CPU-only batcher, where requests
+// compress their own pages.
+func newDeviceMode(t testing.TB, size, memLimit int64, direct bool) *fixture {
 	t.Helper()
 	store, err := pagestore.New(pagestore.Config{MemLimit: memLimit})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cpu := codec.NewCPUBatch(codec.NewLZ4(), 2)
-	bt, err := batch.New(cpu, cpu, batch.Config{MaxPages: 32, InFlight: 2}, nil)
+	primary := codec.BatchCompressor(codec.NewCPUBatch(codec.NewLZ4(), 2))
+	if direct {
+		primary = cpu
+	}
+	bt, err := batch.New(primary, cpu, batch.Config{MaxPages: 32, InFlight: 2}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +102,16 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		ops = 20_000
 	}
-	runModel(t, ops, false)
+	runModel(t, ops, false, false)
+}
+
+// TestModelDirect runs the model on the CPU-only path.
+func TestModelDirect(t *testing.T) {
+	ops := 200_000
+	if testing.Short() {
+		ops = 10_000
+	}
+	runModel(t, ops, false, true)
 }
 
 // TestModelWhileCompacting runs the model with the compactor moving
@@ -100,15 +121,15 @@ func TestModelWhileCompacting(t *testing.T) {
 	if testing.Short() {
 		ops = 10_000
 	}
-	runModel(t, ops, true)
+	runModel(t, ops, true, false)
 }
 
-func runModel(t *testing.T, totalOps int, compact bool) {
+func runModel(t *testing.T, totalOps int, compact, direct bool) {
 	const workers = 8
 	const regionPages = 64
 	ops := totalOps / workers
 	size := int64(workers * regionPages * pageSize)
-	f := newDevice(t, size, 0)
+	f := newDeviceMode(t, size, 0, direct)
 	model := make([]byte, size)
 	ctx := context.Background()
 	if compact {
