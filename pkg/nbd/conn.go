@@ -293,6 +293,7 @@ func (c *conn) takeBuffer(r *request) {
 	}
 	c.budgetUsed += n
 	c.budgetMu.Unlock()
+	c.srv.bufBytes.Add(n)
 	r.buf, r.data = c.srv.bufs.get(r.length)
 }
 
@@ -301,6 +302,7 @@ func (c *conn) putRequest(r *request) {
 		n := int64(cap(*r.buf))
 		c.srv.bufs.put(r.buf)
 		r.buf, r.data = nil, nil
+		c.srv.bufBytes.Add(-n)
 		c.budgetMu.Lock()
 		c.budgetUsed -= n
 		c.budgetMu.Unlock()

@@ -2,6 +2,7 @@ package nbd
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -61,6 +62,9 @@ func serveScript(srv *Server, input []byte) []byte {
 	srv.connWG.Add(1)
 	srv.mu.Unlock()
 	c.serve()
+	if n := srv.bufBytes.Load(); n != 0 {
+		panic(fmt.Sprintf("%d bytes of payload buffers held after the connection ended", n))
+	}
 	return sc.out.Bytes()
 }
 

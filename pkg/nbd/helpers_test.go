@@ -153,6 +153,9 @@ func (ts *testServer) shutdown(t testing.TB) {
 		t.Errorf("Serve returned %v, want ErrServerClosed", err)
 	}
 	ts.done = nil
+	if n := ts.srv.bufBytes.Load(); n != 0 {
+		t.Errorf("%d bytes of payload buffers still held after Shutdown", n)
+	}
 }
 
 func (ts *testServer) uri(name string) string {

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -65,6 +66,9 @@ type Server struct {
 	maxInFlightBytes int64
 	handshakeTimeout time.Duration
 	bufs             bufferPool
+	// bufBytes counts the pooled payload bytes held by requests across
+	// all connections: zero whenever nothing is in flight.
+	bufBytes atomic.Int64
 
 	// ctx is handed to every Backend call; it is cancelled only when a
 	// Shutdown gives up waiting.
