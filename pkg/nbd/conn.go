@@ -422,12 +422,14 @@ func (c *conn) reply(r *request) {
 					c.iov = append(c.iov, r.data)
 				}
 			}
+			used := len(c.iov)
 			if _, err := c.iov.WriteTo(c.nc); err != nil {
 				dead = true
 				// Wake the reader: nobody is listening any more.
 				c.nc.Close()
 			}
-			clear(c.iovs[:cap(c.iovs)])
+			// Drop the references to payloads that go back to the pool.
+			clear(c.iovs[:used])
 		}
 		for i, r := range c.batch {
 			if c.srv.obs != nil {
