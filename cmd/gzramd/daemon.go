@@ -75,6 +75,7 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	d.batcher, err = batch.New(d.backends.primary, d.backends.cpu, batch.Config{
 		MaxPages: cfg.batchPages, InFlight: cfg.batchInFlight, Deadline: cfg.batchDeadline,
 		MinPrimaryPages: min(d.backends.minPrimary, cfg.batchPages),
+		Limit:           cfg.hugeThreshold - 1, // longer results are stored raw anyway
 	}, batchObs)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -234,6 +235,18 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if err := harden(cfg, log, reexecErr); err != nil {
 		return err
+	}
+	if path := os.Getenv("GZRAMD_CPUPROFILE"); path != "" {
+		// For developers: a CPU profile of the whole run.
+		f, err := os.Create(path)
+		if err != nil {
+			return fmt.Errorf("GZRAMD_CPUPROFILE: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("GZRAMD_CPUPROFILE: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	d, err := newDaemon(cfg, log)
 	if err != nil {

@@ -34,6 +34,10 @@ type Config struct {
 	// Deadline is how long a batch smaller than MinPrimaryPages may wait
 	// to grow before it goes to the CPU (default 500µs).
 	Deadline time.Duration
+	// Limit is the longest compressed page worth keeping (codec.Batch's
+	// Limit): set it below the device's huge threshold so pages that will
+	// be stored raw anyway cost less to try. 0: PageSize-1.
+	Limit int
 }
 
 func (c *Config) setDefaults() error {
@@ -139,12 +143,13 @@ func New(primary, cpu codec.BatchCompressor, cfg Config, obs Observer) (*Batcher
 		} else {
 			b = codec.NewBatch(cfg.MaxPages)
 		}
+		b.Limit = cfg.Limit
 		bt.free = append(bt.free, &slot{b: b})
 	}
 	bt.refs.New = func() any { r := make([]ref, 0, 64); return &r }
 	bt.scratch.New = func() any {
 		k := min(directChunk, cfg.MaxPages)
-		return &codec.Batch{Out: make([]byte, k*codec.PageSize), Offsets: make([]uint32, k), Lens: make([]uint32, k)}
+		return &codec.Batch{Out: make([]byte, k*codec.PageSize), Offsets: make([]uint32, k), Lens: make([]uint32, k), Limit: cfg.Limit}
 	}
 	bt.timer = time.AfterFunc(time.Hour, bt.ready.Broadcast)
 	bt.timer.Stop()

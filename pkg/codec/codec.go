@@ -58,6 +58,19 @@ type Batch struct {
 	// to be stored raw from Pages.
 	Offsets []uint32
 	Lens    []uint32
+	// Limit, when between 1 and PageSize-1, is the longest compressed page
+	// worth keeping: a page that does not compress below it may be
+	// reported raw (Lens[i] == 0) without finishing, which saves most of
+	// the work on incompressible pages. 0 means PageSize-1.
+	Limit int
+}
+
+// limit is the output bound for one page.
+func (b *Batch) limit() int {
+	if b.Limit <= 0 || b.Limit > PageSize-1 {
+		return PageSize - 1
+	}
+	return b.Limit
 }
 
 // NewBatch allocates a batch of cap pages on the Go heap (pointer-free

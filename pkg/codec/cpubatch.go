@@ -29,8 +29,8 @@ func (*CPUBatch) Name() string { return "cpu" }
 const minPagesPerWorker = 16
 
 // CompressBatch implements BatchCompressor. Page i's output goes to
-// Out[i*PageSize:], bounded to PageSize-1 bytes so a page that does not
-// shrink is reported as raw.
+// Out[i*PageSize:], bounded to b.Limit (PageSize-1 by default) so a page
+// that does not shrink enough is reported as raw.
 func (c *CPUBatch) CompressBatch(_ context.Context, b *Batch) error {
 	n := b.N
 	w := min(c.workers, (n+minPagesPerWorker-1)/minPagesPerWorker)
@@ -57,11 +57,11 @@ func (c *CPUBatch) run(b *Batch, lo, hi int) {
 		b.Offsets[i] = uint32(i * PageSize)
 	}
 	if l, ok := c.codec.(*LZ4); ok {
-		l.compressPages(b.Pages[lo*PageSize:], b.Out[lo*PageSize:], b.Lens[lo:hi], hi-lo)
+		l.compressPages(b.Pages[lo*PageSize:], b.Out[lo*PageSize:], b.Lens[lo:hi], hi-lo, b.limit())
 		return
 	}
 	for i := lo; i < hi; i++ {
 		off := i * PageSize
-		b.Lens[i] = uint32(c.codec.Compress(b.Out[off:off+PageSize-1], b.Page(i)))
+		b.Lens[i] = uint32(c.codec.Compress(b.Out[off:off+b.limit()], b.Page(i)))
 	}
 }

@@ -14,9 +14,9 @@ static int gz_lz4_compress(void *state, const char *src, char *dst, int n, int c
 // gz_lz4_compress_run compresses n consecutive pages of size page from in
 // into out (page i at out+i*page) with one reusable state, so a batch costs
 // one cgo crossing and the hash table is reset cheaply between pages.
-static void gz_lz4_compress_run(void *state, const char *in, int n, int page, char *out, unsigned *lens) {
+static void gz_lz4_compress_run(void *state, const char *in, int n, int page, int limit, char *out, unsigned *lens) {
 	for (int i = 0; i < n; i++) {
-		int r = gz_lz4_compress(state, in + (size_t)i * page, out + (size_t)i * page, page, page - 1);
+		int r = gz_lz4_compress(state, in + (size_t)i * page, out + (size_t)i * page, page, limit);
 		lens[i] = r > 0 ? (unsigned)r : 0;
 	}
 }
@@ -84,12 +84,12 @@ func (c *LZ4) Compress(dst, src []byte) int {
 
 // compressPages compresses n pages from in into out at page strides; a
 // length of 0 means the page would not shrink below PageSize.
-func (c *LZ4) compressPages(in, out []byte, lens []uint32, n int) {
+func (c *LZ4) compressPages(in, out []byte, lens []uint32, n, limit int) {
 	if n == 0 {
 		return
 	}
 	s := c.getState()
-	C.gz_lz4_compress_run(s, (*C.char)(unsafe.Pointer(&in[0])), C.int(n), PageSize,
+	C.gz_lz4_compress_run(s, (*C.char)(unsafe.Pointer(&in[0])), C.int(n), PageSize, C.int(limit),
 		(*C.char)(unsafe.Pointer(&out[0])), (*C.unsigned)(unsafe.Pointer(&lens[0])))
 	c.putState(s)
 }

@@ -46,7 +46,7 @@ func newDeviceMode(t testing.TB, size, memLimit int64, direct bool) *fixture {
 	if direct {
 		primary = cpu
 	}
-	bt, err := batch.New(primary, cpu, batch.Config{MaxPages: 32, InFlight: 2}, nil)
+	bt, err := batch.New(primary, cpu, batch.Config{MaxPages: 32, InFlight: 2, Limit: DefaultHugeThreshold - 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
