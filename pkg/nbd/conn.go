@@ -21,6 +21,9 @@ var (
 )
 
 const (
+	// drainTimeout bounds the writing of replies still in flight when a
+	// client has disconnected.
+	drainTimeout        = 30 * time.Second
 	handshakeBufferSize = 512
 	readBufferSize      = 64 << 10
 )
@@ -164,7 +167,18 @@ func (c *conn) serve() {
 
 	err = c.transmit()
 
-	// Stop reading, let what was read finish and reply, then close.
+	// Stop reading, let what was read finish and reply, then close. After
+	// a protocol error the connection is dropped at once (the spec's hard
+	// disconnect): nobody may be reading the replies. After a soft end
+	// the replies still go out, within drainTimeout, so that a client
+	// that stopped reading cannot hold the workers forever.
+	switch {
+	case c.stopping.Load():
+	case err == errDisc || errors.Is(err, io.EOF):
+		c.nc.SetWriteDeadline(time.Now().Add(drainTimeout))
+	default:
+		c.kill()
+	}
 	c.inflight.Wait()
 	close(c.work)
 	c.workers.Wait()
@@ -423,7 +437,14 @@ func (c *conn) reply(r *request) {
 				}
 			}
 			used := len(c.iov)
+			if c.srv.replyTimeout > 0 {
+				c.nc.SetWriteDeadline(time.Now().Add(c.srv.replyTimeout))
+			}
 			if _, err := c.iov.WriteTo(c.nc); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					c.srv.log.Warn("nbd: client not reading replies; dropping connection",
+						"remote", c.remote(), "reply_timeout", c.srv.replyTimeout)
+				}
 				dead = true
 				// Wake the reader: nobody is listening any more.
 				c.nc.Close()

@@ -724,3 +724,53 @@ func TestObserver(t *testing.T) {
 		t.Errorf("observed errors %v bytes %d", obs.errors, obs.bytes)
 	}
 }
+
+// waitNoConns waits until the server holds no connections.
+func waitNoConns(t *testing.T, srv *Server) {
+	t.Helper()
+	for range 1000 {
+		srv.mu.Lock()
+		n := len(srv.conns)
+		srv.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("connections still open after 10s")
+}
+
+// A client that breaks the protocol while replies are stuck behind its
+// full socket (it never reads) is dropped at once, not kept waiting.
+func TestProtocolErrorWithUnreadReplies(t *testing.T) {
+	mem := newMemBackend(16 << 20)
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
+	c := dialRaw(t, ts, "d")
+	// 100 reads of 64 KiB: more reply data than a socket holds, fewer
+	// requests than MaxInFlight, so the reader reaches the bad magic.
+	var msg []byte
+	for i := range 100 {
+		msg = append(msg, reqBytes(CmdRead, 0, uint64(i), uint64(i)*65536, 65536, nil)...)
+	}
+	msg = append(msg, make([]byte, requestHeaderLen)...) // bad magic
+	if _, err := c.nc.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	waitNoConns(t, ts.srv)
+}
+
+// With ReplyTimeout, a client that keeps MaxInFlight requests waiting on
+// replies it never reads is dropped.
+func TestReplyTimeout(t *testing.T) {
+	mem := newMemBackend(16 << 20)
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{ReplyTimeout: 200 * time.Millisecond, MaxInFlight: 16})
+	c := dialRaw(t, ts, "d")
+	var msg []byte
+	for i := range 200 {
+		msg = append(msg, reqBytes(CmdRead, 0, uint64(i), uint64(i)*65536, 65536, nil)...)
+	}
+	go c.nc.Write(msg) // blocks once the server stops reading
+	waitNoConns(t, ts.srv)
+	ok := dialRaw(t, ts, "d")
+	ok.roundTrip(0)
+}

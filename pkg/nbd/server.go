@@ -46,6 +46,12 @@ type Options struct {
 	// cannot make the daemon allocate without limit. A request larger
 	// than the whole budget still runs, alone. Default 64 MiB.
 	MaxInFlightBytes int64
+	// ReplyTimeout, if positive, drops a connection whose replies make no
+	// progress for this long: a client that stops reading would otherwise
+	// hold its requests (up to MaxInFlight, MaxInFlightBytes) for as long
+	// as it stays connected. Zero means no limit, which suits the kernel:
+	// timing it out would turn a slow swap-in into an I/O error.
+	ReplyTimeout time.Duration
 	// HandshakeTimeout bounds the whole handshake of one connection, so
 	// that half-open connections cannot pile up. Default 10s.
 	HandshakeTimeout time.Duration
@@ -65,6 +71,7 @@ type Server struct {
 	maxInFlight      int
 	maxInFlightBytes int64
 	handshakeTimeout time.Duration
+	replyTimeout     time.Duration
 	bufs             bufferPool
 	// bufBytes counts the pooled payload bytes held by requests across
 	// all connections: zero whenever nothing is in flight.
@@ -130,6 +137,7 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		maxInFlight:      opts.MaxInFlight,
 		maxInFlightBytes: opts.MaxInFlightBytes,
 		handshakeTimeout: opts.HandshakeTimeout,
+		replyTimeout:     opts.ReplyTimeout,
 		ctx:              ctx,
 		cancel:           cancel,
 		listeners:        make(map[net.Listener]struct{}),
