@@ -121,7 +121,10 @@ for server in gzramd nbdkit; do
 	# Memory first, on a fresh server: only the corpus is in it.
 	start "$server"
 	corpus "$server"
-	[ "$server" = gzramd ] && grep -o 'backend=[a-z]*' "$WORK/gzramd.log" | tail -1 | cut -d= -f2 >"$WORK/backend" || true
+	if [ "$server" = gzramd ]; then
+		grep -o 'backend=[a-z]*' "$WORK/gzramd.log" | tail -1 | cut -d= -f2 >"$WORK/backend" || true
+		grep -o 'version=[^ ]*' "$WORK/gzramd.log" | tail -1 | cut -d= -f2 >"$WORK/version" || true
+	fi
 	stop
 	start "$server"
 	# The sequential write fills the region the reads then read.

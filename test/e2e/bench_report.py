@@ -81,6 +81,14 @@ def machine():
             + (f", GPU {gpu}" if gpu else ", no GPU"))
 
 
+def version(work):
+    try:
+        with open(os.path.join(work, "version")) as f:
+            return f.read().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def ratio(a, b):
     return f"{a / b:.2f}" if b else "n/a"
 
@@ -93,7 +101,7 @@ def report(args):
         "",
         f"- Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
-        f"- Command: `{args.command}`",
+        f"- Command: `{args.command}`, gzramd version {version(args.work)}",
         "- fio `ioengine=nbd` over a Unix socket, one NBD connection per fio job, "
         "data 50 % compressible (`buffer_compress_percentage=50`), 512 MiB region of a 1 GiB device; "
         "the 1 MiB sequential write fills the region the reads then read.",
