@@ -26,11 +26,13 @@ const (
 	drainTimeout        = 30 * time.Second
 	handshakeBufferSize = 512
 	readBufferSize      = 64 << 10
+	// maxRetainBytes bounds the idle payload buffers one connection keeps.
+	maxRetainBytes = 16 << 20
 )
 
 // conn is one client connection. Its goroutine runs the handshake, then
-// reads requests and hands them to a pool of worker goroutines (grown on
-// demand up to MaxInFlight); each worker runs its request against the
+// reads requests and hands them to a pool of MaxInFlight worker
+// goroutines; each worker runs its request against the
 // Backend and writes the reply as soon as it is done, so replies go out
 // in completion order.
 type conn struct {
@@ -61,10 +63,13 @@ type conn struct {
 	budgetMu   sync.Mutex
 	budgetCond sync.Cond
 	budgetUsed int64
+	// cache holds idle payload buffers by size class, up to retainBytes.
+	cache       [numClasses][]*[]byte
+	cached      int64
+	retainBytes int64
 
 	work     chan *request
 	free     chan *request
-	nreq     int // requests allocated so far; used by the reader only
 	inflight sync.WaitGroup
 	workers  sync.WaitGroup
 }
@@ -164,6 +169,14 @@ func (c *conn) serve() {
 	c.pending = make([]*request, 0, c.srv.maxInFlight)
 	c.batch = make([]*request, 0, c.srv.maxInFlight)
 	c.iovs = make([][]byte, 0, 2*c.srv.maxInFlight)
+	c.retainBytes = min(c.srv.maxInFlightBytes, maxRetainBytes)
+	// Every request struct and worker exists from the start, so that
+	// serving (swap) I/O later allocates nothing, not even a stack.
+	for range c.srv.maxInFlight {
+		c.free <- new(request)
+		c.workers.Add(1)
+		go c.worker()
+	}
 
 	err = c.transmit()
 
@@ -182,6 +195,7 @@ func (c *conn) serve() {
 	c.inflight.Wait()
 	close(c.work)
 	c.workers.Wait()
+	c.releaseCache()
 	switch {
 	case err == errDisc, c.stopping.Load(), errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
 	case errors.Is(err, syscall.ECONNRESET):
@@ -211,7 +225,7 @@ func (c *conn) transmit() error {
 		if cmd == CmdDisc {
 			return errDisc
 		}
-		r := c.getRequest()
+		r := <-c.free
 		r.flags = be.Uint16(h[4:])
 		r.cmd = cmd
 		r.cookie = be.Uint64(h[8:])
@@ -282,47 +296,69 @@ func (c *conn) checkRange(r *request, errno uint32) uint32 {
 	return 0
 }
 
-func (c *conn) getRequest() *request {
-	select {
-	case r := <-c.free:
-		return r
-	default:
-	}
-	if c.nreq < c.srv.maxInFlight {
-		c.nreq++
-		c.workers.Add(1)
-		go c.worker()
-		return new(request)
-	}
-	return <-c.free
-}
-
-// takeBuffer gives r a pooled payload buffer of r.length bytes, waiting
-// while the connection's buffers exceed its budget.
+// takeBuffer gives r a payload buffer of r.length bytes, from the
+// connection's own cache where it can, waiting while the connection's
+// buffers exceed its budget.
 func (c *conn) takeBuffer(r *request) {
+	class := sizeClass(r.length)
 	n := classBytes(r.length)
+	var b *[]byte
 	c.budgetMu.Lock()
 	for c.budgetUsed > 0 && c.budgetUsed+n > c.srv.maxInFlightBytes {
 		c.budgetCond.Wait()
 	}
 	c.budgetUsed += n
+	if l := c.cache[class]; len(l) > 0 {
+		b = l[len(l)-1]
+		l[len(l)-1] = nil
+		c.cache[class] = l[:len(l)-1]
+		c.cached -= n
+	}
 	c.budgetMu.Unlock()
 	c.srv.bufBytes.Add(n)
-	r.buf, r.data = c.srv.bufs.get(r.length)
+	if b == nil {
+		b = c.srv.bufs.get(class)
+	}
+	r.buf, r.data = b, (*b)[:r.length]
 }
 
+// putRequest recycles r and its buffer. The connection keeps up to
+// retainBytes of buffers for itself: sync.Pool drops its contents at every
+// garbage collection, and a swap device under memory pressure is exactly
+// where allocating a fresh buffer for each request must not happen.
 func (c *conn) putRequest(r *request) {
-	if r.buf != nil {
-		n := int64(cap(*r.buf))
-		c.srv.bufs.put(r.buf)
+	if b := r.buf; b != nil {
 		r.buf, r.data = nil, nil
+		n := int64(cap(*b))
 		c.srv.bufBytes.Add(-n)
 		c.budgetMu.Lock()
 		c.budgetUsed -= n
+		keep := c.cached+n <= c.retainBytes
+		if keep {
+			class := sizeClass(uint32(n))
+			c.cache[class] = append(c.cache[class], b)
+			c.cached += n
+		}
 		c.budgetMu.Unlock()
 		c.budgetCond.Signal()
+		if !keep {
+			c.srv.bufs.put(b)
+		}
 	}
 	c.free <- r
+}
+
+// releaseCache hands the connection's cached buffers to the server pool.
+func (c *conn) releaseCache() {
+	c.budgetMu.Lock()
+	defer c.budgetMu.Unlock()
+	for class, l := range c.cache {
+		for _, b := range l {
+			c.srv.bufs.put(b)
+		}
+		c.cache[class] = nil
+	}
+	c.cached = 0
 }
 
 func (c *conn) worker() {

@@ -258,14 +258,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // bufferPool hands out payload buffers in power-of-two size classes from
-// 4 KiB to MaxPayload, so that steady-state requests allocate nothing.
+// 4 KiB to MaxPayload. Connections keep their own cache in front of it.
 type bufferPool struct {
-	classes [maxClassShift - minClassShift + 1]sync.Pool
+	classes [numClasses]sync.Pool
 }
 
 const (
 	minClassShift = 12 // 4 KiB
 	maxClassShift = 25 // MaxPayload, 32 MiB
+	numClasses    = maxClassShift - minClassShift + 1
 )
 
 func sizeClass(n uint32) int {
@@ -276,19 +277,16 @@ func sizeClass(n uint32) int {
 	return shift - minClassShift
 }
 
-// classBytes is the size of the buffer get returns for n bytes.
+// classBytes is the size of the buffers of n's class.
 func classBytes(n uint32) int64 { return 1 << (sizeClass(n) + minClassShift) }
 
-// get returns a buffer of at least n bytes (0 < n <= MaxPayload) and the
-// handle to give back to put.
-func (p *bufferPool) get(n uint32) (*[]byte, []byte) {
-	class := sizeClass(n)
+// get returns a buffer of the class (its full size; callers cut it).
+func (p *bufferPool) get(class int) *[]byte {
 	if v := p.classes[class].Get(); v != nil {
-		b := v.(*[]byte)
-		return b, (*b)[:n]
+		return v.(*[]byte)
 	}
 	b := make([]byte, 1<<(class+minClassShift))
-	return &b, b[:n]
+	return &b
 }
 
 func (p *bufferPool) put(b *[]byte) {
