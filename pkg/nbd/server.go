@@ -39,7 +39,9 @@ type Options struct {
 	Observer Observer
 	// MaxInFlight bounds the requests one connection has in flight (read
 	// but not yet replied to); the reader stops reading at the bound, which
-	// pushes back on the client. Default 128.
+	// pushes back on the client. Each connection starts this many worker
+	// goroutines once its handshake is done, so that serving allocates
+	// nothing later. Default 128 (the kernel's queue depth per socket).
 	MaxInFlight int
 	// MaxInFlightBytes bounds the payload buffers (write data read ahead,
 	// read data not yet sent) one connection holds, so that a client
