@@ -76,6 +76,7 @@ type Stats struct {
 	PrimaryBatches uint64
 	CPUBatches     uint64
 	BackendErrors  uint64 // primary failures the CPU covered
+	DirectRequests uint64 // requests compressed on the CPU in their own goroutine
 }
 
 // Observer sees each compressed batch (for metrics); it must be cheap.
@@ -103,8 +104,9 @@ type Batcher struct {
 	scratch sync.Pool // *codec.Batch without Pages, for the direct path
 
 	isClosed atomic.Bool
+	active   atomic.Int64 // pages inside Compress
 
-	batches, pages, primaryBatches, cpuBatches, backendErrors atomic.Uint64
+	batches, pages, primaryBatches, cpuBatches, backendErrors, cpuDirect atomic.Uint64
 }
 
 // slot is one batch buffer and the waiters on its pages.
@@ -180,7 +182,13 @@ func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int
 	if n == 0 || len(pages)%codec.PageSize != 0 {
 		return 0, fmt.Errorf("batch: %d bytes is not a whole number of %d-byte pages", len(pages), codec.PageSize)
 	}
-	if bt.primary == bt.cpu {
+	// Pages from requests in flight right now; fewer than the primary's
+	// minimum cannot make a batch for it without waiting for more, so
+	// under light load they are compressed at once on the CPU instead of
+	// idling until the deadline.
+	active := bt.active.Add(int64(n))
+	defer bt.active.Add(-int64(n))
+	if bt.primary == bt.cpu || active < int64(bt.cfg.MinPrimaryPages) {
 		return bt.direct(pages, n, commit)
 	}
 	refs := bt.refs.Get().(*[]ref)
@@ -263,6 +271,7 @@ func (bt *Batcher) direct(pages []byte, n int, commit func(i int, compressed []b
 	if bt.isClosed.Load() {
 		return 0, ErrClosed
 	}
+	bt.cpuDirect.Add(1)
 	b := bt.scratch.Get().(*codec.Batch)
 	defer bt.scratch.Put(b)
 	var err error
@@ -367,6 +376,7 @@ func (bt *Batcher) Stats() Stats {
 		PrimaryBatches: bt.primaryBatches.Load(),
 		CPUBatches:     bt.cpuBatches.Load(),
 		BackendErrors:  bt.backendErrors.Load(),
+		DirectRequests: bt.cpuDirect.Load(),
 	}
 }
 

@@ -120,20 +120,68 @@ func TestPrimaryFailureFallsBackToCPU(t *testing.T) {
 	}
 }
 
-func TestSmallBatchesGoToCPUAfterDeadline(t *testing.T) {
+// counting is a working primary that counts what it gets.
+type counting struct {
+	codec.BatchCompressor
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (c *counting) Name() string { return "counting" }
+func (c *counting) CompressBatch(ctx context.Context, b *codec.Batch) error {
+	c.mu.Lock()
+	c.sizes = append(c.sizes, b.N)
+	c.mu.Unlock()
+	return c.BatchCompressor.CompressBatch(ctx, b)
+}
+
+// TestLightLoadSkipsThePrimary: fewer pages in flight than the primary's
+// minimum go straight to the CPU, without waiting for the deadline.
+func TestLightLoadSkipsThePrimary(t *testing.T) {
 	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
 	bad := &failing{}
-	bt, err := New(bad, cpu, Config{MaxPages: 64, MinPrimaryPages: 64, Deadline: time.Millisecond}, nil)
+	bt, err := New(bad, cpu, Config{MaxPages: 64, MinPrimaryPages: 64, Deadline: time.Hour}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runWriters(t, bt, 1, 5) // one writer never fills 64 pages
+	runWriters(t, bt, 1, 5) // would take 5 hours if any page waited for the deadline
 	bt.Close()
 	if n := bad.calls.Load(); n != 0 {
 		t.Fatalf("primary got %d batches smaller than its minimum", n)
 	}
-	if st := bt.Stats(); st.CPUBatches != 5 {
-		t.Fatalf("%d CPU batches, want 5", st.CPUBatches)
+	if st := bt.Stats(); st.CPUBatches != 5 || st.DirectRequests != 5 {
+		t.Fatalf("stats %+v, want 5 direct CPU batches", st)
+	}
+}
+
+// TestDeadlineSendsTheRemainderToTheCPU: a 12-page request with a
+// 10-page batch limit fills one batch for the primary; the 2 pages left
+// over wait for the deadline and then go to the CPU.
+func TestDeadlineSendsTheRemainderToTheCPU(t *testing.T) {
+	cpu := codec.NewCPUBatch(codec.NewLZ4(), 1)
+	primary := &counting{BatchCompressor: codec.NewCPUBatch(codec.NewLZ4(), 1)}
+	bt, err := New(primary, cpu, Config{MaxPages: 10, MinPrimaryPages: 8, Deadline: time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := make([]byte, 12*codec.PageSize)
+	for j := range 12 {
+		copy(req[j*codec.PageSize:], page(j+1))
+	}
+	for range 3 {
+		if n, err := bt.Compress(context.Background(), req, func(int, []byte) error { return nil }); n != 12 || err != nil {
+			t.Fatalf("accepted %d, err %v", n, err)
+		}
+	}
+	bt.Close()
+	st := bt.Stats()
+	for _, n := range primary.sizes {
+		if n < 8 {
+			t.Fatalf("primary got a batch of %d pages, below its minimum of 8", n)
+		}
+	}
+	if st.PrimaryBatches != 3 || st.CPUBatches != 3 || st.Pages != 36 {
+		t.Fatalf("stats %+v, want 3 primary batches of 10 and 3 CPU batches of 2", st)
 	}
 }
 

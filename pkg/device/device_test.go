@@ -30,12 +30,20 @@ type fixture struct {
 // newDevice returns a device whose batcher batches (its primary backend is
 // a second CPU compressor), the path a GPU takes.
 func newDevice(t testing.TB, size, memLimit int64) *fixture {
-	return newDeviceMode(t, size, memLimit, false)
+	return newDeviceMode(t, size, memLimit, modeBatched)
 }
+
+type batchMode int
+
+const (
+	modeBatched batchMode = iota // every request through batches
+	modeDirect                   // CPU only: requests compress their own pages
+	modeMixed                    // a primary with a minimum batch, as with a GPU
+)
 
 // newDeviceMode with direct set uses the CPU-only batcher, where requests
 // compress their own pages.
-func newDeviceMode(t testing.TB, size, memLimit int64, direct bool) *fixture {
+func newDeviceMode(t testing.TB, size, memLimit int64, mode batchMode) *fixture {
 	t.Helper()
 	store, err := pagestore.New(pagestore.Config{MemLimit: memLimit})
 	if err != nil {
@@ -43,10 +51,14 @@ func newDeviceMode(t testing.TB, size, memLimit int64, direct bool) *fixture {
 	}
 	cpu := codec.NewCPUBatch(codec.NewLZ4(), 2)
 	primary := codec.BatchCompressor(codec.NewCPUBatch(codec.NewLZ4(), 2))
-	if direct {
+	cfg := batch.Config{MaxPages: 32, InFlight: 2, Limit: DefaultHugeThreshold - 1}
+	switch mode {
+	case modeDirect:
 		primary = cpu
+	case modeMixed:
+		cfg.MinPrimaryPages, cfg.Deadline = 16, 200*time.Microsecond
 	}
-	bt, err := batch.New(primary, cpu, batch.Config{MaxPages: 32, InFlight: 2, Limit: DefaultHugeThreshold - 1}, nil)
+	bt, err := batch.New(primary, cpu, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +114,17 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		ops = 20_000
 	}
-	runModel(t, ops, false, false)
+	runModel(t, ops, false, modeBatched)
+}
+
+// TestModelMixed runs the model with a primary that wants batches of 16:
+// requests go direct, into batches, and past the deadline to the CPU.
+func TestModelMixed(t *testing.T) {
+	ops := 200_000
+	if testing.Short() {
+		ops = 10_000
+	}
+	runModel(t, ops, false, modeMixed)
 }
 
 // TestModelDirect runs the model on the CPU-only path.
@@ -111,7 +133,7 @@ func TestModelDirect(t *testing.T) {
 	if testing.Short() {
 		ops = 10_000
 	}
-	runModel(t, ops, false, true)
+	runModel(t, ops, false, modeDirect)
 }
 
 // TestModelWhileCompacting runs the model with the compactor moving
@@ -121,15 +143,15 @@ func TestModelWhileCompacting(t *testing.T) {
 	if testing.Short() {
 		ops = 10_000
 	}
-	runModel(t, ops, true, false)
+	runModel(t, ops, true, modeBatched)
 }
 
-func runModel(t *testing.T, totalOps int, compact, direct bool) {
+func runModel(t *testing.T, totalOps int, compact bool, mode batchMode) {
 	const workers = 8
 	const regionPages = 64
 	ops := totalOps / workers
 	size := int64(workers * regionPages * pageSize)
-	f := newDeviceMode(t, size, 0, direct)
+	f := newDeviceMode(t, size, 0, mode)
 	model := make([]byte, size)
 	ctx := context.Background()
 	if compact {
@@ -203,6 +225,7 @@ func runModel(t *testing.T, totalOps int, compact, direct bool) {
 	for err := range errc {
 		t.Fatal(err)
 	}
+	t.Logf("batcher: %+v", f.bt.Stats())
 	// A final full comparison, and the statistics must agree with the table.
 	got := make([]byte, size)
 	if err := f.dev.ReadAt(ctx, got, 0); err != nil {
