@@ -30,6 +30,7 @@ func needTool(t *testing.T, name string) string {
 func runTool(t *testing.T, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
+	cmd.Dir = t.TempDir() // fio leaves verify state files in its working directory
 	cmd.Env = append(os.Environ(), "PATH=/usr/bin:/bin:/usr/sbin:/sbin:"+os.Getenv("PATH"), "LIBNBD_DEBUG=0")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
