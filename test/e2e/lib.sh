@@ -197,9 +197,27 @@ qemu_cmd() {
 	fi
 	QEMU=(qemu-system-x86_64 "${accel_args[@]}" -m "$mem" -smp "$smp"
 		-kernel "$KROOT/boot/vmlinuz-$KVER" -initrd "$GUEST_INITRD"
-		-append "console=ttyS0 panic=-1 oops=panic zswap.enabled=0 $append"
-		-display none -monitor none -serial "file:$CONSOLE" -no-reboot
+		-append "console=ttyS0 panic=-1 oops=panic zswap.enabled=0 sysrq_always_enabled=1 $append"
+		-display none -monitor "unix:$CONSOLE.monitor,server,nowait" -serial "file:$CONSOLE" -no-reboot
 		-nic "user,model=virtio-net-pci")
+}
+
+# sysrq MONITOR KEY...: presses Alt-SysRq-KEY in the guest through QEMU's
+# monitor socket and gives the kernel a moment to print.
+sysrq() {
+	local mon=$1 k
+	shift
+	for k in "$@"; do
+		python3 - "$mon" "$k" <<'PY' 2>/dev/null || true
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(f"sendkey alt-sysrq-{sys.argv[2]}\n".encode())
+time.sleep(1)
+PY
+	done
+	sleep 3
 }
 
 # guest_run TIMEOUT: boots $QEMU and watches $CONSOLE until a verdict, a
@@ -230,6 +248,9 @@ guest_run() {
 		fi
 		if ((SECONDS - start > limit)); then
 			verdict="timeout: no verdict after $limit s (guest hung?)"
+			# Ask the guest's kernel for its blocked tasks and memory state
+			# (sysrq w, l, m, t) before QEMU goes: where a freeze sits.
+			sysrq "$CONSOLE.monitor" w l m t
 			break
 		fi
 		sleep 0.5
@@ -246,6 +267,8 @@ guest_run() {
 	if [ "$verdict" = "E2E-RESULT: PASS" ]; then
 		return 0
 	fi
+	echo "---- guest steps ----" >&2
+	grep -aE '^(E2E-STEP|E2E-SWAP|hog: |HOG-)' "$CONSOLE" | tr -d '\r' >&2 || true
 	echo "---- guest console (tail) ----" >&2
 	tail -n 40 "$CONSOLE" | tr -d '\r' >&2
 	echo "---- end of console; verdict: $verdict" >&2

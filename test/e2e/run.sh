@@ -18,6 +18,7 @@
 #   E2E_ACCEL=kvm|tcg          skip the KVM probe
 #   E2E_GUEST_MEM, E2E_HOG_MIB guest RAM (default 128M) and hog size (200)
 #   E2E_TIMEOUT                seconds per guest before it counts as hung
+#                              (default 300; a passing guest takes 15-90 s)
 #   GZRAMD                     the daemon binary (default bin/gzramd)
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -28,7 +29,7 @@ SERVER=${E2E_SERVER:-gzramd}
 SCENARIOS=${E2E_SCENARIOS:-host-1 host-2 guest}
 GUEST_MEM=${E2E_GUEST_MEM:-128M}
 HOG_MIB=${E2E_HOG_MIB:-200}
-TIMEOUT=${E2E_TIMEOUT:-600}
+TIMEOUT=${E2E_TIMEOUT:-300}
 EXPECT_FAIL=${E2E_EXPECT_FAIL:-0}
 GZRAMD=${GZRAMD:-$E2E_ROOT/bin/gzramd}
 SIZE=512MiB
@@ -166,7 +167,7 @@ run_guest() {
 	GUEST_INITRD=$WORK/guest.cpio.gz
 	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
 	# The daemon lives inside the guest here, so the guest gets more RAM.
-	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-256M}" 2 "e2e.mode=daemon e2e.size=$SIZE e2e.kconns=2 e2e.hog=${E2E_GUEST_HOG_MIB:-384} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}"
+	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-256M}" 2 "e2e.mode=daemon e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.hog=${E2E_GUEST_HOG_MIB:-384} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}"
 	log "guest: booting ($ACCEL, gzramd serve --swap inside the guest)"
 	guest_run "$TIMEOUT" || die "guest: $GUEST_VERDICT"
 	grep -E '^(hog: |HOG-PASS|E2E-SWAP)' "$CONSOLE" | tr -d '\r' >&2
