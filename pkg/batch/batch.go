@@ -153,7 +153,13 @@ func New(primary, cpu codec.BatchCompressor, cfg Config, obs Observer) (*Batcher
 		k := min(directChunk, cfg.MaxPages)
 		return &codec.Batch{Out: make([]byte, k*codec.PageSize), Offsets: make([]uint32, k), Lens: make([]uint32, k), Limit: cfg.Limit}
 	}
-	bt.timer = time.AfterFunc(time.Hour, bt.ready.Broadcast)
+	bt.timer = time.AfterFunc(time.Hour, func() {
+		// Under the lock, or a worker between its deadline check and its
+		// Wait would miss the wakeup.
+		bt.mu.Lock()
+		bt.ready.Broadcast()
+		bt.mu.Unlock()
+	})
 	bt.timer.Stop()
 	for range workers {
 		bt.workers.Add(1)
@@ -197,18 +203,31 @@ func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int
 	// settle commits every page submitted so far. A request must settle
 	// before it waits for a buffer: the buffers its pages hold can only be
 	// freed by its own commits.
+	settled := 0 // of *refs
 	settle := func() {
-		for _, r := range *refs {
+		for ; settled < len(*refs); settled++ {
+			r := (*refs)[settled]
 			<-r.s.done
-			if cerr := commit(r.page, r.s.b.Compressed(r.i)); cerr != nil && err == nil {
+			cerr := commit(r.page, r.s.b.Compressed(r.i))
+			if cerr != nil && err == nil {
 				err = cerr
 			}
-			if r.s.pending.Add(-1) == 0 {
-				bt.release(r.s)
-			}
+			bt.settled(r.s)
 		}
 		*refs = (*refs)[:0]
+		settled = 0
 	}
+	defer func() {
+		// Only after a panic in commit are pages left: give their slots
+		// back, or the batcher would run out of buffers for everyone.
+		for _, r := range (*refs)[min(settled+1, len(*refs)):] {
+			<-r.s.done
+			bt.settled(r.s)
+		}
+		if settled < len(*refs) {
+			bt.settled((*refs)[settled].s) // the page whose commit panicked
+		}
+	}()
 	for accepted < n {
 		bt.mu.Lock()
 		if bt.closed {
@@ -288,6 +307,13 @@ func (bt *Batcher) direct(pages []byte, n int, commit func(i int, compressed []b
 	}
 	b.Pages = nil
 	return n, err
+}
+
+// settled marks one page of s as committed; the last one frees s.
+func (bt *Batcher) settled(s *slot) {
+	if s.pending.Add(-1) == 0 {
+		bt.release(s)
+	}
 }
 
 func (bt *Batcher) release(s *slot) {

@@ -52,7 +52,9 @@ type stripe struct {
 	pending map[uint32]pendingWrite
 	// fills holds the fill word of same-filled pages that are not zero.
 	fills map[uint32]uint64
-	_     [24]byte // keep stripes on separate cache lines
+	// idle is signalled when a page's last batched write finishes, for a
+	// read-modify-write waiting on it (L is mu).
+	idle sync.Cond
 }
 
 type pendingWrite struct {
@@ -75,8 +77,9 @@ type Device struct {
 	corruptCount                                     atomic.Uint64
 }
 
-// MaxSize is the largest device: page indexes are 32-bit.
-const MaxSize = int64(1<<32-1) * pageSize
+// MaxSize is the largest device: the store tags objects with 32-bit page
+// indexes up to pagestore.MaxOwner.
+const MaxSize = int64(pagestore.MaxOwner+1) * pageSize
 
 // New creates an empty device: every page reads as zeroes.
 func New(cfg Config) (*Device, error) {
@@ -108,6 +111,9 @@ func New(cfg Config) (*Device, error) {
 		pages:   uint32(pages),
 		table:   unsafe.Slice((*entry)(unsafe.Pointer(&mem[0])), pages),
 		stripes: make([]stripe, nStripes),
+	}
+	for i := range d.stripes {
+		d.stripes[i].idle.L = &d.stripes[i].mu
 	}
 	d.bufs.New = func() any { return new([pageSize]byte) }
 	return d, nil
@@ -218,6 +224,9 @@ func (d *Device) WriteAt(ctx context.Context, p []byte, off int64, _ bool) error
 	if err := d.check(off, int64(len(p))); err != nil {
 		return err
 	}
+	if len(p) == 0 {
+		return nil
+	}
 	err := d.write(ctx, p, off)
 	if err != nil {
 		d.failedWrites.Add(1)
@@ -288,12 +297,20 @@ func (d *Device) writeRun(ctx context.Context, first uint32, run []byte) error {
 		s.pending[idx] = pw
 		s.mu.Unlock()
 	}
-	accepted, err := d.cfg.Batcher.Compress(ctx, run, func(k int, compressed []byte) error {
-		return d.commitBatched(first+uint32(k), seq, compressed, run[k*pageSize:(k+1)*pageSize])
+	// Pages are committed in order; finished counts those whose pending
+	// write is over, so that even a panic in a commit (recovered by the
+	// NBD server) leaves no page waiting on a write that will never end.
+	finished := 0
+	defer func() {
+		for k := finished; k < n; k++ {
+			d.finishPending(first+uint32(k), 0, 0)
+		}
+	}()
+	_, err := d.cfg.Batcher.Compress(ctx, run, func(k int, compressed []byte) error {
+		err := d.commitBatched(first+uint32(k), seq, compressed, run[k*pageSize:(k+1)*pageSize])
+		finished = k + 1
+		return err
 	})
-	for k := accepted; k < n; k++ {
-		d.finishPending(first+uint32(k), 0, 0)
-	}
 	return err
 }
 
@@ -333,6 +350,7 @@ func (d *Device) finishPending(idx uint32, seq uint64, e entry) (old entry, appl
 	}
 	if pw.inflight == 0 {
 		delete(s.pending, idx)
+		s.idle.Broadcast()
 	} else {
 		s.pending[idx] = pw
 	}
@@ -400,6 +418,12 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 	page := buf[:]
 	s := d.stripe(idx)
 	s.mu.Lock()
+	// A batched write of this page still in flight would lose to this one
+	// (it is older), taking the bytes this one does not cover with it:
+	// wait for it to land and modify its result.
+	for s.pending[idx].inflight > 0 {
+		s.idle.Wait()
+	}
 	if err := d.load(s, idx, page); err != nil {
 		s.mu.Unlock()
 		return err
@@ -439,6 +463,12 @@ func (d *Device) discard(off, length int64, e entry) error {
 		}
 		s := d.stripe(idx)
 		s.mu.Lock()
+		if _, busy := s.pending[idx]; !busy && d.table[idx] == e {
+			// Already so: leave the table's page untouched, so discarding
+			// a never-written device does not fault its table in.
+			s.mu.Unlock()
+			return nil
+		}
 		old := d.commitLocked(s, idx, d.seq.Add(1), e)
 		s.mu.Unlock()
 		d.freeObject(old)
