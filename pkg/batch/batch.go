@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +116,7 @@ type slot struct {
 	opened  time.Time
 	done    chan struct{} // closed when compression finished
 	pending atomic.Int32  // waiters that have not committed yet
+	filling atomic.Int32  // writers still copying pages in
 }
 
 // New starts a batcher. primary compresses batches of at least
@@ -255,25 +257,31 @@ func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int
 				continue
 			}
 		}
+		// Reserve slots under the lock; copy the pages outside it, so
+		// that writers fill a batch in parallel. The worker waits for
+		// the copies (filling) before it compresses.
 		s := bt.open
-		for accepted < n && s.b.N < bt.cfg.MaxPages {
-			i := s.b.N
-			s.b.N++
-			s.pending.Add(1)
-			copy(s.b.Page(i), pages[accepted*codec.PageSize:(accepted+1)*codec.PageSize])
-			if i == 0 {
-				s.opened = time.Now()
-				if bt.cfg.MinPrimaryPages > 1 {
-					bt.timer.Reset(bt.cfg.Deadline)
-				}
+		first, from := s.b.N, accepted
+		k := min(n-accepted, bt.cfg.MaxPages-first)
+		s.b.N += k
+		s.pending.Add(int32(k))
+		s.filling.Add(1)
+		if first == 0 {
+			s.opened = time.Now()
+			if bt.cfg.MinPrimaryPages > 1 {
+				bt.timer.Reset(bt.cfg.Deadline)
 			}
-			*refs = append(*refs, ref{s: s, i: i, page: accepted})
-			accepted++
 		}
+		for j := range k {
+			*refs = append(*refs, ref{s: s, i: first + j, page: accepted + j})
+		}
+		accepted += k
 		if bt.idle > 0 {
 			bt.ready.Signal()
 		}
 		bt.mu.Unlock()
+		copy(s.b.Pages[first*codec.PageSize:(first+k)*codec.PageSize], pages[from*codec.PageSize:accepted*codec.PageSize])
+		s.filling.Add(-1)
 	}
 	settle()
 	return accepted, err
@@ -358,6 +366,9 @@ func (bt *Batcher) work() {
 }
 
 func (bt *Batcher) compress(s *slot) {
+	for s.filling.Load() != 0 {
+		runtime.Gosched() // a writer is still copying its pages in
+	}
 	backend := bt.cpu
 	if s.b.N >= bt.cfg.MinPrimaryPages {
 		backend = bt.primary
