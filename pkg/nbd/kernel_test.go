@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 	"golang.org/x/sys/unix"
 )
 
@@ -386,5 +388,66 @@ func TestCollectRepliesAcrossReceives(t *testing.T) {
 	}
 	if _, err := collectReplies(5, script(append(reply, ack...))); err != nil {
 		t.Fatalf("reply and ack in one receive: %v", err)
+	}
+}
+
+// TestKernelSwapLive swaps through the server: with the backend's memory
+// allocated and locked up front, swap-out needs no new memory, so this
+// shows whether the NBD path itself (server, kernel attach) keeps serving
+// while the kernel reclaims. It runs only where NBD_SWAP_HOG names the
+// e2e hog binary (testdata/kernelvm.sh sets it in the guest).
+func TestKernelSwapLive(t *testing.T) {
+	hog := os.Getenv("NBD_SWAP_HOG")
+	if hog == "" {
+		t.Skip("NBD_SWAP_HOG not set (pkg/nbd/testdata/kernelvm.sh swap runs this in a VM)")
+	}
+	if _, err := os.Stat("/sys/module/nbd"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs root and the nbd module")
+	}
+	hogMiB := os.Getenv("NBD_SWAP_HOG_MIB")
+	backendMiB := 512
+	if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE); err != nil {
+		t.Fatalf("mlockall: %v", err)
+	}
+	mem := newMemBackend(backendMiB << 20)
+	for i := 0; i < len(mem.data); i += 4096 {
+		mem.data[i] = 0 // resident before the kernel needs it
+	}
+	ts := startServer(t, []Export{{Name: "swap", Backend: mem}}, Options{})
+	d, err := AttachKernel(context.Background(), KernelOptions{
+		Network: "unix", Address: ts.sock, Export: "swap", Index: AnyDevice, Connections: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Detach()
+	run := func(name string, args ...string) {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		t.Logf("%s %v: %s", name, args, bytes.TrimSpace(out))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	run("mkswap", d.Path)
+	run("swapon", d.Path)
+	if f, n, err := swapsafe.CountIOFlushers(); err == nil {
+		t.Logf("%d of %d threads are IO flushers", f, n)
+	}
+	start := time.Now()
+	h := exec.Command(hog, hogMiB, "7")
+	h.Stdout, h.Stderr = os.Stdout, os.Stderr
+	if err := h.Run(); err != nil {
+		t.Fatalf("hog: %v", err)
+	}
+	t.Logf("hog of %s MiB took %v", hogMiB, time.Since(start))
+	vm, _ := os.ReadFile("/proc/vmstat")
+	for _, l := range strings.Split(string(vm), "\n") {
+		if strings.HasPrefix(l, "pswpin ") || strings.HasPrefix(l, "pswpout ") {
+			t.Log(l)
+		}
+	}
+	run("swapoff", d.Path)
+	if err := d.Detach(); err != nil {
+		t.Fatal(err)
 	}
 }
