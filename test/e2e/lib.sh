@@ -59,6 +59,11 @@ wait_log() { # file pattern seconds pid
 kernel_fetch() {
 	local meta=${E2E_KERNEL_META:-linux-image-amd64} pkg ver dir deb
 	pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+	if [ -z "$pkg" ] && [ "$(id -u)" = 0 ] && ! ls -d "$E2E_CACHE"/kernel/*/ >/dev/null 2>&1; then
+		# A fresh machine may have no package lists at all.
+		apt-get update -qq >/dev/null 2>&1 || true
+		pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+	fi
 	if [ -n "$pkg" ]; then
 		ver=$(apt-cache policy "$pkg" | awk '/Candidate:/ { print $2 }')
 		dir=$E2E_CACHE/kernel/${pkg}_$ver
