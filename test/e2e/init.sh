@@ -10,7 +10,7 @@ mount -t devtmpfs dev /dev
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64
 
-mode=client port=10809 export=gzram0 conns=1 hog=200 seed=1 random=8 kconns=1 size=512MiB host=10.0.2.2 metrics=
+mode=client port=10809 export=gzram0 conns=1 hog=200 seed=1 random=8 kconns=1 minfree=16384 size=512MiB host=10.0.2.2 metrics=
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.*=*) kv=${arg#e2e.}; eval "${kv%%=*}='${kv#*=}'" ;;
@@ -56,7 +56,7 @@ ip route add default via 10.0.2.2
 
 # With the default (a few MiB on a small guest) the kernel can run out of
 # the reserve it needs to send swap-out requests over TCP, and freezes.
-sysctl -w vm.min_free_kbytes=16384 >/dev/null || fail "sysctl vm.min_free_kbytes"
+sysctl -w vm.min_free_kbytes="$minfree" >/dev/null || fail "sysctl vm.min_free_kbytes=$minfree"
 
 daemon_pid=
 [ "$mode" = daemon ] && metrics=127.0.0.1:9829
