@@ -14,6 +14,7 @@ declare -A need=(
 	[nbdcopy]=libnbd-bin
 	[fio]=fio
 	[zstd]=zstd
+	[python3]=python3
 	[gcc]=build-essential
 	[modinfo]=kmod
 	[dpkg-deb]=dpkg
