@@ -66,7 +66,7 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	if d.backends, err = openBackends(cfg, cpuCodec, log); err != nil {
 		return nil, err
 	}
-	if d.store, err = pagestore.New(pagestore.Config{MemLimit: int64(cfg.memLimit)}); err != nil {
+	if d.store, err = pagestore.New(pagestore.Config{MemLimit: int64(cfg.memLimit), Prefault: int64(cfg.prefault)}); err != nil {
 		return nil, fmt.Errorf("creating the page store: %w", err)
 	}
 	batchObs := metrics.NewBatches()

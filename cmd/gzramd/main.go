@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,6 +18,10 @@ import (
 var version = "dev"
 
 func main() {
+	// The heap profiler allocates its buckets on sampled allocations, at
+	// any moment; a swap daemon must not fault in new memory it does not
+	// need (a freezing guest showed exactly that in its stack dump).
+	runtime.MemProfileRate = 0
 	root := &cobra.Command{
 		Use:   "gzramd",
 		Short: "GPU-compressed RAM block device for swap, served over NBD",

@@ -23,6 +23,7 @@ import (
 type serveConfig struct {
 	size          sizeValue
 	memLimit      sizeValue
+	prefault      sizeValue
 	socket        string
 	tcp           string
 	export        string
@@ -61,7 +62,7 @@ func defaultSocket() string {
 }
 
 func newServeCmd() *cobra.Command {
-	return serveCmd(&serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20})
+	return serveCmd(&serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20, prefault: 16 << 20})
 }
 
 // serveCmd binds the flags of `gzramd serve` to cfg, which holds the defaults.
@@ -108,6 +109,7 @@ re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
 	f := cmd.Flags()
 	f.Var(&cfg.size, "size", "device size (e.g. 8GiB); a multiple of 4KiB")
 	f.Var(&cfg.memLimit, "mem-limit", "most memory the compressed pages may use (e.g. 2GiB); 0 means no limit; writes past it fail with ENOSPC")
+	f.Var(&cfg.prefault, "prefault", "store memory kept faulted in ahead of use, so storing a swapped-out page never waits for a page fault that needs swap (0 to fault lazily)")
 	f.StringVar(&cfg.socket, "socket", defaultSocket(), "Unix socket to serve NBD on (mode 0600); empty to disable")
 	f.StringVar(&cfg.tcp, "tcp", "", "TCP address to serve NBD on, e.g. 127.0.0.1:10809 (a bare :PORT means loopback); off by default")
 	f.StringVar(&cfg.export, "export", "gzram0", "export name; the empty name reaches it too")
@@ -147,6 +149,8 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --size %s: the largest device is %s", c.size.String(), formatSize(device.MaxSize))
 	case c.memLimit < 0:
 		return fmt.Errorf("invalid --mem-limit %s: want a size such as 2GiB, or 0 for no limit", c.memLimit.String())
+	case c.prefault < 0 || c.prefault > 1<<30:
+		return fmt.Errorf("invalid --prefault %s: want a size from 0 to 1GiB, e.g. 16MiB", c.prefault.String())
 	case c.socket == "" && c.tcp == "":
 		return errors.New("nothing to serve on: give --socket PATH or --tcp ADDR")
 	case c.backend != "auto" && c.backend != "gpu" && c.backend != "cpu":

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,6 +32,12 @@ type Config struct {
 	// are carved; 0 means DefaultArenaSize. It is rounded up to whole pages
 	// and to the largest slab (about 1 MiB).
 	ArenaSize int
+	// Prefault, when positive, keeps this many bytes of not yet carved
+	// arena memory faulted in ahead of use, by a background goroutine.
+	// A swap daemon needs it: a page fault on the path that stores a
+	// swapped-out page may need memory the kernel can only get by
+	// swapping to this very store. 0 leaves arenas to fault lazily.
+	Prefault int64
 }
 
 // Stats are the store's counters, with kernel zram's meanings where zram
@@ -83,6 +91,18 @@ type Store struct {
 
 	compactMu sync.Mutex // one Compact at a time; guards scratch
 	scratch   []uint32
+
+	// Prefaulting (Config.Prefault): spare is an arena mapped and faulted
+	// ahead, taken by carve when the last arena is full; faultedTo is the
+	// first page of the last arena not yet touched. Both under mu.
+	prefault     int64
+	spare        []byte
+	spareFaulted int // pages of spare touched
+	faultedTo    int
+	refill       chan struct{}
+	stopRefill   chan struct{}
+	refillDone   chan struct{}
+	stopOnce     sync.Once
 }
 
 // class is a size class's mutable state. It is padded so that two classes'
@@ -123,19 +143,119 @@ func New(cfg Config) (*Store, error) {
 	s.memLimit.Store(cfg.MemLimit)
 	s.nslabs.Store(1)
 	s.arenas.Store(new([][]byte))
+	if cfg.Prefault > 0 {
+		s.prefault = cfg.Prefault
+		s.refill = make(chan struct{}, 1)
+		s.stopRefill = make(chan struct{})
+		s.refillDone = make(chan struct{})
+		go s.prefaulter()
+		s.refill <- struct{}{}
+	}
 	return s, nil
+}
+
+// prefaulter keeps Config.Prefault bytes of arena faulted in ahead of
+// carve, woken by carve and every 100ms.
+func (s *Store) prefaulter() {
+	defer close(s.refillDone)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopRefill:
+			return
+		case <-s.refill:
+		case <-t.C:
+		}
+		s.prefaultAhead()
+	}
+}
+
+// prefaultAhead touches the pages between the carve point and Prefault
+// bytes beyond it, mapping the spare arena when the last one runs short.
+// It touches without holding mu (a fault may wait on reclaim; carve must
+// not wait with it), with an atomic add of zero: carve may hand out a page
+// while it is being touched, and the add changes no byte a slab wrote.
+func (s *Store) prefaultAhead() {
+	const step = 64 // pages touched between looks at the carve point
+	for {
+		s.mu.Lock()
+		if s.closed.Load() {
+			s.mu.Unlock()
+			return
+		}
+		arenas := *s.arenas.Load()
+		want := int(s.prefault / pageSize)
+		var mem []byte
+		from := 0
+		if len(arenas) > 0 {
+			last := arenas[len(arenas)-1]
+			ahead := s.faultedTo - s.arenaNext
+			if s.faultedTo < s.arenaNext {
+				s.faultedTo, ahead = s.arenaNext, 0
+			}
+			if ahead < want && s.faultedTo < len(last)/pageSize {
+				mem, from = last, s.faultedTo
+				s.faultedTo = min(s.faultedTo+step, len(last)/pageSize)
+			} else if ahead < want {
+				want -= ahead // the rest goes to the spare arena
+			} else {
+				s.mu.Unlock()
+				return
+			}
+		}
+		if mem == nil {
+			// The last arena is faulted to its end: get the spare ready.
+			if s.spare == nil {
+				spare, err := mapArena(s.arenaSize)
+				if err != nil {
+					s.mu.Unlock()
+					return
+				}
+				s.spare = spare
+				s.spareFaulted = 0
+			}
+			if s.spareFaulted >= min(want, len(s.spare)/pageSize) {
+				s.mu.Unlock()
+				return
+			}
+			mem, from = s.spare, s.spareFaulted
+			s.spareFaulted = min(s.spareFaulted+step, len(s.spare)/pageSize)
+		}
+		s.mu.Unlock()
+		touchPages(mem[from*pageSize : min(from+step, len(mem)/pageSize)*pageSize])
+	}
+}
+
+// touchPages faults in every page of mem without changing its contents.
+func touchPages(mem []byte) {
+	for off := 0; off+4 <= len(mem); off += pageSize {
+		atomic.AddUint32((*uint32)(unsafe.Pointer(&mem[off])), 0)
+	}
 }
 
 // Close unmaps all memory. No other method may run during or after Close;
 // afterwards Alloc fails with ErrClosed, Bytes returns nil and Free does
 // nothing.
 func (s *Store) Close() error {
+	if s.stopRefill != nil {
+		// The prefaulter touches arenas without the lock: it must be gone
+		// before they are unmapped.
+		s.stopOnce.Do(func() { close(s.stopRefill) })
+		<-s.refillDone
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Swap(true) {
 		return nil
 	}
 	var errs []error
+	if s.spare != nil {
+		if err := unix.Munmap(s.spare); err != nil {
+			errs = append(errs, fmt.Errorf("pagestore: munmap spare arena: %w", err))
+		}
+		s.spare = nil
+	}
 	for _, mem := range *s.arenas.Load() {
 		if err := unix.Munmap(mem); err != nil {
 			errs = append(errs, fmt.Errorf("pagestore: munmap arena: %w", err))
@@ -430,10 +550,23 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 // one when it has too few left. s.mu is held.
 func (s *Store) carve(pages int) (arena, page uint32, err error) {
 	arenas := *s.arenas.Load()
+	if s.refill != nil {
+		select {
+		case s.refill <- struct{}{}:
+		default:
+		}
+	}
 	if len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize {
-		mem, err := mapArena(s.arenaSize)
-		if err != nil {
-			return 0, 0, err
+		mem := s.spare
+		if mem != nil {
+			s.spare = nil
+			s.faultedTo, s.spareFaulted = s.spareFaulted, 0
+		} else {
+			var err error
+			if mem, err = mapArena(s.arenaSize); err != nil {
+				return 0, 0, err
+			}
+			s.faultedTo = 0
 		}
 		next := make([][]byte, len(arenas)+1)
 		copy(next, arenas)
