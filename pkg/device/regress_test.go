@@ -2,19 +2,19 @@ package device
 
 import (
 	"bytes"
-	"sync"
-	"sync/atomic"
-	"os"
-	"strconv"
-	"strings"
-	"time"
-	"io"
-	"log/slog"
+	"context"
 	"github.com/gzramd/gzramd/pkg/batch"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
-	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Zero-length write at the very end passes check() and then indexes the
