@@ -45,6 +45,9 @@ type daemon struct {
 	swapOn    bool              // we ran swapon on kernel.Path
 }
 
+// storeArenaSize is the page store's mapping step in the daemon.
+const storeArenaSize = 8 << 20
+
 func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	d := &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier()}
 	// Tests stand in for the kernel's swap list and nbd devices.
@@ -66,7 +69,12 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	if d.backends, err = openBackends(cfg, cpuCodec, log); err != nil {
 		return nil, err
 	}
-	if d.store, err = pagestore.New(pagestore.Config{MemLimit: int64(cfg.memLimit), Prefault: int64(cfg.prefault)}); err != nil {
+	if d.store, err = pagestore.New(pagestore.Config{
+		MemLimit: int64(cfg.memLimit), Prefault: int64(cfg.prefault),
+		// Under mlockall each arena is populated when mapped: map it in
+		// small steps, ahead of need (Prefault), not 64 MiB at a time.
+		ArenaSize: storeArenaSize,
+	}); err != nil {
 		return nil, fmt.Errorf("creating the page store: %w", err)
 	}
 	batchObs := metrics.NewBatches()

@@ -34,7 +34,7 @@ type Step struct {
 
 // Options choose the steps. The zero value does nothing.
 type Options struct {
-	LockMemory  bool  // mlockall(MCL_CURRENT|MCL_FUTURE|MCL_ONFAULT)
+	LockMemory  bool  // mlockall(MCL_CURRENT|MCL_FUTURE): populated, never faulted
 	OOMScoreAdj *int  // written to /proc/self/oom_score_adj when non-nil (-1000: never kill)
 	MemoryLimit int64 // the Go runtime's soft memory limit; 0 leaves it (or GOMEMLIMIT) alone
 	GCPercent   int   // debug.SetGCPercent; 0 leaves it (or GOGC) alone
@@ -122,18 +122,21 @@ func lockMemory() Step {
 		s.Hint = "LimitMEMLOCK=infinity in the systemd unit, ulimit -l unlimited, or CAP_IPC_LOCK"
 		return s
 	}
-	// MCL_ONFAULT: lock pages as they are touched, not when mapped. The
-	// page store and page table are large lazy mappings; locking them up
-	// front would commit memory the device may never use.
-	err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT)
+	// Not MCL_ONFAULT: every mapping is populated when it is made, so the
+	// request path never takes a page fault. A fault there may need memory
+	// the kernel can only get by swapping to this daemon: a guest swapping
+	// to a daemon locked on fault froze with the daemon in direct reclaim
+	// on a fresh socket buffer. The cost is memory committed up front: the
+	// page table (8 bytes a page), the store's arenas as they are mapped
+	// (small ones, see pagestore.Config.ArenaSize) and thread stacks
+	// (kept small by ReExecAsIOFlusher).
+	err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE)
 	if err == nil {
-		s.Done = "current and future memory locked (MCL_ONFAULT)"
+		s.Done = "current and future memory locked and populated"
 		return s
 	}
 	s.Err = err
 	switch {
-	case errors.Is(err, syscall.EINVAL):
-		s.Hint = "MCL_ONFAULT needs Linux 4.4 or later"
 	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.ENOMEM):
 		s.Hint = fmt.Sprintf("needs CAP_IPC_LOCK or a larger RLIMIT_MEMLOCK (now %s; LimitMEMLOCK=infinity in the systemd unit, ulimit -l unlimited by hand)", rlimitString(lim.Cur))
 	}
@@ -237,6 +240,9 @@ func statFlags(stat string) (uint64, error) {
 	return strconv.ParseUint(f[6], 10, 64)
 }
 
+// threadStack is the stack size given to the re-executed daemon's threads.
+const threadStack = 2 << 20
+
 // reexecEnv marks a process already re-executed as an IO flusher;
 // reexecFailedEnv carries why PR_SET_IO_FLUSHER failed, for the report.
 const (
@@ -265,6 +271,14 @@ func ReExecAsIOFlusher() error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the executable to re-exec: %w", err)
+	}
+	// Threads' stacks come from RLIMIT_STACK (glibc reads it at start):
+	// under mlockall each new thread commits its whole stack, 8 MiB by
+	// default. The daemon's threads need far less.
+	var stack unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_STACK, &stack) == nil && (stack.Cur == unix.RLIM_INFINITY || stack.Cur > threadStack) {
+		stack.Cur = threadStack
+		_ = unix.Setrlimit(unix.RLIMIT_STACK, &stack) // best effort: larger stacks only cost memory
 	}
 	env := append(os.Environ(), reexecEnv+"=1")
 	if err := syscall.Exec(exe, os.Args, env); err != nil {
