@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -240,6 +241,9 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	if err := harden(cfg, log, reexecErr); err != nil {
 		return err
 	}
+	if cfg.harden {
+		warmHeap(heapWarmup)
+	}
 	if path := os.Getenv("GZRAMD_CPUPROFILE"); path != "" {
 		// For developers: a CPU profile of the whole run.
 		f, err := os.Create(path)
@@ -283,4 +287,25 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(true)
 	return l, nil
+}
+
+// heapWarmup is how much Go heap the daemon faults in (and, under
+// mlockall, locks) before it serves: request buffers then come from pages
+// already resident instead of faulting while the kernel is short of memory.
+const heapWarmup = 32 << 20
+
+// warmHeap grows the heap by n bytes of touched pages and lets them go;
+// the pages stay with the process (locked pages are not given back), so
+// later allocations reuse them without a page fault.
+func warmHeap(n int) {
+	const chunk = 1 << 20
+	chunks := make([][]byte, 0, n/chunk)
+	for range n / chunk {
+		b := make([]byte, chunk)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		chunks = append(chunks, b)
+	}
+	runtime.KeepAlive(chunks)
 }

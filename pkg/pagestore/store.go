@@ -205,12 +205,19 @@ func (s *Store) prefaultAhead() {
 			}
 		}
 		if mem == nil {
-			// The last arena is faulted to its end: get the spare ready.
+			// The last arena is faulted to its end: get the spare ready,
+			// mapping it without the lock (carve must not wait on mmap).
 			if s.spare == nil {
+				s.mu.Unlock()
 				spare, err := mapArena(s.arenaSize)
 				if err != nil {
-					s.mu.Unlock()
 					return
+				}
+				s.mu.Lock()
+				if s.spare != nil || s.closed.Load() {
+					s.mu.Unlock()
+					_ = unix.Munmap(spare)
+					continue
 				}
 				s.spare = spare
 				s.spareFaulted = 0
