@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	sharedcorpus "github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/pkg/codec"
-	"github.com/klauspost/compress/zstd"
 )
 
 func testConfig(t testing.TB) Config {
@@ -58,28 +58,8 @@ var corpusOnce struct {
 func corpus(t testing.TB) []byte {
 	t.Helper()
 	corpusOnce.Do(func() {
-		path := os.Getenv("GZRAMD_CORPUS")
-		if path == "" {
-			path = "../../../shared/corpus/memory-pages.bin.zst"
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			corpusOnce.err = err
-			return
-		}
-		defer f.Close()
-		d, err := zstd.NewReader(f)
-		if err != nil {
-			corpusOnce.err = err
-			return
-		}
-		defer d.Close()
-		var buf bytes.Buffer
-		if _, err := buf.ReadFrom(d); err != nil {
-			corpusOnce.err = err
-			return
-		}
-		corpusOnce.pages = buf.Bytes()[:buf.Len()/codec.PageSize*codec.PageSize]
+		// GZRAMD_CORPUS (set on the GPU host) or the shared corpus.
+		corpusOnce.pages, corpusOnce.err = sharedcorpus.Load("")
 	})
 	if corpusOnce.err != nil {
 		t.Skipf("corpus not available (set GZRAMD_CORPUS): %v", corpusOnce.err)

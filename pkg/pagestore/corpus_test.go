@@ -1,50 +1,27 @@
 package pagestore_test
 
 import (
+	"errors"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/klauspost/compress/zstd"
-
+	"github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
-const corpusName = "shared/corpus/memory-pages.bin.zst"
-
-// loadCorpus finds the shared corpus by walking up from the working
-// directory, and skips the test when it is not there.
+// loadCorpus returns the shared corpus, and skips the test when it is not
+// there.
 func loadCorpus(tb testing.TB) []byte {
 	tb.Helper()
-	dir, err := os.Getwd()
+	pages, err := corpus.Load("")
+	if errors.Is(err, corpus.ErrNotFound) {
+		tb.Skip("shared corpus not found; skipping:", err)
+	}
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for {
-		raw, err := os.ReadFile(filepath.Join(dir, corpusName))
-		if err == nil {
-			dec, err := zstd.NewReader(nil)
-			if err != nil {
-				tb.Fatal(err)
-			}
-			defer dec.Close()
-			pages, err := dec.DecodeAll(raw, nil)
-			if err != nil {
-				tb.Fatalf("decode %s: %v", corpusName, err)
-			}
-			if len(pages) == 0 || len(pages)%codec.PageSize != 0 {
-				tb.Fatalf("%s: %d bytes is not whole pages", corpusName, len(pages))
-			}
-			return pages
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Skipf("corpus %s not found above the working directory", corpusName)
-		}
-		dir = parent
-	}
+	return pages
 }
 
 // compressCorpus compresses every page with LZ4; a page that does not
