@@ -290,10 +290,11 @@ func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int
 // directChunk bounds the scratch memory of one direct request.
 const directChunk = 32
 
-// direct compresses a request's pages in the caller's goroutine. With
-// only the CPU to compress on, batching buys nothing: handing pages to a
-// worker costs two goroutine switches and a copy per request, which at
-// queue depth 1 is most of a write's latency.
+// direct compresses a request's pages on the CPU in the caller's
+// goroutine: with only the CPU to compress on, or too few pages in flight
+// for the primary, batching buys nothing, and handing pages to a worker
+// costs two goroutine switches and a copy per request, which at queue
+// depth 1 is most of a write's latency.
 func (bt *Batcher) direct(pages []byte, n int, commit func(i int, compressed []byte) error) (int, error) {
 	if bt.isClosed.Load() {
 		return 0, ErrClosed
