@@ -117,33 +117,28 @@ func TestModel(t *testing.T) {
 	runModel(t, ops, false, modeBatched)
 }
 
-// TestModelMixed runs the model with a primary that wants batches of 16:
-// requests go direct, into batches, and past the deadline to the CPU.
-func TestModelMixed(t *testing.T) {
-	ops := 200_000
-	if testing.Short() {
-		ops = 10_000
+// TestModelPaths runs the model on the other paths a write can take: a
+// primary that wants batches of 16 (requests go direct, into batches, and
+// past the deadline to the CPU); the CPU-only path; and batches with the
+// compactor moving objects as fast as it can underneath.
+func TestModelPaths(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mode    batchMode
+		compact bool
+	}{
+		{"mixed", modeMixed, false},
+		{"direct", modeDirect, false},
+		{"compacting", modeBatched, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ops := 200_000
+			if testing.Short() {
+				ops = 10_000
+			}
+			runModel(t, ops, tc.compact, tc.mode)
+		})
 	}
-	runModel(t, ops, false, modeMixed)
-}
-
-// TestModelDirect runs the model on the CPU-only path.
-func TestModelDirect(t *testing.T) {
-	ops := 200_000
-	if testing.Short() {
-		ops = 10_000
-	}
-	runModel(t, ops, false, modeDirect)
-}
-
-// TestModelWhileCompacting runs the model with the compactor moving
-// objects as fast as it can underneath.
-func TestModelWhileCompacting(t *testing.T) {
-	ops := 200_000
-	if testing.Short() {
-		ops = 10_000
-	}
-	runModel(t, ops, true, modeBatched)
 }
 
 func runModel(t *testing.T, totalOps int, compact bool, mode batchMode) {
