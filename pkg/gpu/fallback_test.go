@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -238,25 +239,13 @@ func TestFallbackWatchdogQuarantinesLateWrites(t *testing.T) {
 	}
 	verifyBatch(t, b2, pages)
 	time.Sleep(10 * time.Millisecond)
-	if !bytes.Equal(snapshot, b.Out) || !equalU32(lens, b.Lens) {
+	if !bytes.Equal(snapshot, b.Out) || !slices.Equal(lens, b.Lens) {
 		t.Fatal("a late write of the timed-out primary reached the caller's batch")
 	}
 	verifyBatch(t, b, pages)
 	if s := f.Stats(); s.Timeouts != 1 || s.Fallbacks != 1 {
 		t.Errorf("stats %+v, want one timeout", s)
 	}
-}
-
-func equalU32(a, b []uint32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestFallbackSmallBatchesGoToCPU(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestConnectAttrsEncoding(t *testing.T) {
 	for _, a := range attrs {
 		types = append(types, a.typ)
 	}
-	if want := []uint16{nbdAttrSizeBytes, nbdAttrBlockSizeBytes, nbdAttrServerFlags, nbdAttrSockets}; !equalU16(types, want) {
+	if want := []uint16{nbdAttrSizeBytes, nbdAttrBlockSizeBytes, nbdAttrServerFlags, nbdAttrSockets}; !slices.Equal(types, want) {
 		t.Fatalf("attribute types %v, want %v", types, want)
 	}
 	items, _ := parseAttrs(attrs[3].data)
@@ -82,18 +83,6 @@ func TestConnectAttrsEncoding(t *testing.T) {
 	if len(items) != 1 || items[0].typ != nbdSockItem || fd[0].typ != nbdSockFD || ne.Uint32(fd[0].data) != 5 {
 		t.Fatalf("sockets nest: %+v / %+v", items, fd)
 	}
-}
-
-func equalU16(a, b []uint16) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestGenlMessageFraming(t *testing.T) {
