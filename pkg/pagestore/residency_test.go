@@ -209,12 +209,5 @@ func TestRandomOps(t *testing.T) {
 		}
 	}
 	checkInvariants(t, s)
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
-			s.Free(obj.h)
-		}
-	}
-	checkInvariants(t, s)
-	expectEmpty(t, s)
+	m.drain(t, s)
 }

@@ -349,6 +349,20 @@ type model struct {
 	copyFrom *Store
 }
 
+// drain checks every object the model holds, frees it, and checks the
+// store ends empty and consistent.
+func (m *model) drain(t *testing.T, s *Store) {
+	t.Helper()
+	for o, obj := range m.objs {
+		if obj.h != 0 {
+			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
+			s.Free(obj.h)
+		}
+	}
+	checkInvariants(t, s)
+	expectEmpty(t, s)
+}
+
 func newModel(n int) *model { return &model{mu: make([]sync.Mutex, n), objs: make([]object, n)} }
 
 func (m *model) relocate(owner uint32, old, new Handle) bool {
@@ -521,14 +535,7 @@ func TestCompactRefused(t *testing.T) {
 			t.Fatalf("%d objects stored, model has %d", st.Objects, n)
 		}
 	}
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
-			s.Free(obj.h)
-		}
-	}
-	checkInvariants(t, s)
-	expectEmpty(t, s)
+	m.drain(t, s)
 }
 
 func TestCompactConcurrent(t *testing.T) {
@@ -603,14 +610,7 @@ func TestCompactConcurrent(t *testing.T) {
 	t.Logf("%d compactions moved %d objects", compactions, moved)
 	moved += s.Compact(m.relocate)
 	checkInvariants(t, s)
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
-			s.Free(obj.h)
-		}
-	}
-	checkInvariants(t, s)
-	expectEmpty(t, s)
+	m.drain(t, s)
 }
 
 func TestMetadataPerObject(t *testing.T) {
