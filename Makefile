@@ -25,6 +25,7 @@ vet:
 
 test-unit:
 	$(GO) test -count=1 -timeout 30m ./...
+	NBD_TEST_INLINE=1 $(GO) test -count=1 -timeout 10m ./pkg/nbd
 
 test-race:
 	$(GO) test -count=1 -race -short -timeout 30m ./...

@@ -68,6 +68,10 @@ type conn struct {
 	cached      int64
 	retainBytes int64
 
+	// held are requests run inline whose replies wait to go out together
+	// (Options.Inline); only the reader touches it.
+	held []*request
+
 	work     chan *request
 	free     chan *request
 	inflight sync.WaitGroup
@@ -174,8 +178,13 @@ func (c *conn) serve() {
 	// serving (swap) I/O later allocates nothing, not even a stack.
 	for range c.srv.maxInFlight {
 		c.free <- new(request)
-		c.workers.Add(1)
-		go c.worker()
+		if !c.srv.inline {
+			c.workers.Add(1)
+			go c.worker()
+		}
+	}
+	if c.srv.inline {
+		c.held = make([]*request, 0, maxHeld)
 	}
 
 	err = c.transmit()
@@ -208,8 +217,12 @@ func (c *conn) serve() {
 // transmit reads requests until the client disconnects or breaks the
 // protocol, and dispatches them to the workers.
 func (c *conn) transmit() error {
+	// Replies held back must go out whatever ends the loop: the requests
+	// ran, and the drain waits for them.
+	defer c.flushHeld()
 	var h [requestHeaderLen]byte
 	for {
+		c.flushUnless(requestHeaderLen)
 		if _, err := io.ReadFull(c.br, h[:]); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return fmt.Errorf("truncated request header: %w", err)
@@ -224,6 +237,9 @@ func (c *conn) transmit() error {
 		cmd := Command(be.Uint16(h[6:]))
 		if cmd == CmdDisc {
 			return errDisc
+		}
+		if len(c.free) == 0 {
+			c.flushHeld()
 		}
 		r := <-c.free
 		r.flags = be.Uint16(h[4:])
@@ -240,8 +256,55 @@ func (c *conn) transmit() error {
 			return err
 		}
 		c.inflight.Add(1)
+		if c.srv.inline {
+			c.runInline(r)
+			continue
+		}
 		c.work <- r
 	}
+}
+
+// maxHeld bounds the replies an inline connection sends in one write.
+const maxHeld = 64
+
+// runInline runs r on the reader goroutine and holds its reply back, to
+// go out with the replies of the requests read after it without waiting.
+func (c *conn) runInline(r *request) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.srv.log.Error("nbd: backend panicked; dropping connection",
+				"remote", c.remote(), "cmd", r.cmd.String(), "offset", r.off, "length", r.length,
+				"panic", p, "stack", string(debug.Stack()))
+			c.kill()
+			c.release(r)
+		}
+	}()
+	if r.errno == 0 {
+		r.errno = c.exec(r)
+	}
+	c.held = append(c.held, r)
+	if len(c.held) == maxHeld {
+		c.flushHeld()
+	}
+}
+
+// flushUnless sends the held replies unless the next n bytes are already
+// buffered: the reader is about to wait for the client, which may be
+// waiting for them.
+func (c *conn) flushUnless(n int) {
+	if len(c.held) > 0 && c.br.Buffered() < n {
+		c.flushHeld()
+	}
+}
+
+// flushHeld sends the held replies in one write.
+func (c *conn) flushHeld() {
+	if len(c.held) == 0 {
+		return
+	}
+	c.reply(c.held...)
+	clear(c.held)
+	c.held = c.held[:0]
 }
 
 // readPayload validates r and reads a write's payload into a pooled
@@ -261,6 +324,7 @@ func (c *conn) readPayload(r *request) error {
 		}
 		if r.length > 0 {
 			c.takeBuffer(r)
+			c.flushUnless(int(r.length))
 			if _, err := io.ReadFull(c.br, r.data); err != nil {
 				return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
 			}
@@ -305,6 +369,13 @@ func (c *conn) takeBuffer(r *request) {
 	var b *[]byte
 	c.budgetMu.Lock()
 	for c.budgetUsed > 0 && c.budgetUsed+n > c.srv.maxInFlightBytes {
+		if len(c.held) > 0 {
+			// Inline: the buffers to wait for are our own held replies'.
+			c.budgetMu.Unlock()
+			c.flushHeld()
+			c.budgetMu.Lock()
+			continue
+		}
 		c.budgetCond.Wait()
 	}
 	c.budgetUsed += n
@@ -442,18 +513,21 @@ func errnoOf(err error) uint32 {
 	return errnoIO
 }
 
-// reply queues r's simple reply and releases r once it is written. The
-// first worker to find no write under way becomes the writer: it sends
+// reply queues the requests' simple replies and releases each once it is
+// written. The first worker to find no write under way becomes the
+// writer: it sends
 // every queued reply (headers and read payloads) in one writev, and loops
 // while more arrive, so replies that complete together share a syscall.
 // Replies leave in completion order, not request order.
-func (c *conn) reply(r *request) {
-	be.PutUint32(r.hdr[0:], magicReply)
-	be.PutUint32(r.hdr[4:], r.errno)
-	be.PutUint64(r.hdr[8:], r.cookie)
+func (c *conn) reply(rs ...*request) {
+	for _, r := range rs {
+		be.PutUint32(r.hdr[0:], magicReply)
+		be.PutUint32(r.hdr[4:], r.errno)
+		be.PutUint64(r.hdr[8:], r.cookie)
+	}
 
 	c.wmu.Lock()
-	c.pending = append(c.pending, r)
+	c.pending = append(c.pending, rs...)
 	if c.writing {
 		c.wmu.Unlock()
 		return

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -125,6 +126,11 @@ func startServer(t testing.TB, exports []Export, opts Options) *testServer {
 	if opts.Logger == nil {
 		opts.Logger = quietLogger(t)
 	}
+	// The Makefile runs the package a second time with every server
+	// inline, so that each test covers both ways of running requests.
+	if inlineTests {
+		opts.Inline = true
+	}
 	srv, err := NewServer(exports, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -180,3 +186,14 @@ func checkGoroutines(t testing.TB, base int) {
 }
 
 var errInjected = syscall.ENOSPC
+
+// inlineTests makes every test server run requests inline (see startServer).
+var inlineTests = os.Getenv("NBD_TEST_INLINE") == "1"
+
+// needsConcurrency skips a test about requests running at once on one
+// connection, which an inline server does not do.
+func needsConcurrency(t *testing.T) {
+	if inlineTests {
+		t.Skip("NBD_TEST_INLINE=1: requests on one connection run one at a time")
+	}
+}

@@ -436,6 +436,7 @@ func (b *blockingBackend) WriteAt(ctx context.Context, p []byte, off int64, fua 
 }
 
 func TestShutdownFinishesInFlight(t *testing.T) {
+	needsConcurrency(t)
 	base := runtime.NumGoroutine()
 	bb := &blockingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 8), release: make(chan struct{})}
 	ts := startServer(t, []Export{{Name: "d", Backend: bb}}, Options{})
@@ -485,6 +486,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 }
 
 func TestShutdownDeadline(t *testing.T) {
+	needsConcurrency(t)
 	base := runtime.NumGoroutine()
 	bb := &blockingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 1), release: make(chan struct{})}
 	ts := startServer(t, []Export{{Name: "d", Backend: bb}}, Options{})
@@ -579,6 +581,7 @@ func (b *countingBackend) WriteAt(ctx context.Context, p []byte, off int64, fua 
 }
 
 func TestInFlightByteBudget(t *testing.T) {
+	needsConcurrency(t)
 	base := runtime.NumGoroutine()
 	cb := &countingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 16), release: make(chan struct{})}
 	ts := startServer(t, []Export{{Name: "d", Backend: cb}}, Options{MaxInFlightBytes: 64 << 10})
@@ -743,6 +746,9 @@ func waitNoConns(t *testing.T, srv *Server) {
 // A client that breaks the protocol while replies are stuck behind its
 // full socket (it never reads) is dropped at once, not kept waiting.
 func TestProtocolErrorWithUnreadReplies(t *testing.T) {
+	// Inline, the reader is the one writing the unread replies: it reaches
+	// the bad magic only once the client reads.
+	needsConcurrency(t)
 	mem := newMemBackend(16 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 	c := dialRaw(t, ts, "d")

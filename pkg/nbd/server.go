@@ -57,6 +57,14 @@ type Options struct {
 	// HandshakeTimeout bounds the whole handshake of one connection, so
 	// that half-open connections cannot pile up. Default 10s.
 	HandshakeTimeout time.Duration
+	// Inline runs each request on its connection's reader goroutine and
+	// sends the replies of the requests that arrived together in one
+	// write: no hand-off between goroutines and fewer system calls, but
+	// one request at a time per connection (connections still run in
+	// parallel). It suits a Backend that completes requests without
+	// waiting for others (gzramd compressing on the CPU), not one that
+	// gathers a connection's requests in flight into batches.
+	Inline bool
 }
 
 const (
@@ -72,6 +80,7 @@ type Server struct {
 	obs              Observer
 	maxInFlight      int
 	maxInFlightBytes int64
+	inline           bool
 	handshakeTimeout time.Duration
 	replyTimeout     time.Duration
 	bufs             bufferPool
@@ -138,6 +147,7 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		obs:              opts.Observer,
 		maxInFlight:      opts.MaxInFlight,
 		maxInFlightBytes: opts.MaxInFlightBytes,
+		inline:           opts.Inline,
 		handshakeTimeout: opts.HandshakeTimeout,
 		replyTimeout:     opts.ReplyTimeout,
 		ctx:              ctx,
