@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/pprof"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -98,7 +98,9 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	}
 	nbdObs := metrics.NewNBD()
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
-		nbd.Options{Logger: log, Observer: nbdObs})
+		// On the CPU a request is done without waiting for others, so it
+		// runs on its connection's reader; the GPU's batches need many.
+		nbd.Options{Logger: log, Observer: nbdObs, Inline: d.backends.gpuName == ""})
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +229,12 @@ func (d *daemon) attach(ctx context.Context) error {
 	if !d.cfg.swap {
 		return nil
 	}
+	start := time.Now()
+	if err := selfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.kernelConns, 16)); err != nil {
+		return fmt.Errorf("%s: not making it swap: %w", kd.Path, err)
+	}
+	d.log.Info("kernel device self-test passed: wrote, read back and discarded", "device", kd.Path,
+		"bytes", min(int64(kd.Size), selfTestBytes), "took", time.Since(start).Round(time.Millisecond))
 	if err := enableSwap(ctx, kd.Path, d.cfg.swapPriority); err != nil {
 		return fmt.Errorf("--swap on %s: %w", kd.Path, err)
 	}
@@ -270,6 +278,12 @@ func (d *daemon) run(ctx context.Context) error {
 		stopCompactor()
 		<-compactorDone // before d.close unmaps the store
 	}()
+
+	if d.cfg.prefault > 0 {
+		watchCtx, stopWatch := context.WithCancel(context.Background())
+		defer stopWatch()
+		go d.watchPrefault(watchCtx)
+	}
 
 	var serveErr error
 	if err := d.attach(ctx); err != nil {
@@ -346,7 +360,7 @@ func (d *daemon) wait(ctx context.Context, sigs, dump <-chan os.Signal, errc <-c
 			_ = d.notify.notify("WATCHDOG=1")
 		case <-dump:
 			d.log.Warn("SIGUSR1: writing every goroutine's stack to stderr")
-			_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+			_, _ = os.Stderr.Write(goroutineStacks())
 		}
 	}
 }
@@ -453,4 +467,37 @@ func stillSwap(dev string) bool {
 		}
 	}
 	return false
+}
+
+// goroutineStacks is every goroutine's stack, as a panic prints them.
+func goroutineStacks() []byte {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) || len(buf) >= 64<<20 {
+			return buf[:n]
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// watchPrefault logs when writers used store memory before the prefaulter
+// had faulted it in: as swap, that is how a freeze under memory pressure
+// starts.
+func (d *daemon) watchPrefault(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var seen int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n := d.store.Stats().PrefaultMisses; n > seen {
+			d.log.Warn("store memory used before it was prefaulted; raise --prefault if this repeats under load",
+				"pages", n-seen, "total", n, "prefault", d.cfg.prefault.String())
+			seen = n
+		}
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 
 	"github.com/gzramd/gzramd/pkg/swapsafe"
@@ -14,8 +15,10 @@ var reexecAsIOFlusher = swapsafe.ReExecAsIOFlusher
 
 // harden applies the swap-safety steps and logs each: what it did, or why
 // it could not. A failure stops the daemon only with --require-hardening.
-func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) error {
-	opts := swapsafe.Options{MemoryLimit: int64(cfg.goMemoryLimit), GCPercent: cfg.gcPercent}
+// With --harden it also faults in and keeps heapReserve bytes of Go heap;
+// the reserve must stay reachable while the daemon serves.
+func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.HeapReserve, error) {
+	opts := swapsafe.Options{MemoryLimit: int64(cfg.goMemoryLimit)}
 	if cfg.harden {
 		adj := -1000
 		opts.LockMemory = true
@@ -23,6 +26,17 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) error {
 		opts.IOFlusher = true
 	}
 	steps := swapsafe.Apply(opts)
+	reserve := &swapsafe.HeapReserve{}
+	if cfg.harden {
+		var step swapsafe.Step
+		reserve, step = swapsafe.ReserveHeap(heapReserve)
+		steps = append(steps, step)
+	}
+	if cfg.gcPercent != 0 {
+		// After the reserve: the operator's word wins over its pacing.
+		old := debug.SetGCPercent(cfg.gcPercent)
+		steps = append(steps, swapsafe.Step{Name: "gc_percent", Done: fmt.Sprintf("GOGC %d (was %d)", cfg.gcPercent, old)})
+	}
 	if !cfg.harden {
 		log.Warn("hardening off (--harden=false): the daemon may be swapped out or OOM-killed while serving swap")
 	}
@@ -46,7 +60,13 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) error {
 		log.Debug("io flusher re-exec", "err", reexecErr)
 	}
 	if cfg.requireHardening && len(failed) > 0 {
-		return fmt.Errorf("--require-hardening: %s failed (see the log above)", strings.Join(failed, ", "))
+		return nil, fmt.Errorf("--require-hardening: %s failed (see the log above)", strings.Join(failed, ", "))
 	}
-	return nil
+	return reserve, nil
 }
+
+// heapReserve is the Go heap the daemon faults in and keeps before it
+// serves (swapsafe.ReserveHeap): request buffers, goroutine stacks and
+// the runtime's own allocations come from pages already resident instead
+// of faulting while the kernel is short of memory.
+const heapReserve = 32 << 20

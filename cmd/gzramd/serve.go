@@ -8,8 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -136,7 +134,7 @@ re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
 	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
 	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
-	f.IntVar(&cfg.gcPercent, "gc-percent", 50, "Go GC target percentage (GOGC); a small heap matters when all of it is locked; 0 leaves the runtime's")
+	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around a 32MiB heap reserve kept resident, else the runtime's")
 	return cmd
 }
 
@@ -238,24 +236,16 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	}
 	level, _ := parseLevel(cfg.logLevel)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	if err := harden(cfg, log, reexecErr); err != nil {
+	reserve, err := harden(cfg, log, reexecErr)
+	if err != nil {
 		return err
 	}
-	if cfg.harden {
-		warmHeap(heapWarmup)
+	defer reserve.KeepAlive()
+	stopProfile, err := startCPUProfile()
+	if err != nil {
+		return err
 	}
-	if path := os.Getenv("GZRAMD_CPUPROFILE"); path != "" {
-		// For developers: a CPU profile of the whole run.
-		f, err := os.Create(path)
-		if err != nil {
-			return fmt.Errorf("GZRAMD_CPUPROFILE: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("GZRAMD_CPUPROFILE: %w", err)
-		}
-		defer pprof.StopCPUProfile()
-	}
+	defer stopProfile()
 	d, err := newDaemon(cfg, log)
 	if err != nil {
 		return err
@@ -287,25 +277,4 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(true)
 	return l, nil
-}
-
-// heapWarmup is how much Go heap the daemon faults in (and, under
-// mlockall, locks) before it serves: request buffers then come from pages
-// already resident instead of faulting while the kernel is short of memory.
-const heapWarmup = 32 << 20
-
-// warmHeap grows the heap by n bytes of touched pages and lets them go;
-// the pages stay with the process (locked pages are not given back), so
-// later allocations reuse them without a page fault.
-func warmHeap(n int) {
-	const chunk = 1 << 20
-	chunks := make([][]byte, 0, n/chunk)
-	for range n / chunk {
-		b := make([]byte, chunk)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 1
-		}
-		chunks = append(chunks, b)
-	}
-	runtime.KeepAlive(chunks)
 }

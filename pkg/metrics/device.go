@@ -26,7 +26,7 @@ type Device struct {
 
 	infoDesc, diskSize                               *prometheus.Desc
 	orig, compr, memUsed, memUsedMax, memLimit       *prometheus.Desc
-	same, huge, stored, compacted                    *prometheus.Desc
+	same, huge, stored, compacted, prefaultMisses    *prometheus.Desc
 	failedReads, failedWrites, invalidIO, notifyFree *prometheus.Desc
 	batches, batchedPages, primaryBatches, fallbacks *prometheus.Desc
 }
@@ -52,6 +52,8 @@ func NewDevice(info Info, dev func() device.Stats, bt func() batch.Stats) *Devic
 		stored:     gauge("gzramd_stored_pages", "Pages stored as objects, compressed or raw."),
 		compacted: prometheus.NewDesc("gzramd_pages_compacted_total",
 			"Memory pages given back by compaction (zram pages_compacted).", nil, nil),
+		prefaultMisses: prometheus.NewDesc("gzramd_store_prefault_misses_total",
+			"Store memory pages used before the prefaulter touched them (--prefault): each may have faulted while storing a swapped-out page.", nil, nil),
 		failedReads: prometheus.NewDesc("gzramd_failed_reads_total",
 			"Reads that failed inside the device (zram failed_reads).", nil, nil),
 		failedWrites: prometheus.NewDesc("gzramd_failed_writes_total",
@@ -75,7 +77,7 @@ func NewDevice(info Info, dev func() device.Stats, bt func() batch.Stats) *Devic
 func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		m.infoDesc, m.diskSize, m.orig, m.compr, m.memUsed, m.memUsedMax, m.memLimit,
-		m.same, m.huge, m.stored, m.compacted, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
+		m.same, m.huge, m.stored, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
 	} {
 		ch <- d
 	}
@@ -108,6 +110,7 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	g(m.huge, float64(st.HugePages))
 	g(m.stored, float64(st.StoredPages))
 	c(m.compacted, float64(st.PagesCompacted))
+	c(m.prefaultMisses, float64(st.PrefaultMisses))
 	c(m.failedReads, float64(st.FailedReads))
 	c(m.failedWrites, float64(st.FailedWrites))
 	c(m.invalidIO, float64(st.InvalidIO))

@@ -14,27 +14,7 @@ import (
 func TestPrefaultKeepsPagesAheadAndContentsIntact(t *testing.T) {
 	const arena = 4 << 20
 	s := newStore(t, Config{ArenaSize: arena, Prefault: 2 << 20})
-	waitResident := func(min int64) int64 {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			s.mu.Lock()
-			n := int64(s.spareFaulted)
-			if len(*s.arenas.Load()) > 0 {
-				n = int64(s.faultedTo - s.arenaNext)
-				if s.spare != nil {
-					n += int64(s.spareFaulted)
-				}
-			}
-			s.mu.Unlock()
-			if n*pageSize >= min || time.Now().After(deadline) {
-				return n * pageSize
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-	if got := waitResident(2 << 20); got < 2<<20 {
-		t.Fatalf("only %d bytes prefaulted before the first Alloc, want 2 MiB", got)
-	}
+	waitPrefaulted(t, s, 2<<20)
 
 	// Fill well past two arenas from several goroutines.
 	const perWorker = 3000
@@ -66,10 +46,90 @@ func TestPrefaultKeepsPagesAheadAndContentsIntact(t *testing.T) {
 			check(t, s.Bytes(o.h, o.size), uint64(w*perWorker+i), o.size)
 		}
 	}
-	if got := waitResident(2 << 20); got < 2<<20 {
-		t.Fatalf("only %d bytes prefaulted ahead after filling, want 2 MiB", got)
-	}
+	waitPrefaulted(t, s, 2<<20)
 	if res := resident(t, s) * pageSize; res < s.Stats().MemUsed {
 		t.Fatalf("resident %d below mem_used %d", res, s.Stats().MemUsed)
 	}
+}
+
+// TestPrefaultKeepsEmptiedSlabs: with Prefault set, a slab that empties
+// keeps its pages and is reused as it is (a released one would fault on a
+// writer's path); the writes after the trims need no new store memory and
+// miss no prefaulted page.
+func TestPrefaultKeepsEmptiedSlabs(t *testing.T) {
+	s := newStore(t, Config{ArenaSize: 4 << 20, Prefault: 4 << 20})
+	waitPrefaulted(t, s, 4<<20)
+	const n = 3000 // many slabs of one class, far more than the cached one
+	alloc := func() []Handle {
+		hs := make([]Handle, n)
+		for i := range hs {
+			h, b, err := s.Alloc(1000, uint32(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fill(b, uint64(i))
+			hs[i] = h
+		}
+		return hs
+	}
+	for _, h := range alloc() {
+		s.Free(h)
+	}
+	st := s.Stats()
+	if st.Objects != 0 || st.MemUsed == 0 {
+		t.Fatalf("after freeing everything: %d objects, mem_used %d; want 0 objects and the slabs' memory kept", st.Objects, st.MemUsed)
+	}
+	if rel := releasedSlabs(s); rel != 0 {
+		t.Fatalf("%d emptied slabs gave their pages back", rel)
+	}
+	alloc()
+	after := s.Stats()
+	// The slabs are reused in another order, so the one left part full
+	// may differ: at most one slab's pages more.
+	if slab := int64(s.geo[classOf(1000)].pages) * pageSize; after.MemUsed > st.MemUsed+slab {
+		t.Errorf("mem_used %d after writing the same again, want at most %d (emptied slabs reused)", after.MemUsed, st.MemUsed+slab)
+	}
+	if after.PrefaultMisses != 0 {
+		t.Errorf("%d pages used before they were prefaulted", after.PrefaultMisses)
+	}
+}
+
+// waitPrefaulted waits until the store has n bytes faulted in ahead.
+func waitPrefaulted(t *testing.T, s *Store, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		ahead := int64(s.spareFaulted)
+		if len(*s.arenas.Load()) > 0 {
+			ahead = int64(s.faultedTo - s.arenaNext)
+			if s.spare != nil {
+				ahead += int64(s.spareFaulted)
+			}
+		}
+		s.mu.Unlock()
+		if ahead*pageSize >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d bytes prefaulted after 5 s, want %d", ahead*pageSize, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// releasedSlabs counts empty slabs holding no pages.
+func releasedSlabs(s *Store) int {
+	n := 0
+	for i := range s.classes {
+		c := &s.classes[i]
+		c.mu.Lock()
+		for _, id := range c.empty {
+			if s.rec(id).touched == 0 {
+				n++
+			}
+		}
+		c.mu.Unlock()
+	}
+	return n
 }

@@ -3,6 +3,7 @@ package pagestore
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -59,6 +60,11 @@ type Stats struct {
 	// ReleaseErrors counts failures to give an empty slab's pages back to
 	// the kernel (the pages stay mapped and are reused).
 	ReleaseErrors int64
+	// PrefaultMisses counts pages handed to new slabs before the
+	// prefaulter had touched them (Config.Prefault > 0): each may fault
+	// on a writer's path. Writers outran the prefaulter, or it was starved
+	// of memory.
+	PrefaultMisses int64
 }
 
 // Store keeps objects of 1..4096 bytes in slabs outside the Go heap.
@@ -84,6 +90,7 @@ type Store struct {
 	nchunks        atomic.Int64
 	badHandles     atomic.Int64
 	releaseErrors  atomic.Int64
+	prefaultMisses atomic.Int64
 
 	mu        sync.Mutex // guards arena carving, slab creation and Close
 	arenaSize int
@@ -158,6 +165,10 @@ func New(cfg Config) (*Store, error) {
 // carve, woken by carve and every 100ms.
 func (s *Store) prefaulter() {
 	defer close(s.refillDone)
+	// Its own named thread, so that a stack dump (sysrq-t, top -H) shows
+	// whether the one thread allowed to wait on reclaim is doing so.
+	runtime.LockOSThread()
+	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&prefaulterName[0])), 0, 0, 0)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -171,6 +182,8 @@ func (s *Store) prefaulter() {
 	}
 }
 
+var prefaulterName = []byte("gzramd-prefault\x00")
+
 // prefaultAhead touches the pages between the carve point and Prefault
 // bytes beyond it, mapping the spare arena when the last one runs short.
 // It touches without holding mu (a fault may wait on reclaim; carve must
@@ -178,6 +191,11 @@ func (s *Store) prefaulter() {
 // while it is being touched, and the add changes no byte a slab wrote.
 func (s *Store) prefaultAhead() {
 	const step = 64 // pages touched between looks at the carve point
+	// The slab records for the next slabs too: a new chunk is fresh heap
+	// memory, and newSlab runs on a writer's path.
+	if next := (s.nslabs.Load() + chunkSize/2) >> chunkBits; next < maxChunks {
+		s.ensureChunk(next)
+	}
 	for {
 		s.mu.Lock()
 		if s.closed.Load() {
@@ -290,6 +308,7 @@ func (s *Store) Stats() Stats {
 		PagesCompacted: s.pagesCompacted.Load(),
 		BadHandles:     s.badHandles.Load(),
 		ReleaseErrors:  s.releaseErrors.Load(),
+		PrefaultMisses: s.prefaultMisses.Load(),
 	}
 	for i := range s.classes {
 		st.Objects += s.classes[i].objects.Load()
@@ -400,10 +419,18 @@ func (s *Store) Free(h Handle) {
 			if !wasFull {
 				s.unlink(&c.partial, id)
 			}
-			if c.cached == 0 && r.touched <= maxCachedPages {
+			switch {
+			case c.cached == 0 && r.touched <= maxCachedPages:
 				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
 				c.cached = id
-			} else {
+			case s.prefault > 0:
+				// A swap daemon keeps emptied slabs resident for reuse:
+				// pages given back now would fault in again on the path
+				// that stores a swapped-out page, maybe when the kernel
+				// has no page to give. Compaction still gives memory back.
+				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
+				c.empty = append(c.empty, id)
+			default:
 				s.release(c, id, r, mem, false)
 			}
 		case wasFull:
@@ -523,7 +550,10 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		s.rec(id).state = slabActive
 		return id, nil
 	}
-	if n := len(c.empty); n > 0 {
+	if n := len(c.empty); n > 0 && (s.prefault == 0 || s.rec(c.empty[n-1]).touched > 0) {
+		// With prefaulting, only a slab that kept its pages is reused
+		// here: released ones wait below them (see release), and new
+		// slabs come from prefaulted arena memory instead.
 		id := c.empty[n-1]
 		c.empty = c.empty[:n-1]
 		s.rec(id).state = slabActive
@@ -542,15 +572,24 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	chunk := s.chunks[id>>chunkBits].Load()
-	if chunk == nil {
-		chunk = new(slabChunk)
-		s.chunks[id>>chunkBits].Store(chunk)
-		s.nchunks.Add(1)
-	}
+	chunk := s.ensureChunk(id >> chunkBits)
 	chunk[id&chunkMask] = slabRec{arena: arena, page: page, class: uint16(ci), state: slabActive}
 	s.nslabs.Store(id + 1)
 	return id, nil
+}
+
+// ensureChunk returns slab record chunk i, creating it if need be. The
+// prefaulter creates chunks ahead of newSlab, without s.mu.
+func (s *Store) ensureChunk(i uint32) *slabChunk {
+	if c := s.chunks[i].Load(); c != nil {
+		return c
+	}
+	c := new(slabChunk)
+	if s.chunks[i].CompareAndSwap(nil, c) {
+		s.nchunks.Add(1)
+		return c
+	}
+	return s.chunks[i].Load()
 }
 
 // carve takes pages contiguous pages from the last arena, mapping a new
@@ -583,6 +622,9 @@ func (s *Store) carve(pages int) (arena, page uint32, err error) {
 	}
 	page = uint32(s.arenaNext)
 	s.arenaNext += pages
+	if s.prefault > 0 && s.arenaNext > s.faultedTo {
+		s.prefaultMisses.Add(int64(s.arenaNext - max(s.faultedTo, int(page))))
+	}
 	return uint32(len(arenas) - 1), page, nil
 }
 
@@ -641,4 +683,9 @@ func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted b
 		c.empty = make([]uint32, 0, 16)
 	}
 	c.empty = append(c.empty, id)
+	if s.prefault > 0 {
+		// Below the slabs that kept their pages: newSlab takes only those.
+		copy(c.empty[1:], c.empty)
+		c.empty[0] = id
+	}
 }
