@@ -178,10 +178,8 @@ func (c *conn) serve() {
 	// serving (swap) I/O later allocates nothing, not even a stack.
 	for range c.srv.maxInFlight {
 		c.free <- new(request)
-		if !c.srv.inline {
-			c.workers.Add(1)
-			go c.worker()
-		}
+		c.workers.Add(1)
+		go c.worker()
 	}
 	if c.srv.inline {
 		c.held = make([]*request, 0, maxHeld)
@@ -256,7 +254,7 @@ func (c *conn) transmit() error {
 			return err
 		}
 		c.inflight.Add(1)
-		if c.srv.inline {
+		if c.srv.inline && r.length <= maxInlineBytes {
 			c.runInline(r)
 			continue
 		}
@@ -264,8 +262,14 @@ func (c *conn) transmit() error {
 	}
 }
 
-// maxHeld bounds the replies an inline connection sends in one write.
-const maxHeld = 64
+const (
+	// maxHeld bounds the replies an inline connection sends in one write.
+	maxHeld = 64
+	// maxInlineBytes is the largest request an inline connection runs on
+	// its reader; larger ones go to the workers, where several run at once
+	// and a hand-off costs little next to the work.
+	maxInlineBytes = 64 << 10
+)
 
 // runInline runs r on the reader goroutine and holds its reply back, to
 // go out with the replies of the requests read after it without waiting.

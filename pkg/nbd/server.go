@@ -57,13 +57,14 @@ type Options struct {
 	// HandshakeTimeout bounds the whole handshake of one connection, so
 	// that half-open connections cannot pile up. Default 10s.
 	HandshakeTimeout time.Duration
-	// Inline runs each request on its connection's reader goroutine and
-	// sends the replies of the requests that arrived together in one
-	// write: no hand-off between goroutines and fewer system calls, but
-	// one request at a time per connection (connections still run in
-	// parallel). It suits a Backend that completes requests without
-	// waiting for others (gzramd compressing on the CPU), not one that
-	// gathers a connection's requests in flight into batches.
+	// Inline runs each request of up to 64 KiB on its connection's reader
+	// goroutine and sends the replies of the requests that arrived
+	// together in one write: no hand-off between goroutines and fewer
+	// system calls, but one such request at a time per connection
+	// (connections still run in parallel; larger requests still go to the
+	// workers). It suits a Backend that completes requests without waiting
+	// for others (gzramd compressing on the CPU), not one that gathers a
+	// connection's requests in flight into batches.
 	Inline bool
 }
 
