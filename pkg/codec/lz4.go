@@ -1,26 +1,30 @@
 package codec
 
 /*
-#cgo CFLAGS: -O2
 #cgo LDFLAGS: -l:liblz4.a
+#define LZ4_STATIC_LINKING_ONLY
 #include <stdlib.h>
 #include <lz4.h>
-#include "lz4page.h"
 
-// gz_lz4_compress compresses one page with gzramd's page compressor, or
-// anything else with liblz4; 0 means it does not fit in cap bytes.
-static int gz_lz4_compress(gz_lz4_ctx *ctx, const char *src, char *dst, int n, int cap) {
-	if (n == GZ_LZ4_PAGE) return gz_lz4_page(ctx, (const uint8_t *)src, (uint8_t *)dst, cap);
-	return LZ4_compress_default(src, dst, n, cap);
+static int gz_lz4_compress(void *state, const char *src, char *dst, int n, int cap) {
+	if (state == NULL) return LZ4_compress_default(src, dst, n, cap);
+	return LZ4_compress_fast_extState_fastReset(state, src, dst, n, cap, 1);
 }
 
-// gz_lz4_compress_run compresses n consecutive pages from in into out (page
-// i at out+i*GZ_LZ4_PAGE), so that a batch costs one cgo crossing.
-static void gz_lz4_compress_run(gz_lz4_ctx *ctx, const char *in, int n, int limit, char *out, unsigned *lens) {
+// gz_lz4_compress_run compresses n consecutive pages of size page from in
+// into out (page i at out+i*page) with one reusable state, so a batch costs
+// one cgo crossing and the hash table is reset cheaply between pages.
+static void gz_lz4_compress_run(void *state, const char *in, int n, int page, int limit, char *out, unsigned *lens) {
 	for (int i = 0; i < n; i++) {
-		size_t off = (size_t)i * GZ_LZ4_PAGE;
-		lens[i] = (unsigned)gz_lz4_page(ctx, (const uint8_t *)in + off, (uint8_t *)out + off, limit);
+		int r = gz_lz4_compress(state, in + (size_t)i * page, out + (size_t)i * page, page, limit);
+		lens[i] = r > 0 ? (unsigned)r : 0;
 	}
+}
+
+static void *gz_lz4_new_state(void) {
+	void *s = malloc(LZ4_sizeofState());
+	if (s) LZ4_initStream(s, LZ4_sizeofState());
+	return s;
 }
 */
 import "C"
@@ -29,41 +33,37 @@ import (
 	"unsafe"
 )
 
-// LZ4 compresses pages into the standard LZ4 block format with gzramd's own
-// page compressor (lz4page.c), which beats liblz4's LZ4_compress_default,
-// what kernel zram uses, at a ratio at least as good; inputs of other sizes
-// go to liblz4. Decoding is liblz4's.
+// LZ4 is liblz4's block compressor at acceleration 1, the codec kernel zram
+// uses by default.
 type LZ4 struct {
-	ctxs chan *C.gz_lz4_ctx // reusable hash tables, allocated in C
+	states chan unsafe.Pointer // reusable LZ4_stream_t, allocated in C
 }
 
-// NewLZ4 returns the LZ4 codec.
-func NewLZ4() *LZ4 { return &LZ4{ctxs: make(chan *C.gz_lz4_ctx, 64)} }
+// NewLZ4 returns the liblz4 codec.
+func NewLZ4() *LZ4 { return &LZ4{states: make(chan unsafe.Pointer, 64)} }
 
 // Name implements Codec.
 func (*LZ4) Name() string { return "lz4" }
 
-// getCtx returns a hash table from the pool or a new one. Tables live in C
-// memory so that cgo need not check them; a 8 KiB malloc failing is as
-// fatal as the Go allocator failing.
-func (c *LZ4) getCtx() *C.gz_lz4_ctx {
+func (c *LZ4) getState() unsafe.Pointer {
 	select {
-	case x := <-c.ctxs:
-		return x
+	case s := <-c.states:
+		return s
 	default:
-		x := (*C.gz_lz4_ctx)(C.malloc(C.sizeof_gz_lz4_ctx))
-		if x == nil {
-			panic("codec: out of C memory for an LZ4 hash table")
-		}
-		return x
+		// nil (malloc failed) is handled by the callers' fallback to
+		// a stack state.
+		return C.gz_lz4_new_state()
 	}
 }
 
-func (c *LZ4) putCtx(x *C.gz_lz4_ctx) {
+func (c *LZ4) putState(s unsafe.Pointer) {
+	if s == nil {
+		return
+	}
 	select {
-	case c.ctxs <- x:
+	case c.states <- s:
 	default:
-		C.free(unsafe.Pointer(x))
+		C.free(s)
 	}
 }
 
@@ -72,10 +72,10 @@ func (c *LZ4) Compress(dst, src []byte) int {
 	if len(src) == 0 || len(dst) == 0 {
 		return 0
 	}
-	x := c.getCtx()
-	n := C.gz_lz4_compress(x, (*C.char)(unsafe.Pointer(&src[0])), (*C.char)(unsafe.Pointer(&dst[0])),
-		C.int(len(src)), C.int(min(len(dst), 1<<30)))
-	c.putCtx(x)
+	s := c.getState()
+	n := C.gz_lz4_compress(s, (*C.char)(unsafe.Pointer(&src[0])), (*C.char)(unsafe.Pointer(&dst[0])),
+		C.int(len(src)), C.int(len(dst)))
+	c.putState(s)
 	if n <= 0 {
 		return 0
 	}
@@ -83,15 +83,15 @@ func (c *LZ4) Compress(dst, src []byte) int {
 }
 
 // compressPages compresses n pages from in into out at page strides; a
-// length of 0 means the page did not compress to limit bytes or fewer.
+// length of 0 means the page would not shrink below PageSize.
 func (c *LZ4) compressPages(in, out []byte, lens []uint32, n, limit int) {
 	if n == 0 {
 		return
 	}
-	x := c.getCtx()
-	C.gz_lz4_compress_run(x, (*C.char)(unsafe.Pointer(&in[0])), C.int(n), C.int(limit),
+	s := c.getState()
+	C.gz_lz4_compress_run(s, (*C.char)(unsafe.Pointer(&in[0])), C.int(n), PageSize, C.int(limit),
 		(*C.char)(unsafe.Pointer(&out[0])), (*C.unsigned)(unsafe.Pointer(&lens[0])))
-	c.putCtx(x)
+	c.putState(s)
 }
 
 // Decompress implements Codec.
