@@ -285,6 +285,12 @@ func (d *daemon) run(ctx context.Context) error {
 		go d.watchPrefault(watchCtx)
 	}
 
+	// One collection while memory is plentiful: the runtime builds the
+	// pointer masks of large types (the store, the device) on their first
+	// scan, in fresh memory; a guest froze on a GC worker doing that
+	// under memory pressure.
+	runtime.GC()
+
 	var serveErr error
 	if err := d.attach(ctx); err != nil {
 		serveErr = err
