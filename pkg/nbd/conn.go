@@ -274,17 +274,8 @@ const (
 // runInline runs r on the reader goroutine and holds its reply back, to
 // go out with the replies of the requests read after it without waiting.
 func (c *conn) runInline(r *request) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.srv.log.Error("nbd: backend panicked; dropping connection",
-				"remote", c.remote(), "cmd", r.cmd.String(), "offset", r.off, "length", r.length,
-				"panic", p, "stack", string(debug.Stack()))
-			c.kill()
-			c.release(r)
-		}
-	}()
-	if r.errno == 0 {
-		r.errno = c.exec(r)
+	if !c.run(r) {
+		return
 	}
 	c.held = append(c.held, r)
 	if len(c.held) == maxHeld {
@@ -444,6 +435,15 @@ func (c *conn) worker() {
 }
 
 func (c *conn) handle(r *request) {
+	if c.run(r) {
+		c.reply(r)
+	}
+}
+
+// run executes r against the Backend unless the reader refused it. A
+// Backend panic drops the connection and releases r; run then reports
+// false and r must not be replied to.
+func (c *conn) run(r *request) (ok bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.srv.log.Error("nbd: backend panicked; dropping connection",
@@ -451,12 +451,13 @@ func (c *conn) handle(r *request) {
 				"panic", p, "stack", string(debug.Stack()))
 			c.kill()
 			c.release(r)
+			ok = false
 		}
 	}()
 	if r.errno == 0 {
 		r.errno = c.exec(r)
 	}
-	c.reply(r)
+	return true
 }
 
 func (c *conn) exec(r *request) uint32 {
