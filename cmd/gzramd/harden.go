@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"strings"
 
 	"github.com/gzramd/gzramd/pkg/swapsafe"
@@ -32,11 +31,8 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 		reserve, step = swapsafe.ReserveHeap(heapReserve)
 		steps = append(steps, step)
 	}
-	if cfg.gcPercent != 0 {
-		// After the reserve: the operator's word wins over its pacing.
-		old := debug.SetGCPercent(cfg.gcPercent)
-		steps = append(steps, swapsafe.Step{Name: "gc_percent", Done: fmt.Sprintf("GOGC %d (was %d)", cfg.gcPercent, old)})
-	}
+	// After the reserve: the operator's --gc-percent wins over its pacing.
+	steps = append(steps, swapsafe.Apply(swapsafe.Options{GCPercent: cfg.gcPercent})...)
 	if !cfg.harden {
 		log.Warn("hardening off (--harden=false): the daemon may be swapped out or OOM-killed while serving swap")
 	}
