@@ -22,6 +22,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // daemon is a running gzramd: the data path, its listeners, the HTTP
@@ -41,8 +42,9 @@ type daemon struct {
 	reg      *prometheus.Registry
 
 	listeners []net.Listener
-	kernel    *nbd.KernelDevice // attached by us (--device)
-	swapOn    bool              // we ran swapon on kernel.Path
+	reserve   *swapsafe.HeapReserve // topped up before serving swap
+	kernel    *nbd.KernelDevice     // attached by us (--device)
+	swapOn    bool                  // we ran swapon on kernel.Path
 }
 
 // storeArenaSize is the page store's mapping step in the daemon.
@@ -100,7 +102,8 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
 		// On the CPU a request is done without waiting for others, so it
 		// runs on its connection's reader; the GPU's batches need many.
-		nbd.Options{Logger: log, Observer: nbdObs, Inline: d.backends.gpuName == ""})
+		nbd.Options{Logger: log, Observer: nbdObs, Inline: d.backends.gpuName == "",
+			ReserveBuffers: connBufferReserve(cfg, d.backends.gpuName != "")})
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +209,7 @@ var sysModuleNBD = "/sys/module/nbd"
 // attach connects the kernel device (--device) and makes it swap (--swap).
 func (d *daemon) attach(ctx context.Context) error {
 	if d.cfg.device == "" {
+		d.topUpHeap()
 		return nil
 	}
 	index, _ := parseDevice(d.cfg.device) // validated
@@ -226,7 +230,17 @@ func (d *daemon) attach(ctx context.Context) error {
 	}
 	d.kernel = kd
 	d.log.Info("kernel device attached", "device", kd.Path, "netlink", kd.Netlink, "size", kd.Size)
+	if d.cfg.harden {
+		// Requests up to the sizes of the buffers each connection keeps
+		// resident (connBufferReserve): larger ones would allocate.
+		if err := kd.LimitRequests(maxKernelRequest); err != nil {
+			d.log.Warn("kernel requests not limited: requests over the reserved buffer sizes will allocate while serving", "err", err)
+		} else {
+			d.log.Info("kernel requests limited", "device", kd.Path, "max_sectors_kb", maxKernelRequest>>10)
+		}
+	}
 	if !d.cfg.swap {
+		d.topUpHeap()
 		return nil
 	}
 	start := time.Now()
@@ -235,12 +249,27 @@ func (d *daemon) attach(ctx context.Context) error {
 	}
 	d.log.Info("kernel device self-test passed: wrote, read back and discarded", "device", kd.Path,
 		"bytes", min(int64(kd.Size), selfTestBytes), "took", time.Since(start).Round(time.Millisecond))
+	d.topUpHeap()
 	if err := enableSwap(ctx, kd.Path, d.cfg.swapPriority); err != nil {
 		return fmt.Errorf("--swap on %s: %w", kd.Path, err)
 	}
 	d.swapOn = true
 	d.log.Info("swap on", "device", kd.Path, "priority", d.cfg.swapPriority, "discard", true)
 	return nil
+}
+
+// topUpHeap faults in the heap's free pages once start-up is done (see
+// swapsafe.HeapReserve.TopUp), when the daemon holds a reserve.
+func (d *daemon) topUpHeap() {
+	if d.reserve == nil {
+		return
+	}
+	s := d.reserve.TopUp()
+	if s.Err != nil {
+		d.log.Warn("hardening step failed", "step", s.Name, "err", s.Err)
+		return
+	}
+	d.log.Info("hardening", "step", s.Name, "done", s.Done)
 }
 
 // run serves until a signal asks it to stop and stopping is safe.
@@ -279,6 +308,13 @@ func (d *daemon) run(ctx context.Context) error {
 		<-compactorDone // before d.close unmaps the store
 	}()
 
+	if d.reserve != nil {
+		lockCtx, stopLock := context.WithCancel(context.Background())
+		defer stopLock()
+		go d.reserve.KeepHeapLocked(lockCtx, 250*time.Millisecond, func(err error) {
+			d.log.Warn("keeping the Go heap locked", "err", err)
+		})
+	}
 	if d.cfg.prefault > 0 {
 		watchCtx, stopWatch := context.WithCancel(context.Background())
 		defer stopWatch()
@@ -507,3 +543,24 @@ func (d *daemon) watchPrefault(ctx context.Context) {
 		}
 	}
 }
+
+// connBufferReserve is the payload buffer memory each NBD connection
+// keeps resident from the start (nbd.Options.ReserveBuffers) when the
+// daemon is hardened for swap, in buffers of the largest request the
+// kernel sends: 32 requests in flight per connection on the CPU, whose
+// requests finish one by one, and 128 for the GPU, whose batches fill
+// from the requests in flight.
+func connBufferReserve(cfg *serveConfig, gpu bool) int64 {
+	switch {
+	case !cfg.harden:
+		return 0
+	case gpu:
+		return 128 * nbd.ReserveBufferMax
+	default:
+		return 32 * nbd.ReserveBufferMax
+	}
+}
+
+// maxKernelRequest is the largest request the kernel device is allowed to
+// send (nbd.KernelDevice.LimitRequests): the largest reserved buffer.
+const maxKernelRequest = nbd.ReserveBufferMax

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 
 	"github.com/gzramd/gzramd/pkg/swapsafe"
@@ -23,13 +24,14 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 		opts.LockMemory = true
 		opts.OOMScoreAdj = &adj
 		opts.IOFlusher = true
+		opts.Realtime = cfg.realtime
 	}
 	steps := swapsafe.Apply(opts)
 	reserve := &swapsafe.HeapReserve{}
 	if cfg.harden {
 		var step swapsafe.Step
 		reserve, step = swapsafe.ReserveHeap(heapReserve)
-		steps = append(steps, step)
+		steps = append(steps, step, swapsafe.ReserveThreads(threadReserve()))
 	}
 	// After the reserve: the operator's --gc-percent wins over its pacing.
 	steps = append(steps, swapsafe.Apply(swapsafe.Options{GCPercent: cfg.gcPercent})...)
@@ -66,3 +68,8 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 // the runtime's own allocations come from pages already resident instead
 // of faulting while the kernel is short of memory.
 const heapReserve = 32 << 20
+
+// threadReserve is how many threads the daemon starts before it serves
+// (swapsafe.ReserveThreads): enough for every request that can be in a
+// system call or in C at once, with the threads running Go code.
+func threadReserve() int { return 16 + 4*runtime.GOMAXPROCS(0) }

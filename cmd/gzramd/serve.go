@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
@@ -47,6 +48,7 @@ type serveConfig struct {
 
 	harden           bool
 	reexec           bool
+	realtime         bool
 	requireHardening bool
 	goMemoryLimit    sizeValue
 	gcPercent        int
@@ -92,7 +94,9 @@ for the socket path while the kernel reclaims.
 
 Hardening (on by default, each step logged, none fatal unless
 --require-hardening): mlockall, PR_SET_IO_FLUSHER on every thread (by
-re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
+re-executing itself once), SCHED_RR at priority 1 (--realtime),
+oom_score_adj -1000, a Go memory limit; and what serving needs (heap,
+threads, code, NBD buffers) faulted in before the device becomes swap.`,
 		Example: `  gzramd serve --size 8GiB --mem-limit 4GiB
   gzramd serve --socket /tmp/gz.sock --tcp 127.0.0.1:10809 --backend cpu
   gzramd serve --size 16GiB --swap                 # as root: becomes swap
@@ -102,13 +106,16 @@ re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
 			if err := bindEnv(cmd.Flags()); err != nil {
 				return usageErr(err)
 			}
+			if !cmd.Flags().Changed("prefault") {
+				cfg.prefault = defaultPrefault(cfg.prefault)
+			}
 			return runServe(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
 	f.Var(&cfg.size, "size", "device size (e.g. 8GiB); a multiple of 4KiB")
 	f.Var(&cfg.memLimit, "mem-limit", "most memory the compressed pages may use (e.g. 2GiB); 0 means no limit; writes past it fail with ENOSPC")
-	f.Var(&cfg.prefault, "prefault", "store memory kept faulted in ahead of use, so storing a swapped-out page never waits for a page fault that needs swap (0 to fault lazily)")
+	f.Var(&cfg.prefault, "prefault", "store memory kept faulted in ahead of use, so storing a swapped-out page never waits for a page fault that needs swap (0 to fault lazily); by default at most 1/32 of RAM")
 	f.StringVar(&cfg.socket, "socket", defaultSocket(), "Unix socket to serve NBD on (mode 0600); empty to disable")
 	f.StringVar(&cfg.tcp, "tcp", "", "TCP address to serve NBD on, e.g. 127.0.0.1:10809 (a bare :PORT means loopback); off by default")
 	f.StringVar(&cfg.export, "export", "gzram0", "export name; the empty name reaches it too")
@@ -130,8 +137,9 @@ re-executing itself once), oom_score_adj -1000, a Go memory limit.`,
 	f.DurationVar(&cfg.kernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0 keeps the kernel's default)")
 	f.BoolVar(&cfg.force, "force", false, "stop on SIGTERM even while the export is active swap that gzramd did not turn on (the swapped memory is lost)")
 
-	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, oom_score_adj -1000")
+	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
 	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
+	f.BoolVar(&cfg.realtime, "realtime", true, "run every thread SCHED_RR at priority 1 (with --harden): the kernel lets real-time tasks allocate below its min watermark, which gzramd needs while the kernel waits for it to store swapped pages")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
 	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
 	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around a 32MiB heap reserve kept resident, else the runtime's")
@@ -250,6 +258,9 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	if err != nil {
 		return err
 	}
+	if cfg.harden {
+		d.reserve = reserve
+	}
 	return d.run(ctx)
 }
 
@@ -277,4 +288,15 @@ func listenUnix(path string) (net.Listener, error) {
 	}
 	l.(*net.UnixListener).SetUnlinkOnClose(true)
 	return l, nil
+}
+
+// defaultPrefault caps the default --prefault at 1/32 of RAM: on a small
+// machine the memory held ahead competes with the memory swap frees.
+func defaultPrefault(n sizeValue) sizeValue {
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) != nil {
+		return n
+	}
+	ram := int64(si.Totalram) * int64(si.Unit)
+	return min(n, sizeValue(ram/32)&^(1<<20-1))
 }

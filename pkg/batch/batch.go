@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/freelist"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
@@ -101,8 +102,11 @@ type Batcher struct {
 	freed   *sync.Cond // signalled when a slot returns to free
 	timer   *time.Timer
 	workers sync.WaitGroup
-	refs    sync.Pool // *[]ref, so requests do not allocate
-	scratch sync.Pool // *codec.Batch without Pages, for the direct path
+	refs    *freelist.List[*[]ref] // so requests do not allocate
+	// scratch holds the direct path's output buffers (batches without
+	// Pages), all made and written by New: a direct request waits for one
+	// rather than allocating fresh memory while the kernel waits for it.
+	scratch chan *codec.Batch
 
 	isClosed atomic.Bool
 	active   atomic.Int64 // pages inside Compress
@@ -150,10 +154,21 @@ func New(primary, cpu codec.BatchCompressor, cfg Config, obs Observer) (*Batcher
 		b.Limit = cfg.Limit
 		bt.free = append(bt.free, &slot{b: b})
 	}
-	bt.refs.New = func() any { r := make([]ref, 0, 64); return &r }
-	bt.scratch.New = func() any {
+	// Kept across collections, as many as requests have needed at once.
+	bt.refs = freelist.New(maxConcurrentRequests, func() *[]ref {
+		r := make([]ref, 64)
+		clear(r) // written now, not first while serving
+		r = r[:0]
+		return &r
+	})
+	bt.refs.Fill()
+	// More than can compress at once (one per thread running Go code).
+	bt.scratch = make(chan *codec.Batch, 2*runtime.GOMAXPROCS(0)+2)
+	for range cap(bt.scratch) {
 		k := min(directChunk, cfg.MaxPages)
-		return &codec.Batch{Out: make([]byte, k*codec.PageSize), Offsets: make([]uint32, k), Lens: make([]uint32, k), Limit: cfg.Limit}
+		b := &codec.Batch{Out: make([]byte, k*codec.PageSize), Offsets: make([]uint32, k), Lens: make([]uint32, k), Limit: cfg.Limit}
+		clear(b.Out)
+		bt.scratch <- b
 	}
 	bt.timer = time.AfterFunc(time.Hour, func() {
 		// Under the lock, or a worker between its deadline check and its
@@ -199,7 +214,7 @@ func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int
 	if bt.primary == bt.cpu || active < int64(bt.cfg.MinPrimaryPages) {
 		return bt.direct(pages, n, commit)
 	}
-	refs := bt.refs.Get().(*[]ref)
+	refs := bt.refs.Get()
 	defer bt.refs.Put(refs)
 	*refs = (*refs)[:0]
 	// settle commits every page submitted so far. A request must settle
@@ -287,6 +302,10 @@ func (bt *Batcher) Compress(ctx context.Context, pages []byte, commit func(i int
 	return accepted, err
 }
 
+// maxConcurrentRequests is how many requests' page lists the batcher
+// keeps for reuse; more at once allocate.
+const maxConcurrentRequests = 64
+
 // directChunk bounds the scratch memory of one direct request.
 const directChunk = 32
 
@@ -300,8 +319,8 @@ func (bt *Batcher) direct(pages []byte, n int, commit func(i int, compressed []b
 		return 0, ErrClosed
 	}
 	bt.cpuDirect.Add(1)
-	b := bt.scratch.Get().(*codec.Batch)
-	defer bt.scratch.Put(b)
+	b := <-bt.scratch
+	defer func() { bt.scratch <- b }()
 	var err error
 	for done := 0; done < n; {
 		k := min(n-done, len(b.Lens))

@@ -2,10 +2,15 @@ package codec
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/gzramd/gzramd/internal/corpus"
 )
@@ -240,4 +245,50 @@ func BenchmarkZstdCompress(b *testing.B) {
 			c.Compress(dst, data[off:off+PageSize])
 		}
 	}
+}
+
+// TestLZ4SpeedReport times gzramd's batch path against liblz4's one-shot
+// call (as BenchmarkLZ4Compress does) in alternating rounds on the same
+// input, and logs the per-round speed ratio: on a noisy machine the median
+// of ratios taken seconds apart says more than two benchmark runs. Run it
+// on an idle core: GZRAMD_LZ4_REPORT=1 taskset -c 1 go test -run
+// LZ4SpeedReport -v ./pkg/codec (GZRAMD_LZ4_ROUNDS sets the rounds, 15).
+func TestLZ4SpeedReport(t *testing.T) {
+	if os.Getenv("GZRAMD_LZ4_REPORT") != "1" {
+		t.Skip("set GZRAMD_LZ4_REPORT=1 to run")
+	}
+	data := loadCorpus(t)
+	rounds := 15
+	if s := os.Getenv("GZRAMD_LZ4_ROUNDS"); s != "" {
+		rounds, _ = strconv.Atoi(s)
+	}
+	n := len(data) / PageSize
+	cb := NewCPUBatch(NewLZ4(), 1)
+	batch := &Batch{Pages: data, N: n, Out: make([]byte, len(data)), Offsets: make([]uint32, n), Lens: make([]uint32, n)}
+	gzramd := func() int64 {
+		_ = cb.CompressBatch(context.Background(), batch)
+		var total int64
+		for _, l := range batch.Lens {
+			total += int64(cmp.Or(l, PageSize))
+		}
+		return total
+	}
+	refTotal, ourTotal := referenceLZ4(data), gzramd() // warm-up
+	var speedups, refSecs, ourSecs []float64
+	for range rounds {
+		start := time.Now()
+		referenceLZ4(data)
+		ref := time.Since(start).Seconds()
+		start = time.Now()
+		gzramd()
+		our := time.Since(start).Seconds()
+		refSecs, ourSecs = append(refSecs, ref), append(ourSecs, our)
+		speedups = append(speedups, ref/our)
+	}
+	slices.Sort(speedups)
+	mb := float64(len(data)) / 1e6
+	t.Logf("%d pages, %d rounds", n, rounds)
+	t.Logf("liblz4 one-shot: best %.0f MB/s, ratio %.4f", mb/slices.Min(refSecs), float64(len(data))/float64(refTotal))
+	t.Logf("gzramd batch:    best %.0f MB/s, ratio %.4f", mb/slices.Min(ourSecs), float64(len(data))/float64(ourTotal))
+	t.Logf("speed gzramd/liblz4 per round: median %.3f, min %.3f, max %.3f", speedups[rounds/2], speedups[0], speedups[rounds-1])
 }

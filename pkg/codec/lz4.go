@@ -21,51 +21,67 @@ static void gz_lz4_compress_run(void *state, const char *in, int n, int page, in
 	}
 }
 
-static void *gz_lz4_new_state(void) {
-	void *s = malloc(LZ4_sizeofState());
-	if (s) LZ4_initStream(s, LZ4_sizeofState());
-	return s;
+// gz_lz4_new_states allocates n states in one block and initializes each,
+// which also writes every page of the block: the states are resident before
+// the first page is compressed.
+static void *gz_lz4_new_states(int n) {
+	size_t size = (size_t)LZ4_sizeofState();
+	char *b = malloc(size * (size_t)n);
+	if (b == NULL) return NULL;
+	for (int i = 0; i < n; i++) LZ4_initStream(b + (size_t)i * size, size);
+	return b;
 }
+
+static int gz_lz4_state_size(void) { return LZ4_sizeofState(); }
 */
 import "C"
 
 import (
+	"runtime"
 	"unsafe"
 )
 
 // LZ4 is liblz4's block compressor at acceleration 1, the codec kernel zram
 // uses by default.
 type LZ4 struct {
-	states chan unsafe.Pointer // reusable LZ4_stream_t, allocated in C
+	// states holds the compression states (LZ4_stream_t, 16 KiB each),
+	// all allocated and written by NewLZ4. A compression waits for a free
+	// one rather than allocating: as a swap device, gzramd compresses
+	// while the kernel is short of memory, and a fresh allocation there
+	// would fault.
+	states chan unsafe.Pointer
 }
 
 // NewLZ4 returns the liblz4 codec.
-func NewLZ4() *LZ4 { return &LZ4{states: make(chan unsafe.Pointer, 64)} }
+func NewLZ4() *LZ4 {
+	// More states than can run at once (one per thread running Go code),
+	// with room for callers between getting one and entering C.
+	n := min(2*runtime.GOMAXPROCS(0)+8, 64)
+	c := &LZ4{states: make(chan unsafe.Pointer, n)}
+	block := C.gz_lz4_new_states(C.int(n))
+	if block == nil {
+		// Out of memory at start: compress with a state on the C stack.
+		for range n {
+			c.states <- nil
+		}
+		return c
+	}
+	size := uintptr(C.gz_lz4_state_size())
+	for i := range n {
+		c.states <- unsafe.Add(block, uintptr(i)*size)
+	}
+	runtime.AddCleanup(c, func(b unsafe.Pointer) { C.free(b) }, block)
+	return c
+}
 
 // Name implements Codec.
 func (*LZ4) Name() string { return "lz4" }
 
-func (c *LZ4) getState() unsafe.Pointer {
-	select {
-	case s := <-c.states:
-		return s
-	default:
-		// nil (malloc failed) is handled by the callers' fallback to
-		// a stack state.
-		return C.gz_lz4_new_state()
-	}
-}
+// getState waits for a free state; nil (NewLZ4 could not allocate) makes
+// liblz4 use one on the stack.
+func (c *LZ4) getState() unsafe.Pointer { return <-c.states }
 
-func (c *LZ4) putState(s unsafe.Pointer) {
-	if s == nil {
-		return
-	}
-	select {
-	case c.states <- s:
-	default:
-		C.free(s)
-	}
-}
+func (c *LZ4) putState(s unsafe.Pointer) { c.states <- s }
 
 // Compress implements Codec.
 func (c *LZ4) Compress(dst, src []byte) int {

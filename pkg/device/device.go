@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gzramd/gzramd/internal/freelist"
 	"github.com/gzramd/gzramd/pkg/batch"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
@@ -70,7 +71,7 @@ type Device struct {
 	table   []entry // mmap'd: no pointers, no GC scanning, faulted in
 	stripes []stripe
 	seq     atomic.Uint64
-	bufs    sync.Pool
+	bufs    *freelist.List[*[pageSize]byte]
 
 	storedPages, samePages, hugePages                atomic.Int64
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
@@ -124,7 +125,14 @@ func New(cfg Config) (*Device, error) {
 	for i := range d.stripes {
 		d.stripes[i].idle.L = &d.stripes[i].mu
 	}
-	d.bufs.New = func() any { return new([pageSize]byte) }
+	// Kept across collections (see freelist): partial-page requests take
+	// one or two each.
+	d.bufs = freelist.New(64, func() *[pageSize]byte {
+		b := new([pageSize]byte)
+		clear(b[:]) // written now, not first while serving
+		return b
+	})
+	d.bufs.Fill()
 	return d, nil
 }
 
@@ -180,7 +188,7 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 		if n == pageSize {
 			return d.readPage(idx, dst)
 		}
-		buf := d.bufs.Get().(*[pageSize]byte)
+		buf := d.bufs.Get()
 		defer d.bufs.Put(buf)
 		if err := d.readPage(idx, buf[:]); err != nil {
 			return err
@@ -422,7 +430,7 @@ func (d *Device) freeObject(e entry) {
 // modify applies fn to page idx under its lock (read, modify, write) and
 // compresses the result inline: partial writes are rare and must be atomic.
 func (d *Device) modify(idx uint32, fn func(page []byte)) error {
-	buf := d.bufs.Get().(*[pageSize]byte)
+	buf := d.bufs.Get()
 	defer d.bufs.Put(buf)
 	page := buf[:]
 	s := d.stripe(idx)
@@ -442,7 +450,7 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 	if w, ok := fillWord(page); ok {
 		e = d.sameLocked(s, idx, w)
 	} else {
-		out := d.bufs.Get().(*[pageSize]byte)
+		out := d.bufs.Get()
 		defer d.bufs.Put(out)
 		n := d.cfg.Codec.Compress(out[:d.cfg.HugeThreshold-1], page)
 		state, obj := stateStored, out[:n]

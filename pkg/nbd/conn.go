@@ -59,10 +59,12 @@ type conn struct {
 	iovs  [][]byte // backing array of iov, 2 per request
 	iov   net.Buffers
 
-	// The payload budget: bytes of pooled buffers held by requests.
-	budgetMu   sync.Mutex
-	budgetCond sync.Cond
-	budgetUsed int64
+	// The payload budgets: bytes of pooled buffers held by requests,
+	// those served from the reserve (Options.ReserveBuffers) apart.
+	budgetMu    sync.Mutex
+	budgetCond  sync.Cond
+	budgetUsed  int64
+	reserveUsed int64
 	// cache holds idle payload buffers by size class, up to retainBytes.
 	cache       [numClasses][]*[]byte
 	cached      int64
@@ -89,8 +91,9 @@ type request struct {
 	errno  uint32 // set by the reader for requests refused before running
 	start  time.Time
 
-	buf  *[]byte // pooled payload buffer, nil for none
-	data []byte  // the payload: *buf cut to length
+	buf      *[]byte // pooled payload buffer, nil for none
+	data     []byte  // the payload: *buf cut to length
+	reserved bool    // buf counts against the reserve's budget
 
 	hdr [replyHeaderLen]byte
 }
@@ -173,7 +176,10 @@ func (c *conn) serve() {
 	c.pending = make([]*request, 0, c.srv.maxInFlight)
 	c.batch = make([]*request, 0, c.srv.maxInFlight)
 	c.iovs = make([][]byte, 0, 2*c.srv.maxInFlight)
-	c.retainBytes = min(c.srv.maxInFlightBytes, maxRetainBytes)
+	// Twice the in-flight bound: a mix of sizes in flight changes over
+	// time, and a cache that drops the buffers of one mix to keep those of
+	// the last allocates all the while.
+	c.retainBytes = min(2*c.srv.maxInFlightBytes, maxRetainBytes)
 	// Every request struct and worker exists from the start, so that
 	// serving (swap) I/O later allocates nothing, not even a stack.
 	for range c.srv.maxInFlight {
@@ -184,6 +190,7 @@ func (c *conn) serve() {
 	if c.srv.inline {
 		c.held = make([]*request, 0, maxHeld)
 	}
+	c.reserveBuffers(c.srv.reserveBuffers)
 
 	err = c.transmit()
 
@@ -360,10 +367,37 @@ func (c *conn) checkRange(r *request, errno uint32) uint32 {
 // buffers exceed its budget.
 func (c *conn) takeBuffer(r *request) {
 	class := sizeClass(r.length)
-	n := classBytes(r.length)
+	// Requests the reserve's buffers can serve count against the reserve
+	// alone: within it, they never wait for a buffer to be allocated.
+	used, limit := &c.budgetUsed, c.srv.maxInFlightBytes
+	r.reserved = c.srv.reserveBuffers > 0 && r.length <= ReserveBufferMax
+	if r.reserved {
+		used, limit = &c.reserveUsed, c.srv.reserveBuffers
+	}
 	var b *[]byte
+	var n int64
 	c.budgetMu.Lock()
-	for c.budgetUsed > 0 && c.budgetUsed+n > c.srv.maxInFlightBytes {
+	for {
+		// The smallest free buffer that fits, so that a reserve of
+		// large buffers serves every size up to theirs. The budget
+		// counts the buffer's size, not the request's.
+		k := class
+		for k < numClasses && len(c.cache[k]) == 0 {
+			k++
+		}
+		if k == numClasses {
+			k = class // none cached: a new one of the request's size
+		}
+		n = 1 << (k + minClassShift)
+		if *used == 0 || *used+n <= limit {
+			if l := c.cache[k]; len(l) > 0 {
+				b = l[len(l)-1]
+				l[len(l)-1] = nil
+				c.cache[k] = l[:len(l)-1]
+				c.cached -= n
+			}
+			break
+		}
 		if len(c.held) > 0 {
 			// Inline: the buffers to wait for are our own held replies'.
 			c.budgetMu.Unlock()
@@ -373,13 +407,7 @@ func (c *conn) takeBuffer(r *request) {
 		}
 		c.budgetCond.Wait()
 	}
-	c.budgetUsed += n
-	if l := c.cache[class]; len(l) > 0 {
-		b = l[len(l)-1]
-		l[len(l)-1] = nil
-		c.cache[class] = l[:len(l)-1]
-		c.cached -= n
-	}
+	*used += n
 	c.budgetMu.Unlock()
 	c.srv.bufBytes.Add(n)
 	if b == nil {
@@ -398,7 +426,11 @@ func (c *conn) putRequest(r *request) {
 		n := int64(cap(*b))
 		c.srv.bufBytes.Add(-n)
 		c.budgetMu.Lock()
-		c.budgetUsed -= n
+		if r.reserved {
+			c.reserveUsed -= n
+		} else {
+			c.budgetUsed -= n
+		}
 		keep := c.cached+n <= c.retainBytes
 		if keep {
 			class := sizeClass(uint32(n))
@@ -412,6 +444,33 @@ func (c *conn) putRequest(r *request) {
 		}
 	}
 	c.free <- r
+}
+
+// ReserveBufferMax is the size of the buffers of Options.ReserveBuffers,
+// and so the largest request they serve.
+const ReserveBufferMax = 128 << 10
+
+// reserveBuffers fills the connection's buffer cache with n bytes of
+// buffers of ReserveBufferMax, written so that they are resident (locked,
+// under mlockall). One serves a request of any size up to its own, and
+// the reserve's budget counts it whole, so such requests never need a
+// buffer the reserve does not have.
+func (c *conn) reserveBuffers(n int64) {
+	if n <= 0 {
+		return
+	}
+	c.retainBytes += n
+	class := sizeClass(ReserveBufferMax)
+	c.budgetMu.Lock()
+	defer c.budgetMu.Unlock()
+	for range max(1, n/ReserveBufferMax) {
+		b := make([]byte, ReserveBufferMax)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 0
+		}
+		c.cache[class] = append(c.cache[class], &b)
+		c.cached += ReserveBufferMax
+	}
 }
 
 // releaseCache hands the connection's cached buffers to the server pool.

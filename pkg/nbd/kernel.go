@@ -205,6 +205,17 @@ func (d *KernelDevice) Detach() error {
 	return d.detachIoctl()
 }
 
+// LimitRequests caps the requests the kernel sends the device at n bytes
+// (its queue's max_sectors_kb, rounded down to KiB). Reads and writes
+// larger than that are split by the block layer.
+func (d *KernelDevice) LimitRequests(n int) error {
+	path := filepath.Join(sysBlock, "nbd"+strconv.Itoa(d.Index), "queue", "max_sectors_kb")
+	if err := os.WriteFile(path, []byte(strconv.Itoa(n>>10)), 0); err != nil {
+		return fmt.Errorf("nbd: limiting %s's requests to %d KiB: %w", d.Path, n>>10, err)
+	}
+	return nil
+}
+
 func devicePath(index int) string { return "/dev/nbd" + strconv.Itoa(index) }
 
 // forceIoctl makes AttachKernel skip netlink, so tests reach the ioctl

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"runtime"
 	"sync"
@@ -779,4 +780,49 @@ func TestReplyTimeout(t *testing.T) {
 	waitNoConns(t, ts.srv)
 	ok := dialRaw(t, ts, "d")
 	ok.roundTrip(0)
+}
+
+// With ReserveBuffers, requests of every size up to ReserveBufferMax are
+// served from the buffers the connection made at its handshake, however
+// they mix, as long as they stay within MaxInFlightBytes.
+func TestReserveBuffersServeWithoutAllocating(t *testing.T) {
+	const reserve = 2 << 20
+	mem := newMemBackend(8 << 20)
+	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{MaxInFlightBytes: reserve, ReserveBuffers: reserve})
+	c := dialRaw(t, ts, "d")
+	rng := rand.New(rand.NewPCG(1, 2))
+	lengths := map[uint64]uint32{}
+	cookie := uint64(0)
+	for round := range 40 {
+		cmd := CmdWrite
+		if round%2 == 1 {
+			cmd = CmdRead
+		}
+		// Up to 16 requests in flight, of 4 KiB to 128 KiB each: never
+		// more than the reserve.
+		n := 1 + rng.IntN(16)
+		for range n {
+			cookie++
+			length := uint32(4096) << rng.IntN(6)
+			off := uint64(rng.IntN(8<<20-int(length))) &^ 4095
+			var payload []byte
+			if cmd == CmdWrite {
+				payload = bytes.Repeat([]byte{byte(cookie)}, int(length))
+			}
+			lengths[cookie] = length
+			c.send(cmd, 0, cookie, off, length, payload)
+		}
+		for range n {
+			errno, got := c.recv()
+			if errno != 0 {
+				t.Fatalf("request %d: errno %d", got, errno)
+			}
+			if cmd == CmdRead {
+				c.recvData(int(lengths[got]))
+			}
+		}
+	}
+	if made := ts.srv.bufs.made.Load(); made != 0 {
+		t.Errorf("%d payload buffers allocated while serving; want all from the reserve", made)
+	}
 }

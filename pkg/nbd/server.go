@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gzramd/gzramd/internal/freelist"
 )
 
 // ErrServerClosed is returned by Serve once Shutdown has been called.
@@ -66,6 +68,14 @@ type Options struct {
 	// for others (gzramd compressing on the CPU), not one that gathers a
 	// connection's requests in flight into batches.
 	Inline bool
+	// ReserveBuffers is the payload buffer memory each connection
+	// allocates, writes and keeps from its handshake on, in buffers of
+	// ReserveBufferMax. Requests of up to that size are served from the
+	// reserve and bounded by it (not by MaxInFlightBytes): they never
+	// allocate. A swap device's requests then find their buffers
+	// resident instead of faulting in fresh memory while the kernel is
+	// short of it. At most 64 MiB; 0 means none.
+	ReserveBuffers int64
 }
 
 const (
@@ -82,9 +92,10 @@ type Server struct {
 	maxInFlight      int
 	maxInFlightBytes int64
 	inline           bool
+	reserveBuffers   int64
 	handshakeTimeout time.Duration
 	replyTimeout     time.Duration
-	bufs             bufferPool
+	bufs             *bufferPool
 	// bufBytes counts the pooled payload bytes held by requests across
 	// all connections: zero whenever nothing is in flight.
 	bufBytes atomic.Int64
@@ -149,6 +160,8 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		maxInFlight:      opts.MaxInFlight,
 		maxInFlightBytes: opts.MaxInFlightBytes,
 		inline:           opts.Inline,
+		bufs:             newBufferPool(),
+		reserveBuffers:   min(max(opts.ReserveBuffers, 0), maxReserveBytes),
 		handshakeTimeout: opts.HandshakeTimeout,
 		replyTimeout:     opts.ReplyTimeout,
 		ctx:              ctx,
@@ -272,15 +285,40 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // bufferPool hands out payload buffers in power-of-two size classes from
 // 4 KiB to MaxPayload. Connections keep their own cache in front of it.
+// Buffers of up to keptClassBytes stay across garbage collections (a few
+// MiB of each size): the sizes requests use, allocated afresh after every
+// collection, would touch new memory all the time. Larger ones are rare
+// and go back to the runtime.
 type bufferPool struct {
-	classes [numClasses]sync.Pool
+	kept  [numClasses]*freelist.List[*[]byte]
+	large [numClasses]sync.Pool
+	made  atomic.Int64 // buffers allocated, for tests
 }
 
 const (
-	minClassShift = 12 // 4 KiB
-	maxClassShift = 25 // MaxPayload, 32 MiB
-	numClasses    = maxClassShift - minClassShift + 1
+	minClassShift  = 12 // 4 KiB
+	maxClassShift  = 25 // MaxPayload, 32 MiB
+	numClasses     = maxClassShift - minClassShift + 1
+	keptClassBytes = 1 << 20
+	keptBytes      = 4 << 20 // per size, and at least 2 buffers
+	// maxReserveBytes bounds Options.ReserveBuffers.
+	maxReserveBytes = 64 << 20
 )
+
+func newBufferPool() *bufferPool {
+	p := &bufferPool{}
+	for class := range numClasses {
+		size := 1 << (class + minClassShift)
+		if size <= keptClassBytes {
+			p.kept[class] = freelist.New(max(2, keptBytes/size), func() *[]byte {
+				p.made.Add(1)
+				b := make([]byte, size)
+				return &b
+			})
+		}
+	}
+	return p
+}
 
 func sizeClass(n uint32) int {
 	shift := bits.Len32(n - 1)
@@ -295,13 +333,22 @@ func classBytes(n uint32) int64 { return 1 << (sizeClass(n) + minClassShift) }
 
 // get returns a buffer of the class (its full size; callers cut it).
 func (p *bufferPool) get(class int) *[]byte {
-	if v := p.classes[class].Get(); v != nil {
+	if l := p.kept[class]; l != nil {
+		return l.Get()
+	}
+	if v := p.large[class].Get(); v != nil {
 		return v.(*[]byte)
 	}
+	p.made.Add(1)
 	b := make([]byte, 1<<(class+minClassShift))
 	return &b
 }
 
 func (p *bufferPool) put(b *[]byte) {
-	p.classes[sizeClass(uint32(cap(*b)))].Put(b)
+	class := sizeClass(uint32(cap(*b)))
+	if l := p.kept[class]; l != nil {
+		l.Put(b)
+		return
+	}
+	p.large[class].Put(b)
 }

@@ -60,18 +60,7 @@ func TestPrefaultKeepsEmptiedSlabs(t *testing.T) {
 	s := newStore(t, Config{ArenaSize: 4 << 20, Prefault: 4 << 20})
 	waitPrefaulted(t, s, 4<<20)
 	const n = 3000 // many slabs of one class, far more than the cached one
-	alloc := func() []Handle {
-		hs := make([]Handle, n)
-		for i := range hs {
-			h, b, err := s.Alloc(1000, uint32(i))
-			if err != nil {
-				t.Fatal(err)
-			}
-			fill(b, uint64(i))
-			hs[i] = h
-		}
-		return hs
-	}
+	alloc := func() []Handle { return allocFilled(t, s, n, 1000) }
 	for _, h := range alloc() {
 		s.Free(h)
 	}
@@ -132,4 +121,38 @@ func releasedSlabs(s *Store) int {
 		c.mu.Unlock()
 	}
 	return n
+}
+
+// Emptied slabs stay resident only up to Prefault bytes: beyond that the
+// memory swap gave up goes back, and is not stranded in one size class.
+func TestPrefaultKeepsAtMostPrefaultOfEmptiedSlabs(t *testing.T) {
+	const prefault = 1 << 20
+	s := newStore(t, Config{ArenaSize: 4 << 20, Prefault: prefault})
+	for _, h := range allocFilled(t, s, 8000, 1000) { // about 8 MB
+		s.Free(h)
+	}
+	st := s.Stats()
+	// The class's one cached slab may hold memory besides the kept ones.
+	slab := int64(s.geo[classOf(1000)].pages) * pageSize
+	if st.MemUsed > prefault+slab {
+		t.Errorf("mem_used %d after freeing everything, want at most Prefault (%d) and one cached slab", st.MemUsed, prefault)
+	}
+	if got := s.keptEmpty.Load() * pageSize; got > prefault || got < prefault-slab {
+		t.Errorf("%d bytes of emptied slabs kept, want about Prefault (%d)", got, prefault)
+	}
+}
+
+// allocFilled stores n objects of size bytes, each filled from its index.
+func allocFilled(t *testing.T, s *Store, n, size int) []Handle {
+	t.Helper()
+	hs := make([]Handle, n)
+	for i := range hs {
+		h, b, err := s.Alloc(size, uint32(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(i))
+		hs[i] = h
+	}
+	return hs
 }

@@ -3,7 +3,6 @@ package pagestore
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/osthread"
 )
 
 // Handle names a stored object. 0 is never a valid handle. Handles are
@@ -91,6 +92,9 @@ type Store struct {
 	badHandles     atomic.Int64
 	releaseErrors  atomic.Int64
 	prefaultMisses atomic.Int64
+	// keptEmpty counts the pages of emptied slabs kept resident for
+	// reuse (Prefault > 0), at most Prefault bytes' worth.
+	keptEmpty atomic.Int64
 
 	mu        sync.Mutex // guards arena carving, slab creation and Close
 	arenaSize int
@@ -155,20 +159,18 @@ func New(cfg Config) (*Store, error) {
 		s.refill = make(chan struct{}, 1)
 		s.stopRefill = make(chan struct{})
 		s.refillDone = make(chan struct{})
-		go s.prefaulter()
+		go osthread.Run("gzramd-prefault", s.prefaulter)
 		s.refill <- struct{}{}
 	}
 	return s, nil
 }
 
 // prefaulter keeps Config.Prefault bytes of arena faulted in ahead of
-// carve, woken by carve and every 100ms.
+// carve, woken by carve and every 100ms. It runs on a thread of its own,
+// named gzramd-prefault, so that a stack dump (sysrq-t, top -H) shows
+// whether the one thread allowed to wait on reclaim is doing so.
 func (s *Store) prefaulter() {
 	defer close(s.refillDone)
-	// Its own named thread, so that a stack dump (sysrq-t, top -H) shows
-	// whether the one thread allowed to wait on reclaim is doing so.
-	runtime.LockOSThread()
-	_ = unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&prefaulterName[0])), 0, 0, 0)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -181,8 +183,6 @@ func (s *Store) prefaulter() {
 		s.prefaultAhead()
 	}
 }
-
-var prefaulterName = []byte("gzramd-prefault\x00")
 
 // prefaultAhead touches the pages between the carve point and Prefault
 // bytes beyond it, mapping the spare arena when the last one runs short.
@@ -253,7 +253,18 @@ func (s *Store) prefaultAhead() {
 }
 
 // touchPages faults in every page of mem without changing its contents.
+//
+// In a system call where the kernel allows it (MADV_POPULATE_WRITE, Linux
+// 5.14): a thread faulting in Go code cannot be stopped by the runtime,
+// so a fault that waits on reclaim would hold up every stop-the-world
+// (each garbage collection has two) and with it every goroutine, the
+// ones storing swapped pages included; a thread in a system call does
+// not. Elsewhere, with an atomic add of zero per page, which changes no
+// byte a slab wrote.
 func touchPages(mem []byte) {
+	if len(mem) == 0 || unix.Madvise(mem, unix.MADV_POPULATE_WRITE) == nil {
+		return
+	}
 	for off := 0; off+4 <= len(mem); off += pageSize {
 		atomic.AddUint32((*uint32)(unsafe.Pointer(&mem[off])), 0)
 	}
@@ -423,14 +434,19 @@ func (s *Store) Free(h Handle) {
 			case c.cached == 0 && r.touched <= maxCachedPages:
 				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
 				c.cached = id
-			case s.prefault > 0:
-				// A swap daemon keeps emptied slabs resident for reuse:
-				// pages given back now would fault in again on the path
-				// that stores a swapped-out page, maybe when the kernel
-				// has no page to give. Compaction still gives memory back.
+			case s.prefault > 0 && s.keptEmpty.Add(int64(r.touched)) <= s.prefault/pageSize:
+				// A swap daemon keeps emptied slabs resident for reuse,
+				// up to Prefault bytes: pages given back now would fault
+				// in again on the path that stores a swapped-out page,
+				// maybe when the kernel has no page to give. Beyond that
+				// they go back: the memory swap gave up must not stay
+				// stranded in one size class.
 				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
 				c.empty = append(c.empty, id)
 			default:
+				if s.prefault > 0 {
+					s.keptEmpty.Add(-int64(r.touched)) // not kept after all
+				}
 				s.release(c, id, r, mem, false)
 			}
 		case wasFull:
@@ -556,7 +572,11 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		// slabs come from prefaulted arena memory instead.
 		id := c.empty[n-1]
 		c.empty = c.empty[:n-1]
-		s.rec(id).state = slabActive
+		r := s.rec(id)
+		if s.prefault > 0 {
+			s.keptEmpty.Add(-int64(r.touched))
+		}
+		r.state = slabActive
 		return id, nil
 	}
 	s.mu.Lock()

@@ -1,19 +1,30 @@
 package swapsafe
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/osthread"
 )
 
 // HeapReserve is Go heap kept resident for the daemon's own allocations.
 // It must stay reachable (KeepAlive) for as long as the process serves.
 type HeapReserve struct {
 	ballast []byte
+	n       int64 // bytes faulted in and kept free
 }
 
 // KeepAlive keeps the reserve's pacing in effect up to this call.
@@ -60,18 +71,13 @@ func ReserveHeap(n int64) (*HeapReserve, Step) {
 	}
 	// The ballast first: placed after the warm chunks, it could cover
 	// their pages once they are free.
-	r := &HeapReserve{ballast: make([]byte, 10*n)}
-	const chunk = 1 << 20
-	warm := make([][]byte, 0, n/chunk)
-	for range n / chunk {
-		b := make([]byte, chunk)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 1
-		}
-		warm = append(warm, b)
-	}
+	r := &HeapReserve{ballast: make([]byte, 10*n), n: n}
+	warm := touchedChunks(n, 1<<20)
 	runtime.KeepAlive(warm)
 	warm = nil
+	// The small objects reuse the chunks' pages, now free.
+	runtime.GC()
+	warmSpans(n)
 	if limit := debug.SetMemoryLimit(-1); limit < 1<<62 {
 		debug.SetMemoryLimit(limit + 10*n)
 	}
@@ -88,4 +94,255 @@ func ReserveHeap(n int64) (*HeapReserve, Step) {
 	runtime.GC()
 	s.Done = fmt.Sprintf("%d MiB faulted in and kept (a %d MiB untouched ballast paces GC at GOGC %d)", n>>20, 10*n>>20, gogc)
 	return r, s
+}
+
+// touchedChunks allocates total bytes in chunks of size and writes every
+// page of them, so that the pages are resident when the chunks are freed.
+func touchedChunks(total, size int64) [][]byte {
+	chunks := make([][]byte, 0, total/size)
+	for range total / size {
+		b := make([]byte, size)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		chunks = append(chunks, b)
+	}
+	return chunks
+}
+
+// warmSpans allocates about n bytes in objects of every small size, with
+// and without pointers, and lets them go. The runtime describes each span
+// of small objects with records it allocates from fresh memory and never
+// gives back, only reuses: records made here, while memory is plentiful,
+// are the ones later spans reuse.
+func warmSpans(n int64) {
+	sizes := make([]int, 0, 80)
+	for size := 8; size <= 32<<10; size += max(8, size/8) {
+		sizes = append(sizes, size)
+	}
+	per := n / int64(2*len(sizes))
+	keep := make([]any, 0, 1<<16)
+	for _, size := range sizes {
+		for range max(1, per/int64(size)) {
+			keep = append(keep, make([]byte, size))
+			keep = append(keep, make([]*byte, max(1, size/8)))
+		}
+	}
+	runtime.KeepAlive(keep)
+}
+
+// ReserveThreads makes the runtime start n threads now and keep them idle,
+// so that when requests block in system calls or C the threads to run the
+// others already exist: starting one maps and faults in a new stack.
+func ReserveThreads(n int) Step {
+	s := Step{Name: "thread_reserve"}
+	release := make(chan struct{})
+	var started, done sync.WaitGroup
+	started.Add(n)
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			// A locked goroutine that blocks keeps its thread to
+			// itself, so each of these holds a thread of its own.
+			runtime.LockOSThread()
+			// A signal to itself writes the thread's first signal
+			// frame now: the alternate signal stack is fresh memory,
+			// and the runtime signals threads to preempt them. Go
+			// ignores a preemption signal it did not ask for.
+			_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), unix.SIGURG)
+			started.Done()
+			<-release
+			// Unlocked before it ends: a goroutine that exits locked
+			// takes its thread with it.
+			runtime.UnlockOSThread()
+		}()
+	}
+	started.Wait()
+	close(release)
+	done.Wait()
+	s.Done = fmt.Sprintf("%d threads started and kept idle", n)
+	return s
+}
+
+// TopUp faults in every free page of the heap, and more if the heap will
+// grow by more than that before its next collection, and then the reserve
+// again as one free range above the rest, as ReserveHeap did at start. It belongs after start-up, just before the daemon
+// becomes swap: start-up allocations (buffers, tables) have taken pages
+// of the reserve by then, and the heap has free pages ReserveHeap never
+// touched; the first allocation to land on one while serving would fault.
+func (r *HeapReserve) TopUp() Step {
+	s := Step{Name: "heap_top_up"}
+	if r == nil || r.n == 0 {
+		s.Done = "none"
+		return s
+	}
+	samples := []metrics.Sample{
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/gc/heap/goal:bytes"},
+		{Name: "/memory/classes/heap/objects:bytes"},
+	}
+	metrics.Read(samples)
+	var v [4]int64
+	for i, m := range samples {
+		if m.Value.Kind() == metrics.KindUint64 {
+			v[i] = int64(m.Value.Uint64())
+		}
+	}
+	free, growth := v[0]+v[1], v[2]-v[3]
+	// The heap grows by up to growth before the next collection: that
+	// many bytes must be resident and free, and every free page is, so
+	// that none of them is touched for the first time while serving. In
+	// page-sized pieces, so that they fill the small gaps between spans
+	// in use too.
+	const chunk = 8 << 10
+	total := (max(free, growth) + chunk - 1) / chunk * chunk
+	warm := touchedChunks(total, chunk)
+	// And the reserve in one piece at the top of the heap: the heap's
+	// next growth, for a span larger than any gap, lands in it instead of
+	// in memory mapped fresh while serving.
+	top := touchedChunks(r.n, r.n)
+	runtime.KeepAlive(warm)
+	runtime.KeepAlive(top)
+	warm, top = nil, nil
+	runtime.GC()
+	locked, err := r.LockHeap()
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	s.Done = fmt.Sprintf("%d MiB of heap mappings locked; %d MiB faulted in (the heap had %d MiB free and grows by %d MiB before its next collection) and the %d MiB reserve above it",
+		locked>>20, total>>20, free>>20, growth>>20, r.n>>20)
+	return s
+}
+
+// LockHeap faults in and locks the Go heap's mappings, all but the
+// ballast, and returns the bytes locked. Faulting in the free heap is not
+// enough: memory the runtime hands out again after a goroutine stack or a
+// large buffer that was never wholly written is cleared on reuse, and the
+// clearing faults. The daemon calls it again now and then from a thread
+// of its own, which may wait on reclaim, as the heap grows.
+func (r *HeapReserve) LockHeap() (int64, error) {
+	if r == nil || len(r.ballast) == 0 {
+		return 0, nil
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return 0, err
+	}
+	// The heap's mappings are those holding its objects: probe with one of
+	// each kind of span.
+	small, large := new([64]byte), make([]byte, 1<<20)
+	probes := []uintptr{uintptr(unsafe.Pointer(&r.ballast[0])), uintptr(unsafe.Pointer(small)), uintptr(unsafe.Pointer(&large[0]))}
+	bLo := uintptr(unsafe.Pointer(&r.ballast[0]))
+	bHi := bLo + uintptr(len(r.ballast))
+	const page = 4096
+	bLo, bHi = (bLo+page-1)&^(page-1), bHi&^(page-1)
+	var total int64
+	for line := range strings.Lines(string(maps)) {
+		f := strings.Fields(line)
+		if len(f) != 5 || f[1] != "rw-p" { // anonymous: no path
+			continue
+		}
+		start, end, _ := strings.Cut(f[0], "-")
+		lo64, err1 := strconv.ParseUint(start, 16, 64)
+		hi64, err2 := strconv.ParseUint(end, 16, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		lo, hi := uintptr(lo64), uintptr(hi64)
+		if !slices.ContainsFunc(probes, func(p uintptr) bool { return p >= lo && p < hi }) {
+			continue
+		}
+		for _, rg := range [][2]uintptr{{lo, min(hi, max(lo, bLo))}, {max(lo, min(hi, bHi)), hi}} {
+			if rg[1] <= rg[0] {
+				continue
+			}
+			if _, _, e := unix.Syscall(unix.SYS_MLOCK, rg[0], rg[1]-rg[0], 0); e != 0 {
+				return total, fmt.Errorf("mlock of the heap at %#x-%#x: %w", rg[0], rg[1], e)
+			}
+			total += int64(rg[1] - rg[0])
+		}
+	}
+	runtime.KeepAlive(small)
+	runtime.KeepAlive(large)
+	if err := lockTouched(string(maps)); err != nil {
+		return total, err
+	}
+	return total, nil
+}
+
+// lockTouched locks every resident page of the process's writable
+// private mappings (the program's and libraries' data and bss, C heaps,
+// thread stacks) as a page of its own. A page that was only ever read
+// is the kernel's shared zero page, and the first write to it copies it:
+// a fault, in the runtime's global structures (its locks live in the
+// bss) as anywhere. mlock writes such pages now; pages never touched are
+// left alone, so sparse tables cost nothing.
+func lockTouched(maps string) error {
+	const page = 4096
+	var vec []byte
+	for line := range strings.Lines(maps) {
+		f := strings.Fields(line)
+		if len(f) < 5 || f[1] != "rw-p" || (len(f) > 5 && strings.HasPrefix(f[5], "[")) {
+			continue // not writable, or [stack], [heap], [vvar]: fine as they are
+		}
+		start, end, _ := strings.Cut(f[0], "-")
+		lo, err1 := strconv.ParseUint(start, 16, 64)
+		hi, err2 := strconv.ParseUint(end, 16, 64)
+		if err1 != nil || err2 != nil || hi <= lo {
+			continue
+		}
+		n := int((hi - lo) / page)
+		if cap(vec) < n {
+			vec = make([]byte, n)
+		}
+		vec = vec[:n]
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(lo), uintptr(hi-lo), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			continue // unmapped since maps was read
+		}
+		for i := 0; i < n; {
+			if vec[i]&1 == 0 {
+				i++
+				continue
+			}
+			j := i
+			for j < n && vec[j]&1 != 0 {
+				j++
+			}
+			a := uintptr(lo) + uintptr(i)*page
+			if _, _, e := unix.Syscall(unix.SYS_MLOCK, a, uintptr(j-i)*page, 0); e != 0 && e != unix.ENOMEM {
+				return fmt.Errorf("mlock of touched pages at %#x-%#x: %w", a, uintptr(lo)+uintptr(j)*page, e)
+			}
+			i = j
+		}
+	}
+	return nil
+}
+
+// KeepHeapLocked calls LockHeap every interval until ctx is done, on a
+// thread of its own named gzramd-heaplock: locking faults in what the heap
+// grew by, and may wait on reclaim, which no request may. onErr hears of
+// failures, once each until one succeeds.
+func (r *HeapReserve) KeepHeapLocked(ctx context.Context, interval time.Duration, onErr func(error)) {
+	osthread.Run("gzramd-heaplock", func() { r.keepHeapLocked(ctx, interval, onErr) })
+}
+
+func (r *HeapReserve) keepHeapLocked(ctx context.Context, interval time.Duration, onErr func(error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, err := r.LockHeap()
+		if err != nil && !failing {
+			onErr(err)
+		}
+		failing = err != nil
+	}
 }

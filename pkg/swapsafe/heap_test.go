@@ -1,9 +1,12 @@
 package swapsafe
 
 import (
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,10 +53,64 @@ func TestReserveHeapKeepsFreeMemory(t *testing.T) {
 	metrics.Read(sample)
 	released, free := sample[0].Value.Uint64(), sample[1].Value.Uint64()
 	t.Logf("heap released %d -> %d bytes, free %d", released0, released, free)
-	if released > released0+reserve/8 {
-		t.Errorf("the runtime gave back %d bytes of heap during the churn, want little (reserve %d)", released-released0, reserve)
+	// The runtime may give back what is free beyond the reserve (the
+	// warm-up of small spans leaves more), not the reserve itself.
+	if free < reserve*3/4 {
+		t.Errorf("%d bytes of free heap kept after giving back %d, want about the reserve (%d)", free, released-released0, reserve)
 	}
-	if free < reserve/2 {
-		t.Errorf("%d bytes of free heap kept, want about the reserve (%d)", free, reserve)
+}
+
+// TestTopUpFaultsInFreeHeap: TopUp touches at least the heap's free pages
+// (or the reserve, if more), and a process without a reserve tops up
+// nothing.
+func TestTopUpFaultsInFreeHeap(t *testing.T) {
+	if s := (*HeapReserve)(nil).TopUp(); s.Err != nil || s.Done != "none" {
+		t.Errorf("TopUp without a reserve: %+v, want none", s)
 	}
+	t.Setenv("GOGC", "")
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	r, step := ReserveHeap(8 << 20)
+	defer r.KeepAlive()
+	if step.Err != nil {
+		t.Fatal(step.Err)
+	}
+	// Start-up allocations the reserve pays for, then TopUp.
+	keep := make([][]byte, 0, 64)
+	for range 64 {
+		keep = append(keep, make([]byte, 64<<10))
+	}
+	s := r.TopUp()
+	runtime.KeepAlive(keep)
+	if s.Err != nil {
+		t.Fatal(s.Err)
+	}
+	t.Log(s.Done)
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(sample)
+	if free := sample[0].Value.Uint64(); free < 8<<20/2 {
+		t.Errorf("%d bytes of free heap after TopUp, want about the 8 MiB reserve at least", free)
+	}
+}
+
+func TestReserveThreadsStartsThreads(t *testing.T) {
+	const n = 12
+	s := ReserveThreads(n)
+	if s.Err != nil {
+		t.Fatal(s.Err)
+	}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			threads, _ := strconv.Atoi(strings.TrimSpace(v))
+			if threads < n {
+				t.Errorf("%d threads after ReserveThreads(%d)", threads, n)
+			}
+			return
+		}
+	}
+	t.Error("no Threads: line in /proc/self/status")
 }

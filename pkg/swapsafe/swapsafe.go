@@ -38,6 +38,15 @@ type Options struct {
 	OOMScoreAdj *int  // written to /proc/self/oom_score_adj when non-nil (-1000: never kill)
 	MemoryLimit int64 // the Go runtime's soft memory limit; 0 leaves it (or GOMEMLIMIT) alone
 	GCPercent   int   // debug.SetGCPercent; 0 leaves it (or GOGC) alone
+	// Realtime runs every thread (and so every thread started later)
+	// SCHED_RR at priority 1. The kernel lets a real-time task allocate
+	// below the min watermark (a quarter of it on Linux 6.1, half on
+	// later kernels), where any other task must first reclaim: when the
+	// kernel waits for gzramd to store swapped pages, gzramd's own
+	// allocations (a socket buffer for a reply, a page fault) are exactly
+	// those that must not wait for reclaim. It also keeps a busy process
+	// from taking the CPU gzramd needs to free memory for it.
+	Realtime bool
 	// IOFlusher checks that the threads are IO flushers (see ReExecAsIOFlusher,
 	// which must have run first) and reports how many are.
 	IOFlusher bool
@@ -62,6 +71,9 @@ func Apply(opts Options) []Step {
 	}
 	if opts.LockMemory {
 		steps = append(steps, lockMemory())
+	}
+	if opts.Realtime {
+		steps = append(steps, setRealtime())
 	}
 	return steps
 }
@@ -131,6 +143,12 @@ func lockMemory() Step {
 	err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT)
 	if err == nil {
 		s.Done = "current and future memory locked (MCL_ONFAULT)"
+		n, err := lockMappedFiles("/proc/self/maps")
+		if err != nil {
+			s.Err = fmt.Errorf("memory locked, but faulting in the program's code: %w", err)
+			return s
+		}
+		s.Done += fmt.Sprintf("; program and libraries faulted in (%d MiB)", n>>20)
 		return s
 	}
 	s.Err = err
@@ -295,4 +313,76 @@ func ioFlusherHint(err error) string {
 		return " (needs Linux 5.6 or later)"
 	}
 	return ""
+}
+
+// lockMappedFiles faults in and locks every mapping of a file (the
+// program's code and data, the C libraries) listed in maps, and returns
+// the bytes locked. Under MCL_ONFAULT a page of code runs for the first
+// time with a page fault, and code first run while the kernel waits for
+// gzramd to store swapped pages (an error path, a rare size of request)
+// would freeze it.
+func lockMappedFiles(maps string) (int64, error) {
+	b, err := os.ReadFile(maps)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for line := range strings.Lines(string(b)) {
+		// start-end perms offset dev inode path
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasPrefix(f[5], "/") || f[1] == "---p" {
+			continue
+		}
+		start, end, ok := strings.Cut(f[0], "-")
+		if !ok {
+			continue
+		}
+		lo, err1 := strconv.ParseUint(start, 16, 64)
+		hi, err2 := strconv.ParseUint(end, 16, 64)
+		if err1 != nil || err2 != nil || hi <= lo {
+			continue
+		}
+		// A raw mlock: the range is an address, not Go memory.
+		if _, _, e := unix.Syscall(unix.SYS_MLOCK, uintptr(lo), uintptr(hi-lo), 0); e != 0 {
+			return total, fmt.Errorf("mlock %s (%s): %w", f[0], f[5], e)
+		}
+		total += int64(hi - lo)
+	}
+	return total, nil
+}
+
+// realtimePriority is the SCHED_RR priority: the lowest, enough to be a
+// real-time task for the page allocator and above every normal task.
+const realtimePriority = 1
+
+// setRealtime makes every thread SCHED_RR. Threads started later inherit
+// the policy from the thread that starts them.
+func setRealtime() Step {
+	s := Step{Name: "realtime"}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	set := 0
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_RR, Priority: realtimePriority}
+		if err := unix.SchedSetAttr(tid, attr, 0); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				continue // the thread ended
+			}
+			s.Err = fmt.Errorf("sched_setattr(SCHED_RR) on thread %d: %w", tid, err)
+			if errors.Is(err, syscall.EPERM) {
+				s.Hint = "real-time scheduling needs CAP_SYS_NICE (or LimitRTPRIO=1 in the systemd unit); cgroup v1 hosts may also need RT runtime for the group"
+			}
+			return s
+		}
+		set++
+	}
+	s.Done = fmt.Sprintf("all %d threads SCHED_RR priority %d", set, realtimePriority)
+	return s
 }

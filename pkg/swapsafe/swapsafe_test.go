@@ -1,12 +1,14 @@
 package swapsafe
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -147,5 +149,22 @@ func TestMayLockFuture(t *testing.T) {
 		if got := mayLockFuture(tc.cap, tc.lim); got != tc.want {
 			t.Errorf("mayLockFuture(%v, %d) = %v, want %v", tc.cap, tc.lim, got, tc.want)
 		}
+	}
+}
+
+// lockMappedFiles locks the test binary's own code and the C libraries.
+func TestLockMappedFiles(t *testing.T) {
+	n, err := lockMappedFiles("/proc/self/maps")
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOMEM) {
+		t.Skip("mlock not allowed here:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 1<<20 {
+		t.Errorf("%d bytes locked, want at least the test binary's code", n)
+	}
+	if _, err := lockMappedFiles("/nonexistent/maps"); err == nil {
+		t.Error("no error for a missing maps file")
 	}
 }

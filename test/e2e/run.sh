@@ -167,7 +167,7 @@ run_guest() {
 	GUEST_INITRD=$WORK/guest.cpio.gz
 	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
 	# The daemon lives inside the guest here, so the guest gets more RAM.
-	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-256M}" 2 "e2e.mode=daemon e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_GUEST_MIN_FREE_KB:-16384} e2e.hog=${E2E_GUEST_HOG_MIB:-384} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}"
+	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-320M}" 2 "e2e.mode=daemon e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_GUEST_MIN_FREE_KB:-16384} e2e.hog=${E2E_GUEST_HOG_MIB:-416} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}"
 	log "guest: booting ($ACCEL, gzramd serve --swap inside the guest)"
 	guest_run "$TIMEOUT" || die "guest: $GUEST_VERDICT"
 	grep -E '^(hog: |HOG-PASS|E2E-SWAP)' "$CONSOLE" | tr -d '\r' >&2

@@ -1,0 +1,34 @@
+package osthread
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestRunNamesAThreadOtherThanMain(t *testing.T) {
+	main, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Skip(err)
+	}
+	for range 20 { // whichever thread the goroutine starts on
+		var tid int
+		var comm []byte
+		Run("gz-test", func() {
+			tid = unix.Gettid()
+			comm, _ = os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/comm")
+		})
+		if tid == unix.Getpid() {
+			t.Fatal("ran on the main thread")
+		}
+		if got := strings.TrimSpace(string(comm)); got != "gz-test" {
+			t.Fatalf("thread %d is named %q", tid, got)
+		}
+	}
+	if now, _ := os.ReadFile("/proc/self/comm"); string(now) != string(main) {
+		t.Errorf("the process was renamed from %q to %q", main, now)
+	}
+}
