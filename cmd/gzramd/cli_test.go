@@ -29,6 +29,7 @@ func TestBadFlagsFailWithOneLine(t *testing.T) {
 		{"swap-priority", nil, []string{"--swap-priority", "-7"}, "--swap-priority"},
 		{"kernel-timeout", nil, []string{"--kernel-timeout", "1500ms"}, "--kernel-timeout"},
 		{"go-memory-limit", nil, []string{"--go-memory-limit", "1MiB"}, "--go-memory-limit"},
+		{"nbd-inline", nil, []string{"--nbd-inline", "maybe"}, "--nbd-inline"},
 		{"unknown flag", nil, []string{"--sise", "1GiB"}, "--sise"},
 		{"env size", []string{"GZRAMD_SIZE=lots"}, nil, "GZRAMD_SIZE"},
 		{"env bool", []string{"GZRAMD_SWAP=maybe"}, nil, "GZRAMD_SWAP"},

@@ -100,9 +100,7 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	}
 	nbdObs := metrics.NewNBD()
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
-		// On the CPU a request is done without waiting for others, so it
-		// runs on its connection's reader; the GPU's batches need many.
-		nbd.Options{Logger: log, Observer: nbdObs, Inline: d.backends.gpuName == "",
+		nbd.Options{Logger: log, Observer: nbdObs, Inline: inlineRequests(cfg, d.backends.gpuName != ""),
 			ReserveBuffers: connBufferReserve(cfg, d.backends.gpuName != "")})
 	if err != nil {
 		return nil, err
@@ -564,3 +562,16 @@ func connBufferReserve(cfg *serveConfig, gpu bool) int64 {
 // maxKernelRequest is the largest request the kernel device is allowed to
 // send (nbd.KernelDevice.LimitRequests): the largest reserved buffer.
 const maxKernelRequest = nbd.ReserveBufferMax
+
+// inlineRequests decides nbd.Options.Inline from --nbd-inline. On the CPU
+// a request is done without waiting for others, so by default it runs on
+// its connection's reader; the GPU's batches need many requests in flight.
+func inlineRequests(cfg *serveConfig, gpu bool) bool {
+	switch cfg.nbdInline {
+	case "on":
+		return true
+	case "off":
+		return false
+	}
+	return !gpu
+}

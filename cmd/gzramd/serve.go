@@ -49,6 +49,7 @@ type serveConfig struct {
 	harden           bool
 	reexec           bool
 	realtime         bool
+	nbdInline        string
 	requireHardening bool
 	goMemoryLimit    sizeValue
 	gcPercent        int
@@ -139,6 +140,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 
 	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
 	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
+	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together: on, off, or auto (on with the CPU backend, off with the GPU, whose batches fill from the requests in flight)")
 	f.BoolVar(&cfg.realtime, "realtime", true, "run every thread SCHED_RR at priority 1 (with --harden): the kernel lets real-time tasks allocate below its min watermark, which gzramd needs while the kernel waits for it to store swapped pages")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
 	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
@@ -156,6 +158,8 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --size %s: the largest device is %s", c.size.String(), formatSize(device.MaxSize))
 	case c.memLimit < 0:
 		return fmt.Errorf("invalid --mem-limit %s: want a size such as 2GiB, or 0 for no limit", c.memLimit.String())
+	case c.nbdInline != "auto" && c.nbdInline != "on" && c.nbdInline != "off":
+		return fmt.Errorf("invalid --nbd-inline %q: want auto, on or off", c.nbdInline)
 	case c.prefault < 0 || c.prefault > 1<<30:
 		return fmt.Errorf("invalid --prefault %s: want a size from 0 to 1GiB, e.g. 16MiB", c.prefault.String())
 	case c.socket == "" && c.tcp == "":
