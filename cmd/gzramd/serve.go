@@ -141,7 +141,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
 	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
 	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together: on, off, or auto (on with the CPU backend, off with the GPU, whose batches fill from the requests in flight)")
-	f.BoolVar(&cfg.realtime, "realtime", true, "run every thread SCHED_RR at priority 1 (with --harden): the kernel lets real-time tasks allocate below its min watermark, which gzramd needs while the kernel waits for it to store swapped pages")
+	f.BoolVar(&cfg.realtime, "realtime", true, "run every thread SCHED_RR at priority 1 (with --harden): the kernel lets real-time tasks allocate below its min watermark, which gzramd needs while the kernel waits for it to store swapped pages; not with the GPU backend, whose driver busy-waits")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
 	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
 	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around a 32MiB heap reserve kept resident, else the runtime's")

@@ -359,10 +359,33 @@ const realtimePriority = 1
 // the policy from the thread that starts them.
 func setRealtime() Step {
 	s := Step{Name: "realtime"}
-	tasks, err := os.ReadDir("/proc/self/task")
+	n, err := setPolicy(unix.SCHED_RR, realtimePriority)
 	if err != nil {
 		s.Err = err
+		if errors.Is(err, syscall.EPERM) {
+			s.Hint = "real-time scheduling needs CAP_SYS_NICE (or LimitRTPRIO=1 in the systemd unit); cgroup v1 hosts may also need RT runtime for the group"
+		}
 		return s
+	}
+	s.Done = fmt.Sprintf("all %d threads SCHED_RR priority %d", n, realtimePriority)
+	return s
+}
+
+// DropRealtime puts every thread back to SCHED_NORMAL (see
+// Options.Realtime), for a process that turns out to run code that
+// busy-waits: a spinning real-time thread takes its CPU from every other
+// task.
+func DropRealtime() error {
+	_, err := setPolicy(unix.SCHED_NORMAL, 0)
+	return err
+}
+
+// setPolicy sets every thread's scheduling policy and returns how many
+// threads it set.
+func setPolicy(policy, priority uint32) (int, error) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0, err
 	}
 	set := 0
 	for _, t := range tasks {
@@ -370,19 +393,14 @@ func setRealtime() Step {
 		if err != nil {
 			continue
 		}
-		attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_RR, Priority: realtimePriority}
+		attr := &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: policy, Priority: priority}
 		if err := unix.SchedSetAttr(tid, attr, 0); err != nil {
 			if errors.Is(err, syscall.ESRCH) {
 				continue // the thread ended
 			}
-			s.Err = fmt.Errorf("sched_setattr(SCHED_RR) on thread %d: %w", tid, err)
-			if errors.Is(err, syscall.EPERM) {
-				s.Hint = "real-time scheduling needs CAP_SYS_NICE (or LimitRTPRIO=1 in the systemd unit); cgroup v1 hosts may also need RT runtime for the group"
-			}
-			return s
+			return set, fmt.Errorf("sched_setattr on thread %d: %w", tid, err)
 		}
 		set++
 	}
-	s.Done = fmt.Sprintf("all %d threads SCHED_RR priority %d", set, realtimePriority)
-	return s
+	return set, nil
 }

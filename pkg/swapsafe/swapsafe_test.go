@@ -168,3 +168,46 @@ func TestLockMappedFiles(t *testing.T) {
 		t.Error("no error for a missing maps file")
 	}
 }
+
+// Apply's realtime step makes every thread SCHED_RR and DropRealtime puts
+// them back, where this process may change its scheduling.
+func TestRealtimeAndDrop(t *testing.T) {
+	defer DropRealtime()
+	steps := Apply(Options{Realtime: true})
+	if len(steps) != 1 || steps[0].Name != "realtime" {
+		t.Fatalf("steps %+v, want one realtime step", steps)
+	}
+	if errors.Is(steps[0].Err, syscall.EPERM) {
+		t.Skip("no CAP_SYS_NICE here:", steps[0].Err)
+	}
+	if steps[0].Err != nil {
+		t.Fatal(steps[0].Err)
+	}
+	if got := policies(t); got[unix.SCHED_RR] == 0 || len(got) != 1 {
+		t.Errorf("thread policies after the realtime step: %v, want all SCHED_RR", got)
+	}
+	if err := DropRealtime(); err != nil {
+		t.Fatal(err)
+	}
+	if got := policies(t); got[unix.SCHED_NORMAL] == 0 || len(got) != 1 {
+		t.Errorf("thread policies after DropRealtime: %v, want all SCHED_NORMAL", got)
+	}
+}
+
+// policies counts this process's threads by scheduling policy.
+func policies(t *testing.T) map[uint32]int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[uint32]int{}
+	for _, task := range tasks {
+		var tid int
+		fmt.Sscan(task.Name(), &tid)
+		if a, err := unix.SchedGetAttr(tid, 0); err == nil {
+			m[a.Policy]++
+		}
+	}
+	return m
+}
