@@ -273,25 +273,34 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 	return total, nil
 }
 
-// lockTouched locks every resident page of the process's writable
-// private mappings (the program's and libraries' data and bss, C heaps,
-// thread stacks) as a page of its own. A page that was only ever read
-// is the kernel's shared zero page, and the first write to it copies it:
-// a fault, in the runtime's global structures (its locks live in the
+// lockTouched locks every resident page of the program's and the
+// libraries' data and bss as a page of its own. A page that was only ever
+// read is the kernel's shared zero page, and the first write to it copies
+// it: a fault, in the runtime's global structures (its locks live in the
 // bss) as anywhere. mlock writes such pages now; pages never touched are
-// left alone, so sparse tables cost nothing.
+// left alone, so sparse tables (the runtime's arena index) cost nothing.
+// The heap is LockHeap's; stacks are written before they are read.
 func lockTouched(maps string) error {
 	const page = 4096
 	var vec []byte
+	var afterFile uint64 // end of the last file mapping: where a bss starts
 	for line := range strings.Lines(maps) {
 		f := strings.Fields(line)
-		if len(f) < 5 || f[1] != "rw-p" || (len(f) > 5 && strings.HasPrefix(f[5], "[")) {
-			continue // not writable, or [stack], [heap], [vvar]: fine as they are
+		if len(f) < 5 {
+			continue
 		}
 		start, end, _ := strings.Cut(f[0], "-")
 		lo, err1 := strconv.ParseUint(start, 16, 64)
 		hi, err2 := strconv.ParseUint(end, 16, 64)
 		if err1 != nil || err2 != nil || hi <= lo {
+			continue
+		}
+		file := len(f) > 5 && strings.HasPrefix(f[5], "/")
+		bss := len(f) == 5 && lo == afterFile
+		if file || bss {
+			afterFile = hi // locking part of a bss splits it in two
+		}
+		if f[1] != "rw-p" || !file && !bss {
 			continue
 		}
 		n := int((hi - lo) / page)
