@@ -431,7 +431,9 @@ func (c *conn) putRequest(r *request) {
 		} else {
 			c.budgetUsed -= n
 		}
-		keep := c.cached+n <= c.retainBytes
+		// A reserve buffer always goes back to the reserve (reserved
+		// requests never allocate, so these are never more than it).
+		keep := c.cached+n <= c.retainBytes || r.reserved && n == ReserveBufferMax
 		if keep {
 			class := sizeClass(uint32(n))
 			c.cache[class] = append(c.cache[class], b)
