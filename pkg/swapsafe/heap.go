@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -167,8 +166,9 @@ func ReserveThreads(n int) Step {
 
 // TopUp faults in every free page of the heap, and more if the heap will
 // grow by more than that before its next collection, and then the reserve
-// again as one free range above the rest, as ReserveHeap did at start. It belongs after start-up, just before the daemon
-// becomes swap: start-up allocations (buffers, tables) have taken pages
+// again as one free range above the rest, as ReserveHeap did at start.
+// It belongs after start-up, just before the daemon becomes swap:
+// start-up allocations (buffers, tables) have taken pages
 // of the reserve by then, and the heap has free pages ReserveHeap never
 // touched; the first allocation to land on one while serving would fault.
 func (r *HeapReserve) TopUp() Step {
@@ -240,27 +240,19 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 	const page = 4096
 	bLo, bHi = (bLo+page-1)&^(page-1), bHi&^(page-1)
 	var total int64
-	for line := range strings.Lines(string(maps)) {
-		f := strings.Fields(line)
-		if len(f) != 5 || f[1] != "rw-p" { // anonymous: no path
+	for _, m := range parseMaps(string(maps)) {
+		if m.path != "" || m.perms != "rw-p" { // anonymous and writable
 			continue
 		}
-		start, end, _ := strings.Cut(f[0], "-")
-		lo64, err1 := strconv.ParseUint(start, 16, 64)
-		hi64, err2 := strconv.ParseUint(end, 16, 64)
-		if err1 != nil || err2 != nil {
+		if !slices.ContainsFunc(probes, func(p uintptr) bool { return p >= m.lo && p < m.hi }) {
 			continue
 		}
-		lo, hi := uintptr(lo64), uintptr(hi64)
-		if !slices.ContainsFunc(probes, func(p uintptr) bool { return p >= lo && p < hi }) {
-			continue
-		}
-		for _, rg := range [][2]uintptr{{lo, min(hi, max(lo, bLo))}, {max(lo, min(hi, bHi)), hi}} {
+		for _, rg := range [][2]uintptr{{m.lo, min(m.hi, max(m.lo, bLo))}, {max(m.lo, min(m.hi, bHi)), m.hi}} {
 			if rg[1] <= rg[0] {
 				continue
 			}
-			if _, _, e := unix.Syscall(unix.SYS_MLOCK, rg[0], rg[1]-rg[0], 0); e != 0 {
-				return total, fmt.Errorf("mlock of the heap at %#x-%#x: %w", rg[0], rg[1], e)
+			if err := mlockRange(rg[0], rg[1]); err != nil {
+				return total, fmt.Errorf("mlock of the heap at %#x-%#x: %w", rg[0], rg[1], err)
 			}
 			total += int64(rg[1] - rg[0])
 		}
@@ -283,32 +275,22 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 func lockTouched(maps string) error {
 	const page = 4096
 	var vec []byte
-	var afterFile uint64 // end of the last file mapping: where a bss starts
-	for line := range strings.Lines(maps) {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		start, end, _ := strings.Cut(f[0], "-")
-		lo, err1 := strconv.ParseUint(start, 16, 64)
-		hi, err2 := strconv.ParseUint(end, 16, 64)
-		if err1 != nil || err2 != nil || hi <= lo {
-			continue
-		}
-		file := len(f) > 5 && strings.HasPrefix(f[5], "/")
-		bss := len(f) == 5 && lo == afterFile
+	var afterFile uintptr // end of the last file mapping: where a bss starts
+	for _, m := range parseMaps(maps) {
+		file := strings.HasPrefix(m.path, "/")
+		bss := m.path == "" && m.lo == afterFile
 		if file || bss {
-			afterFile = hi // locking part of a bss splits it in two
+			afterFile = m.hi // locking part of a bss splits it in two
 		}
-		if f[1] != "rw-p" || !file && !bss {
+		if m.perms != "rw-p" || !file && !bss {
 			continue
 		}
-		n := int((hi - lo) / page)
+		n := int((m.hi - m.lo) / page)
 		if cap(vec) < n {
 			vec = make([]byte, n)
 		}
 		vec = vec[:n]
-		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(lo), uintptr(hi-lo), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, m.lo, m.hi-m.lo, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
 			continue // unmapped since maps was read
 		}
 		for i := 0; i < n; {
@@ -320,9 +302,9 @@ func lockTouched(maps string) error {
 			for j < n && vec[j]&1 != 0 {
 				j++
 			}
-			a := uintptr(lo) + uintptr(i)*page
-			if _, _, e := unix.Syscall(unix.SYS_MLOCK, a, uintptr(j-i)*page, 0); e != 0 && e != unix.ENOMEM {
-				return fmt.Errorf("mlock of touched pages at %#x-%#x: %w", a, uintptr(lo)+uintptr(j)*page, e)
+			a, b := m.lo+uintptr(i)*page, m.lo+uintptr(j)*page
+			if err := mlockRange(a, b); err != nil && err != unix.ENOMEM {
+				return fmt.Errorf("mlock of touched pages at %#x-%#x: %w", a, b, err)
 			}
 			i = j
 		}

@@ -327,10 +327,32 @@ func lockMappedFiles(maps string) (int64, error) {
 		return 0, err
 	}
 	var total int64
-	for line := range strings.Lines(string(b)) {
-		// start-end perms offset dev inode path
+	for _, m := range parseMaps(string(b)) {
+		if !strings.HasPrefix(m.path, "/") || m.perms == "---p" {
+			continue
+		}
+		if err := mlockRange(m.lo, m.hi); err != nil {
+			return total, fmt.Errorf("mlock %#x-%#x (%s): %w", m.lo, m.hi, m.path, err)
+		}
+		total += int64(m.hi - m.lo)
+	}
+	return total, nil
+}
+
+// mapping is one line of /proc/PID/maps.
+type mapping struct {
+	lo, hi uintptr
+	perms  string // "rw-p" and the like
+	path   string // empty for anonymous memory; "[stack]" and the like for the kernel's
+}
+
+// parseMaps reads the mappings of a /proc/PID/maps text (start-end perms
+// offset dev inode path), skipping lines it cannot read.
+func parseMaps(maps string) []mapping {
+	var ms []mapping
+	for line := range strings.Lines(maps) {
 		f := strings.Fields(line)
-		if len(f) < 6 || !strings.HasPrefix(f[5], "/") || f[1] == "---p" {
+		if len(f) < 5 {
 			continue
 		}
 		start, end, ok := strings.Cut(f[0], "-")
@@ -342,13 +364,22 @@ func lockMappedFiles(maps string) (int64, error) {
 		if err1 != nil || err2 != nil || hi <= lo {
 			continue
 		}
-		// A raw mlock: the range is an address, not Go memory.
-		if _, _, e := unix.Syscall(unix.SYS_MLOCK, uintptr(lo), uintptr(hi-lo), 0); e != 0 {
-			return total, fmt.Errorf("mlock %s (%s): %w", f[0], f[5], e)
+		m := mapping{lo: uintptr(lo), hi: uintptr(hi), perms: f[1]}
+		if len(f) > 5 {
+			m.path = f[5]
 		}
-		total += int64(hi - lo)
+		ms = append(ms, m)
 	}
-	return total, nil
+	return ms
+}
+
+// mlockRange faults in and locks the pages of [lo, hi): a raw mlock, as
+// the range is an address, not Go memory.
+func mlockRange(lo, hi uintptr) error {
+	if _, _, e := unix.Syscall(unix.SYS_MLOCK, lo, hi-lo, 0); e != 0 {
+		return e
+	}
+	return nil
 }
 
 // realtimePriority is the SCHED_RR priority: the lowest, enough to be a

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -210,4 +211,25 @@ func policies(t *testing.T) map[uint32]int {
 		}
 	}
 	return m
+}
+
+func TestParseMaps(t *testing.T) {
+	maps := `00400000-00419000 r--p 00000000 fe:00 10027197                           /usr/bin/gzramd
+00f93000-01003000 rw-p 00b93000 fe:00 10027197                           /usr/bin/gzramd
+01003000-0304d000 rw-p 00000000 00:00 0
+3ba9b4000000-3ba9b6800000 ---p 00000000 00:00 0
+7ffd1000-7ffd2000 rw-p 00000000 00:00 0                                  [stack]
+garbage line
+0200-0100 rw-p 00000000 00:00 0
+`
+	want := []mapping{
+		{lo: 0x400000, hi: 0x419000, perms: "r--p", path: "/usr/bin/gzramd"},
+		{lo: 0xf93000, hi: 0x1003000, perms: "rw-p", path: "/usr/bin/gzramd"},
+		{lo: 0x1003000, hi: 0x304d000, perms: "rw-p"},
+		{lo: 0x3ba9b4000000, hi: 0x3ba9b6800000, perms: "---p"},
+		{lo: 0x7ffd1000, hi: 0x7ffd2000, perms: "rw-p", path: "[stack]"},
+	}
+	if got := parseMaps(maps); !slices.Equal(got, want) {
+		t.Errorf("parseMaps:\n got %+v\nwant %+v", got, want)
+	}
 }
