@@ -272,12 +272,7 @@ func (d *daemon) topUpHeap() {
 	if d.reserve == nil {
 		return
 	}
-	s := d.reserve.TopUp()
-	if s.Err != nil {
-		d.log.Warn("hardening step failed", "step", s.Name, "err", s.Err)
-		return
-	}
-	d.log.Info("hardening", "step", s.Name, "done", s.Done)
+	logStep(d.log, d.reserve.TopUp())
 }
 
 // run serves until a signal asks it to stop and stopping is safe.

@@ -43,16 +43,9 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 	}
 	var failed []string
 	for _, s := range steps {
-		if s.Err == nil {
-			log.Info("hardening", "step", s.Name, "done", s.Done)
-			continue
+		if !logStep(log, s) {
+			failed = append(failed, s.Name)
 		}
-		attrs := []any{"step", s.Name, "err", s.Err}
-		if s.Hint != "" {
-			attrs = append(attrs, "hint", s.Hint)
-		}
-		log.Warn("hardening step failed", attrs...)
-		failed = append(failed, s.Name)
 	}
 	if reexecErr != nil {
 		log.Debug("io flusher re-exec", "err", reexecErr)
@@ -73,3 +66,18 @@ const heapReserve = 32 << 20
 // (swapsafe.ReserveThreads): enough for every request that can be in a
 // system call or in C at once, with the threads running Go code.
 func threadReserve() int { return 16 + 4*runtime.GOMAXPROCS(0) }
+
+// logStep logs what a hardening step did, or why it failed and what the
+// operator can do; it reports whether the step succeeded.
+func logStep(log *slog.Logger, s swapsafe.Step) bool {
+	if s.Err == nil {
+		log.Info("hardening", "step", s.Name, "done", s.Done)
+		return true
+	}
+	attrs := []any{"step", s.Name, "err", s.Err}
+	if s.Hint != "" {
+		attrs = append(attrs, "hint", s.Hint)
+	}
+	log.Warn("hardening step failed", attrs...)
+	return false
+}
