@@ -232,8 +232,9 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 		return 0, err
 	}
 	// The heap's mappings are those holding its objects: probe with one of
-	// each kind of span.
-	small, large := new([64]byte), make([]byte, 1<<20)
+	// each kind of span. The large one just over the small-object sizes:
+	// this runs every 250 ms, and its garbage paces the collector.
+	small, large := new([64]byte), make([]byte, 64<<10)
 	probes := []uintptr{uintptr(unsafe.Pointer(&r.ballast[0])), uintptr(unsafe.Pointer(small)), uintptr(unsafe.Pointer(&large[0]))}
 	bLo := uintptr(unsafe.Pointer(&r.ballast[0]))
 	bHi := bLo + uintptr(len(r.ballast))
