@@ -291,4 +291,9 @@ func TestLZ4SpeedReport(t *testing.T) {
 	t.Logf("liblz4 one-shot: best %.0f MB/s, ratio %.4f", mb/slices.Min(refSecs), float64(len(data))/float64(refTotal))
 	t.Logf("gzramd batch:    best %.0f MB/s, ratio %.4f", mb/slices.Min(ourSecs), float64(len(data))/float64(ourTotal))
 	t.Logf("speed gzramd/liblz4 per round: median %.3f, min %.3f, max %.3f", speedups[rounds/2], speedups[0], speedups[rounds-1])
+	// Speed is reported, not asserted (a noisy machine decides it); the
+	// ratio is the codec's and must not fall behind liblz4's own.
+	if ourTotal > refTotal+refTotal/200 {
+		t.Errorf("gzramd's batch path compressed the corpus to %d bytes, liblz4's one-shot call to %d: more than 0.5 %% worse", ourTotal, refTotal)
+	}
 }
