@@ -156,3 +156,98 @@ func allocFilled(t *testing.T, s *Store, n, size int) []Handle {
 	}
 	return hs
 }
+
+// With a prefaulter, a Free that empties a slab beyond what is kept leaves
+// giving its pages back to that thread: under mlockall that takes the mmap
+// lock for writing, which a writer storing a swapped page must never wait
+// for. The slab returns to its class only once its pages are back.
+func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
+	const prefault = 1 << 20
+	s := newStore(t, Config{ArenaSize: 4 << 20, Prefault: prefault})
+	// Stop the prefaulter, so that the queue stays as Free left it.
+	s.stopOnce.Do(func() { close(s.stopRefill) })
+	<-s.refillDone
+
+	hs := allocFilled(t, s, 8000, 1000) // about 8 MB
+	before := resident(t, s)
+	for _, h := range hs {
+		s.Free(h)
+	}
+	queued := int64(0)
+	for _, p := range s.releases {
+		queued += int64(p.pages)
+	}
+	if len(s.releases) == 0 {
+		t.Fatal("no slab queued for the prefaulter to release")
+	}
+	if n := releasedSlabs(s); n != 0 {
+		t.Errorf("%d slabs released by Free itself, want none", n)
+	}
+	if got := resident(t, s); got < before {
+		t.Errorf("resident pages fell from %d to %d before the prefaulter ran", before, got)
+	}
+	if st := s.Stats(); st.MemUsed > prefault+int64(s.geo[classOf(1000)].pages)*pageSize {
+		t.Errorf("mem_used %d: queued slabs still counted", st.MemUsed)
+	}
+
+	nslabs := s.nslabs.Load()
+	slabs := len(s.releases)
+	s.releaseQueued()
+	if got := resident(t, s); got > before-queued {
+		t.Errorf("%d pages resident after the release, want at most %d", got, before-queued)
+	}
+	if n := releasedSlabs(s); n != slabs {
+		t.Errorf("%d released slabs back with their classes, want %d", n, slabs)
+	}
+	// Released slabs are reused, not left behind while new slabs are
+	// carved; each faults in on the writer's path, counted as a miss.
+	misses := s.Stats().PrefaultMisses
+	allocFilled(t, s, 8000, 1000)
+	if got := s.nslabs.Load(); got != nslabs {
+		t.Errorf("%d slabs after allocating again, want the %d released ones reused", got, nslabs)
+	}
+	slab := int64(s.geo[classOf(1000)].pages)
+	if got := s.Stats().PrefaultMisses - misses; got != int64(slabs)*slab {
+		t.Errorf("%d prefault misses reusing %d released slabs: want %d", got, slabs, int64(slabs)*slab)
+	}
+}
+
+// Once a class has no resident empty slab left, the prefaulter faults a
+// released one in again, and the next slab the class needs is that one,
+// without a fault on the writer's path.
+func TestPrefaulterWarmsAReleasedSlab(t *testing.T) {
+	s := newStore(t, Config{ArenaSize: 4 << 20, Prefault: pageSize})
+	s.stopOnce.Do(func() { close(s.stopRefill) })
+	<-s.refillDone
+
+	const size = 1000
+	hs := allocFilled(t, s, 2000, size)
+	for _, h := range hs {
+		s.Free(h)
+	}
+	s.releaseQueued()
+	c := &s.classes[classOf(size)]
+	s.warmReleased()
+	n := len(c.empty)
+	if n == 0 || !s.rec(c.empty[n-1]).warm {
+		t.Fatal("no warm slab on top of the class's empty stack")
+	}
+	top := c.empty[n-1]
+	vec := make([]byte, s.geo[classOf(size)].pages)
+	if err := mincore(s.slabMem(s.rec(top), &s.geo[classOf(size)]), vec); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vec {
+		if v&1 == 0 {
+			t.Fatalf("page %d of the warm slab not resident", i)
+		}
+	}
+	misses := s.Stats().PrefaultMisses
+	h := allocFilled(t, s, 1, size)[0]
+	if got := s.Stats().PrefaultMisses - misses; got != 0 {
+		t.Errorf("%d prefault misses taking the warm slab", got)
+	}
+	if id, _, _, _, _ := s.lookup(h); id != top {
+		t.Errorf("object in slab %d, want the warm slab %d", id, top)
+	}
+}

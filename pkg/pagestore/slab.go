@@ -8,7 +8,8 @@ import (
 type slabState uint8
 
 const (
-	// slabEmpty holds no memory and waits on its class's empty stack.
+	// slabEmpty holds no memory and waits on its class's empty stack, or
+	// in the prefaulter's queue for its pages to go back.
 	slabEmpty slabState = iota
 	// slabActive takes new objects while it has free slots.
 	slabActive
@@ -33,6 +34,9 @@ type slabRec struct {
 	freeHead uint16 // first free slot below bump, plus one; 0 if none
 	touched  uint16 // pages counted in MemUsed: [0, touched) of the slab
 	state    slabState
+	// warm marks an empty slab whose pages were given back and then
+	// faulted in again by the prefaulter, ready for reuse.
+	warm bool
 }
 
 // Slab records live in chunks so that the table grows without moving

@@ -114,7 +114,26 @@ type Store struct {
 	stopRefill   chan struct{}
 	refillDone   chan struct{}
 	stopOnce     sync.Once
+
+	// releases are emptied slabs whose pages the prefaulter gives back
+	// (Config.Prefault > 0), so that no writer does: see release.
+	relMu    sync.Mutex
+	releases []pendingRelease
+	// releasing is the prefaulter's copy of releases, swapped with it.
+	releasing []pendingRelease
 }
+
+// pendingRelease is an emptied slab waiting for its pages to go back. It
+// is on no list of its class until they have.
+type pendingRelease struct {
+	id    uint32
+	class uint16
+	pages uint16
+}
+
+// maxPendingReleases bounds the queue of slabs the prefaulter releases;
+// beyond it, the thread that emptied a slab releases it itself.
+const maxPendingReleases = 4096
 
 // class is a size class's mutable state. It is padded so that two classes'
 // locks never share a cache line.
@@ -159,6 +178,8 @@ func New(cfg Config) (*Store, error) {
 		s.refill = make(chan struct{}, 1)
 		s.stopRefill = make(chan struct{})
 		s.refillDone = make(chan struct{})
+		s.releases = make([]pendingRelease, 0, maxPendingReleases)
+		s.releasing = make([]pendingRelease, 0, maxPendingReleases)
 		go osthread.Run("gzramd-prefault", s.prefaulter)
 		s.refill <- struct{}{}
 	}
@@ -180,7 +201,62 @@ func (s *Store) prefaulter() {
 		case <-s.refill:
 		case <-t.C:
 		}
+		s.releaseQueued()
+		s.warmReleased()
 		s.prefaultAhead()
+	}
+}
+
+// releaseQueued gives the queued slabs' pages back to the kernel and then
+// returns the slabs to their classes for reuse.
+func (s *Store) releaseQueued() {
+	s.relMu.Lock()
+	s.releases, s.releasing = s.releasing[:0], s.releases
+	s.relMu.Unlock()
+	for i, p := range s.releasing {
+		if s.closed.Load() {
+			return
+		}
+		c, g := &s.classes[p.class], &s.geo[p.class]
+		r := s.rec(p.id)
+		if err := releasePages(s.slabMem(r, g)[:int(p.pages)*pageSize]); err != nil {
+			s.releaseErrors.Add(1)
+		}
+		c.mu.Lock()
+		s.pushEmpty(c, p.id)
+		c.mu.Unlock()
+		s.releasing[i] = pendingRelease{}
+	}
+}
+
+// warmReleased faults in again the pages of one released slab of each
+// class that has no resident empty slab left. newSlab reuses only
+// resident ones (a fault there would be on the path that stores a
+// swapped-out page): without this, a class whose slabs were released
+// would carve new ones from the arenas for ever, and the store's address
+// space and slab records would grow without bound under churn.
+func (s *Store) warmReleased() {
+	for ci := range s.classes {
+		if s.closed.Load() {
+			return
+		}
+		c, g := &s.classes[ci], &s.geo[ci]
+		c.mu.Lock()
+		n := len(c.empty)
+		if n == 0 || s.rec(c.empty[n-1]).touched > 0 || s.rec(c.empty[n-1]).warm {
+			c.mu.Unlock()
+			continue
+		}
+		// Off the stack while its pages fault in, so nobody takes it.
+		id := c.empty[n-1]
+		c.empty = c.empty[:n-1]
+		c.mu.Unlock()
+		r := s.rec(id)
+		touchPages(s.slabMem(r, g))
+		c.mu.Lock()
+		r.warm = true
+		c.empty = append(c.empty, id)
+		c.mu.Unlock()
 	}
 }
 
@@ -566,15 +642,27 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		s.rec(id).state = slabActive
 		return id, nil
 	}
-	if n := len(c.empty); n > 0 && (s.prefault == 0 || s.rec(c.empty[n-1]).touched > 0) {
-		// With prefaulting, only a slab that kept its pages is reused
-		// here: released ones wait below them (see release), and new
-		// slabs come from prefaulted arena memory instead.
+	if n := len(c.empty); n > 0 {
+		// With prefaulting, slabs whose pages are resident (kept, or
+		// faulted in again by warmReleased) are on top of the stack and
+		// taken first. A released one below them is still taken before
+		// new arena memory, although its pages fault in on this writer's
+		// path (counted in PrefaultMisses): carving instead would let a
+		// class that churns grow the arenas and slab records without
+		// bound.
 		id := c.empty[n-1]
 		c.empty = c.empty[:n-1]
 		r := s.rec(id)
 		if s.prefault > 0 {
 			s.keptEmpty.Add(-int64(r.touched))
+			switch {
+			case r.warm:
+				r.warm = false
+				s.wakePrefaulter() // to warm the class's next one
+			case r.touched == 0:
+				s.prefaultMisses.Add(int64(s.geo[ci].pages))
+				s.wakePrefaulter()
+			}
 		}
 		r.state = slabActive
 		return id, nil
@@ -617,10 +705,7 @@ func (s *Store) ensureChunk(i uint32) *slabChunk {
 func (s *Store) carve(pages int) (arena, page uint32, err error) {
 	arenas := *s.arenas.Load()
 	if s.refill != nil {
-		select {
-		case s.refill <- struct{}{}:
-		default:
-		}
+		s.wakePrefaulter()
 	}
 	if len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize {
 		mem := s.spare
@@ -687,10 +772,29 @@ func (s *Store) dropCache(c *class, g *geometry) {
 
 // release gives an empty slab's pages back to the kernel and keeps the
 // slab for its class to reuse. c.mu is held.
+//
+// With a prefaulter, that thread gives the pages back and the slab waits,
+// on no list, until it has. Under mlockall, giving pages back takes the
+// process's mmap lock for writing (munlock, mlock2), and while another of
+// gzramd's threads holds it for reading in a fault or populate that waits
+// on reclaim, the writer waits, and so does every later fault and madvise
+// behind it: a writer storing a swapped-out page must never be that
+// writer. A guest swapping onto gzramd froze exactly so.
 func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted bool) {
 	held := int64(r.touched)
-	if err := releasePages(mem[:held*pageSize]); err != nil {
-		s.releaseErrors.Add(1)
+	queued := false
+	if s.prefault > 0 {
+		s.relMu.Lock()
+		if len(s.releases) < cap(s.releases) {
+			s.releases = append(s.releases, pendingRelease{id: id, class: r.class, pages: r.touched})
+			queued = true
+		}
+		s.relMu.Unlock()
+	}
+	if !queued {
+		if err := releasePages(mem[:held*pageSize]); err != nil {
+			s.releaseErrors.Add(1)
+		}
 	}
 	s.memUsed.Add(-held * pageSize)
 	if compacted {
@@ -699,6 +803,25 @@ func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted b
 	// arena, page and class stay: Bytes and Free read them without a lock.
 	r.prev, r.next, r.bump, r.live, r.freeHead, r.touched = 0, 0, 0, 0, 0, 0
 	r.state = slabEmpty
+	if queued {
+		s.wakePrefaulter()
+		return
+	}
+	s.pushEmpty(c, id)
+}
+
+// wakePrefaulter asks the prefaulter for a round now rather than at its
+// next tick.
+func (s *Store) wakePrefaulter() {
+	select {
+	case s.refill <- struct{}{}:
+	default:
+	}
+}
+
+// pushEmpty puts a slab whose pages were given back on its class's stack
+// of empty slabs. c.mu is held.
+func (s *Store) pushEmpty(c *class, id uint32) {
 	if c.empty == nil {
 		c.empty = make([]uint32, 0, 16)
 	}
