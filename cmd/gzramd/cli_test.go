@@ -30,6 +30,7 @@ func TestBadFlagsFailWithOneLine(t *testing.T) {
 		{"kernel-timeout", nil, []string{"--kernel-timeout", "1500ms"}, "--kernel-timeout"},
 		{"go-memory-limit", nil, []string{"--go-memory-limit", "1MiB"}, "--go-memory-limit"},
 		{"nbd-inline", nil, []string{"--nbd-inline", "maybe"}, "--nbd-inline"},
+		{"realtime", nil, []string{"--realtime", "yes"}, "--realtime"},
 		{"unknown flag", nil, []string{"--sise", "1GiB"}, "--sise"},
 		{"env size", []string{"GZRAMD_SIZE=lots"}, nil, "GZRAMD_SIZE"},
 		{"env bool", []string{"GZRAMD_SWAP=maybe"}, nil, "GZRAMD_SWAP"},
@@ -104,5 +105,26 @@ func TestEnvironmentSetsFlags(t *testing.T) {
 	}
 	if code := d.stop(sigterm); code != 0 {
 		t.Errorf("exit status %d after SIGTERM", code)
+	}
+}
+
+// --realtime auto asks for real-time priority exactly when gzramd attaches
+// the kernel device, which it then serves as swap.
+func TestWantRealtime(t *testing.T) {
+	for _, tc := range []struct {
+		realtime, device string
+		swap, want       bool
+	}{
+		{"auto", "", false, false},
+		{"auto", "/dev/nbd0", false, true},
+		{"auto", "auto", false, true},
+		{"auto", "", true, true},
+		{"on", "", false, true},
+		{"off", "/dev/nbd0", true, false},
+	} {
+		c := serveConfig{realtime: tc.realtime, device: tc.device, swap: tc.swap}
+		if got := c.wantRealtime(); got != tc.want {
+			t.Errorf("--realtime %s --device %q --swap=%v: real-time %v, want %v", tc.realtime, tc.device, tc.swap, got, tc.want)
+		}
 	}
 }

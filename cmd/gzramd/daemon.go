@@ -71,7 +71,7 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	if d.backends, err = openBackends(cfg, cpuCodec, log); err != nil {
 		return nil, err
 	}
-	if cfg.harden && cfg.realtime && d.backends.gpuName != "" {
+	if cfg.harden && cfg.wantRealtime() && d.backends.gpuName != "" {
 		// The CUDA driver spins while it waits for the GPU (its default
 		// with fewer contexts than CPUs): at real-time priority that
 		// spinning would take whole CPUs from everything else.

@@ -52,7 +52,7 @@ func TestUnitPromises(t *testing.T) {
 	for _, want := range []string{
 		"Type=notify", "WatchdogSec=", "LimitMEMLOCK=infinity", "OOMScoreAdjust=-1000",
 		"SendSIGKILL=no", "RuntimeDirectory=gzramd", "EnvironmentFile=-/etc/gzramd/gzramd.env",
-		"CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_RESOURCE CAP_SYS_NICE CAP_SYS_ADMIN\n", "TimeoutStopSec=30min",
+		"CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_RESOURCE CAP_SYS_NICE CAP_SYS_ADMIN\n", "RestrictRealtime=no\n", "TimeoutStopSec=30min",
 		"ExecStart=/usr/local/bin/gzramd serve\n",
 	} {
 		if !strings.Contains(unit, want) {

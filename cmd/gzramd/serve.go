@@ -48,7 +48,7 @@ type serveConfig struct {
 
 	harden           bool
 	reexec           bool
-	realtime         bool
+	realtime         string
 	nbdInline        string
 	requireHardening bool
 	goMemoryLimit    sizeValue
@@ -87,7 +87,7 @@ swapped page back first) and detaches. If the export is active swap that
 gzramd did not turn on itself, it refuses to stop (it would take the
 swapped memory with it) until that swap is off, unless --force.
 
-Connect the kernel by hand with
+Connect the kernel by hand (then start gzramd with --realtime on) with
   nbd-client -unix /run/gzramd/gzramd.sock /dev/nbd0 -N gzram0 -b 4096 -swap
   mkswap /dev/nbd0 && swapon --discard /dev/nbd0
 and set vm.min_free_kbytes=16384 (or more): swap over NBD needs free memory
@@ -95,8 +95,8 @@ for the socket path while the kernel reclaims.
 
 Hardening (on by default, each step logged, none fatal unless
 --require-hardening): mlockall, PR_SET_IO_FLUSHER on every thread (by
-re-executing itself once), SCHED_RR at priority 1 (--realtime),
-oom_score_adj -1000, a Go memory limit; and what serving needs (heap,
+re-executing itself once), SCHED_RR at priority 1 when gzramd attaches
+the kernel device itself (--realtime), oom_score_adj -1000, a Go memory limit; and what serving needs (heap,
 threads, code, NBD buffers) faulted in before the device becomes swap.`,
 		Example: `  gzramd serve --size 8GiB --mem-limit 4GiB
   gzramd serve --socket /tmp/gz.sock --tcp 127.0.0.1:10809 --backend cpu
@@ -141,7 +141,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
 	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
 	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together: on, off, or auto (on with the CPU backend, off with the GPU, whose batches fill from the requests in flight)")
-	f.BoolVar(&cfg.realtime, "realtime", true, "run every thread SCHED_RR at priority 1 (with --harden): the kernel lets real-time tasks allocate below its min watermark, which gzramd needs while the kernel waits for it to store swapped pages; not with the GPU backend, whose driver busy-waits")
+	f.StringVar(&cfg.realtime, "realtime", "auto", "run every thread SCHED_RR at priority 1 (with --harden; needs CAP_SYS_NICE), so that gzramd's own allocations (a reply's socket buffer) may dip below the kernel's min watermark while it stores swapped pages: on, off, or auto (on when gzramd attaches the kernel device itself, --device or --swap). It costs throughput to clients on the same CPUs; never with the GPU backend, whose driver busy-waits")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
 	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
 	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around a 32MiB heap reserve kept resident, else the runtime's")
@@ -160,6 +160,8 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --mem-limit %s: want a size such as 2GiB, or 0 for no limit", c.memLimit.String())
 	case c.nbdInline != "auto" && c.nbdInline != "on" && c.nbdInline != "off":
 		return fmt.Errorf("invalid --nbd-inline %q: want auto, on or off", c.nbdInline)
+	case c.realtime != "auto" && c.realtime != "on" && c.realtime != "off":
+		return fmt.Errorf("invalid --realtime %q: want auto, on or off", c.realtime)
 	case c.prefault < 0 || c.prefault > 1<<30:
 		return fmt.Errorf("invalid --prefault %s: want a size from 0 to 1GiB, e.g. 16MiB", c.prefault.String())
 	case c.socket == "" && c.tcp == "":

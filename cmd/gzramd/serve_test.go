@@ -407,7 +407,7 @@ func TestHardeningReportsEachStep(t *testing.T) {
 	d := startDaemon(t, nil)
 	log := d.log.String()
 	failed := []string{}
-	for _, step := range []string{"mlockall", "io_flusher", "oom_score_adj", "go_memory_limit", "heap_reserve", "thread_reserve", "realtime"} {
+	for _, step := range []string{"mlockall", "io_flusher", "oom_score_adj", "go_memory_limit", "heap_reserve", "thread_reserve"} {
 		switch {
 		case strings.Contains(log, "msg=hardening step="+step+" done="):
 		case strings.Contains(log, `msg="hardening step failed" step=`+step+" err="):
