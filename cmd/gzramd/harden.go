@@ -36,8 +36,11 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 	// After the reserve: the operator's --gc-percent wins over its pacing.
 	steps = append(steps, swapsafe.Apply(swapsafe.Options{GCPercent: cfg.gcPercent})...)
 	if cfg.harden && !cfg.wantRealtime() {
-		log.Info("hardening step skipped", "step", "realtime",
-			"reason", "--realtime "+cfg.realtime+": gzramd attaches no kernel device; give --realtime on if the kernel uses this export as swap")
+		reason := "--realtime off"
+		if cfg.realtime == "auto" {
+			reason = "--realtime auto: gzramd attaches no kernel device; give --realtime on if the kernel uses this export as swap"
+		}
+		log.Info("hardening step skipped", "step", "realtime", "reason", reason)
 	}
 	if !cfg.harden {
 		log.Warn("hardening off (--harden=false): the daemon may be swapped out or OOM-killed while serving swap")
@@ -65,7 +68,7 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 // then served for swap. Without real-time priority, a reply's socket
 // buffer must be allocated above the min watermark, by direct reclaim if
 // need be, and reclaim then waits on the very pages gzramd is to store:
-// a 320 MiB guest swapping onto gzramd froze so in 2 runs of 2, and passed
+// a 320 MiB guest swapping onto gzramd froze so in 3 runs of 3, and passed
 // with it. But at real-time priority every wake-up of gzramd preempts its
 // client: fio on the same 2 CPUs did 5 times fewer random writes.
 func (c *serveConfig) wantRealtime() bool {
