@@ -24,6 +24,13 @@ type trackedConn struct {
 	once    sync.Once
 }
 
+// The NBD server unwraps connections through NetConn.
+var _ interface{ NetConn() net.Conn } = (*trackedConn)(nil)
+
+// NetConn returns the connection it tracks: the NBD server writes and
+// reads through that one (with writev, which the wrapper would hide).
+func (c *trackedConn) NetConn() net.Conn { return c.Conn }
+
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		c.t.mu.Lock()

@@ -8,8 +8,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -836,5 +838,67 @@ func TestReserveBuffersServeWithoutAllocating(t *testing.T) {
 	}
 	if made := ts.srv.bufs.made.Load() - made0; made != 0 {
 		t.Errorf("%d payload buffers allocated for requests of up to %d bytes; want all from the reserve", made, ReserveBufferMax)
+	}
+}
+
+// wrappedConn stands for a listener's wrapper around the socket, such as
+// the daemon's connection tracker: it embeds the connection, so Write is
+// promoted but writev is not.
+type wrappedConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *wrappedConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+func (c *wrappedConn) NetConn() net.Conn { return c.Conn }
+
+type wrappingListener struct {
+	net.Listener
+	conns chan *wrappedConn
+}
+
+func (l *wrappingListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	w := &wrappedConn{Conn: nc}
+	l.conns <- w
+	return w, nil
+}
+
+// Replies go out through the socket beneath a wrapper that names it
+// (NetConn), in one writev for a header and its payload (or for several
+// replies), not through the wrapper's Write, a system call for each.
+func TestRepliesBypassConnWrapper(t *testing.T) {
+	ts := startServer(t, []Export{{Name: "d", Backend: newMemBackend(1 << 20)}}, Options{})
+	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "w.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := &wrappingListener{Listener: l, conns: make(chan *wrappedConn, 1)}
+	done := make(chan error, 1)
+	go func() { done <- ts.srv.Serve(wl) }()
+	nc, info, err := Dial(context.Background(), "unix", l.Addr().String(), "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w := <-wl.conns
+	handshake := w.writes.Load()
+	c := &rawClient{t: t, nc: nc, info: info}
+	for i := range 8 {
+		c.roundTrip(uint64(i) << 12)
+	}
+	if n := w.writes.Load() - handshake; n != 0 {
+		t.Errorf("%d replies written through the wrapper's Write, want none", n)
+	}
+	ts.shutdown(t)
+	if err := <-done; !errors.Is(err, ErrServerClosed) {
+		t.Errorf("Serve: %v", err)
 	}
 }
