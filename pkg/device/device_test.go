@@ -307,7 +307,7 @@ func TestLateBatchLosesToTrim(t *testing.T) {
 	s := f.dev.stripe(idx)
 	s.mu.Lock()
 	seq := f.dev.seq.Add(1)
-	s.pending = map[uint32]pendingWrite{idx: {inflight: 1}}
+	s.pending.begin(idx)
 	s.mu.Unlock()
 	if err := f.dev.Trim(context.Background(), 0, pageSize); err != nil {
 		t.Fatal(err)
