@@ -346,7 +346,11 @@ func (d *Device) writeRun(ctx context.Context, first uint32, run []byte) error {
 		s := d.stripe(idx)
 		s.mu.Lock()
 		s.pending.begin(idx)
+		old := d.table[idx]
 		s.mu.Unlock()
+		if old.hasObject() {
+			d.cfg.Store.Prefetch(old.handle())
+		}
 	}
 	// Pages are committed in order; finished counts those whose pending
 	// write is over, so that even a panic in a commit (recovered by the

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/osthread"
+	"github.com/gzramd/gzramd/internal/prefetch"
 )
 
 // Handle names a stored object. 0 is never a valid handle. Handles are
@@ -471,6 +472,16 @@ func (s *Store) Bytes(h Handle, size int) []byte {
 	n := uint32(min(max(size, 0), int(g.size)))
 	off := objectAt(g, slot)
 	return mem[off : off+n : off+n]
+}
+
+// Prefetch asks the CPU for the cache line of h's tag, which Free(h)
+// reads and writes: a writer replacing h calls it before it compresses
+// the new page, so that the cache miss (the old object is cold, on a
+// random page) overlaps the compression. Any handle is accepted.
+func (s *Store) Prefetch(h Handle) {
+	if _, _, mem, slot, ok := s.lookup(h); ok {
+		prefetch.Line(unsafe.Pointer(&mem[tagSize*slot]))
+	}
 }
 
 // Free releases the object h. A handle that names no live object (never
