@@ -26,9 +26,11 @@ vet:
 test-unit:
 	$(GO) test -count=1 -timeout 30m ./...
 	NBD_TEST_INLINE=1 $(GO) test -count=1 -timeout 10m ./pkg/nbd
+	NBD_TEST_INLINE=helpers $(GO) test -count=1 -timeout 10m ./pkg/nbd
 
 test-race:
 	$(GO) test -count=1 -race -short -timeout 30m ./...
+	NBD_TEST_INLINE=helpers $(GO) test -count=1 -race -short -timeout 10m ./pkg/nbd
 
 test: vet test-unit test-race
 

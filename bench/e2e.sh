@@ -11,6 +11,7 @@
 #   GZRAMD             the daemon binary (default bin/gzramd)
 #   E2E_NO_DEPS=1      do not install Debian packages (tools come on PATH)
 #   E2E_NBDKIT_MEMORY  nbdkit's memory plugin: a name or a .so path
+#   E2E_GZRAMD_ARGS    more gzramd serve flags (split on spaces)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/test/e2e/lib.sh"
@@ -51,7 +52,7 @@ start() {
 	gzramd)
 		GZ_MPORT=$(free_port)
 		"$GZRAMD" serve --size "${SIZE_MIB}MiB" --socket "$sock" --export "$EXPORT" \
-			--metrics "127.0.0.1:$GZ_MPORT" --backend "$BACKEND" >"$WORK/$name.log" 2>&1 &
+			--metrics "127.0.0.1:$GZ_MPORT" --backend "$BACKEND" ${E2E_GZRAMD_ARGS:-} >"$WORK/$name.log" 2>&1 &
 		;;
 	nbdkit)
 		nbdkit -f -U "$sock" "${E2E_NBDKIT_MEMORY:-memory}" "${SIZE_MIB}M" >"$WORK/$name.log" 2>&1 &
@@ -152,6 +153,6 @@ PY=python3
 [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import matplotlib' 2>/dev/null && PY=/usr/bin/python3
 "$PY" "$ROOT/test/e2e/bench_report.py" --work "$WORK" --backend "$backend" \
 	--md "$OUT/e2e-$backend.md" --png "$OUT/e2e-$backend.png" \
-	--command "make bench-e2e (bench/e2e.sh, E2E_BENCH_RUNTIME=$RUNTIME, ramp $RAMP s)"
+	--command "make bench-e2e (bench/e2e.sh, E2E_BENCH_RUNTIME=$RUNTIME, ramp $RAMP s${E2E_GZRAMD_ARGS:+, gzramd serve $E2E_GZRAMD_ARGS})"
 log "wrote $OUT/e2e-$backend.md"
 cat "$OUT/e2e-$backend.md"

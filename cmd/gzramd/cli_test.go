@@ -31,6 +31,7 @@ func TestBadFlagsFailWithOneLine(t *testing.T) {
 		{"go-memory-limit", nil, []string{"--go-memory-limit", "1MiB"}, "--go-memory-limit"},
 		{"nbd-inline", nil, []string{"--nbd-inline", "maybe"}, "--nbd-inline"},
 		{"realtime", nil, []string{"--realtime", "yes"}, "--realtime"},
+		{"nbd-inline-helpers", nil, []string{"--nbd-inline-helpers", "17"}, "--nbd-inline-helpers"},
 		{"unknown flag", nil, []string{"--sise", "1GiB"}, "--sise"},
 		{"env size", []string{"GZRAMD_SIZE=lots"}, nil, "GZRAMD_SIZE"},
 		{"env bool", []string{"GZRAMD_SWAP=maybe"}, nil, "GZRAMD_SWAP"},
@@ -125,6 +126,18 @@ func TestWantRealtime(t *testing.T) {
 		c := serveConfig{realtime: tc.realtime, device: tc.device, swap: tc.swap}
 		if got := c.wantRealtime(); got != tc.want {
 			t.Errorf("--realtime %s --device %q --swap=%v: real-time %v, want %v", tc.realtime, tc.device, tc.swap, got, tc.want)
+		}
+	}
+}
+
+func TestInlineHelpers(t *testing.T) {
+	for _, tc := range []struct{ flag, cpus, want int }{
+		{-1, 1, 0}, {-1, 2, 0}, {-1, 4, 0}, {-1, 8, 1}, {-1, 16, 3}, {-1, 128, 3},
+		{0, 16, 0}, {5, 2, 5},
+	} {
+		c := serveConfig{nbdInlineHelpers: tc.flag}
+		if got := inlineHelpers(&c, tc.cpus); got != tc.want {
+			t.Errorf("--nbd-inline-helpers %d on %d CPUs: %d helpers, want %d", tc.flag, tc.cpus, got, tc.want)
 		}
 	}
 }

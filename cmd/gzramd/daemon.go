@@ -111,6 +111,7 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	nbdObs := metrics.NewNBD()
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: inlineRequests(cfg, d.backends.gpuName != ""),
+			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
 			ReserveBuffers: connBufferReserve(cfg, d.backends.gpuName != "")})
 	if err != nil {
 		return nil, err
@@ -567,6 +568,19 @@ func connBufferReserve(cfg *serveConfig, gpu bool) int64 {
 // maxKernelRequest is the largest request the kernel device is allowed to
 // send (nbd.KernelDevice.LimitRequests): the largest reserved buffer.
 const maxKernelRequest = nbd.ReserveBufferMax
+
+// inlineHelpers decides nbd.Options.InlineHelpers from
+// --nbd-inline-helpers: by default one helper per 4 CPUs beyond the first
+// 4, at most 3. Helpers pay where CPUs idle: on 16 CPUs, 4 connections'
+// random writes ran at 0.81x nbdkit's rate on their readers alone. On 2
+// CPUs, where fio and gzramd already keep both busy, they would only add
+// wake-ups.
+func inlineHelpers(cfg *serveConfig, cpus int) int {
+	if cfg.nbdInlineHelpers >= 0 {
+		return cfg.nbdInlineHelpers
+	}
+	return min(max(cpus/4-1, 0), 3)
+}
 
 // inlineRequests decides nbd.Options.Inline from --nbd-inline. On the CPU
 // a request is done without waiting for others, so by default it runs on

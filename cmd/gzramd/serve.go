@@ -50,6 +50,7 @@ type serveConfig struct {
 	reexec           bool
 	realtime         string
 	nbdInline        string
+	nbdInlineHelpers int
 	requireHardening bool
 	goMemoryLimit    sizeValue
 	gcPercent        int
@@ -141,6 +142,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
 	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
 	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together: on, off, or auto (on with the CPU backend, off with the GPU, whose batches fill from the requests in flight)")
+	f.IntVar(&cfg.nbdInlineHelpers, "nbd-inline-helpers", -1, "with --nbd-inline, run the requests a connection read together on this many goroutines besides its reader (0 to 16); -1 (auto) is one per 4 CPUs beyond the first 4, at most 3")
 	f.StringVar(&cfg.realtime, "realtime", "auto", "run every thread SCHED_RR at priority 1 (with --harden; needs CAP_SYS_NICE), so that gzramd's own allocations (a reply's socket buffer) may dip below the kernel's min watermark while it stores swapped pages: on, off, or auto (on when gzramd attaches the kernel device itself, --device or --swap). It costs throughput to clients on the same CPUs; never with the GPU backend, whose driver busy-waits")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
 	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
@@ -160,6 +162,8 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --mem-limit %s: want a size such as 2GiB, or 0 for no limit", c.memLimit.String())
 	case c.nbdInline != "auto" && c.nbdInline != "on" && c.nbdInline != "off":
 		return fmt.Errorf("invalid --nbd-inline %q: want auto, on or off", c.nbdInline)
+	case c.nbdInlineHelpers < -1 || c.nbdInlineHelpers > 16:
+		return fmt.Errorf("invalid --nbd-inline-helpers %d: want 0 to 16, or -1 for auto", c.nbdInlineHelpers)
 	case c.realtime != "auto" && c.realtime != "on" && c.realtime != "off":
 		return fmt.Errorf("invalid --realtime %q: want auto, on or off", c.realtime)
 	case c.prefault < 0 || c.prefault > 1<<30:

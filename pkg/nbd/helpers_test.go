@@ -131,6 +131,9 @@ func startServer(t testing.TB, exports []Export, opts Options) *testServer {
 	if inlineTests {
 		opts.Inline = true
 	}
+	if inlineHelperTests {
+		opts.InlineHelpers = 3
+	}
 	srv, err := NewServer(exports, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -187,13 +190,18 @@ func checkGoroutines(t testing.TB, base int) {
 
 var errInjected = syscall.ENOSPC
 
-// inlineTests makes every test server run requests inline (see startServer).
-var inlineTests = os.Getenv("NBD_TEST_INLINE") == "1"
+// inlineTests makes every test server run requests inline (see
+// startServer): NBD_TEST_INLINE=1 on the reader alone, =helpers with
+// inline helpers as well.
+var (
+	inlineTests       = os.Getenv("NBD_TEST_INLINE") == "1" || inlineHelperTests
+	inlineHelperTests = os.Getenv("NBD_TEST_INLINE") == "helpers"
+)
 
 // needsConcurrency skips a test about requests running at once on one
 // connection, which an inline server does not do.
 func needsConcurrency(t *testing.T) {
 	if inlineTests {
-		t.Skip("NBD_TEST_INLINE=1: requests on one connection run one at a time")
+		t.Skip("NBD_TEST_INLINE: requests on one connection do not all run at once")
 	}
 }

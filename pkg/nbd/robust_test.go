@@ -902,3 +902,59 @@ func TestRepliesBypassConnWrapper(t *testing.T) {
 		t.Errorf("Serve: %v", err)
 	}
 }
+
+// With inline helpers, requests that arrive together run at once, a share
+// on each helper and one on the reader, and every reply still comes back
+// with the right data.
+func TestInlineHelpersRunSharesAtOnce(t *testing.T) {
+	const helpers, n = 3, 32
+	b := &countingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, n), release: make(chan struct{})}
+	ts := startServer(t, []Export{{Name: "d", Backend: b}}, Options{Inline: true, InlineHelpers: helpers})
+	c := dialRaw(t, ts, "d")
+	// All n writes in one send, so that the reader finds them together.
+	var batch []byte
+	for i := range n {
+		h := make([]byte, requestHeaderLen)
+		be.PutUint32(h[0:], magicRequest)
+		be.PutUint16(h[6:], uint16(CmdWrite))
+		be.PutUint64(h[8:], uint64(i))
+		be.PutUint64(h[16:], uint64(i)*4096)
+		be.PutUint32(h[24:], 4096)
+		batch = append(append(batch, h...), bytes.Repeat([]byte{byte(i + 1)}, 4096)...)
+	}
+	if _, err := c.nc.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	// helpers+1 shares run at once: wait until that many writes are in.
+	for range helpers + 1 {
+		select {
+		case <-b.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("fewer than %d writes running at once", helpers+1)
+		}
+	}
+	close(b.release)
+	seen := map[uint64]bool{}
+	for range n {
+		errno, cookie := c.recv()
+		if errno != 0 || cookie >= n || seen[cookie] {
+			t.Fatalf("reply errno %d cookie %d", errno, cookie)
+		}
+		seen[cookie] = true
+	}
+	b.mu.Lock()
+	peak := b.peak
+	b.mu.Unlock()
+	if peak != helpers+1 {
+		t.Errorf("%d writes at once, want %d (a share each on %d helpers and the reader)", peak, helpers+1, helpers)
+	}
+	for i := range n {
+		c.send(CmdRead, 0, 1000, uint64(i)*4096, 4096, nil)
+		if errno, _ := c.recv(); errno != 0 {
+			t.Fatalf("read %d: errno %d", i, errno)
+		}
+		if got := c.recvData(4096); got[0] != byte(i+1) || got[4095] != byte(i+1) {
+			t.Fatalf("page %d reads %d, want %d", i, got[0], i+1)
+		}
+	}
+}

@@ -68,6 +68,13 @@ type Options struct {
 	// for others (gzramd compressing on the CPU), not one that gathers a
 	// connection's requests in flight into batches.
 	Inline bool
+	// InlineHelpers, with Inline, lets each connection run the requests
+	// it read together on this many goroutines besides its reader, the
+	// reader taking a share: a connection's requests then use more than
+	// one CPU, at the price of waking the helpers once per such group. It
+	// pays where CPUs would otherwise idle; with as many busy threads as
+	// CPUs it only adds the wake-ups. At most 16; 0 means none.
+	InlineHelpers int
 	// ReserveBuffers is the payload buffer memory each connection
 	// allocates, writes and keeps from its handshake on, in buffers of
 	// ReserveBufferMax. Requests of up to that size are served from the
@@ -79,6 +86,7 @@ type Options struct {
 }
 
 const (
+	maxInlineHelpers        = 16
 	defaultMaxInFlight      = 128
 	defaultMaxInFlightBytes = 64 << 20
 	defaultHandshakeTimeout = 10 * time.Second
@@ -92,6 +100,7 @@ type Server struct {
 	maxInFlight      int
 	maxInFlightBytes int64
 	inline           bool
+	inlineHelpers    int
 	reserveBuffers   int64
 	handshakeTimeout time.Duration
 	replyTimeout     time.Duration
@@ -160,6 +169,7 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		maxInFlight:      opts.MaxInFlight,
 		maxInFlightBytes: opts.MaxInFlightBytes,
 		inline:           opts.Inline,
+		inlineHelpers:    min(max(opts.InlineHelpers, 0), maxInlineHelpers),
 		bufs:             newBufferPool(),
 		reserveBuffers:   min(max(opts.ReserveBuffers, 0), maxReserveBytes),
 		handshakeTimeout: opts.HandshakeTimeout,
