@@ -24,6 +24,16 @@ import (
 type HeapReserve struct {
 	ballast []byte
 	n       int64 // bytes faulted in and kept free
+
+	// LockHeap's, allocated on its first call and reused: it runs every
+	// 250 ms on a thread that may fault, and a fault in Go code (clearing
+	// a fresh span for a new allocation) holds up every stop-the-world,
+	// and with it every goroutine, for as long as reclaim takes.
+	lockMu   sync.Mutex
+	large    []byte    // the probe for large objects' mappings
+	maps     []byte    // /proc/self/maps
+	mappings []mapping // parsed from maps
+	resident []byte    // mincore's vector
 }
 
 // KeepAlive keeps the reserve's pacing in effect up to this call.
@@ -227,25 +237,31 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 	if r == nil || len(r.ballast) == 0 {
 		return 0, nil
 	}
-	maps, err := os.ReadFile("/proc/self/maps")
+	r.lockMu.Lock()
+	defer r.lockMu.Unlock()
+	maps, err := r.readMaps()
 	if err != nil {
 		return 0, err
 	}
 	// The heap's mappings are those holding its objects: probe with one of
-	// each kind of span. The large one just over the small-object sizes:
-	// this runs every 250 ms, and its garbage paces the collector.
-	small, large := new([64]byte), make([]byte, 64<<10)
-	probes := []uintptr{uintptr(unsafe.Pointer(&r.ballast[0])), uintptr(unsafe.Pointer(small)), uintptr(unsafe.Pointer(&large[0]))}
+	// each kind of span, the large one kept from call to call (a new one
+	// each time would be a fresh span, cleared, on this thread).
+	if r.large == nil {
+		r.large = make([]byte, 64<<10)
+	}
+	small := new([64]byte)
+	probes := [...]uintptr{uintptr(unsafe.Pointer(&r.ballast[0])), uintptr(unsafe.Pointer(small)), uintptr(unsafe.Pointer(&r.large[0]))}
 	bLo := uintptr(unsafe.Pointer(&r.ballast[0]))
 	bHi := bLo + uintptr(len(r.ballast))
 	const page = 4096
 	bLo, bHi = (bLo+page-1)&^(page-1), bHi&^(page-1)
 	var total int64
-	for _, m := range parseMaps(string(maps)) {
+	r.mappings = appendMaps(r.mappings[:0], maps)
+	for _, m := range r.mappings {
 		if m.path != "" || m.perms != "rw-p" { // anonymous and writable
 			continue
 		}
-		if !slices.ContainsFunc(probes, func(p uintptr) bool { return p >= m.lo && p < m.hi }) {
+		if !slices.ContainsFunc(probes[:], func(p uintptr) bool { return p >= m.lo && p < m.hi }) {
 			continue
 		}
 		for _, rg := range [][2]uintptr{{m.lo, min(m.hi, max(m.lo, bLo))}, {max(m.lo, min(m.hi, bHi)), m.hi}} {
@@ -259,11 +275,41 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 		}
 	}
 	runtime.KeepAlive(small)
-	runtime.KeepAlive(large)
-	if err := lockTouched(string(maps)); err != nil {
+	if err := lockTouched(r.mappings, &r.resident); err != nil {
 		return total, err
 	}
 	return total, nil
+}
+
+// readMaps reads /proc/self/maps into r.maps, grown as need be and kept,
+// and returns the text, which aliases r.maps until the next call.
+func (r *HeapReserve) readMaps() (string, error) {
+	fd, err := unix.Open("/proc/self/maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", fmt.Errorf("open /proc/self/maps: %w", err)
+	}
+	defer unix.Close(fd)
+	if r.maps == nil {
+		r.maps = make([]byte, 64<<10)
+	}
+	n := 0
+	for {
+		if n == len(r.maps) {
+			r.maps = append(r.maps, make([]byte, len(r.maps))...)
+		}
+		m, err := unix.Read(fd, r.maps[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("read /proc/self/maps: %w", err)
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return unsafe.String(unsafe.SliceData(r.maps), n), nil
 }
 
 // lockTouched locks every resident page of the program's and the
@@ -273,11 +319,12 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 // bss) as anywhere. mlock writes such pages now; pages never touched are
 // left alone, so sparse tables (the runtime's arena index) cost nothing.
 // The heap is LockHeap's; stacks are written before they are read.
-func lockTouched(maps string) error {
+func lockTouched(ms []mapping, resident *[]byte) error {
 	const page = 4096
-	var vec []byte
+	vec := *resident
+	defer func() { *resident = vec }()
 	var afterFile uintptr // end of the last file mapping: where a bss starts
-	for _, m := range parseMaps(maps) {
+	for _, m := range ms {
 		file := strings.HasPrefix(m.path, "/")
 		bss := m.path == "" && m.lo == afterFile
 		if file || bss {

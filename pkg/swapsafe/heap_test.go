@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,4 +114,45 @@ func TestReserveThreadsStartsThreads(t *testing.T) {
 		}
 	}
 	t.Error("no Threads: line in /proc/self/status")
+}
+
+// LockHeap runs every 250 ms on a thread that may fault: after its first
+// call it allocates only its small-span probe, not the maps text, its
+// parse or a large probe, whose fresh spans it would clear itself.
+func TestLockHeapAllocatesOnlyItsProbe(t *testing.T) {
+	t.Setenv("GOGC", "")
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	r, step := ReserveHeap(4 << 20)
+	defer r.KeepAlive()
+	if step.Err != nil {
+		t.Fatal(step.Err)
+	}
+	if _, err := r.LockHeap(); err != nil {
+		t.Skipf("LockHeap: %v (mlock not permitted here?)", err)
+	}
+	if n := testing.AllocsPerRun(10, func() { r.LockHeap() }); n > 1 {
+		t.Errorf("%v allocations per LockHeap, want at most 1 (the small probe)", n)
+	}
+}
+
+func TestFieldsMatchesStringsFields(t *testing.T) {
+	for _, line := range []string{
+		"7f00-7f10 rw-p 00000000 00:00 0 \n",
+		"55d0-55e0 r-xp 00001000 fd:01 1234     /usr/bin/gzramd\n",
+		"7ffc-7ffd rw-p 00000000 00:00 0                          [stack]\n",
+		"a-b rw-p 0 0 0 /tmp/x (deleted)\n",
+		"  \t\n",
+		"",
+	} {
+		var f [6]string
+		n := fields(line, f[:])
+		want := strings.Fields(line)
+		if len(want) > 6 {
+			want = want[:6]
+		}
+		if n != len(want) || !slices.Equal(f[:n], want) {
+			t.Errorf("fields(%q) = %q, want %q", line, f[:n], want)
+		}
+	}
 }

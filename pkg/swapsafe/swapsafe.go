@@ -348,11 +348,15 @@ type mapping struct {
 
 // parseMaps reads the mappings of a /proc/PID/maps text (start-end perms
 // offset dev inode path), skipping lines it cannot read.
-func parseMaps(maps string) []mapping {
-	var ms []mapping
+func parseMaps(maps string) []mapping { return appendMaps(nil, maps) }
+
+// appendMaps appends the mappings of a /proc/PID/maps text to dst. It
+// allocates nothing but dst's growth, and the strings it keeps are parts
+// of maps: LockHeap runs it every 250 ms on a thread that may fault.
+func appendMaps(dst []mapping, maps string) []mapping {
 	for line := range strings.Lines(maps) {
-		f := strings.Fields(line)
-		if len(f) < 5 {
+		var f [6]string
+		if fields(line, f[:]) < 5 {
 			continue
 		}
 		start, end, ok := strings.Cut(f[0], "-")
@@ -364,13 +368,28 @@ func parseMaps(maps string) []mapping {
 		if err1 != nil || err2 != nil || hi <= lo {
 			continue
 		}
-		m := mapping{lo: uintptr(lo), hi: uintptr(hi), perms: f[1]}
-		if len(f) > 5 {
-			m.path = f[5]
-		}
-		ms = append(ms, m)
+		dst = append(dst, mapping{lo: uintptr(lo), hi: uintptr(hi), perms: f[1], path: f[5]})
 	}
-	return ms
+	return dst
+}
+
+// fields fills f with the first len(f) space-separated fields of line, as
+// strings.Fields would, without allocating, and returns how many it found.
+func fields(line string, f []string) int {
+	n := 0
+	for n < len(f) {
+		line = strings.TrimLeft(line, " \t\n")
+		if line == "" {
+			break
+		}
+		end := strings.IndexAny(line, " \t\n")
+		if end < 0 {
+			end = len(line)
+		}
+		f[n], line = line[:end], line[end:]
+		n++
+	}
+	return n
 }
 
 // mlockRange faults in and locks the pages of [lo, hi): a raw mlock, as
