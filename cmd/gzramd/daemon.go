@@ -111,6 +111,7 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	nbdObs := metrics.NewNBD()
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: inlineRequests(cfg, d.backends.gpuName != ""),
+			InlineAlone:    cfg.nbdInline == "auto" && d.backends.gpuName != "",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
 			ReserveBuffers: connBufferReserve(cfg, d.backends.gpuName != "")})
 	if err != nil {
@@ -584,7 +585,9 @@ func inlineHelpers(cfg *serveConfig, cpus int) int {
 
 // inlineRequests decides nbd.Options.Inline from --nbd-inline. On the CPU
 // a request is done without waiting for others, so by default it runs on
-// its connection's reader; the GPU's batches need many requests in flight.
+// its connection's reader; the GPU's batches need many requests in flight,
+// so there only a request alone on its connection does
+// (nbd.Options.InlineAlone): it would be compressed on the CPU anyway.
 func inlineRequests(cfg *serveConfig, gpu bool) bool {
 	switch cfg.nbdInline {
 	case "on":

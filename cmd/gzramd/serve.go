@@ -141,7 +141,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 
 	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
 	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
-	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together: on, off, or auto (on with the CPU backend, off with the GPU, whose batches fill from the requests in flight)")
+	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together: on, off, or auto (on with the CPU backend; with the GPU, whose batches fill from the requests in flight, only for a request alone on its connection)")
 	f.IntVar(&cfg.nbdInlineHelpers, "nbd-inline-helpers", -1, "with --nbd-inline, run the requests a connection read together on this many goroutines besides its reader (0 to 16); -1 (auto) is one per 4 CPUs beyond the first 4, at most 3")
 	f.StringVar(&cfg.realtime, "realtime", "auto", "run every thread SCHED_RR at priority 1 (with --harden; needs CAP_SYS_NICE), so that gzramd's own allocations (a reply's socket buffer) may dip below the kernel's min watermark while it stores swapped pages: on, off, or auto (on when gzramd attaches the kernel device itself, --device or --swap). It costs throughput to clients on the same CPUs; never with the GPU backend, whose driver busy-waits")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")

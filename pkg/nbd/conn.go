@@ -86,6 +86,7 @@ type conn struct {
 	helpers sync.WaitGroup
 
 	work     chan *request
+	working  atomic.Int32 // requests handed to the workers and not done
 	free     chan *request
 	inflight sync.WaitGroup
 	workers  sync.WaitGroup
@@ -218,8 +219,10 @@ func (c *conn) serve() {
 		c.workers.Add(1)
 		go c.worker()
 	}
-	if c.srv.inline {
+	if c.srv.inline || c.srv.inlineAlone {
 		c.held = make([]*request, 0, maxHeld)
+	}
+	if c.srv.inline {
 		if n := c.srv.inlineHelpers; n > 0 {
 			c.queued = make([]*request, 0, maxHeld)
 			c.shares = make(chan []*request, n)
@@ -304,10 +307,11 @@ func (c *conn) transmit() error {
 			return err
 		}
 		c.inflight.Add(1)
-		if c.srv.inline && r.length <= maxInlineBytes {
+		if r.length <= maxInlineBytes && (c.srv.inline || c.srv.inlineAlone && c.alone()) {
 			c.runInline(r)
 			continue
 		}
+		c.working.Add(1)
 		c.work <- r
 	}
 }
@@ -592,7 +596,14 @@ func (c *conn) worker() {
 	defer c.workers.Done()
 	for r := range c.work {
 		c.handle(r)
+		c.working.Add(-1)
 	}
+}
+
+// alone reports whether the request just read is the connection's only
+// one (Options.InlineAlone).
+func (c *conn) alone() bool {
+	return c.working.Load() == 0 && len(c.held) == 0 && c.br.Buffered() < requestHeaderLen
 }
 
 func (c *conn) handle(r *request) {

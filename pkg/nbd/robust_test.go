@@ -9,6 +9,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -956,5 +959,68 @@ func TestInlineHelpersRunSharesAtOnce(t *testing.T) {
 		if got := c.recvData(4096); got[0] != byte(i+1) || got[4095] != byte(i+1) {
 			t.Fatalf("page %d reads %d, want %d", i, got[0], i+1)
 		}
+	}
+}
+
+// stackBackend records, for each write, whether it ran on the
+// connection's reader (transmit) or on a worker.
+type stackBackend struct {
+	*memBackend
+	mu       sync.Mutex
+	onReader []bool
+}
+
+func (b *stackBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
+	st := string(debug.Stack())
+	b.mu.Lock()
+	b.onReader = append(b.onReader, strings.Contains(st, "(*conn).transmit"))
+	b.mu.Unlock()
+	return b.memBackend.WriteAt(ctx, p, off, fua)
+}
+
+// InlineAlone runs a request that is alone on its connection on the
+// reader, and requests that come together on the workers.
+func TestInlineAloneRunsLoneRequestsOnTheReader(t *testing.T) {
+	if inlineTests {
+		t.Skip("NBD_TEST_INLINE: every request runs on the reader")
+	}
+	b := &stackBackend{memBackend: newMemBackend(1 << 20)}
+	ts := startServer(t, []Export{{Name: "d", Backend: b}}, Options{InlineAlone: true})
+	c := dialRaw(t, ts, "d")
+	for i := range 4 {
+		c.roundTrip(uint64(i) << 12) // one request at a time
+	}
+	b.mu.Lock()
+	lone := slices.Clone(b.onReader)
+	b.onReader = b.onReader[:0]
+	b.mu.Unlock()
+	for i, on := range lone {
+		if !on {
+			t.Errorf("lone write %d ran on a worker, want the reader", i)
+		}
+	}
+	// Two writes in one send: the first is not alone.
+	var two []byte
+	for i := range 2 {
+		h := make([]byte, requestHeaderLen)
+		be.PutUint32(h[0:], magicRequest)
+		be.PutUint16(h[6:], uint16(CmdWrite))
+		be.PutUint64(h[8:], uint64(i))
+		be.PutUint64(h[16:], uint64(8+i)*4096)
+		be.PutUint32(h[24:], 4096)
+		two = append(append(two, h...), bytes.Repeat([]byte{0x77}, 4096)...)
+	}
+	if _, err := c.nc.Write(two); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if errno, _ := c.recv(); errno != 0 {
+			t.Fatalf("errno %d", errno)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.onReader) != 2 || b.onReader[0] {
+		t.Errorf("pipelined writes on the reader: %v, want the first on a worker", b.onReader)
 	}
 }

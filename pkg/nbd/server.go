@@ -68,6 +68,13 @@ type Options struct {
 	// for others (gzramd compressing on the CPU), not one that gathers a
 	// connection's requests in flight into batches.
 	Inline bool
+	// InlineAlone, without Inline, runs on the reader just the requests
+	// that are alone on their connection: none with the workers, none
+	// held, none more read. A lone request gains nothing from a worker,
+	// and the hand-off is much of its latency; requests that come
+	// together still go to the workers, where a Backend that batches
+	// sees them all at once.
+	InlineAlone bool
 	// InlineHelpers, with Inline, lets each connection run the requests
 	// it read together on this many goroutines besides its reader, the
 	// reader taking a share: a connection's requests then use more than
@@ -100,6 +107,7 @@ type Server struct {
 	maxInFlight      int
 	maxInFlightBytes int64
 	inline           bool
+	inlineAlone      bool
 	inlineHelpers    int
 	reserveBuffers   int64
 	handshakeTimeout time.Duration
@@ -169,6 +177,7 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		maxInFlight:      opts.MaxInFlight,
 		maxInFlightBytes: opts.MaxInFlightBytes,
 		inline:           opts.Inline,
+		inlineAlone:      opts.InlineAlone,
 		inlineHelpers:    min(max(opts.InlineHelpers, 0), maxInlineHelpers),
 		bufs:             newBufferPool(),
 		reserveBuffers:   min(max(opts.ReserveBuffers, 0), maxReserveBytes),
