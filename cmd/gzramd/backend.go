@@ -18,6 +18,8 @@ type backends struct {
 	cpu        codec.BatchCompressor // takes the rest
 	minPrimary int
 	gpuName    string // "" without a GPU
+	// gpuBlocks: threads waiting for the GPU sleep rather than spin.
+	gpuBlocks  bool
 	collectors []prometheus.Collector
 	close      func()
 }
@@ -55,6 +57,7 @@ func openBackends(cfg *serveConfig, cpuCodec codec.Codec, log *slog.Logger) (*ba
 	b.primary = guard
 	b.minPrimary = cfg.gpuMinPages
 	b.gpuName = info.Name
+	b.gpuBlocks = info.BlockingSync
 	var closers []func() error
 	closers = append(closers, g.Close)
 	var telemetry func() (metrics.GPUTelemetry, error)

@@ -71,16 +71,18 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	if d.backends, err = openBackends(cfg, cpuCodec, log); err != nil {
 		return nil, err
 	}
-	if cfg.harden && cfg.wantRealtime() && d.backends.gpuName != "" {
-		// The CUDA driver spins while it waits for the GPU (its default
-		// with fewer contexts than CPUs): at real-time priority that
-		// spinning would take whole CPUs from everything else.
+	if cfg.harden && cfg.wantRealtime() && d.backends.gpuName != "" && !d.backends.gpuBlocks {
+		// The CUDA driver spins while it waits for the GPU unless its
+		// context could be made to block (gpu.DeviceInfo.BlockingSync):
+		// at real-time priority that spinning would take whole CPUs from
+		// everything else.
 		if err := swapsafe.DropRealtime(); err != nil {
 			log.Warn("dropping real-time scheduling for the GPU backend failed", "err", err)
 		} else {
-			log.Info("real-time scheduling off: the GPU driver busy-waits, and must not do so at real-time priority")
+			log.Warn("real-time scheduling off: the GPU driver busy-waits, and must not do so at real-time priority")
 		}
 	}
+
 	if d.store, err = pagestore.New(pagestore.Config{
 		MemLimit: int64(cfg.memLimit), Prefault: int64(cfg.prefault),
 		// Under mlockall each arena is populated when mapped: map it in

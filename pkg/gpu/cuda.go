@@ -27,6 +27,7 @@ enum {
 	GZ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
 	GZ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
 	GZ_CU_MEMHOSTALLOC_PORTABLE = 1,
+	GZ_CU_CTX_SCHED_BLOCKING_SYNC = 4,
 	GZ_CU_STREAM_NON_BLOCKING = 1,
 	GZ_CU_EVENT_DEFAULT = 0,
 };
@@ -41,6 +42,7 @@ typedef struct {
 	CUresult (*deviceTotalMem)(size_t *, CUdevice);
 	CUresult (*primaryCtxRetain)(CUcontext *, CUdevice);
 	CUresult (*primaryCtxRelease)(CUdevice);
+	CUresult (*primaryCtxSetFlags)(CUdevice, unsigned int);
 	CUresult (*ctxSetCurrent)(CUcontext);
 	CUresult (*moduleLoadData)(CUmodule *, const void *);
 	CUresult (*moduleUnload)(CUmodule);
@@ -94,6 +96,7 @@ static gz_cuda *gz_cuda_open(char *err, int errlen) {
 	SYM(deviceTotalMem, "cuDeviceTotalMem_v2")
 	SYM(primaryCtxRetain, "cuDevicePrimaryCtxRetain")
 	SYM(primaryCtxRelease, "cuDevicePrimaryCtxRelease_v2")
+	SYM2(primaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2", "cuDevicePrimaryCtxSetFlags")
 	SYM(ctxSetCurrent, "cuCtxSetCurrent")
 	SYM(moduleLoadData, "cuModuleLoadData")
 	SYM(moduleUnload, "cuModuleUnload")
@@ -141,6 +144,7 @@ static CUresult gz_device_name(gz_cuda *d, char *name, int len, CUdevice dev) { 
 static CUresult gz_device_attr(gz_cuda *d, int *v, int attr, CUdevice dev) { return d->deviceGetAttribute(v, attr, dev); }
 static CUresult gz_device_mem(gz_cuda *d, size_t *v, CUdevice dev) { return d->deviceTotalMem(v, dev); }
 static CUresult gz_ctx_retain(gz_cuda *d, CUcontext *c, CUdevice dev) { return d->primaryCtxRetain(c, dev); }
+static CUresult gz_ctx_set_flags(gz_cuda *d, CUdevice dev, unsigned int flags) { return d->primaryCtxSetFlags(dev, flags); }
 static CUresult gz_ctx_release(gz_cuda *d, CUdevice dev) { return d->primaryCtxRelease(dev); }
 
 // Every call below makes the context current on the calling OS thread
@@ -279,6 +283,12 @@ func loadDriver(index int) (*driver, DeviceInfo, error) {
 		return fail(err)
 	}
 	info.MemoryBytes = uint64(mem)
+	// Waiting threads block instead of spinning (the driver's default with
+	// fewer contexts than CPUs): gzramd runs at real-time priority when it
+	// is swap, and a thread spinning there takes a whole CPU from
+	// everything else. It fails only if the primary context is already
+	// active, which in gzramd it is not; the waits then spin.
+	info.BlockingSync = C.gz_ctx_set_flags(d, dr.dev, C.GZ_CU_CTX_SCHED_BLOCKING_SYNC) == C.GZ_CUDA_SUCCESS
 	if err := dr.check("cuDevicePrimaryCtxRetain", C.gz_ctx_retain(d, &dr.ctx, dr.dev)); err != nil {
 		return fail(err)
 	}

@@ -183,6 +183,9 @@ func TestGPUDeviceAndTelemetry(t *testing.T) {
 	if info.Name == "" || info.Multiprocessors == 0 || info.MemoryBytes == 0 {
 		t.Fatalf("device info incomplete: %+v", info)
 	}
+	if !info.BlockingSync {
+		t.Error("the primary context was not made to block while waiting (CU_CTX_SCHED_BLOCKING_SYNC)")
+	}
 	t.Logf("device: %+v", info)
 	m, err := OpenMonitor(info.Index)
 	if err != nil {

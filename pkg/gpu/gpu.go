@@ -111,6 +111,9 @@ type DeviceInfo struct {
 	ComputeMajor    int
 	ComputeMinor    int
 	MemoryBytes     uint64
+	// BlockingSync reports that a thread waiting for the GPU sleeps
+	// rather than spins (CU_CTX_SCHED_BLOCKING_SYNC).
+	BlockingSync bool
 }
 
 // slot is one batch in flight: a stream and its buffers.
