@@ -274,6 +274,11 @@ guest_run() {
 	fi
 	echo "---- guest steps ----" >&2
 	grep -aE '^(E2E-STEP|E2E-SWAP|hog: |HOG-)' "$CONSOLE" | tr -d '\r' >&2 || true
+	# The daemon's warnings and errors and the kernel's nbd and I/O
+	# messages, wherever they are in the console: the tail alone may have
+	# scrolled past the first failure.
+	echo "---- gzramd warnings and errors, kernel nbd and I/O messages (first 60) ----" >&2
+	grep -aE 'level=(WARN|ERROR)|nbd|I/O error|Read-error|Write-error|blocked for more' "$CONSOLE" | tr -d '\r' | head -n 60 >&2 || true
 	echo "---- guest console (tail) ----" >&2
 	tail -n 40 "$CONSOLE" | tr -d '\r' >&2
 	echo "---- end of console; verdict: $verdict" >&2
