@@ -40,16 +40,21 @@ func dialRaw(t testing.TB, ts *testServer, export string) *rawClient {
 
 func (c *rawClient) send(cmd Command, flags uint16, cookie, off uint64, length uint32, payload []byte) {
 	c.t.Helper()
-	b := make([]byte, requestHeaderLen, requestHeaderLen+len(payload))
-	be.PutUint32(b[0:], magicRequest)
-	be.PutUint16(b[4:], flags)
-	be.PutUint16(b[6:], uint16(cmd))
-	be.PutUint64(b[8:], cookie)
-	be.PutUint64(b[16:], off)
-	be.PutUint32(b[24:], length)
-	if _, err := c.nc.Write(append(b, payload...)); err != nil {
+	if _, err := c.nc.Write(appendRequest(nil, cmd, flags, cookie, off, length, payload)); err != nil {
 		c.t.Fatalf("sending %v: %v", cmd, err)
 	}
+}
+
+// appendRequest appends a request header and its payload to b.
+func appendRequest(b []byte, cmd Command, flags uint16, cookie, off uint64, length uint32, payload []byte) []byte {
+	var h [requestHeaderLen]byte
+	be.PutUint32(h[0:], magicRequest)
+	be.PutUint16(h[4:], flags)
+	be.PutUint16(h[6:], uint16(cmd))
+	be.PutUint64(h[8:], cookie)
+	be.PutUint64(h[16:], off)
+	be.PutUint32(h[24:], length)
+	return append(append(b, h[:]...), payload...)
 }
 
 // recv reads one simple reply header.
@@ -917,13 +922,7 @@ func TestInlineHelpersRunSharesAtOnce(t *testing.T) {
 	// All n writes in one send, so that the reader finds them together.
 	var batch []byte
 	for i := range n {
-		h := make([]byte, requestHeaderLen)
-		be.PutUint32(h[0:], magicRequest)
-		be.PutUint16(h[6:], uint16(CmdWrite))
-		be.PutUint64(h[8:], uint64(i))
-		be.PutUint64(h[16:], uint64(i)*4096)
-		be.PutUint32(h[24:], 4096)
-		batch = append(append(batch, h...), bytes.Repeat([]byte{byte(i + 1)}, 4096)...)
+		batch = appendRequest(batch, CmdWrite, 0, uint64(i), uint64(i)*4096, 4096, bytes.Repeat([]byte{byte(i + 1)}, 4096))
 	}
 	if _, err := c.nc.Write(batch); err != nil {
 		t.Fatal(err)
@@ -1002,13 +1001,7 @@ func TestInlineAloneRunsLoneRequestsOnTheReader(t *testing.T) {
 	// Two writes in one send: the first is not alone.
 	var two []byte
 	for i := range 2 {
-		h := make([]byte, requestHeaderLen)
-		be.PutUint32(h[0:], magicRequest)
-		be.PutUint16(h[6:], uint16(CmdWrite))
-		be.PutUint64(h[8:], uint64(i))
-		be.PutUint64(h[16:], uint64(8+i)*4096)
-		be.PutUint32(h[24:], 4096)
-		two = append(append(two, h...), bytes.Repeat([]byte{0x77}, 4096)...)
+		two = appendRequest(two, CmdWrite, 0, uint64(i), uint64(8+i)*4096, 4096, bytes.Repeat([]byte{0x77}, 4096))
 	}
 	if _, err := c.nc.Write(two); err != nil {
 		t.Fatal(err)
