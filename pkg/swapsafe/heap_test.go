@@ -12,20 +12,32 @@ import (
 	"time"
 )
 
+// reserveHeap runs ReserveHeap for a test, from GOGC 100 and no memory
+// limit (the test binary's environment must not override the pacing), and
+// puts both back and keeps the reserve alive until the test ends.
+func reserveHeap(t *testing.T, n int64) (*HeapReserve, Step) {
+	t.Helper()
+	t.Setenv("GOGC", "")
+	gc, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	t.Cleanup(func() {
+		debug.SetGCPercent(gc)
+		debug.SetMemoryLimit(limit)
+	})
+	r, step := ReserveHeap(n)
+	t.Cleanup(r.KeepAlive)
+	if step.Err != nil {
+		t.Fatal(step.Err)
+	}
+	return r, step
+}
+
 // TestReserveHeapKeepsFreeMemory: after ReserveHeap, garbage churn and
 // collections do not make the runtime give the reserve back (under
 // mlockall that would replace it with pages that fault on next use), and
 // GOGC is set so that the collector runs before the heap outgrows it.
 func TestReserveHeapKeepsFreeMemory(t *testing.T) {
-	t.Setenv("GOGC", "") // the test binary's environment must not override the pacing
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
 	const reserve = 16 << 20
-	r, step := ReserveHeap(reserve)
-	defer r.KeepAlive()
-	if step.Err != nil {
-		t.Fatal(step.Err)
-	}
+	_, step := reserveHeap(t, reserve)
 	t.Log(step.Done)
 	if got := debug.SetGCPercent(gcPercentWithReserve); got != gcPercentWithReserve {
 		t.Fatalf("GOGC %d after ReserveHeap, want %d", got, gcPercentWithReserve)
@@ -68,14 +80,7 @@ func TestTopUpFaultsInFreeHeap(t *testing.T) {
 	if s := (*HeapReserve)(nil).TopUp(); s.Err != nil || s.Done != "none" {
 		t.Errorf("TopUp without a reserve: %+v, want none", s)
 	}
-	t.Setenv("GOGC", "")
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
-	r, step := ReserveHeap(8 << 20)
-	defer r.KeepAlive()
-	if step.Err != nil {
-		t.Fatal(step.Err)
-	}
+	r, _ := reserveHeap(t, 8<<20)
 	// Start-up allocations the reserve pays for, then TopUp.
 	keep := make([][]byte, 0, 64)
 	for range 64 {
@@ -120,14 +125,7 @@ func TestReserveThreadsStartsThreads(t *testing.T) {
 // call it allocates only its small-span probe, not the maps text, its
 // parse or a large probe, whose fresh spans it would clear itself.
 func TestLockHeapAllocatesOnlyItsProbe(t *testing.T) {
-	t.Setenv("GOGC", "")
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
-	r, step := ReserveHeap(4 << 20)
-	defer r.KeepAlive()
-	if step.Err != nil {
-		t.Fatal(step.Err)
-	}
+	r, _ := reserveHeap(t, 4<<20)
 	if _, err := r.LockHeap(); err != nil {
 		t.Skipf("LockHeap: %v (mlock not permitted here?)", err)
 	}
