@@ -30,7 +30,7 @@ type fixture struct {
 // newDevice returns a device whose batcher batches (its primary backend is
 // a second CPU compressor), the path a GPU takes.
 func newDevice(t testing.TB, size, memLimit int64) *fixture {
-	return newDeviceMode(t, size, memLimit, modeBatched)
+	return newDeviceMode(t, size, pagestore.Config{MemLimit: memLimit}, modeBatched)
 }
 
 type batchMode int
@@ -41,11 +41,11 @@ const (
 	modeMixed                    // a primary with a minimum batch, as with a GPU
 )
 
-// newDeviceMode with direct set uses the CPU-only batcher, where requests
-// compress their own pages.
-func newDeviceMode(t testing.TB, size, memLimit int64, mode batchMode) *fixture {
+// newDeviceMode returns a device over a store made with storeCfg, whose
+// batcher works in the given mode.
+func newDeviceMode(t testing.TB, size int64, storeCfg pagestore.Config, mode batchMode) *fixture {
 	t.Helper()
-	store, err := pagestore.New(pagestore.Config{MemLimit: memLimit})
+	store, err := pagestore.New(storeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,42 +114,53 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		ops = 20_000
 	}
-	runModel(t, ops, false, modeBatched)
+	runModel(t, ops, modelOptions{mode: modeBatched})
 }
 
 // TestModelPaths runs the model on the other paths a write can take: a
 // primary that wants batches of 16 (requests go direct, into batches, and
 // past the deadline to the CPU); the CPU-only path; and batches with the
-// compactor moving objects as fast as it can underneath.
+// compactor moving objects as fast as it can underneath. The last runs
+// the store as the daemon does when it is swap: with a prefaulter, which
+// gives emptied slabs' pages back and faults released slabs in again for
+// reuse, here with so little room to keep empty slabs that nearly every
+// slab that empties goes through that queue.
 func TestModelPaths(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		mode    batchMode
-		compact bool
+		name string
+		opts modelOptions
 	}{
-		{"mixed", modeMixed, false},
-		{"direct", modeDirect, false},
-		{"compacting", modeBatched, true},
+		{"mixed", modelOptions{mode: modeMixed}},
+		{"direct", modelOptions{mode: modeDirect}},
+		{"compacting", modelOptions{mode: modeBatched, compact: true}},
+		{"prefaulting", modelOptions{mode: modeDirect, compact: true,
+			store: pagestore.Config{Prefault: 2 * pageSize, ArenaSize: 1 << 20}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ops := 200_000
 			if testing.Short() {
 				ops = 10_000
 			}
-			runModel(t, ops, tc.compact, tc.mode)
+			runModel(t, ops, tc.opts)
 		})
 	}
 }
 
-func runModel(t *testing.T, totalOps int, compact bool, mode batchMode) {
+type modelOptions struct {
+	mode    batchMode
+	compact bool              // run the compactor as fast as it goes
+	store   pagestore.Config // for the device's store
+}
+
+func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	const workers = 8
 	const regionPages = 64
 	ops := totalOps / workers
 	size := int64(workers * regionPages * pageSize)
-	f := newDeviceMode(t, size, 0, mode)
+	f := newDeviceMode(t, size, opts.store, opts.mode)
 	model := make([]byte, size)
 	ctx := context.Background()
-	if compact {
+	if opts.compact {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
