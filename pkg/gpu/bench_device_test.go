@@ -60,7 +60,7 @@ func TestBenchReport(t *testing.T) {
 		fmt.Fprintf(&rep, "| %s | %d | %d | %d | %.1f | %d |\n", path, c.slots, c.batch, c.workers, gbs, batches)
 	}
 	cpuGBs := cpuThroughput(t, pages)
-	fmt.Fprintf(&rep, "| CPU liblz4 (codec.CPUBatch, %d workers) | - | 1024 | %d | %.1f | - |\n\n",
+	fmt.Fprintf(&rep, "| CPU LZ4 (codec.CPUBatch, %d workers) | - | 1024 | %d | %.1f | - |\n\n",
 		runtime.GOMAXPROCS(0), runtime.GOMAXPROCS(0), cpuGBs)
 
 	// Crossover: single-batch latency, GPU vs CPU on all cores.

@@ -107,8 +107,8 @@ func edgePages(n int) []byte {
 
 // roundTrip compresses pages (any count) on the GPU in batches of up to
 // the slot size and checks each page both ways: GPU → CPU decoder and GPU
-// decoder of the GPU output and of liblz4's output. It returns the stored
-// bytes (compressed, or a page when raw) of the GPU and of liblz4.
+// decoder of the GPU output and of the CPU codec's output. It returns the stored
+// bytes (compressed, or a page when raw) of the GPU and of the CPU codec.
 func roundTrip(t *testing.T, g *Backend, pages []byte) (gpuStored, cpuStored int) {
 	t.Helper()
 	ctx := context.Background()
@@ -149,7 +149,7 @@ func roundTrip(t *testing.T, g *Backend, pages []byte) (gpuStored, cpuStored int
 				t.Fatalf("page %d: GPU decode of GPU output differs", lo+i)
 			}
 		}
-		// GPU decoder on liblz4 output.
+		// GPU decoder on the CPU codec's output.
 		copy(cb.Pages, want)
 		cb.N = n
 		if err := cpu.CompressBatch(ctx, cb); err != nil {
@@ -166,11 +166,11 @@ func roundTrip(t *testing.T, g *Backend, pages []byte) (gpuStored, cpuStored int
 			cb.Pages[i] = 0xC3
 		}
 		if err := g.DecompressBatch(ctx, cb); err != nil {
-			t.Fatalf("pages %d..%d: GPU decode of liblz4 output: %v", lo, lo+n, err)
+			t.Fatalf("pages %d..%d: GPU decode of CPU LZ4 output: %v", lo, lo+n, err)
 		}
 		for i := range n {
 			if cb.Lens[i] != 0 && !bytes.Equal(cb.Page(i), want[i*codec.PageSize:(i+1)*codec.PageSize]) {
-				t.Fatalf("page %d: GPU decode of liblz4 output differs", lo+i)
+				t.Fatalf("page %d: GPU decode of CPU LZ4 output differs", lo+i)
 			}
 		}
 	}
@@ -208,9 +208,9 @@ func TestGPURoundTripCorpus(t *testing.T) {
 	gs, cs := roundTrip(t, g, pages)
 	gr := float64(len(pages)) / float64(gs)
 	cr := float64(len(pages)) / float64(cs)
-	t.Logf("corpus %d pages: GPU ratio %.4f, liblz4 level 1 ratio %.4f", len(pages)/codec.PageSize, gr, cr)
+	t.Logf("corpus %d pages: GPU ratio %.4f, CPU LZ4 ratio %.4f", len(pages)/codec.PageSize, gr, cr)
 	if gr < cr {
-		t.Errorf("GPU ratio %.4f below liblz4's %.4f on the same pages", gr, cr)
+		t.Errorf("GPU ratio %.4f below the CPU LZ4 codec's %.4f on the same pages", gr, cr)
 	}
 }
 
@@ -429,7 +429,7 @@ func TestGPUOversizeBatch(t *testing.T) {
 			t.Fatalf("page %d: GPU decode of an oversize batch differs", i)
 		}
 	}
-	// liblz4 output, one page per PageSize of Out, decoded in parts too.
+	// CPU LZ4 output, one page per PageSize of Out, decoded in parts too.
 	cb := newBatchWith(pages)
 	if err := codec.NewCPUBatch(codec.NewLZ4(), 0).CompressBatch(context.Background(), cb); err != nil {
 		t.Fatal(err)
@@ -443,7 +443,7 @@ func TestGPUOversizeBatch(t *testing.T) {
 	for i := range cb.N {
 		want := pages[i*codec.PageSize : (i+1)*codec.PageSize]
 		if cb.Lens[i] != 0 && !bytes.Equal(cb.Page(i), want) {
-			t.Fatalf("page %d: GPU decode of liblz4 output in parts differs", i)
+			t.Fatalf("page %d: GPU decode of CPU LZ4 output in parts differs", i)
 		}
 	}
 }
