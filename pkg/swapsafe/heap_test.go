@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // reserveHeap runs ReserveHeap for a test, from GOGC 100 and no memory
@@ -151,6 +154,39 @@ func TestFieldsMatchesStringsFields(t *testing.T) {
 		}
 		if n != len(want) || !slices.Equal(f[:n], want) {
 			t.Errorf("fields(%q) = %q, want %q", line, f[:n], want)
+		}
+	}
+}
+
+// lockMissing faults in exactly what is not resident yet, so that most
+// LockHeap calls need not walk the whole heap.
+func TestLockMissingFaultsInWhatIsNotResident(t *testing.T) {
+	const page, pages = 4096, 32
+	mem, err := unix.Mmap(-1, 0, pages*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	for _, p := range []int{0, 1, 2, 10, pages - 1} {
+		mem[p*page] = 1
+	}
+	lo := uintptr(unsafe.Pointer(&mem[0]))
+	var vec []byte
+	if err := lockMissing(lo, lo+pages*page, &vec); err != nil {
+		t.Skipf("mlock not permitted here: %v", err)
+	}
+	defer unix.Munlock(mem)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, lo, pages*page, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	for i, v := range vec[:pages] {
+		if v&1 == 0 {
+			t.Errorf("page %d not resident after lockMissing", i)
+		}
+	}
+	for _, p := range []int{0, 1, 2, 10, pages - 1} {
+		if mem[p*page] != 1 {
+			t.Errorf("page %d lost what was written to it", p)
 		}
 	}
 }
