@@ -138,8 +138,20 @@ func (s *Store) compactTail(c *class, ci int, id uint32, relocate func(owner uin
 		}
 	}
 	c.mu.Lock()
+	above := s.trim(r, g)
+	c.mu.Unlock()
+	// Without the class lock: under mlockall giving pages back takes the
+	// mmap lock for writing, which may wait on a fault in reclaim, and a
+	// writer of this class must not wait behind it. The slab is still
+	// evacuating, on no list, so nothing grows into these pages
+	// meanwhile; Free of its objects still works.
+	if len(above) > 0 {
+		if err := releasePages(above); err != nil {
+			s.releaseErrors.Add(1)
+		}
+	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
-	s.trim(r, g)
 	if r.live == 0 {
 		s.release(c, id, r, s.slabMem(r, g), true)
 		return moved
@@ -151,10 +163,11 @@ func (s *Store) compactTail(c *class, ci int, id uint32, relocate func(owner uin
 	return moved
 }
 
-// trim lowers slab r's mark to just above its top object, gives back the
-// pages above that, and rebuilds its free list lowest slot first. c.mu is
-// held.
-func (s *Store) trim(r *slabRec, g *geometry) {
+// trim lowers slab r's mark to just above its top object, stops counting
+// the pages above that as held, and rebuilds its free list lowest slot
+// first. It returns those pages, for the caller to give back once it has
+// released c.mu, which is held.
+func (s *Store) trim(r *slabRec, g *geometry) (above []byte) {
 	mem := s.slabMem(r, g)
 	top := uint32(r.bump)
 	for top > 0 && isFree(owner(mem, top-1)) {
@@ -169,17 +182,16 @@ func (s *Store) trim(r *slabRec, g *geometry) {
 	}
 	r.bump = uint16(top)
 	if top == 0 {
-		return // the caller releases the slab
+		return nil // the caller releases the slab
 	}
 	keep := pagesFor(objectAt(g, top))
 	if held := uint32(r.touched); keep < held {
-		if err := releasePages(mem[keep*pageSize : held*pageSize]); err != nil {
-			s.releaseErrors.Add(1)
-		}
+		above = mem[keep*pageSize : held*pageSize]
 		s.memUsed.Add(-int64(held-keep) * pageSize)
 		s.pagesCompacted.Add(int64(held - keep))
 		r.touched = uint16(keep)
 	}
+	return above
 }
 
 // copyObject copies the object in slot of mem, with its tag, into the
