@@ -38,7 +38,8 @@ ratio() { awk -v pat="$1" '$1 ~ pat { for (i = 1; i <= NF; i++) if ($(i+1) == "r
 	echo "| gzramd CPU LZ4 batch path, one core, limit 4095 | $ours MB/s, ratio $(ratio 'limit=4095/gzramd-cpubatch') |"
 	echo "| speed gzramd / liblz4 (benchmarks, one after the other) | $(awk -v a="$ours" -v b="$ref" 'BEGIN { printf "%.2f", a / b }') |"
 	echo "| ratio at the daemon's limit (3263), gzramd / liblz4 | $(ratio 'limit=3263/gzramd-cpubatch') / $(ratio 'limit=3263/liblz4-reference') |"
-	echo "| LZ4 decompression, one core | $(mbs 'BenchmarkDecompress/lz4') MB/s |"
+	echo "| LZ4 decompression, one core, page by page | $(mbs 'BenchmarkDecompress/lz4') MB/s |"
+	echo "| liblz4 decompression in one C loop (reference), one core | $(mbs 'BenchmarkDecompress/liblz4-reference') MB/s |"
 	echo "| zstd-1 compression, one core | $(mbs 'BenchmarkZstdCompress') MB/s |"
 	echo "| zstd-1 decompression, one core | $(mbs 'BenchmarkDecompress/zstd') MB/s |"
 	for w in 1 8 32; do

@@ -15,10 +15,23 @@ static long gz_lz4_reference(const char *in, int n, int page, int limit, char *o
 	}
 	return total;
 }
+
+// gz_lz4_reference_decode decodes n blocks, block i lens[i] bytes at
+// in+offs[i], each into the same page of out, with liblz4 in a C loop;
+// -1 means one did not decode to a page.
+static int gz_lz4_reference_decode(const char *in, const int *offs, const int *lens, int n, char *out, int page) {
+	for (int i = 0; i < n; i++) {
+		if (LZ4_decompress_safe(in + offs[i], out, lens[i], page) != page) return -1;
+	}
+	return 0;
+}
 */
 import "C"
 
-import "unsafe"
+import (
+	"errors"
+	"unsafe"
+)
 
 // referenceLZ4 compresses the pages in pages with liblz4's plain one-shot
 // API in one C loop and returns the total stored size, counting pages that
@@ -40,4 +53,19 @@ func referenceLZ4Page(page []byte) int {
 	out := make([]byte, C.LZ4_compressBound(C.int(len(page))))
 	return int(C.LZ4_compress_default((*C.char)(unsafe.Pointer(&page[0])), (*C.char)(unsafe.Pointer(&out[0])),
 		C.int(len(page)), C.int(len(out))))
+}
+
+// referenceLZ4Decode decodes the blocks of packed (block i is lens[i]
+// bytes at offs[i]) with liblz4 in one C loop, the baseline of the
+// decompression benchmark.
+func referenceLZ4Decode(packed []byte, offs, lens []int32) error {
+	if len(offs) == 0 {
+		return nil
+	}
+	out := make([]byte, PageSize)
+	if C.gz_lz4_reference_decode((*C.char)(unsafe.Pointer(&packed[0])), (*C.int)(unsafe.Pointer(&offs[0])),
+		(*C.int)(unsafe.Pointer(&lens[0])), C.int(len(offs)), (*C.char)(unsafe.Pointer(&out[0])), PageSize) != 0 {
+		return errors.New("codec: reference decode failed")
+	}
+	return nil
 }
