@@ -83,6 +83,22 @@ static inline unsigned gz_count(const uint8_t *ip, const uint8_t *match, const u
 	return (unsigned)(ip - start);
 }
 
+// gz_literals sets the literal length in the token at token, writes its
+// continuation bytes and the lit literals at anchor from op on, and
+// returns where they end. The caller has checked that they fit.
+static inline uint8_t *gz_literals(uint8_t *token, uint8_t *op, const uint8_t *anchor, unsigned lit) {
+	if (lit >= GZ_RUN_MASK) {
+		unsigned len = lit - GZ_RUN_MASK;
+		*token = GZ_RUN_MASK << GZ_ML_BITS;
+		for (; len >= 255; len -= 255) *op++ = 255;
+		*op++ = (uint8_t)len;
+	} else {
+		*token = (uint8_t)(lit << GZ_ML_BITS);
+	}
+	memcpy(op, anchor, lit);
+	return op + lit;
+}
+
 int gz_lz4_page(gz_lz4_ctx *ctx, const uint8_t *src, uint8_t *dst, int limit) {
 	const uint8_t *ip = src;
 	const uint8_t *anchor = src;
@@ -161,16 +177,7 @@ int gz_lz4_page(gz_lz4_ctx *ctx, const uint8_t *src, uint8_t *dst, int limit) {
 				op += lit;
 			} else {
 				if (unlikely(op + lit + (2 + 1 + GZ_LASTLITERALS) + lit / 255 > olimit)) return 0;
-				if (lit >= GZ_RUN_MASK) {
-					unsigned len = lit - GZ_RUN_MASK;
-					*token = GZ_RUN_MASK << GZ_ML_BITS;
-					for (; len >= 255; len -= 255) *op++ = 255;
-					*op++ = (uint8_t)len;
-				} else {
-					*token = (uint8_t)(lit << GZ_ML_BITS);
-				}
-				memcpy(op, anchor, lit);
-				op += lit;
+				op = gz_literals(token, op, anchor, lit);
 			}
 		}
 
@@ -239,16 +246,8 @@ last_literals:
 	{
 		unsigned run = (unsigned)(iend - anchor);
 		if (op + run + 1 + (run + 255 - GZ_RUN_MASK) / 255 > olimit) return 0;
-		if (run >= GZ_RUN_MASK) {
-			unsigned acc = run - GZ_RUN_MASK;
-			*op++ = GZ_RUN_MASK << GZ_ML_BITS;
-			for (; acc >= 255; acc -= 255) *op++ = 255;
-			*op++ = (uint8_t)acc;
-		} else {
-			*op++ = (uint8_t)(run << GZ_ML_BITS);
-		}
-		memcpy(op, anchor, run);
-		op += run;
+		uint8_t *token = op++;
+		op = gz_literals(token, op, anchor, run);
 	}
 	return (int)(op - dst);
 }
