@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -26,15 +27,20 @@ func TestNegotiateWithNbdkit(t *testing.T) {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	for range 500 {
-		if _, err := os.Stat(sock); err == nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// nbdkit binds the socket before it listens on it: until it does, a
+	// dial finds no socket or is refused.
+	var nc net.Conn
+	var info ExportInfo
+	var err error
+	for {
+		nc, info, err = Dial(ctx, "unix", sock, "kit")
+		if err == nil || ctx.Err() != nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist)) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	nc, info, err := Dial(ctx, "unix", sock, "kit")
 	if err != nil {
 		t.Fatal(err)
 	}
