@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -260,8 +261,7 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 	probes := [...]uintptr{uintptr(unsafe.Pointer(&r.ballast[0])), uintptr(unsafe.Pointer(small)), uintptr(unsafe.Pointer(&r.large[0]))}
 	bLo := uintptr(unsafe.Pointer(&r.ballast[0]))
 	bHi := bLo + uintptr(len(r.ballast))
-	const page = 4096
-	bLo, bHi = (bLo+page-1)&^(page-1), bHi&^(page-1)
+	bLo, bHi = (bLo+pageSize-1)&^(pageSize-1), bHi&^(pageSize-1)
 	// Most calls fault in only what is not resident: what the heap grew
 	// by, and heap the scavenger mapped fresh over pages it released.
 	// The full lock also writes pages that are mapped but were only ever
@@ -338,9 +338,6 @@ func (r *HeapReserve) readMaps() (string, error) {
 // left alone, so sparse tables (the runtime's arena index) cost nothing.
 // The heap is LockHeap's; stacks are written before they are read.
 func lockTouched(ms []mapping, resident *[]byte) error {
-	const page = 4096
-	vec := *resident
-	defer func() { *resident = vec }()
 	var afterFile uintptr // end of the last file mapping: where a bss starts
 	for _, m := range ms {
 		file := strings.HasPrefix(m.path, "/")
@@ -351,64 +348,75 @@ func lockTouched(ms []mapping, resident *[]byte) error {
 		if m.perms != "rw-p" || !file && !bss {
 			continue
 		}
-		n := int((m.hi - m.lo) / page)
-		if cap(vec) < n {
-			vec = make([]byte, n)
-		}
-		vec = vec[:n]
-		if _, _, e := unix.Syscall(unix.SYS_MINCORE, m.lo, m.hi-m.lo, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		vec, err := residency(m.lo, m.hi, resident)
+		if err != nil {
 			continue // unmapped since maps was read
 		}
-		for i := 0; i < n; {
-			if vec[i]&1 == 0 {
-				i++
-				continue
-			}
-			j := i
-			for j < n && vec[j]&1 != 0 {
-				j++
-			}
-			a, b := m.lo+uintptr(i)*page, m.lo+uintptr(j)*page
+		for i, j := range pageRuns(vec, true) {
+			a, b := m.lo+uintptr(i)*pageSize, m.lo+uintptr(j)*pageSize
 			if err := mlockRange(a, b); err != nil && err != unix.ENOMEM {
 				return fmt.Errorf("mlock of touched pages at %#x-%#x: %w", a, b, err)
 			}
-			i = j
 		}
 	}
 	return nil
 }
 
 // lockMissing faults in and locks the pages of [lo, hi) that are not
-// resident, in runs. resident is mincore's vector, grown as need be and
-// kept.
+// resident, in runs. resident is mincore's vector, as for residency.
 func lockMissing(lo, hi uintptr, resident *[]byte) error {
-	const page = 4096
-	n := int((hi - lo) / page)
-	if n == 0 {
-		return nil
-	}
-	if cap(*resident) < n {
-		*resident = make([]byte, n)
-	}
-	vec := (*resident)[:n]
-	if _, _, e := unix.Syscall(unix.SYS_MINCORE, lo, hi-lo, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+	vec, err := residency(lo, hi, resident)
+	if err != nil {
 		return mlockRange(lo, hi) // let mlock say what is wrong with the range
 	}
-	for i := 0; i < n; {
-		if vec[i]&1 != 0 {
-			i++
-			continue
-		}
-		j := i
-		for j < n && vec[j]&1 == 0 {
-			j++
-		}
-		if err := mlockRange(lo+uintptr(i)*page, lo+uintptr(j)*page); err != nil {
+	for i, j := range pageRuns(vec, false) {
+		if err := mlockRange(lo+uintptr(i)*pageSize, lo+uintptr(j)*pageSize); err != nil {
 			return err
 		}
-		i = j
 	}
 	return nil
+}
+
+// pageSize is the unit of mincore's vector and of mlock.
+const pageSize = 4096
+
+// residency returns mincore's vector for the pages of [lo, hi): bit 0 of
+// each byte is set for a resident page. The vector lives in *vec, grown as
+// need be and kept, so that LockHeap allocates nothing once warm.
+func residency(lo, hi uintptr, vec *[]byte) ([]byte, error) {
+	n := int((hi - lo) / pageSize)
+	if cap(*vec) < n {
+		*vec = make([]byte, n)
+	}
+	v := (*vec)[:n]
+	if n == 0 {
+		return v, nil
+	}
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, lo, hi-lo, uintptr(unsafe.Pointer(&v[0]))); e != 0 {
+		return nil, e
+	}
+	return v, nil
+}
+
+// pageRuns yields each maximal run [i, j) of pages in a mincore vector
+// that are resident, or with resident false, that are not.
+func pageRuns(vec []byte, resident bool) iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		for i := 0; i < len(vec); {
+			if (vec[i]&1 != 0) != resident {
+				i++
+				continue
+			}
+			j := i
+			for j < len(vec) && (vec[j]&1 != 0) == resident {
+				j++
+			}
+			if !yield(i, j) {
+				return
+			}
+			i = j
+		}
+	}
 }
 
 // KeepHeapLocked calls LockHeap every interval until ctx is done, on a
