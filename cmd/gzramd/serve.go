@@ -18,6 +18,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/gpu"
+	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
 type serveConfig struct {
@@ -162,8 +163,8 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --mem-limit %s: want a size such as 2GiB, or 0 for no limit", c.memLimit.String())
 	case c.nbdInline != "auto" && c.nbdInline != "on" && c.nbdInline != "off":
 		return fmt.Errorf("invalid --nbd-inline %q: want auto, on or off", c.nbdInline)
-	case c.nbdInlineHelpers < -1 || c.nbdInlineHelpers > 16:
-		return fmt.Errorf("invalid --nbd-inline-helpers %d: want 0 to 16, or -1 for auto", c.nbdInlineHelpers)
+	case c.nbdInlineHelpers < -1 || c.nbdInlineHelpers > nbd.MaxInlineHelpers:
+		return fmt.Errorf("invalid --nbd-inline-helpers %d: want 0 to %d, or -1 for auto", c.nbdInlineHelpers, nbd.MaxInlineHelpers)
 	case c.realtime != "auto" && c.realtime != "on" && c.realtime != "off":
 		return fmt.Errorf("invalid --realtime %q: want auto, on or off", c.realtime)
 	case c.prefault < 0 || c.prefault > 1<<30:

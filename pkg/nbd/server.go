@@ -80,7 +80,8 @@ type Options struct {
 	// reader taking a share: a connection's requests then use more than
 	// one CPU, at the price of waking the helpers once per such group. It
 	// pays where CPUs would otherwise idle; with as many busy threads as
-	// CPUs it only adds the wake-ups. At most 16; 0 means none.
+	// CPUs it only adds the wake-ups. At most MaxInlineHelpers; 0 means
+	// none.
 	InlineHelpers int
 	// ReserveBuffers is the payload buffer memory each connection
 	// allocates, writes and keeps from its handshake on, in buffers of
@@ -92,8 +93,10 @@ type Options struct {
 	ReserveBuffers int64
 }
 
+// MaxInlineHelpers bounds Options.InlineHelpers.
+const MaxInlineHelpers = 16
+
 const (
-	maxInlineHelpers        = 16
 	defaultMaxInFlight      = 128
 	defaultMaxInFlightBytes = 64 << 20
 	defaultHandshakeTimeout = 10 * time.Second
@@ -178,7 +181,7 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		maxInFlightBytes: opts.MaxInFlightBytes,
 		inline:           opts.Inline,
 		inlineAlone:      opts.InlineAlone,
-		inlineHelpers:    min(max(opts.InlineHelpers, 0), maxInlineHelpers),
+		inlineHelpers:    min(max(opts.InlineHelpers, 0), MaxInlineHelpers),
 		bufs:             newBufferPool(),
 		reserveBuffers:   min(max(opts.ReserveBuffers, 0), maxReserveBytes),
 		handshakeTimeout: opts.HandshakeTimeout,
