@@ -148,7 +148,7 @@ func TestModelPaths(t *testing.T) {
 
 type modelOptions struct {
 	mode    batchMode
-	compact bool              // run the compactor as fast as it goes
+	compact bool             // run the compactor as fast as it goes
 	store   pagestore.Config // for the device's store
 }
 
