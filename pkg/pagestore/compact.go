@@ -56,7 +56,7 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 			}
 			// Destinations come only from slabs that already exist:
 			// growing the store to compact it would defeat the purpose.
-			nid, nmem, nslot, err := s.take(c, ci, false)
+			nid, nmem, nslot, err := s.take(c, ci, false, nil)
 			if err != nil {
 				aborted = true
 				c.mu.Unlock()
@@ -116,7 +116,7 @@ func (s *Store) compactTail(c *class, ci int, id uint32, relocate func(owner uin
 		nid, nmem, nslot := id, mem, uint32(0)
 		if outside {
 			var err error
-			if nid, nmem, nslot, err = s.take(c, ci, false); err != nil {
+			if nid, nmem, nslot, err = s.take(c, ci, false, nil); err != nil {
 				nid, nmem, outside = id, mem, false
 			}
 		}

@@ -6,13 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/osthread"
-	"github.com/gzramd/gzramd/internal/prefetch"
 )
 
 // Handle names a stored object. 0 is never a valid handle. Handles are
@@ -47,7 +44,8 @@ type Config struct {
 // has the same figure.
 type Stats struct {
 	ComprDataSize  int64 // sum of live objects' sizes (compr_data_size)
-	MemUsed        int64 // bytes of slab memory held (mem_used_total)
+	MemUsed        int64 // bytes of slab memory held, and Reserved (mem_used_total)
+	Reserved       int64 // bytes counted by Reserve for objects not yet stored
 	MemUsedMax     int64 // high-water mark of MemUsed (mem_used_max)
 	MemLimit       int64 // 0 = unlimited (mem_limit)
 	Objects        int64 // live objects
@@ -85,8 +83,9 @@ type Store struct {
 	arenas atomic.Pointer[[][]byte]
 	closed atomic.Bool
 
-	memUsed        atomic.Int64
+	memUsed        atomic.Int64 // slab memory held, and reserved
 	memUsedMax     atomic.Int64
+	reserved       atomic.Int64 // of memUsed: Reserve's, not slab memory
 	memLimit       atomic.Int64
 	pagesCompacted atomic.Int64
 	nchunks        atomic.Int64
@@ -187,166 +186,6 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// prefaulter keeps Config.Prefault bytes of arena faulted in ahead of
-// carve, woken by carve and every 100ms. It runs on a thread of its own,
-// named gzramd-prefault, so that a stack dump (sysrq-t, top -H) shows
-// whether the one thread allowed to wait on reclaim is doing so.
-func (s *Store) prefaulter() {
-	defer close(s.refillDone)
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stopRefill:
-			return
-		case <-s.refill:
-		case <-t.C:
-		}
-		s.releaseQueued()
-		s.warmReleased()
-		s.prefaultAhead()
-	}
-}
-
-// releaseQueued gives the queued slabs' pages back to the kernel and then
-// returns the slabs to their classes for reuse.
-func (s *Store) releaseQueued() {
-	s.relMu.Lock()
-	s.releases, s.releasing = s.releasing[:0], s.releases
-	s.relMu.Unlock()
-	for i, p := range s.releasing {
-		if s.closed.Load() {
-			return
-		}
-		c, g := &s.classes[p.class], &s.geo[p.class]
-		r := s.rec(p.id)
-		if err := releasePages(s.slabMem(r, g)[:int(p.pages)*pageSize]); err != nil {
-			s.releaseErrors.Add(1)
-		}
-		c.mu.Lock()
-		s.pushEmpty(c, p.id)
-		c.mu.Unlock()
-		s.releasing[i] = pendingRelease{}
-	}
-}
-
-// warmReleased faults in again the pages of one released slab of each
-// class that has no resident empty slab left. newSlab reuses only
-// resident ones (a fault there would be on the path that stores a
-// swapped-out page): without this, a class whose slabs were released
-// would carve new ones from the arenas for ever, and the store's address
-// space and slab records would grow without bound under churn.
-func (s *Store) warmReleased() {
-	for ci := range s.classes {
-		if s.closed.Load() {
-			return
-		}
-		c, g := &s.classes[ci], &s.geo[ci]
-		c.mu.Lock()
-		n := len(c.empty)
-		if n == 0 || s.rec(c.empty[n-1]).touched > 0 || s.rec(c.empty[n-1]).warm {
-			c.mu.Unlock()
-			continue
-		}
-		// Off the stack while its pages fault in, so nobody takes it.
-		id := c.empty[n-1]
-		c.empty = c.empty[:n-1]
-		c.mu.Unlock()
-		r := s.rec(id)
-		touchPages(s.slabMem(r, g))
-		c.mu.Lock()
-		r.warm = true
-		c.empty = append(c.empty, id)
-		c.mu.Unlock()
-	}
-}
-
-// prefaultAhead touches the pages between the carve point and Prefault
-// bytes beyond it, mapping the spare arena when the last one runs short.
-// It touches without holding mu (a fault may wait on reclaim; carve must
-// not wait with it), with an atomic add of zero: carve may hand out a page
-// while it is being touched, and the add changes no byte a slab wrote.
-func (s *Store) prefaultAhead() {
-	const step = 64 // pages touched between looks at the carve point
-	// The slab records for the next slabs too: a new chunk is fresh heap
-	// memory, and newSlab runs on a writer's path.
-	if next := (s.nslabs.Load() + chunkSize/2) >> chunkBits; next < maxChunks {
-		s.ensureChunk(next)
-	}
-	for {
-		s.mu.Lock()
-		if s.closed.Load() {
-			s.mu.Unlock()
-			return
-		}
-		arenas := *s.arenas.Load()
-		want := int(s.prefault / pageSize)
-		var mem []byte
-		from := 0
-		if len(arenas) > 0 {
-			last := arenas[len(arenas)-1]
-			ahead := s.faultedTo - s.arenaNext
-			if s.faultedTo < s.arenaNext {
-				s.faultedTo, ahead = s.arenaNext, 0
-			}
-			if ahead < want && s.faultedTo < len(last)/pageSize {
-				mem, from = last, s.faultedTo
-				s.faultedTo = min(s.faultedTo+step, len(last)/pageSize)
-			} else if ahead < want {
-				want -= ahead // the rest goes to the spare arena
-			} else {
-				s.mu.Unlock()
-				return
-			}
-		}
-		if mem == nil {
-			// The last arena is faulted to its end: get the spare ready,
-			// mapping it without the lock (carve must not wait on mmap).
-			if s.spare == nil {
-				s.mu.Unlock()
-				spare, err := mapArena(s.arenaSize)
-				if err != nil {
-					return
-				}
-				s.mu.Lock()
-				if s.spare != nil || s.closed.Load() {
-					s.mu.Unlock()
-					_ = unix.Munmap(spare)
-					continue
-				}
-				s.spare = spare
-				s.spareFaulted = 0
-			}
-			if s.spareFaulted >= min(want, len(s.spare)/pageSize) {
-				s.mu.Unlock()
-				return
-			}
-			mem, from = s.spare, s.spareFaulted
-			s.spareFaulted = min(s.spareFaulted+step, len(s.spare)/pageSize)
-		}
-		s.mu.Unlock()
-		touchPages(mem[from*pageSize : min(from+step, len(mem)/pageSize)*pageSize])
-	}
-}
-
-// touchPages faults in every page of mem without changing its contents.
-//
-// In a system call where the kernel allows it (MADV_POPULATE_WRITE, Linux
-// 5.14): a thread faulting in Go code cannot be stopped by the runtime,
-// so a fault that waits on reclaim would hold up every stop-the-world
-// (each garbage collection has two) and with it every goroutine, the
-// ones storing swapped pages included; a thread in a system call does
-// not. Elsewhere, with an atomic add of zero per page, which changes no
-// byte a slab wrote.
-func touchPages(mem []byte) {
-	if len(mem) == 0 || unix.Madvise(mem, unix.MADV_POPULATE_WRITE) == nil {
-		return
-	}
-	for off := 0; off+4 <= len(mem); off += pageSize {
-		atomic.AddUint32((*uint32)(unsafe.Pointer(&mem[off])), 0)
-	}
-}
-
 // Close unmaps all memory. No other method may run during or after Close;
 // afterwards Alloc fails with ErrClosed, Bytes returns nil and Free does
 // nothing.
@@ -393,6 +232,7 @@ func (s *Store) Stats() Stats {
 		MemUsed:        s.memUsed.Load(),
 		MemUsedMax:     s.memUsedMax.Load(),
 		MemLimit:       s.memLimit.Load(),
+		Reserved:       s.reserved.Load(),
 		PagesCompacted: s.pagesCompacted.Load(),
 		BadHandles:     s.badHandles.Load(),
 		ReleaseErrors:  s.releaseErrors.Load(),
@@ -406,223 +246,36 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
-// Alloc reserves an object of size bytes (1..MaxObjectSize) tagged with
-// owner, and returns its handle and its bytes for the caller to fill. owner
-// is what Compact passes back to relocate, at most MaxOwner. Alloc fails with ErrFull, changing nothing, when the object
-// needs a page of memory that the limit does not allow.
-func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
-	if size < 1 || size > MaxObjectSize {
-		return 0, nil, fmt.Errorf("pagestore: object size %d out of range [1, %d]: %w", size, MaxObjectSize, syscall.EINVAL)
-	}
-	if owner > MaxOwner {
-		return 0, nil, fmt.Errorf("pagestore: owner %#x above %#x: %w", owner, MaxOwner, syscall.EINVAL)
-	}
-	if s.closed.Load() {
-		return 0, nil, ErrClosed
-	}
-	ci := classOf(size)
-	c, g := &s.classes[ci], &s.geo[ci]
-	c.mu.Lock()
-	id, mem, slot, err := s.take(c, ci, true)
-	if err != nil {
-		c.mu.Unlock()
-		return 0, nil, err
-	}
-	setOwner(mem, slot, owner)
-	setDelta(mem, slot, byte(g.size-uint32(size)))
-	c.objects.Add(1)
-	c.bytes.Add(int64(size))
-	c.mu.Unlock()
-	off := objectAt(g, slot)
-	return handle(id, slot), mem[off : off+uint32(size) : off+uint32(size)], nil
-}
-
-func handle(slab, slot uint32) Handle { return Handle(slab)<<slotBits | Handle(slot) }
-
-// lookup checks that h names a slot of an existing slab and returns the
-// slab and its memory. It does not say whether the slot is in use.
-func (s *Store) lookup(h Handle) (id uint32, r *slabRec, mem []byte, slot uint32, ok bool) {
-	if h>>slotBits >= Handle(s.nslabs.Load()) {
-		return 0, nil, nil, 0, false
-	}
-	id, slot = uint32(h>>slotBits), uint32(h&slotMask)
-	if id == 0 {
-		return 0, nil, nil, 0, false
-	}
-	r = s.rec(id)
-	g := &s.geo[r.class]
-	arenas := *s.arenas.Load()
-	if slot >= g.slots || int(r.arena) >= len(arenas) {
-		return 0, nil, nil, 0, false
-	}
-	off := int(r.page) * pageSize
-	return id, r, arenas[r.arena][off : off+int(g.pages)*pageSize], slot, true
-}
-
-// Bytes returns the bytes of the object h, size long as given to Alloc (a
-// size beyond the object's class is clamped to it). They are valid until
-// the object is freed or relocated. Bytes checks only that h names a slot
-// of an existing slab, returning nil otherwise; it takes no lock.
-func (s *Store) Bytes(h Handle, size int) []byte {
-	_, r, mem, slot, ok := s.lookup(h)
-	if !ok {
+// hold counts n more bytes of slab memory as held: first from credit (a
+// caller's Reserve, which already counts in memUsed and becomes slab
+// memory), then, for the rest, if the limit allows (see holdWithin).
+// credit may be nil. c.mu is held.
+func (s *Store) hold(c *class, n int64, credit *int64) error {
+	if use := min(creditOf(credit), n); use > 0 {
+		if err := s.holdWithin(c, n-use); err != nil {
+			return err
+		}
+		*credit -= use
+		s.reserved.Add(-use)
 		return nil
 	}
-	g := &s.geo[r.class]
-	n := uint32(min(max(size, 0), int(g.size)))
-	off := objectAt(g, slot)
-	return mem[off : off+n : off+n]
+	return s.holdWithin(c, n)
 }
 
-// Prefetch asks the CPU for the cache line of h's tag, which Free(h)
-// reads and writes: a writer replacing h calls it before it compresses
-// the new page, so that the cache miss (the old object is cold, on a
-// random page) overlaps the compression. Any handle is accepted.
-func (s *Store) Prefetch(h Handle) {
-	if _, _, mem, slot, ok := s.lookup(h); ok {
-		prefetch.Line(unsafe.Pointer(&mem[tagSize*slot]))
+func creditOf(credit *int64) int64 {
+	if credit == nil {
+		return 0
 	}
+	return *credit
 }
 
-// Free releases the object h. A handle that names no live object (never
-// allocated, already freed, or from another store) is detected, counted in
-// Stats.BadHandles and otherwise ignored; a stale handle whose slot holds
-// a new object frees that object. A slab left empty gives its pages back
-// to the kernel at once, except that each class keeps one that emptied
-// holding at most two pages (Compact releases it).
-func (s *Store) Free(h Handle) {
-	id, r, mem, slot, ok := s.lookup(h)
-	if !ok {
-		s.badHandles.Add(1)
-		return
+// holdWithin counts n more bytes as held if the limit allows, releasing
+// the cached empty slabs of c and of the classes not busy now if that
+// makes the difference. c, if not nil, is locked.
+func (s *Store) holdWithin(c *class, n int64) error {
+	if n <= 0 {
+		return nil
 	}
-	c, g := &s.classes[r.class], &s.geo[r.class]
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r.state == slabEmpty || slot >= uint32(r.bump) || isFree(owner(mem, slot)) {
-		s.badHandles.Add(1)
-		return
-	}
-	size := g.size - uint32(delta(mem, slot))
-	setOwner(mem, slot, freeTag|uint32(r.freeHead))
-	r.freeHead = uint16(slot + 1)
-	wasFull := uint32(r.live) == g.slots
-	r.live--
-	c.objects.Add(-1)
-	c.bytes.Add(-int64(size))
-	switch r.state {
-	case slabActive:
-		switch {
-		case r.live == 0:
-			if !wasFull {
-				s.unlink(&c.partial, id)
-			}
-			switch {
-			case c.cached == 0 && r.touched <= maxCachedPages:
-				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
-				c.cached = id
-			case s.prefault > 0 && s.keptEmpty.Add(int64(r.touched)) <= s.prefault/pageSize:
-				// A swap daemon keeps emptied slabs resident for reuse,
-				// up to Prefault bytes: pages given back now would fault
-				// in again on the path that stores a swapped-out page,
-				// maybe when the kernel has no page to give. Beyond that
-				// they go back: the memory swap gave up must not stay
-				// stranded in one size class.
-				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
-				c.empty = append(c.empty, id)
-			default:
-				if s.prefault > 0 {
-					s.keptEmpty.Add(-int64(r.touched)) // not kept after all
-				}
-				s.release(c, id, r, mem, false)
-			}
-		case wasFull:
-			s.push(&c.partial, id)
-		}
-	case slabDraining:
-		if r.live == 0 {
-			s.unlink(&c.draining, id)
-			s.release(c, id, r, mem, true)
-		}
-	}
-}
-
-// take hands out a free slot of class ci, from the most recently used slab
-// with room, making a slab when grow is set and none has room. c.mu is held.
-func (s *Store) take(c *class, ci int, grow bool) (id uint32, mem []byte, slot uint32, err error) {
-	g := &s.geo[ci]
-	id = c.partial
-	if id == 0 {
-		if !grow {
-			return 0, nil, 0, ErrFull
-		}
-		// Spare making a slab that could not take even one object.
-		if !s.fits(c, int64(pagesFor(objectAt(g, 1)))*pageSize) {
-			return 0, nil, 0, ErrFull
-		}
-		if id, err = s.newSlab(c, ci); err != nil {
-			return 0, nil, 0, err
-		}
-		s.push(&c.partial, id)
-	}
-	r := s.rec(id)
-	slot, err = s.takeFrom(c, r, g, s.slabMem(r, g))
-	if err != nil {
-		if r.live == 0 {
-			// A slab made just now: it holds no memory yet.
-			s.unlink(&c.partial, id)
-			r.state = slabEmpty
-			c.empty = append(c.empty, id)
-		}
-		// The head slab needs a new page; another may have a free slot
-		// in pages it already holds.
-		for id = c.partial; id != 0; id = r.next {
-			r = s.rec(id)
-			if r.freeHead != 0 || pagesFor(objectAt(g, uint32(r.bump)+1)) <= uint32(r.touched) {
-				slot, err = s.takeFrom(c, r, g, s.slabMem(r, g))
-				break
-			}
-		}
-		if err != nil {
-			return 0, nil, 0, err
-		}
-	}
-	if uint32(r.live) == g.slots {
-		s.unlink(&c.partial, id)
-	}
-	return id, s.slabMem(r, g), slot, nil
-}
-
-// takeFrom hands out a slot of r: a freed one first, else the next never
-// used one, reserving the page it reaches into.
-func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte) (uint32, error) {
-	var slot uint32
-	if r.freeHead != 0 {
-		slot = uint32(r.freeHead - 1)
-		r.freeHead = uint16(owner(mem, slot) &^ freeTag)
-	} else {
-		slot = uint32(r.bump)
-		need := pagesFor(objectAt(g, slot+1))
-		if need > uint32(r.touched) {
-			if err := s.reserve(c, int64(need-uint32(r.touched))*pageSize); err != nil {
-				return 0, err
-			}
-			r.touched = uint16(need)
-		}
-		r.bump++
-	}
-	r.live++
-	return slot, nil
-}
-
-func (s *Store) slabMem(r *slabRec, g *geometry) []byte {
-	off := int(r.page) * pageSize
-	return (*s.arenas.Load())[r.arena][off : off+int(g.pages)*pageSize]
-}
-
-// reserve counts n more bytes as held, failing if that exceeds the limit
-// even after cached empty slabs are released. c.mu is held.
-func (s *Store) reserve(c *class, n int64) error {
 	reclaimed := false
 	for {
 		used, limit := s.memUsed.Load(), s.memLimit.Load()
@@ -635,118 +288,55 @@ func (s *Store) reserve(c *class, n int64) error {
 			continue
 		}
 		if s.memUsed.CompareAndSwap(used, used+n) {
-			for {
-				m := s.memUsedMax.Load()
-				if used+n <= m || s.memUsedMax.CompareAndSwap(m, used+n) {
-					return nil
-				}
-			}
+			s.noteMax(used + n)
+			return nil
 		}
 	}
 }
 
-// newSlab returns an empty active slab for class ci: one the class used
-// before, or a new one carved from an arena. c.mu is held.
-func (s *Store) newSlab(c *class, ci int) (uint32, error) {
-	if id := c.cached; id != 0 {
-		c.cached = 0
-		s.rec(id).state = slabActive
-		return id, nil
-	}
-	if n := len(c.empty); n > 0 {
-		// With prefaulting, slabs whose pages are resident (kept, or
-		// faulted in again by warmReleased) are on top of the stack and
-		// taken first. A released one below them is still taken before
-		// new arena memory, although its pages fault in on this writer's
-		// path (counted in PrefaultMisses): carving instead would let a
-		// class that churns grow the arenas and slab records without
-		// bound.
-		id := c.empty[n-1]
-		c.empty = c.empty[:n-1]
-		r := s.rec(id)
-		if s.prefault > 0 {
-			s.keptEmpty.Add(-int64(r.touched))
-			switch {
-			case r.warm:
-				r.warm = false
-				s.wakePrefaulter() // to warm the class's next one
-			case r.touched == 0:
-				s.prefaultMisses.Add(int64(s.geo[ci].pages))
-				s.wakePrefaulter()
-			}
+func (s *Store) addUsed(n int64) { s.noteMax(s.memUsed.Add(n)) }
+
+func (s *Store) noteMax(used int64) {
+	for {
+		m := s.memUsedMax.Load()
+		if used <= m || s.memUsedMax.CompareAndSwap(m, used) {
+			return
 		}
-		r.state = slabActive
-		return id, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return 0, ErrClosed
-	}
-	id := s.nslabs.Load()
-	if id >= maxChunks*chunkSize {
-		return 0, fmt.Errorf("pagestore: all %d slab records in use: %w", maxChunks*chunkSize, syscall.ENOSPC)
-	}
-	arena, page, err := s.carve(int(s.geo[ci].pages))
-	if err != nil {
-		return 0, err
-	}
-	chunk := s.ensureChunk(id >> chunkBits)
-	chunk[id&chunkMask] = slabRec{arena: arena, page: page, class: uint16(ci), state: slabActive}
-	s.nslabs.Store(id + 1)
-	return id, nil
 }
 
-// ensureChunk returns slab record chunk i, creating it if need be. The
-// prefaulter creates chunks ahead of newSlab, without s.mu.
-func (s *Store) ensureChunk(i uint32) *slabChunk {
-	if c := s.chunks[i].Load(); c != nil {
-		return c
+// Reserve counts n bytes as held for objects the caller will store later
+// (pages it keeps elsewhere meanwhile, such as staged ones): they count in
+// MemUsed and against the limit from now on, and Reserve fails with
+// ErrFull, changing nothing, when the limit does not allow them. The
+// objects are then allocated with AllocBatch, drawing on the reservation,
+// and what is left of it given back with Unreserve.
+func (s *Store) Reserve(n int64) error {
+	if n <= 0 {
+		return nil
 	}
-	c := new(slabChunk)
-	if s.chunks[i].CompareAndSwap(nil, c) {
-		s.nchunks.Add(1)
-		return c
+	if err := s.holdWithin(nil, n); err != nil {
+		return err
 	}
-	return s.chunks[i].Load()
+	s.reserved.Add(n)
+	return nil
 }
 
-// carve takes pages contiguous pages from the last arena, mapping a new
-// one when it has too few left. s.mu is held.
-func (s *Store) carve(pages int) (arena, page uint32, err error) {
-	arenas := *s.arenas.Load()
-	if s.refill != nil {
-		s.wakePrefaulter()
+// Unreserve gives back n bytes of earlier Reserves.
+func (s *Store) Unreserve(n int64) {
+	if n <= 0 {
+		return
 	}
-	if len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize {
-		mem := s.spare
-		if mem != nil {
-			s.spare = nil
-			s.faultedTo, s.spareFaulted = s.spareFaulted, 0
-		} else {
-			var err error
-			if mem, err = mapArena(s.arenaSize); err != nil {
-				return 0, 0, err
-			}
-			s.faultedTo = 0
-		}
-		next := make([][]byte, len(arenas)+1)
-		copy(next, arenas)
-		next[len(arenas)] = mem
-		s.arenas.Store(&next)
-		arenas, s.arenaNext = next, 0
-	}
-	page = uint32(s.arenaNext)
-	s.arenaNext += pages
-	if s.prefault > 0 && s.arenaNext > s.faultedTo {
-		s.prefaultMisses.Add(int64(s.arenaNext - max(s.faultedTo, int(page))))
-	}
-	return uint32(len(arenas) - 1), page, nil
+	s.reserved.Add(-n)
+	s.memUsed.Add(-n)
 }
 
 // fits reports whether n more bytes would fit within the limit, releasing
 // cached empty slabs if that makes the difference. c.mu is held.
 func (s *Store) fits(c *class, n int64) bool {
+	if n <= 0 {
+		return true
+	}
 	over := func() bool {
 		limit := s.memLimit.Load()
 		return limit > 0 && s.memUsed.Load()+n > limit
@@ -778,68 +368,5 @@ func (s *Store) dropCache(c *class, g *geometry) {
 		c.cached = 0
 		r := s.rec(id)
 		s.release(c, id, r, s.slabMem(r, g), false)
-	}
-}
-
-// release gives an empty slab's pages back to the kernel and keeps the
-// slab for its class to reuse. c.mu is held.
-//
-// With a prefaulter, that thread gives the pages back and the slab waits,
-// on no list, until it has. Under mlockall, giving pages back takes the
-// process's mmap lock for writing (munlock, mlock2), and while another of
-// gzramd's threads holds it for reading in a fault or populate that waits
-// on reclaim, the writer waits, and so does every later fault and madvise
-// behind it: a writer storing a swapped-out page must never be that
-// writer. A guest swapping onto gzramd froze exactly so.
-func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted bool) {
-	held := int64(r.touched)
-	queued := false
-	if s.prefault > 0 {
-		s.relMu.Lock()
-		if len(s.releases) < cap(s.releases) {
-			s.releases = append(s.releases, pendingRelease{id: id, class: r.class, pages: r.touched})
-			queued = true
-		}
-		s.relMu.Unlock()
-	}
-	if !queued {
-		if err := releasePages(mem[:held*pageSize]); err != nil {
-			s.releaseErrors.Add(1)
-		}
-	}
-	s.memUsed.Add(-held * pageSize)
-	if compacted {
-		s.pagesCompacted.Add(held)
-	}
-	// arena, page and class stay: Bytes and Free read them without a lock.
-	r.prev, r.next, r.bump, r.live, r.freeHead, r.touched = 0, 0, 0, 0, 0, 0
-	r.state = slabEmpty
-	if queued {
-		s.wakePrefaulter()
-		return
-	}
-	s.pushEmpty(c, id)
-}
-
-// wakePrefaulter asks the prefaulter for a round now rather than at its
-// next tick.
-func (s *Store) wakePrefaulter() {
-	select {
-	case s.refill <- struct{}{}:
-	default:
-	}
-}
-
-// pushEmpty puts a slab whose pages were given back on its class's stack
-// of empty slabs. c.mu is held.
-func (s *Store) pushEmpty(c *class, id uint32) {
-	if c.empty == nil {
-		c.empty = make([]uint32, 0, 16)
-	}
-	c.empty = append(c.empty, id)
-	if s.prefault > 0 {
-		// Below the slabs that kept their pages: newSlab takes only those.
-		copy(c.empty[1:], c.empty)
-		c.empty[0] = id
 	}
 }

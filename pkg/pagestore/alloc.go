@@ -1,0 +1,471 @@
+package pagestore
+
+import (
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"github.com/gzramd/gzramd/internal/prefetch"
+)
+
+// Alloc reserves an object of size bytes (1..MaxObjectSize) tagged with
+// owner, and returns its handle and its bytes for the caller to fill. owner
+// is what Compact passes back to relocate, at most MaxOwner. Alloc fails
+// with ErrFull, changing nothing, when the object needs a page of memory
+// that the limit does not allow.
+func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
+	if err := s.checkAlloc(size, owner); err != nil {
+		return 0, nil, err
+	}
+	ci := classOf(size)
+	c, g := &s.classes[ci], &s.geo[ci]
+	c.mu.Lock()
+	h, mem, slot, err := s.allocLocked(c, ci, size, owner, nil)
+	c.mu.Unlock()
+	if err != nil {
+		return 0, nil, err
+	}
+	off := objectAt(g, slot)
+	return h, mem[off : off+uint32(size) : off+uint32(size)], nil
+}
+
+// AllocBatch allocates objects as Alloc does, object i of sizes[i] bytes
+// tagged with owners[i], in order, and stores their handles in handles (as
+// long as sizes); the caller fills them through Bytes. Runs of objects of
+// one size class take the class's lock once: a batch of pages that
+// compress alike (as a program's pages often do) costs one lock, not one
+// each, which is what lets many writers store at once.
+//
+// reserved is the part of an earlier Reserve the objects draw on before
+// the memory limit is asked for more (staged pages reserved 4 KiB each and
+// are stored here). AllocBatch stops at the first object it cannot
+// allocate, and returns how many it did (the first n handles), the part of
+// reserved it did not use (still reserved, for the caller to use or
+// Unreserve), and the error.
+func (s *Store) AllocBatch(sizes []int, owners []uint32, handles []Handle, reserved int64) (n int, unused int64, err error) {
+	if len(owners) != len(sizes) || len(handles) != len(sizes) {
+		return 0, reserved, fmt.Errorf("pagestore: batch of %d sizes, %d owners and %d handles: %w", len(sizes), len(owners), len(handles), syscall.EINVAL)
+	}
+	credit := reserved
+	locked := -1
+	defer func() {
+		if locked >= 0 {
+			s.classes[locked].mu.Unlock()
+		}
+	}()
+	for i, size := range sizes {
+		if err := s.checkAlloc(size, owners[i]); err != nil {
+			return i, credit, err
+		}
+		ci := classOf(size)
+		if ci != locked {
+			if locked >= 0 {
+				s.classes[locked].mu.Unlock()
+			}
+			s.classes[ci].mu.Lock()
+			locked = ci
+		}
+		h, _, _, err := s.allocLocked(&s.classes[ci], ci, size, owners[i], &credit)
+		if err != nil {
+			return i, credit, err
+		}
+		handles[i] = h
+	}
+	return len(sizes), credit, nil
+}
+
+func (s *Store) checkAlloc(size int, owner uint32) error {
+	switch {
+	case size < 1 || size > MaxObjectSize:
+		return fmt.Errorf("pagestore: object size %d out of range [1, %d]: %w", size, MaxObjectSize, syscall.EINVAL)
+	case owner > MaxOwner:
+		return fmt.Errorf("pagestore: owner %#x above %#x: %w", owner, MaxOwner, syscall.EINVAL)
+	case s.closed.Load():
+		return ErrClosed
+	}
+	return nil
+}
+
+// allocLocked takes a slot of class ci for an object of size bytes and
+// returns it with its slab's memory; new slab memory draws on credit (see
+// hold). c.mu is held.
+func (s *Store) allocLocked(c *class, ci, size int, owner uint32, credit *int64) (Handle, []byte, uint32, error) {
+	id, mem, slot, err := s.take(c, ci, true, credit)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	setOwner(mem, slot, owner)
+	setDelta(mem, slot, byte(s.geo[ci].size-uint32(size)))
+	c.objects.Add(1)
+	c.bytes.Add(int64(size))
+	return handle(id, slot), mem, slot, nil
+}
+
+func handle(slab, slot uint32) Handle { return Handle(slab)<<slotBits | Handle(slot) }
+
+// lookup checks that h names a slot of an existing slab and returns the
+// slab and its memory. It does not say whether the slot is in use.
+func (s *Store) lookup(h Handle) (id uint32, r *slabRec, mem []byte, slot uint32, ok bool) {
+	if h>>slotBits >= Handle(s.nslabs.Load()) {
+		return 0, nil, nil, 0, false
+	}
+	id, slot = uint32(h>>slotBits), uint32(h&slotMask)
+	if id == 0 {
+		return 0, nil, nil, 0, false
+	}
+	r = s.rec(id)
+	g := &s.geo[r.class]
+	arenas := *s.arenas.Load()
+	if slot >= g.slots || int(r.arena) >= len(arenas) {
+		return 0, nil, nil, 0, false
+	}
+	off := int(r.page) * pageSize
+	return id, r, arenas[r.arena][off : off+int(g.pages)*pageSize], slot, true
+}
+
+// Bytes returns the bytes of the object h, size long as given to Alloc (a
+// size beyond the object's class is clamped to it). They are valid until
+// the object is freed or relocated. Bytes checks only that h names a slot
+// of an existing slab, returning nil otherwise; it takes no lock.
+func (s *Store) Bytes(h Handle, size int) []byte {
+	_, r, mem, slot, ok := s.lookup(h)
+	if !ok {
+		return nil
+	}
+	g := &s.geo[r.class]
+	n := uint32(min(max(size, 0), int(g.size)))
+	off := objectAt(g, slot)
+	return mem[off : off+n : off+n]
+}
+
+// Prefetch asks the CPU for the cache line of h's tag, which Free(h)
+// reads and writes: a writer replacing h calls it before it compresses
+// the new page, so that the cache miss (the old object is cold, on a
+// random page) overlaps the compression. Any handle is accepted.
+func (s *Store) Prefetch(h Handle) {
+	if _, _, mem, slot, ok := s.lookup(h); ok {
+		prefetch.Line(unsafe.Pointer(&mem[tagSize*slot]))
+	}
+}
+
+// Free releases the object h. A handle that names no live object (never
+// allocated, already freed, or from another store) is detected, counted in
+// Stats.BadHandles and otherwise ignored; a stale handle whose slot holds
+// a new object frees that object. A slab left empty gives its pages back
+// to the kernel at once, except that each class keeps one that emptied
+// holding at most two pages (Compact releases it).
+func (s *Store) Free(h Handle) {
+	id, r, mem, slot, ok := s.lookup(h)
+	if !ok {
+		s.badHandles.Add(1)
+		return
+	}
+	c := &s.classes[r.class]
+	c.mu.Lock()
+	s.freeLocked(c, id, r, mem, slot)
+	c.mu.Unlock()
+}
+
+// FreeBatch frees each handle as Free does, skipping zeroes. Runs of
+// handles of one size class take the class's lock once.
+func (s *Store) FreeBatch(handles []Handle) {
+	var locked *class
+	for _, h := range handles {
+		if h == 0 {
+			continue
+		}
+		id, r, mem, slot, ok := s.lookup(h)
+		if !ok {
+			s.badHandles.Add(1)
+			continue
+		}
+		if c := &s.classes[r.class]; c != locked {
+			if locked != nil {
+				locked.mu.Unlock()
+			}
+			c.mu.Lock()
+			locked = c
+		}
+		s.freeLocked(locked, id, r, mem, slot)
+	}
+	if locked != nil {
+		locked.mu.Unlock()
+	}
+}
+
+// freeLocked frees slot of slab id, whose class's lock c.mu is held.
+func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uint32) {
+	g := &s.geo[r.class]
+	if r.state == slabEmpty || slot >= uint32(r.bump) || isFree(owner(mem, slot)) {
+		s.badHandles.Add(1)
+		return
+	}
+	size := g.size - uint32(delta(mem, slot))
+	setOwner(mem, slot, freeTag|uint32(r.freeHead))
+	r.freeHead = uint16(slot + 1)
+	wasFull := uint32(r.live) == g.slots
+	r.live--
+	c.objects.Add(-1)
+	c.bytes.Add(-int64(size))
+	switch r.state {
+	case slabActive:
+		switch {
+		case r.live == 0:
+			if !wasFull {
+				s.unlink(&c.partial, id)
+			}
+			switch {
+			case c.cached == 0 && r.touched <= maxCachedPages:
+				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
+				c.cached = id
+			case s.prefault > 0 && s.keptEmpty.Add(int64(r.touched)) <= s.prefault/pageSize:
+				// A swap daemon keeps emptied slabs resident for reuse,
+				// up to Prefault bytes: pages given back now would fault
+				// in again on the path that stores a swapped-out page,
+				// maybe when the kernel has no page to give. Beyond that
+				// they go back: the memory swap gave up must not stay
+				// stranded in one size class.
+				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
+				c.empty = append(c.empty, id)
+			default:
+				if s.prefault > 0 {
+					s.keptEmpty.Add(-int64(r.touched)) // not kept after all
+				}
+				s.release(c, id, r, mem, false)
+			}
+		case wasFull:
+			s.push(&c.partial, id)
+		}
+	case slabDraining:
+		if r.live == 0 {
+			s.unlink(&c.draining, id)
+			s.release(c, id, r, mem, true)
+		}
+	}
+}
+
+// take hands out a free slot of class ci, from the most recently used slab
+// with room, making a slab when grow is set and none has room. c.mu is held.
+func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem []byte, slot uint32, err error) {
+	g := &s.geo[ci]
+	id = c.partial
+	if id == 0 {
+		if !grow {
+			return 0, nil, 0, ErrFull
+		}
+		// Spare making a slab that could not take even one object.
+		if !s.fits(c, int64(pagesFor(objectAt(g, 1)))*pageSize-creditOf(credit)) {
+			return 0, nil, 0, ErrFull
+		}
+		if id, err = s.newSlab(c, ci); err != nil {
+			return 0, nil, 0, err
+		}
+		s.push(&c.partial, id)
+	}
+	r := s.rec(id)
+	slot, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
+	if err != nil {
+		if r.live == 0 {
+			// A slab made just now: it holds no memory yet.
+			s.unlink(&c.partial, id)
+			r.state = slabEmpty
+			c.empty = append(c.empty, id)
+		}
+		// The head slab needs a new page; another may have a free slot
+		// in pages it already holds.
+		for id = c.partial; id != 0; id = r.next {
+			r = s.rec(id)
+			if r.freeHead != 0 || pagesFor(objectAt(g, uint32(r.bump)+1)) <= uint32(r.touched) {
+				slot, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
+				break
+			}
+		}
+		if err != nil {
+			return 0, nil, 0, err
+		}
+	}
+	if uint32(r.live) == g.slots {
+		s.unlink(&c.partial, id)
+	}
+	return id, s.slabMem(r, g), slot, nil
+}
+
+// takeFrom hands out a slot of r: a freed one first, else the next never
+// used one, reserving the page it reaches into.
+func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *int64) (uint32, error) {
+	var slot uint32
+	if r.freeHead != 0 {
+		slot = uint32(r.freeHead - 1)
+		r.freeHead = uint16(owner(mem, slot) &^ freeTag)
+	} else {
+		slot = uint32(r.bump)
+		need := pagesFor(objectAt(g, slot+1))
+		if need > uint32(r.touched) {
+			if err := s.hold(c, int64(need-uint32(r.touched))*pageSize, credit); err != nil {
+				return 0, err
+			}
+			r.touched = uint16(need)
+		}
+		r.bump++
+	}
+	r.live++
+	return slot, nil
+}
+
+func (s *Store) slabMem(r *slabRec, g *geometry) []byte {
+	off := int(r.page) * pageSize
+	return (*s.arenas.Load())[r.arena][off : off+int(g.pages)*pageSize]
+}
+
+// newSlab returns an empty active slab for class ci: one the class used
+// before, or a new one carved from an arena. c.mu is held.
+func (s *Store) newSlab(c *class, ci int) (uint32, error) {
+	if id := c.cached; id != 0 {
+		c.cached = 0
+		s.rec(id).state = slabActive
+		return id, nil
+	}
+	if n := len(c.empty); n > 0 {
+		// With prefaulting, slabs whose pages are resident (kept, or
+		// faulted in again by warmReleased) are on top of the stack and
+		// taken first. A released one below them is still taken before
+		// new arena memory, although its pages fault in on this writer's
+		// path (counted in PrefaultMisses): carving instead would let a
+		// class that churns grow the arenas and slab records without
+		// bound.
+		id := c.empty[n-1]
+		c.empty = c.empty[:n-1]
+		r := s.rec(id)
+		if s.prefault > 0 {
+			s.keptEmpty.Add(-int64(r.touched))
+			switch {
+			case r.warm:
+				r.warm = false
+				s.wakePrefaulter() // to warm the class's next one
+			case r.touched == 0:
+				s.prefaultMisses.Add(int64(s.geo[ci].pages))
+				s.wakePrefaulter()
+			}
+		}
+		r.state = slabActive
+		return id, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	id := s.nslabs.Load()
+	if id >= maxChunks*chunkSize {
+		return 0, fmt.Errorf("pagestore: all %d slab records in use: %w", maxChunks*chunkSize, syscall.ENOSPC)
+	}
+	arena, page, err := s.carve(int(s.geo[ci].pages))
+	if err != nil {
+		return 0, err
+	}
+	chunk := s.ensureChunk(id >> chunkBits)
+	chunk[id&chunkMask] = slabRec{arena: arena, page: page, class: uint16(ci), state: slabActive}
+	s.nslabs.Store(id + 1)
+	return id, nil
+}
+
+// ensureChunk returns slab record chunk i, creating it if need be. The
+// prefaulter creates chunks ahead of newSlab, without s.mu.
+func (s *Store) ensureChunk(i uint32) *slabChunk {
+	if c := s.chunks[i].Load(); c != nil {
+		return c
+	}
+	c := new(slabChunk)
+	if s.chunks[i].CompareAndSwap(nil, c) {
+		s.nchunks.Add(1)
+		return c
+	}
+	return s.chunks[i].Load()
+}
+
+// carve takes pages contiguous pages from the last arena, mapping a new
+// one when it has too few left. s.mu is held.
+func (s *Store) carve(pages int) (arena, page uint32, err error) {
+	arenas := *s.arenas.Load()
+	if s.refill != nil {
+		s.wakePrefaulter()
+	}
+	if len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize {
+		mem := s.spare
+		if mem != nil {
+			s.spare = nil
+			s.faultedTo, s.spareFaulted = s.spareFaulted, 0
+		} else {
+			var err error
+			if mem, err = mapArena(s.arenaSize); err != nil {
+				return 0, 0, err
+			}
+			s.faultedTo = 0
+		}
+		next := make([][]byte, len(arenas)+1)
+		copy(next, arenas)
+		next[len(arenas)] = mem
+		s.arenas.Store(&next)
+		arenas, s.arenaNext = next, 0
+	}
+	page = uint32(s.arenaNext)
+	s.arenaNext += pages
+	if s.prefault > 0 && s.arenaNext > s.faultedTo {
+		s.prefaultMisses.Add(int64(s.arenaNext - max(s.faultedTo, int(page))))
+	}
+	return uint32(len(arenas) - 1), page, nil
+}
+
+// release gives an empty slab's pages back to the kernel and keeps the
+// slab for its class to reuse. c.mu is held.
+//
+// With a prefaulter, that thread gives the pages back and the slab waits,
+// on no list, until it has. Under mlockall, giving pages back takes the
+// process's mmap lock for writing (munlock, mlock2), and while another of
+// gzramd's threads holds it for reading in a fault or populate that waits
+// on reclaim, the writer waits, and so does every later fault and madvise
+// behind it: a writer storing a swapped-out page must never be that
+// writer. A guest swapping onto gzramd froze exactly so.
+func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted bool) {
+	held := int64(r.touched)
+	queued := false
+	if s.prefault > 0 {
+		s.relMu.Lock()
+		if len(s.releases) < cap(s.releases) {
+			s.releases = append(s.releases, pendingRelease{id: id, class: r.class, pages: r.touched})
+			queued = true
+		}
+		s.relMu.Unlock()
+	}
+	if !queued {
+		if err := releasePages(mem[:held*pageSize]); err != nil {
+			s.releaseErrors.Add(1)
+		}
+	}
+	s.memUsed.Add(-held * pageSize)
+	if compacted {
+		s.pagesCompacted.Add(held)
+	}
+	// arena, page and class stay: Bytes and Free read them without a lock.
+	r.prev, r.next, r.bump, r.live, r.freeHead, r.touched = 0, 0, 0, 0, 0, 0
+	r.state = slabEmpty
+	if queued {
+		s.wakePrefaulter()
+		return
+	}
+	s.pushEmpty(c, id)
+}
+
+// pushEmpty puts a slab whose pages were given back on its class's stack
+// of empty slabs. c.mu is held.
+func (s *Store) pushEmpty(c *class, id uint32) {
+	if c.empty == nil {
+		c.empty = make([]uint32, 0, 16)
+	}
+	c.empty = append(c.empty, id)
+	if s.prefault > 0 {
+		// Below the slabs that kept their pages: newSlab takes only those.
+		copy(c.empty[1:], c.empty)
+		c.empty[0] = id
+	}
+}

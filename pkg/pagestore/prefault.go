@@ -1,0 +1,178 @@
+package pagestore
+
+import (
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// prefaulter keeps Config.Prefault bytes of arena faulted in ahead of
+// carve, woken by carve and every 100ms. It runs on a thread of its own,
+// named gzramd-prefault, so that a stack dump (sysrq-t, top -H) shows
+// whether the one thread allowed to wait on reclaim is doing so.
+func (s *Store) prefaulter() {
+	defer close(s.refillDone)
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopRefill:
+			return
+		case <-s.refill:
+		case <-t.C:
+		}
+		s.releaseQueued()
+		s.warmReleased()
+		s.prefaultAhead()
+	}
+}
+
+// releaseQueued gives the queued slabs' pages back to the kernel and then
+// returns the slabs to their classes for reuse.
+func (s *Store) releaseQueued() {
+	s.relMu.Lock()
+	s.releases, s.releasing = s.releasing[:0], s.releases
+	s.relMu.Unlock()
+	for i, p := range s.releasing {
+		if s.closed.Load() {
+			return
+		}
+		c, g := &s.classes[p.class], &s.geo[p.class]
+		r := s.rec(p.id)
+		if err := releasePages(s.slabMem(r, g)[:int(p.pages)*pageSize]); err != nil {
+			s.releaseErrors.Add(1)
+		}
+		c.mu.Lock()
+		s.pushEmpty(c, p.id)
+		c.mu.Unlock()
+		s.releasing[i] = pendingRelease{}
+	}
+}
+
+// warmReleased faults in again the pages of one released slab of each
+// class that has no resident empty slab left. newSlab reuses only
+// resident ones (a fault there would be on the path that stores a
+// swapped-out page): without this, a class whose slabs were released
+// would carve new ones from the arenas for ever, and the store's address
+// space and slab records would grow without bound under churn.
+func (s *Store) warmReleased() {
+	for ci := range s.classes {
+		if s.closed.Load() {
+			return
+		}
+		c, g := &s.classes[ci], &s.geo[ci]
+		c.mu.Lock()
+		n := len(c.empty)
+		if n == 0 || s.rec(c.empty[n-1]).touched > 0 || s.rec(c.empty[n-1]).warm {
+			c.mu.Unlock()
+			continue
+		}
+		// Off the stack while its pages fault in, so nobody takes it.
+		id := c.empty[n-1]
+		c.empty = c.empty[:n-1]
+		c.mu.Unlock()
+		r := s.rec(id)
+		touchPages(s.slabMem(r, g))
+		c.mu.Lock()
+		r.warm = true
+		c.empty = append(c.empty, id)
+		c.mu.Unlock()
+	}
+}
+
+// prefaultAhead touches the pages between the carve point and Prefault
+// bytes beyond it, mapping the spare arena when the last one runs short.
+// It touches without holding mu (a fault may wait on reclaim; carve must
+// not wait with it), with an atomic add of zero: carve may hand out a page
+// while it is being touched, and the add changes no byte a slab wrote.
+func (s *Store) prefaultAhead() {
+	const step = 64 // pages touched between looks at the carve point
+	// The slab records for the next slabs too: a new chunk is fresh heap
+	// memory, and newSlab runs on a writer's path.
+	if next := (s.nslabs.Load() + chunkSize/2) >> chunkBits; next < maxChunks {
+		s.ensureChunk(next)
+	}
+	for {
+		s.mu.Lock()
+		if s.closed.Load() {
+			s.mu.Unlock()
+			return
+		}
+		arenas := *s.arenas.Load()
+		want := int(s.prefault / pageSize)
+		var mem []byte
+		from := 0
+		if len(arenas) > 0 {
+			last := arenas[len(arenas)-1]
+			ahead := s.faultedTo - s.arenaNext
+			if s.faultedTo < s.arenaNext {
+				s.faultedTo, ahead = s.arenaNext, 0
+			}
+			if ahead < want && s.faultedTo < len(last)/pageSize {
+				mem, from = last, s.faultedTo
+				s.faultedTo = min(s.faultedTo+step, len(last)/pageSize)
+			} else if ahead < want {
+				want -= ahead // the rest goes to the spare arena
+			} else {
+				s.mu.Unlock()
+				return
+			}
+		}
+		if mem == nil {
+			// The last arena is faulted to its end: get the spare ready,
+			// mapping it without the lock (carve must not wait on mmap).
+			if s.spare == nil {
+				s.mu.Unlock()
+				spare, err := mapArena(s.arenaSize)
+				if err != nil {
+					return
+				}
+				s.mu.Lock()
+				if s.spare != nil || s.closed.Load() {
+					s.mu.Unlock()
+					_ = unix.Munmap(spare)
+					continue
+				}
+				s.spare = spare
+				s.spareFaulted = 0
+			}
+			if s.spareFaulted >= min(want, len(s.spare)/pageSize) {
+				s.mu.Unlock()
+				return
+			}
+			mem, from = s.spare, s.spareFaulted
+			s.spareFaulted = min(s.spareFaulted+step, len(s.spare)/pageSize)
+		}
+		s.mu.Unlock()
+		touchPages(mem[from*pageSize : min(from+step, len(mem)/pageSize)*pageSize])
+	}
+}
+
+// touchPages faults in every page of mem without changing its contents.
+//
+// In a system call where the kernel allows it (MADV_POPULATE_WRITE, Linux
+// 5.14): a thread faulting in Go code cannot be stopped by the runtime,
+// so a fault that waits on reclaim would hold up every stop-the-world
+// (each garbage collection has two) and with it every goroutine, the
+// ones storing swapped pages included; a thread in a system call does
+// not. Elsewhere, with an atomic add of zero per page, which changes no
+// byte a slab wrote.
+func touchPages(mem []byte) {
+	if len(mem) == 0 || unix.Madvise(mem, unix.MADV_POPULATE_WRITE) == nil {
+		return
+	}
+	for off := 0; off+4 <= len(mem); off += pageSize {
+		atomic.AddUint32((*uint32)(unsafe.Pointer(&mem[off])), 0)
+	}
+}
+
+// wakePrefaulter asks the prefaulter for a round now rather than at its
+// next tick.
+func (s *Store) wakePrefaulter() {
+	select {
+	case s.refill <- struct{}{}:
+	default:
+	}
+}
