@@ -1,0 +1,200 @@
+# Shared by the benchmark scripts that compare gzramd with kernel zram and
+# nbdkit (bench/grid.sh): starting and stopping each target, running fio
+# against it, and whole-machine CPU accounting. Source it; it sets a trap
+# that stops what it started.
+#
+# Targets: gzramd-cpu, gzramd-gpu (gzramd serve --backend cpu|gpu on a Unix
+# socket, fio's nbd engine), zram (/dev/zram0, lz4, fio's libaio engine with
+# O_DIRECT; needs root), nbdkit (its memory plugin, fio's nbd engine).
+#
+# Environment: GZRAMD (default bin/gzramd), GZRAMD_ARGS (more serve flags),
+# E2E_NBDKIT_MEMORY (the memory plugin: a name or a .so path),
+# BENCH_SIZE (device size, default 2G), BENCH_REGION (what fio touches,
+# default 1G).
+
+BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+GZRAMD=${GZRAMD:-$BENCH_ROOT/bin/gzramd}
+BENCH_SIZE=${BENCH_SIZE:-2G}
+BENCH_REGION=${BENCH_REGION:-1G}
+BENCH_EXPORT=gzram0
+BENCH_PIDS=()
+BENCH_TMPS=()
+BENCH_ZRAM=""
+
+bench_log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+bench_die() {
+	bench_log "FATAL: $*"
+	exit 1
+}
+
+bench_require() {
+	local t
+	for t in "$@"; do
+		command -v "$t" >/dev/null || bench_die "$t missing (Debian package ${t/nbdkit/nbdkit}; on a GPU machine, the bundle of test/e2e/gpu-bundle.sh)"
+	done
+}
+
+bench_cleanup() {
+	local p
+	for p in "${BENCH_PIDS[@]}"; do
+		kill "$p" 2>/dev/null || true
+	done
+	for p in "${BENCH_PIDS[@]}"; do
+		wait "$p" 2>/dev/null || true
+	done
+	[ -z "$BENCH_ZRAM" ] || echo 1 >"$BENCH_ZRAM/reset" 2>/dev/null || true
+	for p in "${BENCH_TMPS[@]}"; do
+		rm -rf "$p"
+	done
+}
+trap bench_cleanup EXIT
+trap 'exit 130' INT TERM
+
+# bench_workdir: sets WORK to a temporary directory removed at exit.
+bench_workdir() {
+	WORK=$(mktemp -d /tmp/gzramd-bench.XXXXXX)
+	BENCH_TMPS+=("$WORK")
+}
+
+# machine_cpu_ticks: the machine's busy time so far, in clock ticks:
+# user+nice+system+irq+softirq+steal of /proc/stat's cpu line (idle and
+# iowait are not work). %.0f, not %d: mawk's %d stops at 2^31.
+machine_cpu_ticks() {
+	awk '$1 == "cpu" { printf "%.0f\n", $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat
+}
+
+# free_port: a TCP port nobody listens on now.
+bench_free_port() {
+	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# target_start TARGET: starts it; on failure sets BENCH_WHY (for a skip
+# line) and returns 1. Sets BENCH_PID (0 for zram) and BENCH_METRICS
+# (gzramd).
+target_start() {
+	local target=$1 sock log
+	BENCH_PID=0
+	BENCH_METRICS=""
+	case "$target" in
+	gzramd-cpu | gzramd-gpu)
+		[ -x "$GZRAMD" ] || { BENCH_WHY="$GZRAMD not built (make build)"; return 1; }
+		sock=$WORK/$target.sock log=$WORK/$target.log
+		BENCH_METRICS=127.0.0.1:$(bench_free_port)
+		# shellcheck disable=SC2086 # GZRAMD_ARGS is a list of flags
+		"$GZRAMD" serve --size "$BENCH_SIZE" --socket "$sock" --export "$BENCH_EXPORT" \
+			--metrics "$BENCH_METRICS" --backend "${target#gzramd-}" ${GZRAMD_ARGS:-} >"$log" 2>&1 &
+		BENCH_PID=$!
+		BENCH_PIDS+=("$BENCH_PID")
+		for _ in $(seq 300); do
+			grep -q 'msg="gzramd ready"' "$log" && return 0
+			if ! kill -0 "$BENCH_PID" 2>/dev/null; then
+				BENCH_WHY=$(grep -E 'level=ERROR|^Error' "$log" | tail -1)
+				[ -n "$BENCH_WHY" ] || BENCH_WHY=$(tail -1 "$log")
+				return 1
+			fi
+			sleep 0.1
+		done
+		BENCH_WHY="did not come up in 30 s"
+		return 1
+		;;
+	nbdkit)
+		command -v nbdkit >/dev/null || { BENCH_WHY="nbdkit missing"; return 1; }
+		sock=$WORK/$target.sock
+		nbdkit -f -U "$sock" "${E2E_NBDKIT_MEMORY:-memory}" "$BENCH_SIZE" >"$WORK/$target.log" 2>&1 &
+		BENCH_PID=$!
+		BENCH_PIDS+=("$BENCH_PID")
+		for _ in $(seq 100); do
+			[ -S "$sock" ] && return 0
+			kill -0 "$BENCH_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		BENCH_WHY=$(cat "$WORK/$target.log")
+		return 1
+		;;
+	zram)
+		local z=/sys/block/zram0
+		[ -d "$z" ] || { BENCH_WHY="no /dev/zram0 (modprobe zram)"; return 1; }
+		[ "$(id -u)" = 0 ] || { BENCH_WHY="not root"; return 1; }
+		echo 1 >"$z/reset" || { BENCH_WHY="cannot reset zram0 (in use?)"; return 1; }
+		grep -qw lz4 "$z/comp_algorithm" || { BENCH_WHY="zram has no lz4: $(cat "$z/comp_algorithm")"; return 1; }
+		echo lz4 >"$z/comp_algorithm"
+		echo "$BENCH_SIZE" >"$z/disksize"
+		BENCH_ZRAM=$z
+		return 0
+		;;
+	*)
+		BENCH_WHY="unknown target"
+		return 1
+		;;
+	esac
+}
+
+target_stop() {
+	case "$1" in
+	zram)
+		echo 1 >"$BENCH_ZRAM/reset" || bench_log "zram0 did not reset"
+		BENCH_ZRAM=""
+		;;
+	*)
+		kill "$BENCH_PID" 2>/dev/null || true
+		wait "$BENCH_PID" 2>/dev/null || true
+		;;
+	esac
+}
+
+# target_fio TARGET NAME FIO_ARGS...: one fio run against the target, with
+# bench/e2e.sh's data (half compressible).
+target_fio() {
+	local target=$1 name=$2
+	shift 2
+	local io=(--ioengine=nbd --uri="nbd+unix:///$BENCH_EXPORT?socket=$WORK/$target.sock")
+	[ "$target" = zram ] && io=(--ioengine=libaio --direct=1 --filename=/dev/zram0)
+	fio --name="$name" "${io[@]}" --group_reporting \
+		--buffer_compress_percentage=50 --buffer_compress_chunk=4096 "$@" ||
+		bench_die "fio $name against $target failed"
+}
+
+# gzramd_metric NAME [LABELS]: a value from the running gzramd's /metrics.
+gzramd_metric() {
+	python3 - "$BENCH_METRICS" "$@" <<'EOF'
+import sys, urllib.request
+addr, name = sys.argv[1], sys.argv[2]
+want = sys.argv[3] if len(sys.argv) > 3 else ""
+body = urllib.request.urlopen("http://%s/metrics" % addr, timeout=5).read().decode()
+for line in body.splitlines():
+    if line.startswith(name + "{" if want else name + " ") and want in line:
+        print(line.rsplit(" ", 1)[1])
+        break
+else:
+    print(0)
+EOF
+}
+
+# fio_summary JSON T0 T1 WALL RUNTIME: prints "MB/s IOPS CPU-s/GB p50-µs
+# p99-µs" for a fio run of WALL seconds (ramp included) whose counted part
+# was RUNTIME seconds, with machine_cpu_ticks T0 before and T1 after. The
+# CPU of the ramp is in T1-T0 but its bytes are not in fio's totals: the
+# ticks are scaled by RUNTIME/WALL to match. Latency is the completion
+# latency of the direction that moved more.
+fio_summary() {
+	python3 - "$@" "$(getconf CLK_TCK)" <<'EOF'
+import json, sys
+path, t0, t1, wall, runtime, tck = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+job = json.load(open(path))["jobs"][0]
+r, w = job["read"], job["write"]
+moved = r["io_bytes"] + w["io_bytes"]
+main = r if r["io_bytes"] >= w["io_bytes"] else w
+pct = main.get("clat_ns", {}).get("percentile", {})
+cpu = (t1 - t0) / tck * runtime / wall
+print("%.1f %.0f %.3f %.1f %.1f" % ((r["bw_bytes"] + w["bw_bytes"]) / 1e6, r["iops"] + w["iops"],
+      cpu / (moved / 1e9) if moved else 0, pct.get("50.000000", 0) / 1e3, pct.get("99.000000", 0) / 1e3))
+EOF
+}
+
+# bench_machine: a line describing the machine, for the report.
+bench_machine() {
+	local cpu gpu
+	cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+	gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+	echo "Machine: $(nproc) CPUs ($cpu)${gpu:+, $gpu}; kernel $(uname -r); $(date -u +%F); gzramd $("$GZRAMD" version 2>/dev/null | head -1)."
+}
