@@ -19,11 +19,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/corpus"
-	"github.com/gzramd/gzramd/pkg/batch"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/gpu"
-	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/pipeline"
 )
 
 type benchConfig struct {
@@ -432,33 +431,22 @@ func (r ingestResult) ratio() float64 {
 func benchDevice(ctx context.Context, cfg *benchConfig, data []byte, bar *progress) (ingestResult, error) {
 	var res ingestResult
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	scfg := &serveConfig{backend: cfg.devBackend, algorithm: "lz4", batchPages: cfg.batchPages, batchInFlight: cfg.inFlight,
-		gpuDevice: cfg.gpuDevice, gpuMinPages: min(gpu.DefaultAutoMinPages, cfg.batchPages)}
-	lz4 := codec.NewLZ4()
-	be, err := openBackends(scfg, lz4, quiet)
+	accel, err := openAccelerator(cfg.devBackend, "lz4", cfg.gpuDevice, cfg.batchPages, cfg.inFlight, quiet)
 	if err != nil {
 		return res, err
 	}
-	defer be.close()
-	res.backend = be.primary.Name()
-	store, err := pagestore.New(pagestore.Config{})
+	defer accel.close(quiet)
+	res.backend = accel.name()
+	p, err := pipeline.New(pipeline.Config{
+		Size: int64(len(data)), Accelerator: accel.routeAccelerator(),
+		StagingBytes: pipeline.DefaultStagingBytes, BatchPages: cfg.batchPages, BatchWorkers: cfg.inFlight,
+		Logger: quiet,
+	})
 	if err != nil {
 		return res, err
 	}
-	defer store.Close()
-	bt, err := batch.New(be.primary, be.cpu, batch.Config{MaxPages: cfg.batchPages, InFlight: cfg.inFlight,
-		MinPrimaryPages: be.minPrimary}, nil)
-	if err != nil {
-		return res, err
-	}
-	dev, err := device.New(device.Config{Size: int64(len(data)), Codec: lz4, Batcher: bt, Store: store, Logger: quiet})
-	if err != nil {
-		bt.Close()
-		return res, err
-	}
-	defer dev.Close()
-	defer bt.Close() // before dev.Close
-
+	defer p.Close()
+	dev := p.Device
 	req := cfg.reqPages * codec.PageSize
 	reqs := (len(data) + req - 1) / req
 	var next, written atomic.Int64
@@ -488,6 +476,10 @@ func benchDevice(ctx context.Context, cfg *benchConfig, data []byte, bar *progre
 		}()
 	}
 	wg.Wait()
+	// Staged pages count once they are compressed and stored.
+	if err := dev.Drain(ctx); err != nil && firstErr == nil {
+		firstErr = err
+	}
 	elapsed, cpu := time.Since(start), cpuTime()-cpu0
 	if firstErr != nil {
 		return res, firstErr

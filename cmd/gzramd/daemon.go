@@ -16,30 +16,28 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gzramd/gzramd/pkg/batch"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/nbd"
-	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // daemon is a running gzramd: the data path, its listeners, the HTTP
 // endpoint and, with --device/--swap, the kernel device.
 type daemon struct {
-	cfg      *serveConfig
-	log      *slog.Logger
-	started  time.Time
-	notify   *notifier
-	backends *backends
-	store    *pagestore.Store
-	batcher  *batch.Batcher
-	dev      *device.Device
-	srv      *nbd.Server
-	tracker  connTracker
-	httpSrv  *http.Server
-	reg      *prometheus.Registry
+	cfg     *serveConfig
+	log     *slog.Logger
+	started time.Time
+	notify  *notifier
+	accel   *accelerator
+	pipe    *pipeline.Pipeline
+	dev     *device.Device // pipe.Device
+	srv     *nbd.Server
+	tracker connTracker
+	httpSrv *http.Server
+	reg     *prometheus.Registry
 
 	listeners []net.Listener
 	reserve   *swapsafe.HeapReserve // topped up before serving swap
@@ -64,14 +62,15 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 			d.close()
 		}
 	}()
-	cpuCodec, err := codec.New(cfg.algorithm)
-	if err != nil {
+	backend := cfg.backend
+	if cfg.staging == 0 && backend == "auto" {
+		log.Info("compressing on the CPU: --staging 0 turns write-behind off, and the GPU works only on staged writes")
+		backend = "cpu"
+	}
+	if d.accel, err = openAccelerator(backend, cfg.algorithm, cfg.gpuDevice, cfg.batchPages, cfg.batchInFlight, log); err != nil {
 		return nil, err
 	}
-	if d.backends, err = openBackends(cfg, cpuCodec, log); err != nil {
-		return nil, err
-	}
-	if cfg.harden && cfg.wantRealtime() && d.backends.gpuName != "" && !d.backends.gpuBlocks {
+	if cfg.harden && cfg.wantRealtime() && d.accel.gpu != nil && !d.accel.info.BlockingSync {
 		// The CUDA driver spins while it waits for the GPU unless its
 		// context could be made to block (gpu.DeviceInfo.BlockingSync):
 		// at real-time priority that spinning would take whole CPUs from
@@ -82,47 +81,39 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 			log.Warn("real-time scheduling off: the GPU driver busy-waits, and must not do so at real-time priority")
 		}
 	}
-
-	if d.store, err = pagestore.New(pagestore.Config{
+	batchObs := metrics.NewBatches()
+	batchObs.Track("cpu")
+	if d.accel.gpu != nil {
+		batchObs.Track(d.accel.name())
+	}
+	if d.pipe, err = pipeline.New(pipeline.Config{
+		Size: int64(cfg.size), Algorithm: cfg.algorithm,
 		MemLimit: int64(cfg.memLimit), Prefault: int64(cfg.prefault),
 		// Under mlockall each arena is populated when mapped: map it in
 		// small steps, ahead of need (Prefault), not 64 MiB at a time.
-		ArenaSize: storeArenaSize,
-	}); err != nil {
-		return nil, fmt.Errorf("creating the page store: %w", err)
-	}
-	batchObs := metrics.NewBatches()
-	batchObs.Track(d.backends.primary.Name())
-	batchObs.Track(d.backends.cpu.Name())
-	d.batcher, err = batch.New(d.backends.primary, d.backends.cpu, batch.Config{
-		MaxPages: cfg.batchPages, InFlight: cfg.batchInFlight, Deadline: cfg.batchDeadline,
-		MinPrimaryPages: min(d.backends.minPrimary, cfg.batchPages),
-		Limit:           cfg.hugeThreshold - 1, // longer results are stored raw anyway
-	}, batchObs)
-	if err != nil {
-		return nil, err
-	}
-	d.dev, err = device.New(device.Config{
-		Size: int64(cfg.size), Codec: cpuCodec, Batcher: d.batcher, Store: d.store,
-		HugeThreshold: cfg.hugeThreshold, Logger: log,
+		ArenaSize:     storeArenaSize,
+		HugeThreshold: cfg.hugeThreshold,
+		Accelerator:   d.accel.routeAccelerator(), MinAcceleratorPages: cfg.gpuMinPages,
+		StagingBytes: int64(cfg.staging), BatchPages: cfg.batchPages,
+		BatchDeadline: cfg.batchDeadline, BatchWorkers: cfg.batchInFlight,
+		Observer: batchObs, Logger: log,
 		CorruptReads: os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1",
-	})
-	if err != nil {
+	}); err != nil {
 		return nil, err
 	}
+	d.dev = d.pipe.Device
 	nbdObs := metrics.NewNBD()
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
-		nbd.Options{Logger: log, Observer: nbdObs, Inline: inlineRequests(cfg, d.backends.gpuName != ""),
-			InlineAlone:    cfg.nbdInline == "auto" && d.backends.gpuName != "",
+		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.nbdInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
-			ReserveBuffers: connBufferReserve(cfg, d.backends.gpuName != "")})
+			ReserveBuffers: connBufferReserve(cfg)})
 	if err != nil {
 		return nil, err
 	}
 	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
 		Version: version, Export: cfg.export, Algorithm: cfg.algorithm,
-		Backend: d.backends.primary.Name(), DiskSize: int64(cfg.size),
-	}, d.dev.Stats, d.batcher.Stats)}, d.backends.collectors...)
+		Backend: d.accel.name(), DiskSize: int64(cfg.size),
+	}, d.dev.Stats, d.pipe.Router.Stats)}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
 	if d.reg, err = metrics.NewRegistry(collectors...); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -134,17 +125,13 @@ func (d *daemon) close() {
 	for _, l := range d.listeners {
 		l.Close()
 	}
-	if d.batcher != nil {
-		d.batcher.Close() // before the device: no page is mid-commit when the table goes
+	if d.pipe != nil {
+		if err := d.pipe.Close(); err != nil {
+			d.log.Warn("closing the data path", "err", err)
+		}
 	}
-	if d.dev != nil {
-		d.dev.Close()
-	}
-	if d.store != nil {
-		d.store.Close()
-	}
-	if d.backends != nil {
-		d.backends.close()
+	if d.accel != nil {
+		d.accel.close(d.log) // after the pipeline: staging lives in its memory
 	}
 }
 
@@ -191,7 +178,7 @@ func (d *daemon) status() statusReport {
 	st := d.dev.Stats()
 	r := statusReport{
 		Version: version, PID: os.Getpid(), Export: d.cfg.export, Socket: d.cfg.socket, TCP: d.cfg.tcp,
-		Algorithm: d.cfg.algorithm, Backend: d.backends.primary.Name(), GPU: d.backends.gpuName,
+		Algorithm: d.cfg.algorithm, Backend: d.accel.name(), GPU: d.accel.info.Name,
 		DiskSize: int64(d.cfg.size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
 		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.count(),
@@ -340,7 +327,7 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Error("stopping", "err", err)
 	} else {
 		d.log.Info("gzramd ready", "version", version, "size", d.cfg.size.String(), "algorithm", d.cfg.algorithm,
-			"backend", d.backends.primary.Name(), "mem_limit", d.cfg.memLimit.String())
+			"backend", d.accel.name(), "mem_limit", d.cfg.memLimit.String())
 		if err := d.notify.notify("READY=1\nSTATUS=serving " + d.cfg.export); err != nil {
 			d.log.Warn("sd_notify READY=1 failed", "err", err)
 		}
@@ -543,7 +530,7 @@ func (d *daemon) watchPrefault(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if n := d.store.Stats().PrefaultMisses; n > seen {
+		if n := d.pipe.Store.Stats().PrefaultMisses; n > seen {
 			d.log.Warn("store memory used before it was prefaulted; raise --prefault if this repeats under load",
 				"pages", n-seen, "total", n, "prefault", d.cfg.prefault.String())
 			seen = n
@@ -554,18 +541,13 @@ func (d *daemon) watchPrefault(ctx context.Context) {
 // connBufferReserve is the payload buffer memory each NBD connection
 // keeps resident from the start (nbd.Options.ReserveBuffers) when the
 // daemon is hardened for swap, in buffers of the largest request the
-// kernel sends: 32 requests in flight per connection on the CPU, whose
-// requests finish one by one, and 128 for the GPU, whose batches fill
-// from the requests in flight.
-func connBufferReserve(cfg *serveConfig, gpu bool) int64 {
-	switch {
-	case !cfg.harden:
+// kernel sends: 32 requests in flight per connection. No request waits
+// for others (with the GPU, writes are staged), so they finish one by one.
+func connBufferReserve(cfg *serveConfig) int64 {
+	if !cfg.harden {
 		return 0
-	case gpu:
-		return 128 * nbd.ReserveBufferMax
-	default:
-		return 32 * nbd.ReserveBufferMax
 	}
+	return 32 * nbd.ReserveBufferMax
 }
 
 // maxKernelRequest is the largest request the kernel device is allowed to
@@ -583,19 +565,4 @@ func inlineHelpers(cfg *serveConfig, cpus int) int {
 		return cfg.nbdInlineHelpers
 	}
 	return min(max(cpus/4-1, 0), 3)
-}
-
-// inlineRequests decides nbd.Options.Inline from --nbd-inline. On the CPU
-// a request is done without waiting for others, so by default it runs on
-// its connection's reader; the GPU's batches need many requests in flight,
-// so there only a request alone on its connection does
-// (nbd.Options.InlineAlone): it would be compressed on the CPU anyway.
-func inlineRequests(cfg *serveConfig, gpu bool) bool {
-	switch cfg.nbdInline {
-	case "on":
-		return true
-	case "off":
-		return false
-	}
-	return !gpu
 }

@@ -17,8 +17,9 @@ import (
 
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
-	"github.com/gzramd/gzramd/pkg/gpu"
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/route"
 )
 
 type serveConfig struct {
@@ -31,6 +32,7 @@ type serveConfig struct {
 	metrics       string
 	backend       string
 	algorithm     string
+	staging       sizeValue
 	batchPages    int
 	batchDeadline time.Duration
 	batchInFlight int
@@ -66,7 +68,7 @@ func defaultSocket() string {
 }
 
 func newServeCmd() *cobra.Command {
-	return serveCmd(&serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20, prefault: 16 << 20})
+	return serveCmd(&serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20, prefault: 16 << 20, staging: pipeline.DefaultStagingBytes})
 }
 
 // serveCmd binds the flags of `gzramd serve` to cfg, which holds the defaults.
@@ -125,14 +127,15 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9829", "address for the HTTP endpoint serving /metrics (Prometheus) and /status; empty to disable")
 	f.StringVar(&cfg.backend, "backend", "auto", "compression backend: auto (GPU when present, else CPU), gpu or cpu")
 	f.StringVar(&cfg.algorithm, "algorithm", "lz4", "compression algorithm: lz4 or zstd (zstd runs on the CPU only)")
-	f.IntVar(&cfg.batchPages, "batch-pages", 256, "largest batch of pages sent to the compressor at once")
-	f.DurationVar(&cfg.batchDeadline, "batch-deadline", 500*time.Microsecond, "longest a page waits for its batch to fill before going to the CPU")
-	f.IntVar(&cfg.batchInFlight, "batch-inflight", 8, "batches compressing at once; writers wait when all are busy")
+	f.Var(&cfg.staging, "staging", "with the GPU: write-behind memory (pinned, locked, counted in mem_used at 4KiB a page). A write is acknowledged once its pages are copied here; the GPU compresses them in batches nobody waits for. When it is full, writes compress inline on the CPU. At least --batch-inflight+1 batches; 0 turns write-behind off (and with it the GPU)")
+	f.IntVar(&cfg.batchPages, "batch-pages", pipeline.DefaultBatchPages, "pages in one staged batch, the most the GPU takes at once")
+	f.DurationVar(&cfg.batchDeadline, "batch-deadline", pipeline.DefaultBatchDeadline, "longest a staged page waits for its batch to fill before the batch goes to compression anyway")
+	f.IntVar(&cfg.batchInFlight, "batch-inflight", pipeline.DefaultBatchWorkers, "staged batches compressing at once (the GPU's streams)")
 	f.IntVar(&cfg.hugeThreshold, "huge-threshold", device.DefaultHugeThreshold, "pages that compress to this many bytes or more are stored raw (1-4096)")
 	f.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 
 	f.IntVar(&cfg.gpuDevice, "gpu-device", 0, "CUDA device index for the GPU backend")
-	f.IntVar(&cfg.gpuMinPages, "gpu-min-pages", gpu.DefaultAutoMinPages, "smallest batch sent to the GPU (capped at --batch-pages); smaller ones, under light load, go to the CPU, where they finish sooner")
+	f.IntVar(&cfg.gpuMinPages, "gpu-min-pages", route.DefaultMinAcceleratorPages, "smallest staged batch sent to the GPU; smaller ones (light load, sealed by --batch-deadline) compress on the CPU, which costs the CPU less for so few pages")
 	f.StringVar(&cfg.device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module)")
 	f.BoolVar(&cfg.swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
 	f.IntVar(&cfg.swapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
@@ -142,7 +145,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 
 	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
 	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
-	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together: on, off, or auto (on with the CPU backend; with the GPU, whose batches fill from the requests in flight, only for a request alone on its connection)")
+	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together (no request waits for a batch: with the GPU, writes are staged): on, off, or auto (on)")
 	f.IntVar(&cfg.nbdInlineHelpers, "nbd-inline-helpers", -1, "with --nbd-inline, run the requests a connection read together on this many goroutines besides its reader (0 to 16); -1 (auto) is one per 4 CPUs beyond the first 4, at most 3")
 	f.StringVar(&cfg.realtime, "realtime", "auto", "run every thread SCHED_RR at priority 1 (with --harden; needs CAP_SYS_NICE), so that gzramd's own allocations (a reply's socket buffer) may dip below the kernel's min watermark while it stores swapped pages: on, off, or auto (on when gzramd attaches the kernel device itself, --device or --swap). It costs throughput to clients on the same CPUs; with the GPU backend only if its waits can be made to block, as they are at start")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
@@ -177,18 +180,23 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --algorithm %q: want lz4 or zstd", c.algorithm)
 	case c.algorithm == "zstd" && c.backend == "gpu":
 		return errors.New("invalid --backend gpu with --algorithm zstd: the GPU compresses LZ4 only")
+	case c.staging == 0 && c.backend == "gpu":
+		return errors.New("invalid --backend gpu with --staging 0: the GPU compresses staged writes only")
 	case c.batchPages < 1 || c.batchPages > 65536:
 		return fmt.Errorf("invalid --batch-pages %d: want 1 to 65536", c.batchPages)
 	case c.batchDeadline <= 0 || c.batchDeadline > time.Second:
-		return fmt.Errorf("invalid --batch-deadline %v: want a duration from 1µs to 1s, e.g. 500us", c.batchDeadline)
-	case c.batchInFlight < 1 || c.batchInFlight > 1024:
-		return fmt.Errorf("invalid --batch-inflight %d: want 1 to 1024", c.batchInFlight)
+		return fmt.Errorf("invalid --batch-deadline %v: want a duration from 1µs to 1s, e.g. 1ms", c.batchDeadline)
+	case c.batchInFlight < 1 || c.batchInFlight > 64:
+		return fmt.Errorf("invalid --batch-inflight %d: want 1 to 64", c.batchInFlight)
 	case c.hugeThreshold < 1 || c.hugeThreshold > codec.PageSize:
 		return fmt.Errorf("invalid --huge-threshold %d: want 1 to 4096", c.hugeThreshold)
 	case c.gpuDevice < 0:
 		return fmt.Errorf("invalid --gpu-device %d: want a CUDA device index, 0 or more", c.gpuDevice)
-	case c.gpuMinPages < 1 || c.gpuMinPages > 65536:
-		return fmt.Errorf("invalid --gpu-min-pages %d: want 1 to 65536 (above --batch-pages, batches fill up to --batch-pages)", c.gpuMinPages)
+	case c.gpuMinPages < 1 || c.gpuMinPages > c.batchPages:
+		return fmt.Errorf("invalid --gpu-min-pages %d: want 1 to --batch-pages (%d)", c.gpuMinPages, c.batchPages)
+	case c.staging < 0 || (c.staging > 0 && int64(c.staging) < int64(c.batchInFlight+1)*int64(c.batchPages)*codec.PageSize):
+		return fmt.Errorf("invalid --staging %s: want 0, or room for --batch-inflight+1 batches of --batch-pages (%s)",
+			c.staging.String(), formatSize(int64(c.batchInFlight+1)*int64(c.batchPages)*codec.PageSize))
 	case c.swapPriority < -1 || c.swapPriority > 32767:
 		return fmt.Errorf("invalid --swap-priority %d: want -1 (the kernel's default) to 32767", c.swapPriority)
 	case c.kernelConns < 1 || c.kernelConns > 16:

@@ -76,8 +76,11 @@ func TestStatusMatchesMetrics(t *testing.T) {
 	if v, _ := f.Value("gzramd_nbd_request_duration_seconds", "command", "read"); v == 0 {
 		t.Error("no NBD read latencies observed")
 	}
-	if v, _ := f.Value("gzramd_batch_pages", "backend", "cpu"); v == 0 {
-		t.Error("no batches observed for the cpu backend")
+	// Without a GPU every page compresses inline, in its request.
+	if cpu, _ := f.Value("gzramd_compressed_pages_total", "backend", "cpu"); cpu < 2048 {
+		t.Errorf("gzramd_compressed_pages_total{backend=cpu} = %v for 2048 pages written", cpu)
+	} else if inline, _ := f.Value("gzramd_inline_pages_total"); inline != cpu {
+		t.Errorf("gzramd_inline_pages_total = %v, want all %v pages compressed on the CPU", inline, cpu)
 	}
 	promtool(t, d.metrics)
 

@@ -1,8 +1,16 @@
 // Package device is gzramd's block device: a table of 4 KiB pages, each
-// empty, same-filled, compressed or stored raw, behind the nbd.Backend
-// interface. Full-page writes go through the batcher; same-filled pages
-// never reach a codec; partial writes, trims and write-zeroes read, modify
-// and write their page under the page's lock.
+// empty, same-filled, compressed, stored raw or staged, behind the
+// nbd.Backend interface.
+//
+// Same-filled pages never reach a codec. Other whole pages take one of two
+// paths, chosen by the router (pkg/route): with an accelerator they are
+// staged (write.go, staged.go): copied into the staging area, their
+// entries pointing there, and acknowledged; a staging worker compresses
+// them in batches and commits each result with a compare-and-swap on the
+// page's entry, so a newer write always wins. Without one, or when staging
+// is full, a write compresses its own pages inline on the CPU. Partial
+// writes, trims and write-zeroes read, modify and write their page under
+// the page's lock.
 package device
 
 import (
@@ -10,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -18,9 +27,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/freelist"
-	"github.com/gzramd/gzramd/pkg/batch"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/stage"
 )
 
 const pageSize = codec.PageSize
@@ -32,10 +42,14 @@ const DefaultHugeThreshold = 3264
 
 // Config describes a device.
 type Config struct {
-	Size          int64 // bytes, a multiple of 4096
-	Codec         codec.Codec
-	Batcher       *batch.Batcher
-	Store         *pagestore.Store
+	Size int64 // bytes, a multiple of 4096
+	// Codec decodes every stored page and compresses partial writes.
+	Codec  codec.Codec
+	Router *route.Router
+	Store  *pagestore.Store
+	// Staging, when its Batches is not 0, is the write-behind area for
+	// the router's accelerator (Limit is set from HugeThreshold).
+	Staging       stage.Config
 	HugeThreshold int // 0: DefaultHugeThreshold
 	Logger        *slog.Logger
 	// CorruptReads flips a byte in some pages served by reads. It exists
@@ -48,57 +62,10 @@ const nStripes = 1024
 
 type stripe struct {
 	mu sync.RWMutex
-	// pending tracks pages with batched writes in flight, so that a batch
-	// finishing late never overwrites a newer write of the same page. A
-	// stripe has a few at most (1024 stripes share the requests in
-	// flight), and a short slice scanned is several times cheaper than a
-	// map on every write's path.
-	pending pendingList
 	// fills holds the fill word of same-filled pages that are not zero.
 	fills map[uint32]uint64
-	// idle is signalled when a page's last batched write finishes, for a
-	// read-modify-write waiting on it (L is mu).
-	idle sync.Cond
+	_     [32]byte // a stripe per cache line
 }
-
-type pendingWrite struct {
-	idx       uint32
-	inflight  uint32
-	committed uint64 // sequence number of the write the page holds now
-}
-
-// pendingList is a stripe's pages with writes in flight, in no order.
-type pendingList []pendingWrite
-
-// find returns page idx's entry, or nil.
-func (l pendingList) find(idx uint32) *pendingWrite {
-	for i := range l {
-		if l[i].idx == idx {
-			return &l[i]
-		}
-	}
-	return nil
-}
-
-// begin counts one more write of page idx in flight.
-func (l *pendingList) begin(idx uint32) {
-	if pw := l.find(idx); pw != nil {
-		pw.inflight++
-		return
-	}
-	*l = append(*l, pendingWrite{idx: idx, inflight: 1})
-}
-
-// remove drops pw, an entry of l.
-func (l *pendingList) remove(pw *pendingWrite) {
-	last := len(*l) - 1
-	*pw = (*l)[last]
-	*l = (*l)[:last]
-}
-
-// initialPending is each stripe's room for pages in flight before its
-// list grows (and keeps what it grew to).
-const initialPending = 4
 
 // Device is safe for concurrent use.
 type Device struct {
@@ -107,11 +74,18 @@ type Device struct {
 	pages   uint32
 	table   []entry // mmap'd: no pointers, no GC scanning, faulted in
 	stripes []stripe
-	seq     atomic.Uint64
+	stage   *stage.Area     // nil without an accelerator
+	commits []commitScratch // by staging batch
 	bufs    *freelist.List[*[pageSize]byte]
+	// inline holds the buffers of writes compressed in their own
+	// goroutine, all made and written by New: such a write waits for one
+	// rather than allocating fresh memory while the kernel waits for it.
+	inline chan *inlineWrite
 
-	storedPages, samePages, hugePages                atomic.Int64
+	storedPages, samePages, hugePages, stagedPages   atomic.Int64
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
+	stagedWrites, commitRetries                      atomic.Uint64
+	closing                                          atomic.Bool
 	corruptCount                                     atomic.Uint64
 }
 
@@ -126,8 +100,8 @@ func New(cfg Config) (*Device, error) {
 		return nil, fmt.Errorf("device: size %d is not a positive multiple of %d", cfg.Size, pageSize)
 	case cfg.Size > MaxSize:
 		return nil, fmt.Errorf("device: size %d above the maximum %d", cfg.Size, MaxSize)
-	case cfg.Codec == nil || cfg.Batcher == nil || cfg.Store == nil:
-		return nil, errors.New("device: codec, batcher and store are required")
+	case cfg.Codec == nil || cfg.Router == nil || cfg.Store == nil:
+		return nil, errors.New("device: codec, router and store are required")
 	}
 	if cfg.HugeThreshold == 0 {
 		cfg.HugeThreshold = DefaultHugeThreshold
@@ -159,11 +133,6 @@ func New(cfg Config) (*Device, error) {
 		table:   unsafe.Slice((*entry)(unsafe.Pointer(&mem[0])), pages),
 		stripes: make([]stripe, nStripes),
 	}
-	pending := make([]pendingWrite, nStripes*initialPending)
-	for i := range d.stripes {
-		d.stripes[i].idle.L = &d.stripes[i].mu
-		d.stripes[i].pending = pending[i*initialPending : i*initialPending : (i+1)*initialPending]
-	}
 	// Kept across collections (see freelist): partial-page requests take
 	// one or two each.
 	d.bufs = freelist.New(64, func() *[pageSize]byte {
@@ -172,12 +141,37 @@ func New(cfg Config) (*Device, error) {
 		return b
 	})
 	d.bufs.Fill()
+	// More than can compress at once (one per thread running Go code).
+	d.inline = make(chan *inlineWrite, 2*runtime.GOMAXPROCS(0)+2)
+	for range cap(d.inline) {
+		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
+	}
+	if cfg.Staging.Batches > 0 {
+		sc := cfg.Staging
+		sc.Limit = cfg.HugeThreshold - 1 // longer results are stored raw anyway
+		d.commits = make([]commitScratch, sc.Batches)
+		for i := range d.commits {
+			d.commits[i] = commitScratch{
+				sizes:   make([]int, sc.BatchPages),
+				handles: make([]pagestore.Handle, sc.BatchPages),
+				free:    make([]pagestore.Handle, 0, 2*sc.BatchPages),
+			}
+		}
+		if d.stage, err = stage.New(sc, cfg.Router.NewBatch, d.flush); err != nil {
+			unix.Munmap(mem)
+			return nil, fmt.Errorf("device: %w", err)
+		}
+	}
 	return d, nil
 }
 
-// Close frees the page table and every stored object. The device must not
-// be used afterwards.
+// Close compresses and commits what is staged, then frees the page table
+// and every stored object. The device must not be used afterwards.
 func (d *Device) Close() error {
+	d.closing.Store(true)
+	if d.stage != nil {
+		d.stage.Close()
+	}
 	for i := range d.table {
 		if e := d.table[i]; e.hasObject() {
 			d.cfg.Store.Free(e.handle())
@@ -271,158 +265,12 @@ func (d *Device) load(s *stripe, idx uint32, dst []byte) error {
 		}
 	case stateHuge:
 		copy(dst, d.cfg.Store.Bytes(e.handle(), pageSize))
+	case stateStaged:
+		// Its batch cannot be flushed while this lock is held: the
+		// commit that replaces this entry needs it.
+		copy(dst, d.stage.Page(e.batch(), e.slot()))
 	}
 	return nil
-}
-
-// WriteAt implements nbd.Backend. It returns once every page is committed.
-func (d *Device) WriteAt(ctx context.Context, p []byte, off int64, _ bool) error {
-	if err := d.check(off, int64(len(p))); err != nil {
-		return err
-	}
-	if len(p) == 0 {
-		return nil
-	}
-	err := d.write(ctx, p, off)
-	if err != nil {
-		d.failedWrites.Add(1)
-	}
-	return err
-}
-
-func (d *Device) write(ctx context.Context, p []byte, off int64) error {
-	// A partial first page.
-	if in := int(off % pageSize); in != 0 || len(p) < pageSize {
-		n := min(len(p), pageSize-in)
-		if err := d.modify(uint32(off/pageSize), func(page []byte) { copy(page[in:], p[:n]) }); err != nil {
-			return err
-		}
-		p, off = p[n:], off+int64(n)
-	}
-	// Whole pages: same-filled ones settle here, runs of the others go to
-	// the batcher together.
-	idx := uint32(off / pageSize)
-	full := len(p) / pageSize
-	for i := 0; i < full; {
-		if w, ok := fillWord(p[i*pageSize : (i+1)*pageSize]); ok {
-			d.writeSame(idx+uint32(i), w)
-			i++
-			continue
-		}
-		j := i + 1
-		for j < full {
-			if _, ok := fillWord(p[j*pageSize : (j+1)*pageSize]); ok {
-				break
-			}
-			j++
-		}
-		if err := d.writeRun(ctx, idx+uint32(i), p[i*pageSize:j*pageSize]); err != nil {
-			return err
-		}
-		i = j
-	}
-	// A partial last page.
-	if rest := p[full*pageSize:]; len(rest) > 0 {
-		return d.modify(idx+uint32(full), func(page []byte) { copy(page, rest) })
-	}
-	return nil
-}
-
-func (d *Device) writeSame(idx uint32, w uint64) {
-	s := d.stripe(idx)
-	s.mu.Lock()
-	old := d.commitLocked(s, idx, d.seq.Add(1), d.sameLocked(s, idx, w))
-	s.mu.Unlock()
-	d.freeObject(old)
-}
-
-// writeRun compresses consecutive whole pages through the batcher and
-// commits each as its batch completes.
-func (d *Device) writeRun(ctx context.Context, first uint32, run []byte) error {
-	n := len(run) / pageSize
-	seq := d.seq.Add(1)
-	for k := range n {
-		idx := first + uint32(k)
-		s := d.stripe(idx)
-		s.mu.Lock()
-		s.pending.begin(idx)
-		old := d.table[idx]
-		s.mu.Unlock()
-		if old.hasObject() {
-			d.cfg.Store.Prefetch(old.handle())
-		}
-	}
-	// Pages are committed in order; finished counts those whose pending
-	// write is over, so that even a panic in a commit (recovered by the
-	// NBD server) leaves no page waiting on a write that will never end.
-	finished := 0
-	defer func() {
-		for k := finished; k < n; k++ {
-			d.finishPending(first+uint32(k), 0, 0)
-		}
-	}()
-	_, err := d.cfg.Batcher.Compress(ctx, run, func(k int, compressed []byte) error {
-		err := d.commitBatched(first+uint32(k), seq, compressed, run[k*pageSize:(k+1)*pageSize])
-		finished = k + 1
-		return err
-	})
-	return err
-}
-
-// commitBatched stores a batch result for page idx and installs it unless
-// a newer write of the page committed first.
-func (d *Device) commitBatched(idx uint32, seq uint64, compressed, raw []byte) error {
-	state, obj := stateStored, compressed
-	if len(compressed) == 0 || len(compressed) >= d.cfg.HugeThreshold {
-		state, obj = stateHuge, raw
-	}
-	h, buf, err := d.cfg.Store.Alloc(len(obj), idx)
-	if err != nil {
-		d.finishPending(idx, 0, 0)
-		return fmt.Errorf("device: storing page %d: %w", idx, err)
-	}
-	copy(buf, obj)
-	old, applied := d.finishPending(idx, seq, objectEntry(state, h, len(obj)))
-	if !applied {
-		d.cfg.Store.Free(h) // a newer write won
-	}
-	d.freeObject(old)
-	return nil
-}
-
-// finishPending ends one batched write of page idx. With seq > 0 it also
-// installs e if no newer write has committed, returning the entry it
-// replaced.
-func (d *Device) finishPending(idx uint32, seq uint64, e entry) (old entry, applied bool) {
-	s := d.stripe(idx)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	pw := s.pending.find(idx)
-	if pw == nil {
-		// Every caller began a write of idx; without one, a bug elsewhere
-		// must not become a panic in the daemon.
-		d.log.Error("device: finishing a write of a page with none in flight", "page", idx)
-		return 0, false
-	}
-	pw.inflight--
-	if seq > pw.committed {
-		pw.committed = seq
-		old, applied = d.swapLocked(s, idx, e), true
-	}
-	if pw.inflight == 0 {
-		s.pending.remove(pw)
-		s.idle.Broadcast()
-	}
-	return old, applied
-}
-
-// commitLocked installs e for page idx as the write numbered seq, which is
-// newer than any in flight.
-func (d *Device) commitLocked(s *stripe, idx uint32, seq uint64, e entry) entry {
-	if pw := s.pending.find(idx); pw != nil {
-		pw.committed = seq
-	}
-	return d.swapLocked(s, idx, e)
 }
 
 // sameLocked returns the entry for a page filled with w, recording w.
@@ -459,6 +307,8 @@ func (d *Device) count(e entry, delta int64) {
 	case stateHuge:
 		d.storedPages.Add(delta)
 		d.hugePages.Add(delta)
+	case stateStaged:
+		d.stagedPages.Add(delta)
 	}
 }
 
@@ -466,50 +316,6 @@ func (d *Device) freeObject(e entry) {
 	if e.hasObject() {
 		d.cfg.Store.Free(e.handle())
 	}
-}
-
-// modify applies fn to page idx under its lock (read, modify, write) and
-// compresses the result inline: partial writes are rare and must be atomic.
-func (d *Device) modify(idx uint32, fn func(page []byte)) error {
-	buf := d.bufs.Get()
-	defer d.bufs.Put(buf)
-	page := buf[:]
-	s := d.stripe(idx)
-	s.mu.Lock()
-	// A batched write of this page still in flight would lose to this one
-	// (it is older), taking the bytes this one does not cover with it:
-	// wait for it to land and modify its result.
-	for s.pending.find(idx) != nil {
-		s.idle.Wait()
-	}
-	if err := d.load(s, idx, page); err != nil {
-		s.mu.Unlock()
-		return err
-	}
-	fn(page)
-	var e entry
-	if w, ok := fillWord(page); ok {
-		e = d.sameLocked(s, idx, w)
-	} else {
-		out := d.bufs.Get()
-		defer d.bufs.Put(out)
-		n := d.cfg.Codec.Compress(out[:d.cfg.HugeThreshold-1], page)
-		state, obj := stateStored, out[:n]
-		if n == 0 {
-			state, obj = stateHuge, page
-		}
-		h, dst, err := d.cfg.Store.Alloc(len(obj), idx)
-		if err != nil {
-			s.mu.Unlock()
-			return fmt.Errorf("device: storing page %d: %w", idx, err)
-		}
-		copy(dst, obj)
-		e = objectEntry(state, h, len(obj))
-	}
-	old := d.commitLocked(s, idx, d.seq.Add(1), e)
-	s.mu.Unlock()
-	d.freeObject(old)
-	return nil
 }
 
 // discard sets every whole page of the range to e (empty or zero-filled)
@@ -521,13 +327,13 @@ func (d *Device) discard(off, length int64, e entry) error {
 		}
 		s := d.stripe(idx)
 		s.mu.Lock()
-		if s.pending.find(idx) == nil && d.table[idx] == e {
+		if d.table[idx] == e {
 			// Already so: leave the table's page untouched, so discarding
 			// a never-written device does not fault its table in.
 			s.mu.Unlock()
 			return nil
 		}
-		old := d.commitLocked(s, idx, d.seq.Add(1), e)
+		old := d.swapLocked(s, idx, e)
 		s.mu.Unlock()
 		d.freeObject(old)
 		return nil
@@ -578,7 +384,7 @@ func (d *Device) Compact() int {
 			return false
 		}
 		// The store copied the object before this lock was held, possibly
-		// while a batch commit was still filling it; under the lock the
+		// while a commit was still filling it; under the lock the
 		// committed bytes are final, so copy again.
 		copy(d.cfg.Store.Bytes(new, e.length()), d.cfg.Store.Bytes(old, e.length()))
 		d.table[owner] = objectEntry(e.state(), new, e.length())
@@ -587,9 +393,10 @@ func (d *Device) Compact() int {
 }
 
 // Stats are zram's statistics for the device (see zram.rst) plus error
-// counters.
+// counters and the staging area's. Staged pages count as held raw: 4 KiB
+// each in OrigDataSize, ComprDataSize and MemUsedTotal.
 type Stats struct {
-	OrigDataSize   int64 // bytes of pages held as objects (same-filled pages excluded)
+	OrigDataSize   int64 // bytes of pages held as objects or staged (same-filled pages excluded)
 	ComprDataSize  int64
 	MemUsedTotal   int64
 	MemLimit       int64
@@ -598,6 +405,7 @@ type Stats struct {
 	PagesCompacted int64
 	HugePages      int64
 	StoredPages    int64
+	StagedPages    int64 // acknowledged pages waiting in staging for their batch
 	FailedReads    uint64
 	FailedWrites   uint64
 	InvalidIO      uint64
@@ -605,27 +413,39 @@ type Stats struct {
 	// PrefaultMisses is the store's count of slab pages handed out before
 	// its prefaulter touched them (pagestore.Stats.PrefaultMisses).
 	PrefaultMisses int64
+	// StagedWrites counts page writes that were staged; CommitRetries
+	// batches whose commit had to wait for store memory.
+	StagedWrites, CommitRetries uint64
+	Staging                     stage.Stats // zero without staging
 }
 
 // Stats returns a snapshot of the counters.
 func (d *Device) Stats() Stats {
 	st := d.cfg.Store.Stats()
-	return Stats{
-		OrigDataSize:   d.storedPages.Load() * pageSize,
-		ComprDataSize:  st.ComprDataSize,
-		MemUsedTotal:   st.MemUsed,
+	staged := d.stagedPages.Load()
+	s := Stats{
+		OrigDataSize:   (d.storedPages.Load() + staged) * pageSize,
+		ComprDataSize:  st.ComprDataSize + staged*pageSize,
+		MemUsedTotal:   st.MemUsed, // staged pages are reserved in the store
 		MemLimit:       st.MemLimit,
 		MemUsedMax:     st.MemUsedMax,
 		SamePages:      d.samePages.Load(),
 		PagesCompacted: st.PagesCompacted,
 		HugePages:      d.hugePages.Load(),
 		StoredPages:    d.storedPages.Load(),
+		StagedPages:    staged,
 		FailedReads:    d.failedReads.Load(),
 		FailedWrites:   d.failedWrites.Load(),
 		InvalidIO:      d.invalidIO.Load(),
 		NotifyFree:     d.notifyFree.Load(),
 		PrefaultMisses: st.PrefaultMisses,
+		StagedWrites:   d.stagedWrites.Load(),
+		CommitRetries:  d.commitRetries.Load(),
 	}
+	if d.stage != nil {
+		s.Staging = d.stage.Stats()
+	}
+	return s
 }
 
 // fillWord reports whether page repeats one 8-byte word, and which.

@@ -10,69 +10,93 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/gzramd/gzramd/pkg/batch"
+	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/stage"
 )
 
 type fixture struct {
-	dev   *Device
-	store *pagestore.Store
-	bt    *batch.Batcher
+	dev    *Device
+	store  *pagestore.Store
+	router *route.Router
+	accel  *fakeaccel.Accelerator // nil on the inline path
 }
 
-// newDevice returns a device whose batcher batches (its primary backend is
-// a second CPU compressor), the path a GPU takes.
+// newDevice returns a device whose writes are staged for an accelerator
+// (a fake one, compressing on the CPU), the path a GPU takes.
 func newDevice(t testing.TB, size, memLimit int64) *fixture {
-	return newDeviceMode(t, size, pagestore.Config{MemLimit: memLimit}, modeBatched)
+	return newDeviceMode(t, size, pagestore.Config{MemLimit: memLimit}, pathStaged)
 }
 
-type batchMode int
+type writePath int
 
 const (
-	modeBatched batchMode = iota // every request through batches
-	modeDirect                   // CPU only: requests compress their own pages
-	modeMixed                    // a primary with a minimum batch, as with a GPU
+	pathStaged writePath = iota // an accelerator: writes staged, batches on it
+	pathInline                  // the CPU alone: writes compress their own pages
+	// pathMixed stages into a tiny area for an accelerator that takes
+	// batches of 6 pages or more: writes are staged or, when staging is
+	// full, compressed inline, and small batches go to the CPU.
+	pathMixed
 )
 
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // newDeviceMode returns a device over a store made with storeCfg, whose
-// batcher works in the given mode.
-func newDeviceMode(t testing.TB, size int64, storeCfg pagestore.Config, mode batchMode) *fixture {
+// writes take the given path.
+func newDeviceMode(t testing.TB, size int64, storeCfg pagestore.Config, path writePath) *fixture {
 	t.Helper()
 	store, err := pagestore.New(storeCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpu := codec.NewCPUBatch(codec.NewLZ4(), 2)
-	primary := codec.BatchCompressor(codec.NewCPUBatch(codec.NewLZ4(), 2))
-	cfg := batch.Config{MaxPages: 32, InFlight: 2, Limit: DefaultHugeThreshold - 1}
-	switch mode {
-	case modeDirect:
-		primary = cpu
-	case modeMixed:
-		cfg.MinPrimaryPages, cfg.Deadline = 16, 200*time.Microsecond
+	f := &fixture{store: store}
+	rc := route.Config{Codec: codec.NewLZ4(), CPUWorkers: 2, Logger: quiet,
+		Watchdog: 20 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
+	var sc stage.Config
+	switch path {
+	case pathStaged:
+		sc = stage.Config{Batches: 8, BatchPages: 32, Deadline: 200 * time.Microsecond, Workers: 2}
+		rc.MinAcceleratorPages = 1
+	case pathMixed:
+		sc = stage.Config{Batches: 3, BatchPages: 8, Deadline: 100 * time.Microsecond, Workers: 2}
+		rc.MinAcceleratorPages = 6
 	}
-	bt, err := batch.New(primary, cpu, cfg, nil)
-	if err != nil {
+	if path != pathInline {
+		f.accel = fakeaccel.New()
+		rc.Accelerator, rc.Shadows, rc.ShadowPages = f.accel, 2*sc.Workers, sc.BatchPages
+	}
+	if f.router, err = route.New(rc); err != nil {
 		t.Fatal(err)
 	}
-	dev, err := New(Config{Size: size, Codec: codec.NewLZ4(), Batcher: bt, Store: store,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	f.dev, err = New(Config{Size: size, Codec: codec.NewLZ4(), Router: f.router, Store: store, Staging: sc, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		bt.Close()
-		dev.Close()
+		f.dev.Close()
 		store.Close()
 	})
-	return &fixture{dev, store, bt}
+	return f
+}
+
+// settle waits until nothing is staged: every acknowledged page is in the
+// store.
+func (f *fixture) settle(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.dev.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // fillData writes content of a random kind: compressible text-like bytes,
@@ -114,26 +138,31 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		ops = 20_000
 	}
-	runModel(t, ops, modelOptions{mode: modeBatched})
+	runModel(t, ops, modelOptions{path: pathStaged})
 }
 
 // TestModelPaths runs the model on the other paths a write can take: a
-// primary that wants batches of 16 (requests go direct, into batches, and
-// past the deadline to the CPU); the CPU-only path; and batches with the
-// compactor moving objects as fast as it can underneath. The last runs
-// the store as the daemon does when it is swap: with a prefaulter, which
-// gives emptied slabs' pages back and faults released slabs in again for
-// reuse, here with so little room to keep empty slabs that nearly every
-// slab that empties goes through that queue.
+// tiny staging area whose accelerator wants batches of 6 (writes are
+// staged, or compressed inline when staging is full, and small batches go
+// to the CPU); the CPU-only path; staged writes with the accelerator
+// failing, hanging past the watchdog and writing late, mid-batch; and
+// staged writes with the compactor moving objects as fast as it can
+// underneath. The last runs the store as the daemon does when it is swap:
+// with a prefaulter, which gives emptied slabs' pages back and faults
+// released slabs in again for reuse, here with so little room to keep
+// empty slabs that nearly every slab that empties goes through that
+// queue.
 func TestModelPaths(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts modelOptions
 	}{
-		{"mixed", modelOptions{mode: modeMixed}},
-		{"direct", modelOptions{mode: modeDirect}},
-		{"compacting", modelOptions{mode: modeBatched, compact: true}},
-		{"prefaulting", modelOptions{mode: modeDirect, compact: true,
+		{"mixed", modelOptions{path: pathMixed}},
+		{"inline", modelOptions{path: pathInline}},
+		{"faults", modelOptions{path: pathStaged, faults: true}},
+		{"mixed-faults", modelOptions{path: pathMixed, faults: true}},
+		{"compacting", modelOptions{path: pathStaged, compact: true}},
+		{"prefaulting", modelOptions{path: pathMixed, compact: true,
 			store: pagestore.Config{Prefault: 2 * pageSize, ArenaSize: 1 << 20}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,8 +176,9 @@ func TestModelPaths(t *testing.T) {
 }
 
 type modelOptions struct {
-	mode    batchMode
+	path    writePath
 	compact bool             // run the compactor as fast as it goes
+	faults  bool             // make the accelerator fail and hang
 	store   pagestore.Config // for the device's store
 }
 
@@ -157,9 +187,22 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	const regionPages = 64
 	ops := totalOps / workers
 	size := int64(workers * regionPages * pageSize)
-	f := newDeviceMode(t, size, opts.store, opts.mode)
+	f := newDeviceMode(t, size, opts.store, opts.path)
 	model := make([]byte, size)
 	ctx := context.Background()
+	if opts.faults {
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			injectFaults(f.accel, stop)
+		}()
+		defer func() {
+			close(stop)
+			<-done
+			t.Logf("accelerator faults: %+v", f.router.Stats())
+		}()
+	}
 	if opts.compact {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -231,7 +274,7 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	for err := range errc {
 		t.Fatal(err)
 	}
-	t.Logf("batcher: %+v", f.bt.Stats())
+	f.settle(t)
 	// A final full comparison, and the statistics must agree with the table.
 	got := make([]byte, size)
 	if err := f.dev.ReadAt(ctx, got, 0); err != nil {
@@ -256,8 +299,58 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	if st.StoredPages != stored || st.SamePages != same || st.HugePages != huge {
 		t.Fatalf("stats %+v disagree with the table: stored %d same %d huge %d", st, stored, same, huge)
 	}
-	if ss := f.store.Stats(); ss.Objects != stored {
-		t.Fatalf("store holds %d objects, table references %d", ss.Objects, stored)
+	checkSettled(t, f, stored)
+}
+
+// checkSettled checks a device with nothing staged: the store holds
+// exactly the objects the table references, every reservation of a staged
+// page was given back, no object was freed twice, and every staged page
+// was compressed exactly once.
+func checkSettled(t *testing.T, f *fixture, stored int64) {
+	t.Helper()
+	ss := f.store.Stats()
+	if ss.Objects != stored || ss.Reserved != 0 || ss.BadHandles != 0 {
+		t.Fatalf("store %+v: want %d objects (the table's), nothing reserved, no bad handles", ss, stored)
+	}
+	st, rs := f.dev.Stats(), f.router.Stats()
+	if st.StagedPages != 0 {
+		t.Fatalf("%d pages still staged", st.StagedPages)
+	}
+	if staged := rs.AcceleratorPages + rs.CPUPages - rs.InlinePages; staged != st.StagedWrites {
+		t.Fatalf("%d staged pages compressed for %d staged: router %+v", staged, st.StagedWrites, rs)
+	}
+	t.Logf("staged %d pages (%d on the accelerator), %d inline; %+v", st.StagedWrites, rs.AcceleratorPages, rs.InlinePages, st.Staging)
+}
+
+// injectFaults makes a the accelerator fail, hang past the router's
+// watchdog (and then write its outputs late), run slow or work, in turns
+// of a few milliseconds, until stop.
+func injectFaults(a *fakeaccel.Accelerator, stop <-chan struct{}) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for {
+		a.Failing.Store(false)
+		a.FailEvery.Store(0)
+		a.HangFor.Store(0)
+		a.Delay.Store(0)
+		switch r.IntN(5) {
+		case 0:
+			a.Failing.Store(true)
+		case 1:
+			a.FailEvery.Store(3)
+		case 2:
+			a.HangFor.Store(int64(30 * time.Millisecond)) // the watchdog is 20ms
+		case 3:
+			a.Delay.Store(int64(2 * time.Millisecond))
+		}
+		select {
+		case <-stop:
+			a.Failing.Store(false)
+			a.FailEvery.Store(0)
+			a.HangFor.Store(0)
+			a.Delay.Store(0)
+			return
+		case <-time.After(time.Duration(1+r.IntN(10)) * time.Millisecond):
+		}
 	}
 }
 
@@ -299,44 +392,155 @@ func TestSamePageWriters(t *testing.T) {
 			}
 		}
 	}
-	if n := f.store.Stats().Objects; n != 4 {
-		t.Fatalf("%d objects stored for 4 pages: leaked or lost handles", n)
-	}
+	f.settle(t)
+	checkSettled(t, f, 4)
 }
 
-// TestLateBatchLosesToTrim checks the ordering rule directly: a batched
-// write still in flight when a trim of its page commits must not resurface.
-func TestLateBatchLosesToTrim(t *testing.T) {
-	f := newDevice(t, pageSize, 0)
+// TestLateCommitLoses: a staged page's batch that commits after a newer
+// write of the page (a trim, a same-filled page, a write compressed
+// inline) committed must not resurface; its object is freed.
+func TestLateCommitLoses(t *testing.T) {
+	ctx := context.Background()
 	p := make([]byte, pageSize)
 	for i := range p {
 		p[i] = byte(i / 3)
 	}
-	// Simulate the interleaving: the write registers, the trim commits,
-	// then the batch result arrives.
-	idx := uint32(0)
-	s := f.dev.stripe(idx)
-	s.mu.Lock()
-	seq := f.dev.seq.Add(1)
-	s.pending.begin(idx)
-	s.mu.Unlock()
-	if err := f.dev.Trim(context.Background(), 0, pageSize); err != nil {
+	same := make([]byte, pageSize)
+	for i := range same {
+		same[i] = 0x5a
+	}
+	noise := make([]byte, pageSize)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range noise {
+		noise[i] = byte(r.Uint32())
+	}
+	for _, tc := range []struct {
+		name  string
+		newer func(f *fixture) error
+		want  []byte
+	}{
+		{"trim", func(f *fixture) error { return f.dev.Trim(ctx, 0, pageSize) }, make([]byte, pageSize)},
+		{"same-filled", func(f *fixture) error { return f.dev.WriteAt(ctx, same, 0, false) }, same},
+		{"inline", func(f *fixture) error { return f.dev.writeInline(0, noise) }, noise},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newDevice(t, pageSize, 0)
+			f.accel.Delay.Store(int64(30 * time.Millisecond))
+			if err := f.dev.WriteAt(ctx, p, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			if f.dev.Stats().StagedPages != 1 {
+				t.Fatalf("the write was not staged: %+v", f.dev.Stats())
+			}
+			// A read of the staged page is served from staging.
+			got := make([]byte, pageSize)
+			if err := f.dev.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, p) {
+				t.Fatalf("reading the staged page: %v, equal %v", err, bytes.Equal(got, p))
+			}
+			waitCompressing(t, f)
+			if err := tc.newer(f); err != nil {
+				t.Fatal(err)
+			}
+			f.settle(t)
+			if err := f.dev.ReadAt(ctx, got, 0); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, tc.want) {
+				t.Fatal("a late batch overwrote a newer write")
+			}
+			objects := int64(0)
+			if f.dev.table[0].hasObject() {
+				objects = 1
+			}
+			checkSettled(t, f, objects)
+		})
+	}
+}
+
+// TestStagingFull: with every staging buffer busy, writes compress inline
+// and everything reads back.
+func TestStagingFull(t *testing.T) {
+	f := newDeviceMode(t, 256*pageSize, pagestore.Config{}, pathMixed)
+	f.accel.Delay.Store(int64(20 * time.Millisecond))
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(2, 2))
+	model := make([]byte, 256*pageSize)
+	for pg := range 256 {
+		fillData(r, model[pg*pageSize:(pg+1)*pageSize])
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for pg := w * 32; pg < (w+1)*32; pg += 4 {
+				if err := f.dev.WriteAt(ctx, model[pg*pageSize:(pg+4)*pageSize], int64(pg)*pageSize, false); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := f.dev.Stats()
+	if st.Staging.Refused == 0 || f.router.Stats().InlinePages == 0 {
+		t.Fatalf("staging never full: %+v, router %+v", st, f.router.Stats())
+	}
+	got := make([]byte, len(model))
+	if err := f.dev.ReadAt(ctx, got, 0); err != nil {
 		t.Fatal(err)
 	}
-	comp := make([]byte, pageSize)
-	n := codec.NewLZ4().Compress(comp, p)
-	if err := f.dev.commitBatched(idx, seq, comp[:n], p); err != nil {
+	if !bytes.Equal(got, model) {
+		t.Fatal("contents differ with staging full")
+	}
+	f.settle(t)
+	if err := f.dev.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, model) {
+		t.Fatalf("contents differ once settled (%v)", err)
+	}
+}
+
+// TestCloseCommitsStagedPages: closing with batches staged and compressing
+// waits for them, leaves no goroutine behind and frees every object.
+func TestCloseCommitsStagedPages(t *testing.T) {
+	before := runtime.NumGoroutine()
+	store, err := pagestore.New(pagestore.Config{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	got := make([]byte, pageSize)
-	if err := f.dev.ReadAt(context.Background(), got, 0); err != nil {
+	defer store.Close()
+	accel := fakeaccel.New()
+	accel.Delay.Store(int64(10 * time.Millisecond))
+	router, err := route.New(route.Config{Codec: codec.NewLZ4(), Accelerator: accel, Shadows: 4, ShadowPages: 32, MinAcceleratorPages: 1, Logger: quiet})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, make([]byte, pageSize)) {
-		t.Fatal("a late batch overwrote a newer trim")
+	dev, err := New(Config{Size: 1 << 20, Codec: codec.NewLZ4(), Router: router, Store: store, Logger: quiet,
+		Staging: stage.Config{Batches: 4, BatchPages: 32, Deadline: time.Second, Workers: 2}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := f.store.Stats().Objects; n != 0 {
-		t.Fatalf("the losing write's object was not freed: %d objects", n)
+	r := rand.New(rand.NewPCG(3, 3))
+	p := make([]byte, 48*pageSize)
+	for pg := range 48 {
+		fillData(r, p[pg*pageSize:(pg+1)*pageSize])
+		p[pg*pageSize] = 1 // never same-filled
+	}
+	if err := dev.WriteAt(context.Background(), p, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if st := dev.Stats(); st.StagedPages != 48 {
+		t.Fatalf("%d pages staged, want 48", st.StagedPages)
+	}
+	dev.Close()
+	if n := accel.Pages.Load(); n != 48 {
+		t.Fatalf("Close left %d of 48 staged pages uncompressed", 48-n)
+	}
+	if st := store.Stats(); st.Objects != 0 || st.Reserved != 0 || st.BadHandles != 0 {
+		t.Fatalf("store after Close: %+v", st)
+	}
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines before, %d after Close", before, runtime.NumGoroutine())
+		}
 	}
 }
 

@@ -15,7 +15,19 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/route"
+	"golang.org/x/sys/unix"
 )
+
+// routed is a route.Router as a codec.BatchCompressor.
+type routed struct{ r *route.Router }
+
+func (routed) Name() string { return "routed" }
+
+func (c routed) CompressBatch(_ context.Context, b *codec.Batch) error {
+	c.r.CompressBatch(b)
+	return nil
+}
 
 // TestBenchReport measures end-to-end throughput (pinned host pages in,
 // packed compressed pages in host memory out, several batches in flight)
@@ -52,7 +64,7 @@ func TestBenchReport(t *testing.T) {
 		gbs, batches := e2e(t, pages, c.slots, c.batch, c.workers, c.fallback, c.decompress)
 		path := "GPU compress (Backend)"
 		if c.fallback {
-			path = "GPU compress via WithFallback"
+			path = "GPU compress via the router (shadow outputs, watchdog)"
 		}
 		if c.decompress {
 			path = "GPU decompress (DecompressBatch, output GB/s)"
@@ -93,7 +105,34 @@ func TestBenchReport(t *testing.T) {
 		}
 		fmt.Fprintf(&rep, "| %d | %.0f | %.0f | %s |\n", n, us(gl), us(cl), faster)
 	}
-	fmt.Fprintf(&rep, "\nCrossover (smallest batch from which the GPU is faster at every larger size): **%d pages** (DefaultAutoMinPages = %d).\n", crossover, DefaultAutoMinPages)
+	fmt.Fprintf(&rep, "\nLatency crossover (smallest batch from which the GPU is faster at every larger size): **%d pages**.\n\n", crossover)
+
+	// Staged batches wait for nobody: what decides between the GPU and
+	// the CPU is the CPU time a batch costs (route.DefaultMinAcceleratorPages).
+	fmt.Fprintf(&rep, "### CPU time per batch, one batch at a time (process CPU, 200 batches)\n\n")
+	fmt.Fprintf(&rep, "| batch pages | GPU via the router µs CPU | CPU LZ4 µs CPU (1 goroutine) | cheaper |\n|---|---|---|---|\n")
+	r, err := route.New(route.Config{Accelerator: g, Codec: codec.NewLZ4(), Logger: quiet,
+		Shadows: 2, ShadowPages: 1024, MinAcceleratorPages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := codec.NewCPUBatch(codec.NewLZ4(), 1)
+	for _, n := range []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 1024} {
+		b, err := g.NewBatch(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(b.Pages, pages[:n*codec.PageSize])
+		b.N = n
+		gc := cpuPerCall(200, func() { r.CompressBatch(b) })
+		cc := cpuPerCall(200, func() { one.CompressBatch(context.Background(), b) })
+		cheaper := "CPU"
+		if gc < cc {
+			cheaper = "GPU"
+		}
+		fmt.Fprintf(&rep, "| %d | %.1f | %.1f | %s |\n", n, us(gc), us(cc), cheaper)
+	}
+	fmt.Fprintf(&rep, "\nroute.DefaultMinAcceleratorPages = %d.\n", route.DefaultMinAcceleratorPages)
 	if err := os.WriteFile(outPath, []byte(rep.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +153,22 @@ func medianLatency(runs int, f func()) time.Duration {
 	return ds[runs/2]
 }
 
+// cpuPerCall returns the process CPU time (user+system, every thread: the
+// driver's too) per call of f over runs calls.
+func cpuPerCall(runs int, f func()) time.Duration {
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		unix.Getrusage(unix.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	f()
+	start := cpu()
+	for range runs {
+		f()
+	}
+	return (cpu() - start) / time.Duration(runs)
+}
+
 // e2e runs workers goroutines, each cycling through 4 batches of
 // pre-loaded pinned pages, for about 2 seconds; it returns GB/s of pages.
 func e2e(t *testing.T, pages []byte, slots, batch, workers int, fallback, decompress bool) (float64, int64) {
@@ -127,8 +182,12 @@ func e2e(t *testing.T, pages []byte, slots, batch, workers int, fallback, decomp
 	var comp codec.BatchCompressor = g
 	var alloc codec.BatchAllocator = g
 	if fallback {
-		f := WithFallback(g, codec.NewCPUBatch(codec.NewLZ4(), 0), FallbackOptions{Logger: quiet})
-		comp, alloc = f, f
+		r, err := route.New(route.Config{Accelerator: g, Codec: codec.NewLZ4(), Logger: quiet,
+			Shadows: 2 * workers, ShadowPages: batch, MinAcceleratorPages: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		comp, alloc = routed{r}, r
 	}
 	total := len(pages) / codec.PageSize
 	type worker struct{ bs []*codec.Batch }

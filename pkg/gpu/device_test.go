@@ -19,6 +19,7 @@ import (
 
 	sharedcorpus "github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/route"
 )
 
 func testConfig(t testing.TB) Config {
@@ -311,8 +312,8 @@ func TestGPUFaultInjection(t *testing.T) {
 			c.Faults = plan
 			c.Slots = 2
 			g := openGPU(t, c)
-			f := WithFallback(g, codec.NewCPUBatch(codec.NewLZ4(), 0), FallbackOptions{Logger: quiet, MinBackoff: time.Millisecond})
-			b, err := f.NewBatch(300)
+			r := newRouter(t, g, route.Config{MinBackoff: time.Millisecond})
+			b, err := r.NewBatch(300)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -320,13 +321,11 @@ func TestGPUFaultInjection(t *testing.T) {
 				copy(b.Pages, pages)
 				b.N = 300
 				poison(b)
-				if err := f.CompressBatch(context.Background(), b); err != nil {
-					t.Fatal(err)
-				}
+				r.CompressBatch(b)
 				verifyBatch(t, b, pages)
 				time.Sleep(3 * time.Millisecond)
 			}
-			if s := f.Stats(); s.Fallbacks != 1 || s.Primary != 4 {
+			if s := r.Stats(); s.Fallbacks != 1 || s.AcceleratorBatches != 4 {
 				t.Errorf("stats %+v, want 1 fallback and 4 GPU batches", s)
 			}
 		})
@@ -350,17 +349,13 @@ func TestGPUHangQuarantine(t *testing.T) {
 	c.HangFor = 400 * time.Millisecond
 	c.Slots = 2
 	g := openGPU(t, c)
-	f := WithFallback(g, codec.NewCPUBatch(codec.NewLZ4(), 0), FallbackOptions{
-		Logger: quiet, Timeout: 50 * time.Millisecond, MinBackoff: time.Millisecond,
-	})
-	b, _ := f.NewBatch(256)
+	r := newRouter(t, g, route.Config{Watchdog: 50 * time.Millisecond, MinBackoff: time.Millisecond})
+	b, _ := r.NewBatch(256)
 	copy(b.Pages, pages)
 	b.N = 256
 	poison(b)
 	start := time.Now()
-	if err := f.CompressBatch(context.Background(), b); err != nil {
-		t.Fatal(err)
-	}
+	r.CompressBatch(b)
 	if d := time.Since(start); d > 300*time.Millisecond {
 		t.Errorf("watchdog fired after %v", d)
 	}
@@ -368,12 +363,10 @@ func TestGPUHangQuarantine(t *testing.T) {
 	snapshot := append([]byte(nil), b.Out...)
 	// While the hung slot is quarantined the other one serves batches.
 	time.Sleep(2 * time.Millisecond)
-	b2, _ := f.NewBatch(256)
+	b2, _ := r.NewBatch(256)
 	copy(b2.Pages, pages)
 	b2.N = 256
-	if err := f.CompressBatch(context.Background(), b2); err != nil {
-		t.Fatal(err)
-	}
+	r.CompressBatch(b2)
 	verifyBatch(t, b2, pages)
 	// After the hang, both slots work again and the first batch's results
 	// were never overwritten.
@@ -383,13 +376,10 @@ func TestGPUHangQuarantine(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bb, _ := f.NewBatch(256)
+			bb, _ := r.NewBatch(256)
 			copy(bb.Pages, pages)
 			bb.N = 256
-			if err := f.CompressBatch(context.Background(), bb); err != nil {
-				t.Error(err)
-				return
-			}
+			r.CompressBatch(bb)
 			verifyBatch(t, bb, pages)
 		}()
 	}
@@ -397,10 +387,23 @@ func TestGPUHangQuarantine(t *testing.T) {
 	if !bytes.Equal(snapshot, b.Out) {
 		t.Fatal("the hung batch's late output reached the caller's batch")
 	}
-	s := f.Stats()
-	if s.Timeouts != 1 || s.Primary < 5 {
+	s := r.Stats()
+	if s.Timeouts != 1 || s.AcceleratorBatches < 5 {
 		t.Errorf("stats %+v, want 1 timeout and the GPU used afterwards", s)
 	}
+}
+
+// newRouter routes batches of up to 300 pages between g and the CPU, as
+// the daemon does.
+func newRouter(t *testing.T, g *Backend, c route.Config) *route.Router {
+	t.Helper()
+	c.Accelerator, c.Codec, c.Logger = g, codec.NewLZ4(), quiet
+	c.Shadows, c.ShadowPages, c.MinAcceleratorPages = 8, 300, 1
+	r, err := route.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestGPUOversizeBatch gives the backend batches larger than a slot: they

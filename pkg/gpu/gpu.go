@@ -12,8 +12,9 @@
 // download overlap. The kernel packs the compressed pages on the device, so
 // only their bytes and a small array of offsets and lengths come back.
 //
-// WithFallback wraps a Backend so that any failure or a batch that overruns
-// its deadline is compressed by the CPU codec instead, with nothing lost.
+// The Backend never decides between the GPU and the CPU: pkg/route does,
+// and redoes on the CPU any batch the GPU fails or does not finish in time,
+// with nothing lost.
 package gpu
 
 import (
@@ -36,13 +37,6 @@ var ErrUnavailable = errors.New("gpu: unavailable")
 
 // errClosed reports use of a closed Backend.
 var errClosed = errors.New("gpu: backend closed")
-
-// DefaultAutoMinPages is the smallest batch for which `--backend auto`
-// sends a batch to the GPU rather than the CPU codec: below it the PCIe
-// round trip costs more than the CPU takes. Measured by
-// bench/gpu/run.sh (TestBenchReport's crossover table); see
-// bench/results/gpu-*.md.
-const DefaultAutoMinPages = 128
 
 // Launch geometry of the kernels in kernels/lz4.cu (C_WARPS, D_WARPS):
 // one warp per page.
@@ -156,7 +150,7 @@ type Backend struct {
 	done   chan struct{} // closed by Close
 
 	mu     sync.Mutex
-	pinned [][]byte // memory of batches made by NewBatch and newOutputs
+	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
 }
 
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates
@@ -296,8 +290,8 @@ func (g *Backend) MaxBatchPages() int { return g.cfg.MaxBatchPages }
 //
 // Because CompressBatch then writes b.Out by DMA, a batch that fails with
 // a deadline error may still have b.Out written by the device until its
-// slot is released; WithFallback never hands the caller's batch to the
-// device, so use the Backend through it.
+// slot is released; pkg/route gives the device shadow outputs (NewOutputs)
+// for that reason.
 func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
 	b, err := g.newPinned(capacity, true)
 	if err != nil {
@@ -306,9 +300,10 @@ func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
 	return b, nil
 }
 
-// newOutputs returns a batch with pinned outputs and no pages, for the
-// private outputs WithFallback gives the device.
-func (g *Backend) newOutputs(capacity int) (*codec.Batch, error) {
+// NewOutputs returns a batch with pinned outputs and no pages: the shadow
+// outputs pkg/route gives the device, so that a late write by a batch it
+// gave up on reaches no memory in use.
+func (g *Backend) NewOutputs(capacity int) (*codec.Batch, error) {
 	return g.newPinned(capacity, false)
 }
 

@@ -8,8 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// maxBackends bounds the backends tracked; a batcher has two (primary and
-// CPU), and names past the bound share the last entry as "other".
+// maxBackends bounds the backends tracked; the router has two (the GPU and
+// the CPU), and names past the bound share the last entry as "other".
 const maxBackends = 8
 
 type backendStats struct {
@@ -19,7 +19,7 @@ type backendStats struct {
 }
 
 // Batches records batch sizes and latencies per backend. It implements
-// batch.Observer and prometheus.Collector.
+// route.Observer and prometheus.Collector.
 type Batches struct {
 	mu       sync.Mutex // serialises adding a backend
 	backends atomic.Pointer[[]*backendStats]
@@ -67,7 +67,7 @@ func (m *Batches) backend(name string) *backendStats {
 	return b
 }
 
-// BatchDone implements batch.Observer.
+// BatchDone implements route.Observer.
 func (m *Batches) BatchDone(backend string, pages int, d time.Duration) {
 	b := m.backend(backend)
 	b.pages.observe(int64(pages))

@@ -3,8 +3,9 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gzramd/gzramd/pkg/batch"
+	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/route"
 )
 
 // Info describes the running daemon; it becomes gzramd_info's labels and
@@ -13,32 +14,34 @@ type Info struct {
 	Version   string
 	Export    string
 	Algorithm string
-	Backend   string // the primary batch backend: "cpu" or "gpu"
+	Backend   string // where staged batches go: "cpu" or "gpu"
 	DiskSize  int64
 }
 
-// Device exports the device's zram-like statistics and the batcher's
-// counters, read at scrape time. It implements prometheus.Collector.
+// Device exports the device's zram-like statistics, its staging area's
+// and the router's counters, read at scrape time. It implements
+// prometheus.Collector.
 type Device struct {
-	info    Info
-	device  func() device.Stats
-	batcher func() batch.Stats
+	info   Info
+	device func() device.Stats
+	router func() route.Stats
 
 	infoDesc, diskSize                               *prometheus.Desc
 	orig, compr, memUsed, memUsedMax, memLimit       *prometheus.Desc
 	same, huge, stored, compacted, prefaultMisses    *prometheus.Desc
 	failedReads, failedWrites, invalidIO, notifyFree *prometheus.Desc
-	batches, batchedPages, primaryBatches, fallbacks *prometheus.Desc
+	staged, stagingBytes, stagingBusy, stagedTotal   *prometheus.Desc
+	stagingRefused, stagingSealed, commitRetries     *prometheus.Desc
+	compressedPages, inlinePages                     *prometheus.Desc
 }
 
 func gauge(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 
-// NewDevice returns a collector over the snapshots dev and bt return
-// (typically (*device.Device).Stats and (*batch.Batcher).Stats); bt may be
-// nil.
-func NewDevice(info Info, dev func() device.Stats, bt func() batch.Stats) *Device {
+// NewDevice returns a collector over the snapshots dev and router return
+// (typically (*device.Device).Stats and (*route.Router).Stats).
+func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *Device {
 	return &Device{
-		info: info, device: dev, batcher: bt,
+		info: info, device: dev, router: router,
 		infoDesc: prometheus.NewDesc("gzramd_info", "Constant 1, labelled with the daemon's version, export, algorithm and backend.",
 			[]string{"version", "export", "algorithm", "backend"}, nil),
 		diskSize:   gauge("gzramd_disksize_bytes", "Size of the block device (zram disksize)."),
@@ -62,14 +65,22 @@ func NewDevice(info Info, dev func() device.Stats, bt func() batch.Stats) *Devic
 			"Requests outside the device or malformed (zram invalid_io).", nil, nil),
 		notifyFree: prometheus.NewDesc("gzramd_notify_free_total",
 			"Pages freed by trims and discards (zram notify_free).", nil, nil),
-		batches: prometheus.NewDesc("gzramd_batches_total",
-			"Batches compressed, all backends.", nil, nil),
-		batchedPages: prometheus.NewDesc("gzramd_batched_pages_total",
-			"Pages compressed in batches, all backends.", nil, nil),
-		primaryBatches: prometheus.NewDesc("gzramd_primary_batches_total",
-			"Batches the primary backend (gzramd_info's backend label) compressed.", nil, nil),
-		fallbacks: prometheus.NewDesc("gzramd_backend_fallbacks_total",
-			"Batches the primary backend returned an error for, compressed again on the CPU by the batcher (the GPU guard's own fallbacks are gzramd_gpu_fallbacks_total).", nil, nil),
+		staged: gauge("gzramd_staged_pages",
+			"Pages acknowledged and held raw in the staging area until their batch is compressed (4 KiB each in the data and memory gauges)."),
+		stagingBytes: gauge("gzramd_staging_bytes", "Size of the write-behind staging area (--staging); 0 without an accelerator."),
+		stagingBusy:  gauge("gzramd_staging_busy_bytes", "Staging memory holding batches being filled, waiting or being compressed."),
+		stagedTotal: prometheus.NewDesc("gzramd_staged_pages_total",
+			"Page writes acknowledged from the staging area (write-behind).", nil, nil),
+		stagingRefused: prometheus.NewDesc("gzramd_staging_full_total",
+			"Writes that found the staging area full and compressed their pages inline on the CPU.", nil, nil),
+		stagingSealed: prometheus.NewDesc("gzramd_staging_batches_total",
+			"Staged batches sent to compression, by why they were sealed: full, or deadline (--batch-deadline).", []string{"reason"}, nil),
+		commitRetries: prometheus.NewDesc("gzramd_commit_retries_total",
+			"Attempts to store a compressed staged batch that failed and were retried (the pages stayed staged).", nil, nil),
+		compressedPages: prometheus.NewDesc("gzramd_compressed_pages_total",
+			"Pages compressed, by where: gpu or cpu (the GPU's share of the written pages is gpu / sum).", []string{"backend"}, nil),
+		inlinePages: prometheus.NewDesc("gzramd_inline_pages_total",
+			"Of the pages compressed on the CPU, those a write compressed itself, in its request (no accelerator, staging full, or the accelerator backing off).", nil, nil),
 	}
 }
 
@@ -78,14 +89,10 @@ func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		m.infoDesc, m.diskSize, m.orig, m.compr, m.memUsed, m.memUsedMax, m.memLimit,
 		m.same, m.huge, m.stored, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
+		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingSealed, m.commitRetries,
+		m.compressedPages, m.inlinePages,
 	} {
 		ch <- d
-	}
-	if m.batcher != nil {
-		ch <- m.batches
-		ch <- m.batchedPages
-		ch <- m.primaryBatches
-		ch <- m.fallbacks
 	}
 }
 
@@ -94,8 +101,8 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	g := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
 	}
-	c := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	c := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 	ch <- prometheus.MustNewConstMetric(m.infoDesc, prometheus.GaugeValue, 1,
 		m.info.Version, m.info.Export, m.info.Algorithm, m.info.Backend)
@@ -115,11 +122,17 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	c(m.failedWrites, float64(st.FailedWrites))
 	c(m.invalidIO, float64(st.InvalidIO))
 	c(m.notifyFree, float64(st.NotifyFree))
-	if m.batcher != nil {
-		bs := m.batcher()
-		c(m.batches, float64(bs.Batches))
-		c(m.batchedPages, float64(bs.Pages))
-		c(m.primaryBatches, float64(bs.PrimaryBatches))
-		c(m.fallbacks, float64(bs.BackendErrors))
-	}
+	batchBytes := float64(st.Staging.BatchPages * codec.PageSize)
+	g(m.staged, float64(st.StagedPages))
+	g(m.stagingBytes, float64(st.Staging.Batches)*batchBytes)
+	g(m.stagingBusy, float64(st.Staging.Busy)*batchBytes)
+	c(m.stagedTotal, float64(st.StagedWrites))
+	c(m.stagingRefused, float64(st.Staging.Refused))
+	c(m.stagingSealed, float64(st.Staging.SealedFull), "full")
+	c(m.stagingSealed, float64(st.Staging.SealedDeadline), "deadline")
+	c(m.commitRetries, float64(st.CommitRetries))
+	rs := m.router()
+	c(m.compressedPages, float64(rs.AcceleratorPages), "gpu")
+	c(m.compressedPages, float64(rs.CPUPages), "cpu")
+	c(m.inlinePages, float64(rs.InlinePages))
 }

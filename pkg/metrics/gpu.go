@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// GPUCounters are the GPU backend's batch counters (pkg/gpu FallbackStats).
+// GPUCounters are the router's counters of the GPU's batches (pkg/route
+// Stats).
 type GPUCounters struct {
-	Primary   uint64 // batches the GPU compressed
-	CPU       uint64 // batches the guard sent to the CPU, for any reason
+	Batches   uint64 // batches the GPU compressed
 	Fallbacks uint64 // batches the GPU failed or overran, redone on the CPU
 	Timeouts  uint64 // of Fallbacks: watchdog deadlines
 	Skipped   uint64 // batches sent to the CPU while the GPU backed off
+	Small     uint64 // batches too small for the GPU, sent to the CPU
 }
 
 // GPUTelemetry is one NVML reading (pkg/gpu Telemetry).
@@ -38,7 +39,7 @@ type GPU struct {
 	mu      sync.Mutex
 	lastErr time.Time // rate-limits telemetry error logs
 
-	batches, cpuBatches, fallbacks, timeouts, skipped      *prometheus.Desc
+	batches, small, fallbacks, timeouts, skipped           *prometheus.Desc
 	memUsed, memTotal, util, memUtil, temp, pcieTx, pcieRx *prometheus.Desc
 }
 
@@ -49,25 +50,25 @@ func NewGPU(index int, counters func() GPUCounters, telemetry func() (GPUTelemet
 	tl := []string{"gpu", "name"}
 	return &GPU{
 		index: strconv.Itoa(index), counters: counters, telemetry: telemetry, log: log,
-		batches:    prometheus.NewDesc("gzramd_gpu_batches_total", "Batches the GPU compressed.", l, nil),
-		cpuBatches: prometheus.NewDesc("gzramd_gpu_cpu_batches_total", "Batches the GPU backend handed to the CPU, for any reason.", l, nil),
-		fallbacks:  prometheus.NewDesc("gzramd_gpu_fallbacks_total", "Batches the GPU failed or did not finish in time, compressed again on the CPU.", l, nil),
-		timeouts:   prometheus.NewDesc("gzramd_gpu_timeouts_total", "GPU fallbacks caused by the per-batch watchdog deadline.", l, nil),
-		skipped:    prometheus.NewDesc("gzramd_gpu_skipped_batches_total", "Batches sent to the CPU while the GPU backed off after failures.", l, nil),
-		memUsed:    prometheus.NewDesc("gzramd_gpu_memory_used_bytes", "GPU memory in use, all processes (NVML).", tl, nil),
-		memTotal:   prometheus.NewDesc("gzramd_gpu_memory_total_bytes", "GPU memory (NVML).", tl, nil),
-		util:       prometheus.NewDesc("gzramd_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU (NVML).", tl, nil),
-		memUtil:    prometheus.NewDesc("gzramd_gpu_memory_utilization_ratio", "Fraction of the last sample period GPU memory was read or written (NVML).", tl, nil),
-		temp:       prometheus.NewDesc("gzramd_gpu_temperature_celsius", "GPU temperature (NVML).", tl, nil),
-		pcieTx:     prometheus.NewDesc("gzramd_gpu_pcie_tx_bytes_per_second", "PCIe throughput from the GPU to the host (NVML, 20ms sample).", tl, nil),
-		pcieRx:     prometheus.NewDesc("gzramd_gpu_pcie_rx_bytes_per_second", "PCIe throughput from the host to the GPU (NVML, 20ms sample).", tl, nil),
+		batches:   prometheus.NewDesc("gzramd_gpu_batches_total", "Batches the GPU compressed.", l, nil),
+		small:     prometheus.NewDesc("gzramd_gpu_small_batches_total", "Staged batches too small to be worth the GPU (--gpu-min-pages), compressed on the CPU.", l, nil),
+		fallbacks: prometheus.NewDesc("gzramd_gpu_fallbacks_total", "Batches the GPU failed or did not finish in time, compressed again on the CPU.", l, nil),
+		timeouts:  prometheus.NewDesc("gzramd_gpu_timeouts_total", "GPU fallbacks caused by the per-batch watchdog deadline.", l, nil),
+		skipped:   prometheus.NewDesc("gzramd_gpu_skipped_batches_total", "Batches sent to the CPU while the GPU backed off after failures.", l, nil),
+		memUsed:   prometheus.NewDesc("gzramd_gpu_memory_used_bytes", "GPU memory in use, all processes (NVML).", tl, nil),
+		memTotal:  prometheus.NewDesc("gzramd_gpu_memory_total_bytes", "GPU memory (NVML).", tl, nil),
+		util:      prometheus.NewDesc("gzramd_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU (NVML).", tl, nil),
+		memUtil:   prometheus.NewDesc("gzramd_gpu_memory_utilization_ratio", "Fraction of the last sample period GPU memory was read or written (NVML).", tl, nil),
+		temp:      prometheus.NewDesc("gzramd_gpu_temperature_celsius", "GPU temperature (NVML).", tl, nil),
+		pcieTx:    prometheus.NewDesc("gzramd_gpu_pcie_tx_bytes_per_second", "PCIe throughput from the GPU to the host (NVML, 20ms sample).", tl, nil),
+		pcieRx:    prometheus.NewDesc("gzramd_gpu_pcie_rx_bytes_per_second", "PCIe throughput from the host to the GPU (NVML, 20ms sample).", tl, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (m *GPU) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
-		m.batches, m.cpuBatches, m.fallbacks, m.timeouts, m.skipped,
+		m.batches, m.small, m.fallbacks, m.timeouts, m.skipped,
 		m.memUsed, m.memTotal, m.util, m.memUtil, m.temp, m.pcieTx, m.pcieRx,
 	} {
 		ch <- d
@@ -80,7 +81,7 @@ func (m *GPU) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range []struct {
 		d *prometheus.Desc
 		v uint64
-	}{{m.batches, c.Primary}, {m.cpuBatches, c.CPU}, {m.fallbacks, c.Fallbacks}, {m.timeouts, c.Timeouts}, {m.skipped, c.Skipped}} {
+	}{{m.batches, c.Batches}, {m.small, c.Small}, {m.fallbacks, c.Fallbacks}, {m.timeouts, c.Timeouts}, {m.skipped, c.Skipped}} {
 		ch <- prometheus.MustNewConstMetric(x.d, prometheus.CounterValue, float64(x.v), m.index)
 	}
 	if m.telemetry == nil {

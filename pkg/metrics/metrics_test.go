@@ -17,19 +17,20 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gzramd/gzramd/pkg/batch"
+	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/nbd"
-	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/pipeline"
 )
 
 const pageSize = codec.PageSize
 
-// stack is a real device with a CPU batcher, observed by the collectors.
+// stack is a real data path whose writes are staged for an accelerator (a
+// fake one that compresses on the CPU), observed by the collectors.
 type stack struct {
+	pipe    *pipeline.Pipeline
 	dev     *device.Device
-	batcher *batch.Batcher
 	nbd     *NBD
 	batches *Batches
 	srv     *httptest.Server
@@ -37,32 +38,22 @@ type stack struct {
 
 func newStack(t *testing.T, size int64) *stack {
 	t.Helper()
-	lz4, err := codec.New("lz4")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cpu := codec.NewCPUBatch(lz4, 0)
-	store, err := pagestore.New(pagestore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &stack{nbd: NewNBD(), batches: NewBatches()}
-	s.batcher, err = batch.New(cpu, cpu, batch.Config{MaxPages: 64}, s.batches)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.dev, err = device.New(device.Config{Size: size, Codec: lz4, Batcher: s.batcher, Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.batcher.Close()
-		s.dev.Close()
-		store.Close()
+	var err error
+	s.pipe, err = pipeline.New(pipeline.Config{
+		Size: size, Accelerator: fakeaccel.New(), MinAcceleratorPages: 4,
+		StagingBytes: 1 << 20, BatchPages: 32, BatchWorkers: 2, Observer: s.batches,
+		// Long enough for a scrape to see a page staged.
+		BatchDeadline: 500 * time.Millisecond,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.dev = s.pipe.Device
+	t.Cleanup(func() { s.pipe.Close() })
 	reg, err := NewRegistry(s.nbd, s.batches, NewDevice(Info{
-		Version: "test", Export: "gzram0", Algorithm: "lz4", Backend: "cpu", DiskSize: size,
-	}, s.dev.Stats, s.batcher.Stats))
+		Version: "test", Export: "gzram0", Algorithm: "lz4", Backend: "gpu", DiskSize: size,
+	}, s.dev.Stats, s.pipe.Router.Stats))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,9 +136,23 @@ func TestScrapeMatchesDevice(t *testing.T) {
 		t.Fatal("read past the end succeeded")
 	}
 
+	// One more write, staged and left uncompressed while scraped: staged
+	// pages count as raw pages until their batch is stored.
+	if err := s.dev.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.dev.WriteAt(ctx, data[2*pageSize:3*pageSize], int64(pages)*pageSize, false); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := s.scrape(t)
+	want(t, f, "gzramd_staged_pages", 1)
+	if err := s.dev.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+
 	f, body := s.scrape(t)
 	st := s.dev.Stats()
-	if st.StoredPages == 0 || st.SamePages == 0 || st.NotifyFree == 0 {
+	if st.StoredPages == 0 || st.SamePages == 0 || st.NotifyFree == 0 || st.StagedWrites == 0 {
 		t.Fatalf("the test wrote too little to check anything: %+v", st)
 	}
 	want(t, f, "gzramd_orig_data_bytes", float64(st.OrigDataSize))
@@ -163,18 +168,30 @@ func TestScrapeMatchesDevice(t *testing.T) {
 	want(t, f, "gzramd_failed_reads_total", 0)
 	want(t, f, "gzramd_failed_writes_total", 0)
 	want(t, f, "gzramd_disksize_bytes", 64<<20)
-	want(t, f, "gzramd_info", 1, "backend", "cpu", "algorithm", "lz4", "export", "gzram0")
+	want(t, f, "gzramd_info", 1, "backend", "gpu", "algorithm", "lz4", "export", "gzram0")
+	want(t, f, "gzramd_staged_pages", 0)
+	want(t, f, "gzramd_staged_pages_total", float64(st.StagedWrites))
+	want(t, f, "gzramd_staging_bytes", 1<<20)
+	want(t, f, "gzramd_staging_batches_total", float64(st.Staging.SealedFull), "reason", "full")
+	want(t, f, "gzramd_staging_batches_total", float64(st.Staging.SealedDeadline), "reason", "deadline")
 
-	bs := s.batcher.Stats()
-	want(t, f, "gzramd_batches_total", float64(bs.Batches))
-	want(t, f, "gzramd_batched_pages_total", float64(bs.Pages))
-	want(t, f, "gzramd_backend_fallbacks_total", 0)
-	// The histograms saw every batch and every page.
-	want(t, f, "gzramd_batch_pages", float64(bs.Batches), "backend", "cpu")
-	if h := f["gzramd_batch_pages"].GetMetric()[0].GetHistogram(); uint64(h.GetSampleSum()) != bs.Pages {
-		t.Errorf("gzramd_batch_pages_sum = %v, want %d", h.GetSampleSum(), bs.Pages)
+	rs := s.pipe.Router.Stats()
+	if rs.AcceleratorPages == 0 {
+		t.Fatalf("nothing was compressed on the accelerator: %+v", rs)
 	}
-	want(t, f, "gzramd_batch_duration_seconds", float64(bs.Batches), "backend", "cpu")
+	want(t, f, "gzramd_compressed_pages_total", float64(rs.AcceleratorPages), "backend", "gpu")
+	want(t, f, "gzramd_compressed_pages_total", float64(rs.CPUPages), "backend", "cpu")
+	want(t, f, "gzramd_inline_pages_total", float64(rs.InlinePages))
+	// The histograms saw every staged batch and its pages.
+	want(t, f, "gzramd_batch_pages", float64(rs.AcceleratorBatches), "backend", "gpu")
+	want(t, f, "gzramd_batch_duration_seconds", float64(rs.AcceleratorBatches), "backend", "gpu")
+	var sum float64
+	for _, m := range f["gzramd_batch_pages"].GetMetric() {
+		sum += m.GetHistogram().GetSampleSum()
+	}
+	if uint64(sum) != st.StagedWrites {
+		t.Errorf("gzramd_batch_pages_sum = %v over the backends, want the %d staged pages", sum, st.StagedWrites)
+	}
 
 	// The process collector matters for an mlock'd daemon; keep it.
 	if _, ok := f.Value("process_resident_memory_bytes"); !ok {
@@ -315,7 +332,7 @@ func TestGPUCollector(t *testing.T) {
 	tele := GPUTelemetry{Name: "NVIDIA H100", MemoryUsedBytes: 1 << 30, MemoryTotalBytes: 80 << 30,
 		UtilizationGPU: 42, UtilizationMemory: 7, TemperatureC: 55, PCIeTxBytesPerSec: 1e9, PCIeRxBytesPerSec: 2e9}
 	var teleErr error
-	g := NewGPU(0, func() GPUCounters { return GPUCounters{Primary: 10, CPU: 3, Fallbacks: 2, Timeouts: 1, Skipped: 1} },
+	g := NewGPU(0, func() GPUCounters { return GPUCounters{Batches: 10, Small: 3, Fallbacks: 2, Timeouts: 1, Skipped: 1} },
 		func() (GPUTelemetry, error) { return tele, teleErr }, nil)
 	reg, err := NewRegistry(g)
 	if err != nil {
@@ -340,6 +357,7 @@ func TestGPUCollector(t *testing.T) {
 	want(t, f, "gzramd_gpu_batches_total", 10, "gpu", "0")
 	want(t, f, "gzramd_gpu_fallbacks_total", 2, "gpu", "0")
 	want(t, f, "gzramd_gpu_timeouts_total", 1, "gpu", "0")
+	want(t, f, "gzramd_gpu_small_batches_total", 3, "gpu", "0")
 	want(t, f, "gzramd_gpu_utilization_ratio", 0.42, "gpu", "0", "name", "NVIDIA H100")
 	want(t, f, "gzramd_gpu_memory_total_bytes", 80<<30, "gpu", "0")
 	want(t, f, "gzramd_gpu_temperature_celsius", 55, "gpu", "0")

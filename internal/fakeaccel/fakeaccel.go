@@ -1,0 +1,85 @@
+// Package fakeaccel is a stand-in for the GPU in tests that run without
+// one: an accelerator (route.Accelerator) that compresses with the CPU
+// codec, so its results are real, and that can be made to fail or hang.
+// A hung call, once released, scribbles over the outputs it was given, as
+// a late GPU would write them by DMA.
+package fakeaccel
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+)
+
+// ErrFailed is what a failing Accelerator returns.
+var ErrFailed = errors.New("fakeaccel: device error")
+
+// Accelerator is safe for concurrent use.
+type Accelerator struct {
+	cpu *codec.CPUBatch
+	// Failing makes calls fail at once (after scribbling on their
+	// outputs); FailEvery > 0 fails every n-th call.
+	Failing   atomic.Bool
+	FailEvery atomic.Int64
+	// HangFor, when positive, makes calls hang that long, ignoring their
+	// context (a driver call that does not return), then scribble and
+	// fail.
+	HangFor atomic.Int64 // nanoseconds
+	// Delay, when positive, is how long each call takes.
+	Delay atomic.Int64 // nanoseconds
+
+	Calls, Returned, Pages atomic.Int64
+}
+
+// New returns a healthy accelerator.
+func New() *Accelerator {
+	return &Accelerator{cpu: codec.NewCPUBatch(codec.NewLZ4(), 1)}
+}
+
+// Name implements codec.BatchCompressor.
+func (*Accelerator) Name() string { return "gpu" }
+
+// NewBatch implements route.Accelerator with Go memory.
+func (*Accelerator) NewBatch(pages int) (*codec.Batch, error) { return codec.NewBatch(pages), nil }
+
+// NewOutputs implements route.Accelerator with Go memory.
+func (*Accelerator) NewOutputs(pages int) (*codec.Batch, error) {
+	return &codec.Batch{
+		Out: make([]byte, pages*codec.PageSize), Offsets: make([]uint32, pages), Lens: make([]uint32, pages),
+	}, nil
+}
+
+// CompressBatch implements codec.BatchCompressor.
+func (a *Accelerator) CompressBatch(ctx context.Context, b *codec.Batch) error {
+	n := a.Calls.Add(1)
+	defer a.Returned.Add(1)
+	if d := a.Delay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	if d := a.HangFor.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+		scribble(b)
+		return errors.New("fakeaccel: late")
+	}
+	if a.Failing.Load() || (a.FailEvery.Load() > 0 && n%a.FailEvery.Load() == 0) {
+		scribble(b)
+		return ErrFailed
+	}
+	if err := a.cpu.CompressBatch(ctx, b); err != nil {
+		return err
+	}
+	a.Pages.Add(int64(b.N))
+	return nil
+}
+
+func scribble(b *codec.Batch) {
+	for i := range b.Out {
+		b.Out[i] = 0xFF
+	}
+	for i := range b.Lens {
+		b.Lens[i], b.Offsets[i] = 7, 9
+	}
+}

@@ -1,0 +1,169 @@
+// Package pipeline builds gzramd's data path — page store, router, device
+// and, with an accelerator, the write-behind staging area — from one
+// Config, and takes it down in the right order. The daemon, `gzramd bench`
+// and the tests all build it here, so the rules that tie the parts
+// together live in one place.
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/stage"
+)
+
+// Defaults of the Config fields that have them.
+const (
+	DefaultStagingBytes  = 64 << 20
+	DefaultBatchPages    = 256
+	DefaultBatchDeadline = time.Millisecond
+	DefaultBatchWorkers  = 8
+)
+
+// Config describes a data path. Zero values take the defaults.
+type Config struct {
+	Size      int64  // device bytes, a multiple of 4 KiB
+	Algorithm string // "lz4" (default) or "zstd"
+
+	// The store: MemLimit 0 means none; Prefault and ArenaSize as in
+	// pagestore.Config.
+	MemLimit  int64
+	Prefault  int64
+	ArenaSize int
+	// HugeThreshold is the compressed length from which pages are stored
+	// raw (0: device.DefaultHugeThreshold).
+	HugeThreshold int
+
+	// Accelerator, if not nil, compresses the staged writes; the caller
+	// opened it and closes it after Close. Without one every write
+	// compresses inline on the CPU and nothing is staged.
+	Accelerator route.Accelerator
+	// MinAcceleratorPages: smaller staged batches go to the CPU
+	// (0: route.DefaultMinAcceleratorPages).
+	MinAcceleratorPages int
+	// StagingBytes is the write-behind memory with an accelerator, in
+	// whole batches, at least BatchWorkers+1 of them (DefaultStagingBytes
+	// is the daemon's default). 0 stages nothing: every write compresses
+	// inline on the CPU, and the accelerator is not used.
+	StagingBytes int64
+	// BatchPages is the pages of one staged batch (0: DefaultBatchPages),
+	// at most what the accelerator takes at once.
+	BatchPages int
+	// BatchDeadline is the longest a staged page waits for its batch to
+	// fill (0: DefaultBatchDeadline).
+	BatchDeadline time.Duration
+	// BatchWorkers is the staged batches compressed at once
+	// (0: DefaultBatchWorkers).
+	BatchWorkers int
+
+	Observer route.Observer
+	Logger   *slog.Logger
+	// CorruptReads: see device.Config.
+	CorruptReads bool
+}
+
+// Pipeline is a running data path.
+type Pipeline struct {
+	Store  *pagestore.Store
+	Router *route.Router
+	Device *device.Device
+	Codec  codec.Codec
+}
+
+// New builds the data path.
+func New(cfg Config) (_ *Pipeline, err error) {
+	if cfg.Algorithm == "" {
+		cfg.Algorithm = "lz4"
+	}
+	if cfg.HugeThreshold == 0 {
+		cfg.HugeThreshold = device.DefaultHugeThreshold
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	staging, err := stagingConfig(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if p.Codec, err = codec.New(cfg.Algorithm); err != nil {
+		return nil, err
+	}
+	if p.Store, err = pagestore.New(pagestore.Config{
+		MemLimit: cfg.MemLimit, Prefault: cfg.Prefault, ArenaSize: cfg.ArenaSize,
+	}); err != nil {
+		return nil, fmt.Errorf("pipeline: the page store: %w", err)
+	}
+	rc := route.Config{
+		Codec: p.Codec, MinAcceleratorPages: cfg.MinAcceleratorPages,
+		Observer: cfg.Observer, Logger: cfg.Logger,
+	}
+	if staging.Batches > 0 {
+		rc.Accelerator = cfg.Accelerator
+		// One for each batch in flight, and as many again for batches a
+		// hung accelerator holds past the watchdog.
+		rc.Shadows, rc.ShadowPages = 2*staging.Workers, staging.BatchPages
+	}
+	if p.Router, err = route.New(rc); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	if p.Device, err = device.New(device.Config{
+		Size: cfg.Size, Codec: p.Codec, Router: p.Router, Store: p.Store, Staging: staging,
+		HugeThreshold: cfg.HugeThreshold, Logger: cfg.Logger, CorruptReads: cfg.CorruptReads,
+	}); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	return p, nil
+}
+
+// stagingConfig derives the staging area from cfg: none without an
+// accelerator.
+func stagingConfig(cfg *Config) (stage.Config, error) {
+	if cfg.Accelerator == nil || cfg.StagingBytes == 0 {
+		return stage.Config{}, nil
+	}
+	sc := stage.Config{
+		BatchPages: cfg.BatchPages, Deadline: cfg.BatchDeadline, Workers: cfg.BatchWorkers,
+	}
+	if sc.BatchPages == 0 {
+		sc.BatchPages = DefaultBatchPages
+	}
+	if sc.Deadline == 0 {
+		sc.Deadline = DefaultBatchDeadline
+	}
+	if sc.Workers == 0 {
+		sc.Workers = DefaultBatchWorkers
+	}
+	bytes := cfg.StagingBytes
+	sc.Batches = int(bytes / int64(sc.BatchPages*codec.PageSize))
+	if sc.Batches < sc.Workers+1 {
+		return sc, fmt.Errorf("pipeline: %d bytes of staging hold %d batches of %d pages; %d workers need at least %d",
+			bytes, sc.Batches, sc.BatchPages, sc.Workers, sc.Workers+1)
+	}
+	sc.Batches = min(sc.Batches, stage.MaxBatches)
+	return sc, nil
+}
+
+// Close compresses and commits what is staged, then frees the device and
+// the store. The accelerator is the caller's to close afterwards.
+func (p *Pipeline) Close() error {
+	var errs []error
+	if p.Device != nil {
+		errs = append(errs, p.Device.Close())
+	}
+	if p.Store != nil {
+		errs = append(errs, p.Store.Close())
+	}
+	return errors.Join(errs...)
+}

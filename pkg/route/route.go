@@ -1,0 +1,314 @@
+// Package route is the one place that decides where gzramd compresses a
+// page: on the accelerator (the GPU) or on the CPU.
+//
+// Writes reach it two ways. Staged writes (write-behind, only with an
+// accelerator) come as sealed batches from the staging area, nobody
+// waiting on them: CompressBatch sends a batch to the accelerator when it
+// is large enough to be worth a round trip and the accelerator is healthy,
+// and redoes on the CPU, with the same pages, any batch the accelerator
+// fails or does not finish within the watchdog deadline. Inline writes (no
+// accelerator, staging full, or the accelerator backing off after a
+// failure) are a request's own pages, compressed on the CPU in the
+// request's goroutine by CompressInline. Accelerated tells the device
+// which of the two a write takes.
+//
+// The accelerator never writes the caller's outputs: it gets a shadow batch
+// that shares the (read-only) pages and has pinned outputs of its own,
+// swapped into the caller's batch on success. So an accelerator still
+// running after its deadline (a hung GPU) cannot touch results the CPU has
+// since written; a shadow is reused only once the accelerator has returned.
+package route
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+)
+
+// Accelerator is a batch compressor with memory of its own kind (pinned,
+// for the GPU's DMA): pkg/gpu's Backend.
+type Accelerator interface {
+	codec.BatchCompressor
+	// NewBatch returns a batch of pages and outputs in that memory.
+	NewBatch(pages int) (*codec.Batch, error)
+	// NewOutputs returns a batch with outputs only, in that memory.
+	NewOutputs(pages int) (*codec.Batch, error)
+}
+
+// Observer sees each compressed batch (for metrics); it must be cheap.
+type Observer interface {
+	BatchDone(backend string, pages int, d time.Duration)
+}
+
+// DefaultMinAcceleratorPages is the smallest staged batch sent to the
+// accelerator by default. Staged batches wait for nobody, so what decides
+// is CPU time: a GPU batch costs the CPU about as much as compressing a
+// few pages (driver calls and two wake-ups), a page on the CPU a few
+// microseconds.
+const DefaultMinAcceleratorPages = 16
+
+// Config sets a Router up. Zero durations take the defaults.
+type Config struct {
+	// Accelerator, if not nil, gets the staged batches.
+	Accelerator Accelerator
+	// Codec is the CPU codec: inline writes, small batches and every
+	// batch the accelerator cannot take.
+	Codec codec.Codec
+	// CPUWorkers spreads a batch compressed on the CPU over this many
+	// goroutines (0: GOMAXPROCS).
+	CPUWorkers int
+	// MinAcceleratorPages sends smaller staged batches to the CPU
+	// (0: DefaultMinAcceleratorPages).
+	MinAcceleratorPages int
+	// Watchdog is the deadline of one batch on the accelerator (default
+	// 1s; a full batch takes about a millisecond on a GPU).
+	Watchdog time.Duration
+	// MinBackoff is how long the accelerator is skipped after a failure;
+	// it doubles on each consecutive failure up to MaxBackoff (defaults
+	// 100ms and 1m).
+	MinBackoff, MaxBackoff time.Duration
+	// Shadows is the number of shadow output batches made for the
+	// accelerator (its batches in flight, plus those a hung accelerator
+	// still holds), of ShadowPages pages each; a batch finding none left
+	// goes to the CPU. Both 0 without an accelerator.
+	Shadows, ShadowPages int
+	Observer             Observer
+	Logger               *slog.Logger
+}
+
+// Stats count what the router did.
+type Stats struct {
+	AcceleratorPages, AcceleratorBatches uint64 // compressed on the accelerator
+	CPUPages                             uint64 // compressed on the CPU, inline writes included
+	CPUBatches                           uint64 // staged batches compressed on the CPU
+	InlinePages                          uint64 // of CPUPages: a request's own pages, in its goroutine
+	Fallbacks                            uint64 // batches the accelerator failed or overran, redone on the CPU
+	Timeouts                             uint64 // of Fallbacks: watchdog deadlines
+	Skipped                              uint64 // batches sent to the CPU while the accelerator backed off
+	Small                                uint64 // batches below MinAcceleratorPages, sent to the CPU
+	NoShadow                             uint64 // batches sent to the CPU for want of a free shadow
+}
+
+// Router is safe for concurrent use.
+type Router struct {
+	cfg    Config
+	accel  Accelerator
+	cpu    *codec.CPUBatch // batches, spread over CPUs
+	inline *codec.CPUBatch // a request's pages, in its goroutine
+	log    *slog.Logger
+
+	retryAt  atomic.Int64 // unix nanoseconds before which the accelerator is skipped
+	mu       sync.Mutex   // guards failures
+	failures int          // consecutive failures of the accelerator
+
+	shadows chan *codec.Batch // free shadow outputs
+
+	accelPages, accelBatches, cpuPages, cpuBatches, inlinePages atomic.Uint64
+	fallbacks, timeouts, skipped, small, noShadow               atomic.Uint64
+}
+
+// New makes a router and the accelerator's shadow outputs.
+func New(cfg Config) (*Router, error) {
+	if cfg.Codec == nil {
+		return nil, errors.New("route: a CPU codec is required")
+	}
+	if cfg.MinAcceleratorPages <= 0 {
+		cfg.MinAcceleratorPages = DefaultMinAcceleratorPages
+	}
+	if cfg.Watchdog <= 0 {
+		cfg.Watchdog = time.Second
+	}
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff < cfg.MinBackoff {
+		cfg.MaxBackoff = max(time.Minute, cfg.MinBackoff)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Router{
+		cfg: cfg, accel: cfg.Accelerator, log: cfg.Logger,
+		cpu:    codec.NewCPUBatch(cfg.Codec, cfg.CPUWorkers),
+		inline: codec.NewCPUBatch(cfg.Codec, 1),
+	}
+	if r.accel != nil {
+		if cfg.Shadows < 1 || cfg.ShadowPages < 1 {
+			return nil, fmt.Errorf("route: %d shadows of %d pages for the accelerator: want at least 1 of 1", cfg.Shadows, cfg.ShadowPages)
+		}
+		r.shadows = make(chan *codec.Batch, cfg.Shadows)
+		for range cfg.Shadows {
+			sb, err := r.accel.NewOutputs(cfg.ShadowPages)
+			if err != nil {
+				return nil, fmt.Errorf("route: shadow outputs for the accelerator: %w", err)
+			}
+			r.shadows <- sb
+		}
+	}
+	return r, nil
+}
+
+// AcceleratorName is the accelerator's backend name, or "" without one.
+func (r *Router) AcceleratorName() string {
+	if r.accel == nil {
+		return ""
+	}
+	return r.accel.Name()
+}
+
+// Accelerated reports whether writes are to be staged for the accelerator
+// now: there is one, and it is not backing off after a failure. Otherwise
+// a write compresses its pages inline, which costs no copy into staging.
+func (r *Router) Accelerated() bool {
+	return r.accel != nil && time.Now().UnixNano() >= r.retryAt.Load()
+}
+
+// NewBatch returns a batch for the staging area: in the accelerator's
+// memory when there is one.
+func (r *Router) NewBatch(pages int) (*codec.Batch, error) {
+	if r.accel != nil {
+		return r.accel.NewBatch(pages)
+	}
+	return codec.NewBatch(pages), nil
+}
+
+// CompressInline compresses a request's own pages on the CPU, in the
+// caller's goroutine, into b (which may have Pages pointing at the
+// request's buffer).
+func (r *Router) CompressInline(b *codec.Batch) {
+	r.inline.CompressBatch(context.Background(), b) //nolint:errcheck // the CPU never fails
+	r.inlinePages.Add(uint64(b.N))
+	r.cpuPages.Add(uint64(b.N))
+}
+
+// CompressBatch compresses a sealed batch of staged pages: on the
+// accelerator when there is one, it is not backing off, the batch is
+// large enough and a shadow is free; on the CPU otherwise, and whenever
+// the accelerator fails or overruns the watchdog. It never fails.
+func (r *Router) CompressBatch(b *codec.Batch) {
+	if b.N == 0 {
+		return
+	}
+	switch {
+	case r.accel == nil:
+	case b.N < r.cfg.MinAcceleratorPages:
+		r.small.Add(1)
+	case time.Now().UnixNano() < r.retryAt.Load():
+		r.skipped.Add(1)
+	default:
+		if r.accelerate(b) {
+			return
+		}
+	}
+	start := time.Now()
+	r.cpu.CompressBatch(context.Background(), b) //nolint:errcheck // the CPU never fails
+	r.cpuPages.Add(uint64(b.N))
+	r.cpuBatches.Add(1)
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.BatchDone(r.cpu.Name(), b.N, time.Since(start))
+	}
+}
+
+// accelerate runs b on the accelerator under the watchdog and reports
+// whether b now holds its results.
+func (r *Router) accelerate(b *codec.Batch) bool {
+	var sb *codec.Batch
+	select {
+	case sb = <-r.shadows:
+	default:
+		r.noShadow.Add(1)
+		return false
+	}
+	if sb.Cap() < b.N || len(sb.Out) < b.N*codec.PageSize {
+		r.shadows <- sb
+		r.noShadow.Add(1)
+		return false
+	}
+	sb.Pages, sb.N, sb.Limit = b.Pages, b.N, b.Limit
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Watchdog)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- r.accel.CompressBatch(ctx, sb) }()
+	var err error
+	select {
+	case err = <-done:
+		if err == nil {
+			// The results are the shadow's: swap them in, and the
+			// caller's old outputs become the next shadow.
+			b.Out, sb.Out = sb.Out, b.Out
+			b.Offsets, sb.Offsets = sb.Offsets, b.Offsets
+			b.Lens, sb.Lens = sb.Lens, b.Lens
+			r.recycle(sb)
+			r.succeeded()
+			r.accelPages.Add(uint64(b.N))
+			r.accelBatches.Add(1)
+			if r.cfg.Observer != nil {
+				r.cfg.Observer.BatchDone(r.accel.Name(), b.N, time.Since(start))
+			}
+			return true
+		}
+		r.recycle(sb)
+	case <-ctx.Done():
+		// The accelerator may still write sb: recycle it only once it
+		// returns.
+		go func() {
+			<-done
+			r.recycle(sb)
+		}()
+		err = fmt.Errorf("watchdog: no result after %v: %w", time.Since(start).Round(time.Microsecond), ctx.Err())
+		r.timeouts.Add(1)
+	}
+	r.failed(b.N, err)
+	return false
+}
+
+// recycle returns a shadow to the pool, without the caller's pages.
+func (r *Router) recycle(sb *codec.Batch) {
+	sb.Pages, sb.N = nil, 0
+	r.shadows <- sb
+}
+
+func (r *Router) succeeded() {
+	if r.retryAt.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.failures = 0
+	r.retryAt.Store(0)
+	r.mu.Unlock()
+	r.log.Info("route: the accelerator works again; staging writes for it", "accelerator", r.accel.Name())
+}
+
+func (r *Router) failed(pages int, err error) {
+	r.fallbacks.Add(1)
+	r.mu.Lock()
+	r.failures++
+	backoff := r.cfg.MinBackoff
+	for i := 1; i < r.failures && backoff < r.cfg.MaxBackoff; i++ {
+		backoff *= 2
+	}
+	backoff = min(backoff, r.cfg.MaxBackoff)
+	r.retryAt.Store(time.Now().Add(backoff).UnixNano())
+	failures := r.failures
+	r.mu.Unlock()
+	r.log.Warn("route: batch failed on the accelerator, compressed on the CPU instead; writes compress inline until it is retried",
+		"accelerator", r.accel.Name(), "pages", pages, "err", err,
+		"consecutive_failures", failures, "retry_in", backoff)
+}
+
+// Stats returns the counters.
+func (r *Router) Stats() Stats {
+	return Stats{
+		AcceleratorPages: r.accelPages.Load(), AcceleratorBatches: r.accelBatches.Load(),
+		CPUPages: r.cpuPages.Load(), CPUBatches: r.cpuBatches.Load(), InlinePages: r.inlinePages.Load(),
+		Fallbacks: r.fallbacks.Load(), Timeouts: r.timeouts.Load(), Skipped: r.skipped.Load(),
+		Small: r.small.Load(), NoShadow: r.noShadow.Load(),
+	}
+}
