@@ -69,14 +69,15 @@ type stripe struct {
 
 // Device is safe for concurrent use.
 type Device struct {
-	cfg     Config
-	log     *slog.Logger
-	pages   uint32
-	table   []entry // mmap'd: no pointers, no GC scanning, faulted in
-	stripes []stripe
-	stage   *stage.Area     // nil without an accelerator
-	commits []commitScratch // by staging batch
-	bufs    *freelist.List[*[pageSize]byte]
+	cfg      Config
+	log      *slog.Logger
+	pages    uint32
+	table    []entry // mmap'd: no pointers, no GC scanning, faulted in
+	stripes  []stripe
+	stage    *stage.Area     // nil without an accelerator
+	commits  []commitScratch // by staging batch
+	receipts chan *received  // free ones, for writes received into staging
+	bufs     *freelist.List[*[pageSize]byte]
 	// inline holds the buffers of writes compressed in their own
 	// goroutine, all made and written by New: such a write waits for one
 	// rather than allocating fresh memory while the kernel waits for it.
@@ -84,7 +85,7 @@ type Device struct {
 
 	storedPages, samePages, hugePages, stagedPages   atomic.Int64
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
-	stagedWrites, commitRetries                      atomic.Uint64
+	stagedWrites, commitRetries, unusedSlots         atomic.Uint64
 	closing                                          atomic.Bool
 	corruptCount                                     atomic.Uint64
 }
@@ -151,11 +152,11 @@ func New(cfg Config) (*Device, error) {
 		sc.Limit = cfg.HugeThreshold - 1 // longer results are stored raw anyway
 		d.commits = make([]commitScratch, sc.Batches)
 		for i := range d.commits {
-			d.commits[i] = commitScratch{
-				sizes:   make([]int, sc.BatchPages),
-				handles: make([]pagestore.Handle, sc.BatchPages),
-				free:    make([]pagestore.Handle, 0, 2*sc.BatchPages),
-			}
+			d.commits[i] = newCommitScratch(sc.BatchPages)
+		}
+		d.receipts = make(chan *received, maxReceived)
+		for range maxReceived {
+			d.receipts <- new(received)
 		}
 		if d.stage, err = stage.New(sc, cfg.Router.NewBatch, d.flush); err != nil {
 			unix.Munmap(mem)
@@ -414,9 +415,11 @@ type Stats struct {
 	// its prefaulter touched them (pagestore.Stats.PrefaultMisses).
 	PrefaultMisses int64
 	// StagedWrites counts page writes that were staged; CommitRetries
-	// batches whose commit had to wait for store memory.
-	StagedWrites, CommitRetries uint64
-	Staging                     stage.Stats // zero without staging
+	// batches whose commit had to wait for store memory; UnusedSlots
+	// staging slots that held no write (same-filled pages found once
+	// their payload was received into staging, aborted receives).
+	StagedWrites, CommitRetries, UnusedSlots uint64
+	Staging                                  stage.Stats // zero without staging
 }
 
 // Stats returns a snapshot of the counters.
@@ -441,6 +444,7 @@ func (d *Device) Stats() Stats {
 		PrefaultMisses: st.PrefaultMisses,
 		StagedWrites:   d.stagedWrites.Load(),
 		CommitRetries:  d.commitRetries.Load(),
+		UnusedSlots:    d.unusedSlots.Load(),
 	}
 	if d.stage != nil {
 		s.Staging = d.stage.Stats()

@@ -29,18 +29,7 @@ func (d *Device) stageRun(first uint32, pages []byte) int {
 	}
 	copy(b.Pages[at*pageSize:(at+k)*pageSize], pages[:k*pageSize])
 	for j := range k {
-		idx := first + uint32(j)
-		s := d.stripe(idx)
-		s.mu.Lock()
-		old := d.swapLocked(s, idx, stagedEntry(b.ID, at+j))
-		s.mu.Unlock()
-		b.Owners[at+j] = idx
-		// The object this write replaced is freed with the batch, off
-		// the request's path.
-		b.Words[at+j] = 0
-		if old.hasObject() {
-			b.Words[at+j] = uint64(old.handle())
-		}
+		d.installStaged(b, at+j, first+uint32(j))
 	}
 	d.stage.Done(b)
 	d.stagedWrites.Add(uint64(k))
@@ -61,7 +50,12 @@ func (d *Device) stageRun(first uint32, pages []byte) int {
 func (d *Device) flush(b *stage.Batch) {
 	d.cfg.Router.CompressBatch(b.Batch)
 	cs := &d.commits[b.ID]
-	cs.done, cs.credit = 0, int64(b.N)*pageSize
+	cs.done, cs.credit = 0, 0
+	for i := range b.N {
+		if b.Owners[i] != unusedSlot {
+			cs.credit += pageSize // each page reserved 4 KiB when it was staged
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		err := d.commit(b, cs)
 		if err == nil {
@@ -105,37 +99,52 @@ func (d *Device) Drain(ctx context.Context) error {
 // commitScratch is one staging batch's commit state, made with the
 // device so that commits allocate nothing.
 type commitScratch struct {
-	done    int   // pages of the batch committed (or lost) so far
-	credit  int64 // what is left of the pages' reservations
+	done   int   // slots of the batch committed (or lost) so far
+	credit int64 // what is left of the pages' reservations
+	// The slots from done on that hold a write, and their objects.
+	slots   []int
 	sizes   []int
+	owners  []uint32
 	handles []pagestore.Handle
 	free    []pagestore.Handle
+}
+
+func newCommitScratch(pages int) commitScratch {
+	return commitScratch{
+		slots: make([]int, pages), sizes: make([]int, pages), owners: make([]uint32, pages),
+		handles: make([]pagestore.Handle, pages), free: make([]pagestore.Handle, 0, 2*pages),
+	}
 }
 
 // commit stores the pages of b from cs.done on and installs them, as far
 // as the store takes them.
 func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
-	lo, n := cs.done, b.N
-	for i := lo; i < n; i++ {
+	m := 0
+	for i := cs.done; i < b.N; i++ {
+		if b.Owners[i] == unusedSlot {
+			continue
+		}
 		_, obj := d.object(b.Batch, i, b.Page(i))
-		cs.sizes[i] = len(obj)
+		cs.slots[m], cs.sizes[m], cs.owners[m] = i, len(obj), b.Owners[i]
+		m++
 	}
-	k, credit, err := d.cfg.Store.AllocBatch(cs.sizes[lo:n], b.Owners[lo:n], cs.handles[lo:n], cs.credit)
+	k, credit, err := d.cfg.Store.AllocBatch(cs.sizes[:m], cs.owners[:m], cs.handles[:m], cs.credit)
 	cs.credit = credit
-	for i := lo; i < lo+k; i++ {
+	for j := range k {
+		i := cs.slots[j]
 		_, obj := d.object(b.Batch, i, b.Page(i))
-		copy(d.cfg.Store.Bytes(cs.handles[i], len(obj)), obj)
+		copy(d.cfg.Store.Bytes(cs.handles[j], len(obj)), obj)
 	}
 	cs.free = cs.free[:0]
-	for i := lo; i < lo+k; i++ {
-		idx := b.Owners[i]
+	for j := range k {
+		i, idx := cs.slots[j], cs.owners[j]
 		state, obj := d.object(b.Batch, i, b.Page(i))
 		s := d.stripe(idx)
 		s.mu.Lock()
 		if d.table[idx] == stagedEntry(b.ID, i) {
-			d.swapLocked(s, idx, objectEntry(state, cs.handles[i], len(obj)))
+			d.swapLocked(s, idx, objectEntry(state, cs.handles[j], len(obj)))
 		} else {
-			cs.free = append(cs.free, cs.handles[i]) // written again since
+			cs.free = append(cs.free, cs.handles[j]) // written again since
 		}
 		s.mu.Unlock()
 		if old := pagestore.Handle(b.Words[i]); old != 0 {
@@ -144,7 +153,11 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 		}
 	}
 	d.cfg.Store.FreeBatch(cs.free)
-	cs.done = lo + k
+	if k < m {
+		cs.done = cs.slots[k]
+	} else {
+		cs.done = b.N
+	}
 	return err
 }
 
@@ -153,6 +166,9 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 func (d *Device) uncommitted(b *stage.Batch, cs *commitScratch) {
 	for i := cs.done; i < b.N; i++ {
 		idx := b.Owners[i]
+		if idx == unusedSlot {
+			continue
+		}
 		s := d.stripe(idx)
 		s.mu.Lock()
 		if d.table[idx] == stagedEntry(b.ID, i) {

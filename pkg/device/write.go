@@ -95,12 +95,12 @@ func (d *Device) writeSame(idx uint32, w uint64) {
 }
 
 // writeRun stores consecutive whole pages that are not same-filled: staged
-// while the router sends batches to the accelerator and staging has room,
-// else compressed inline.
+// when the router says so and staging has room, else compressed inline.
 func (d *Device) writeRun(first uint32, run []byte) error {
 	n := len(run) / pageSize
+	staging := d.stage != nil && d.cfg.Router.Stage(n)
 	for done := 0; done < n; {
-		if d.stage != nil && d.cfg.Router.Accelerated() {
+		if staging {
 			if k := d.stageRun(first+uint32(done), run[done*pageSize:]); k > 0 {
 				done += k
 				continue

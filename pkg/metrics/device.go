@@ -26,13 +26,13 @@ type Device struct {
 	device func() device.Stats
 	router func() route.Stats
 
-	infoDesc, diskSize                               *prometheus.Desc
-	orig, compr, memUsed, memUsedMax, memLimit       *prometheus.Desc
-	same, huge, stored, compacted, prefaultMisses    *prometheus.Desc
-	failedReads, failedWrites, invalidIO, notifyFree *prometheus.Desc
-	staged, stagingBytes, stagingBusy, stagedTotal   *prometheus.Desc
-	stagingRefused, stagingSealed, commitRetries     *prometheus.Desc
-	compressedPages, inlinePages                     *prometheus.Desc
+	infoDesc, diskSize                                        *prometheus.Desc
+	orig, compr, memUsed, memUsedMax, memLimit                *prometheus.Desc
+	same, huge, stored, compacted, prefaultMisses             *prometheus.Desc
+	failedReads, failedWrites, invalidIO, notifyFree          *prometheus.Desc
+	staged, stagingBytes, stagingBusy, stagedTotal            *prometheus.Desc
+	stagingRefused, stagingSealed, commitRetries, unusedSlots *prometheus.Desc
+	compressedPages, inlinePages                              *prometheus.Desc
 }
 
 func gauge(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
@@ -75,6 +75,8 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 			"Writes that found the staging area full and compressed their pages inline on the CPU.", nil, nil),
 		stagingSealed: prometheus.NewDesc("gzramd_staging_batches_total",
 			"Staged batches sent to compression, by why they were sealed: full, or deadline (--batch-deadline).", []string{"reason"}, nil),
+		unusedSlots: prometheus.NewDesc("gzramd_staging_unused_slots_total",
+			"Staging slots that held no write: pages received into staging that turned out same-filled, and receives aborted by a dropped request.", nil, nil),
 		commitRetries: prometheus.NewDesc("gzramd_commit_retries_total",
 			"Attempts to store a compressed staged batch that failed and were retried (the pages stayed staged).", nil, nil),
 		compressedPages: prometheus.NewDesc("gzramd_compressed_pages_total",
@@ -89,7 +91,7 @@ func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		m.infoDesc, m.diskSize, m.orig, m.compr, m.memUsed, m.memUsedMax, m.memLimit,
 		m.same, m.huge, m.stored, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
-		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingSealed, m.commitRetries,
+		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingSealed, m.commitRetries, m.unusedSlots,
 		m.compressedPages, m.inlinePages,
 	} {
 		ch <- d
@@ -131,6 +133,7 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	c(m.stagingSealed, float64(st.Staging.SealedFull), "full")
 	c(m.stagingSealed, float64(st.Staging.SealedDeadline), "deadline")
 	c(m.commitRetries, float64(st.CommitRetries))
+	c(m.unusedSlots, float64(st.UnusedSlots))
 	rs := m.router()
 	c(m.compressedPages, float64(rs.AcceleratorPages), "gpu")
 	c(m.compressedPages, float64(rs.CPUPages), "cpu")

@@ -172,6 +172,7 @@ func TestScrapeMatchesDevice(t *testing.T) {
 	want(t, f, "gzramd_staged_pages", 0)
 	want(t, f, "gzramd_staged_pages_total", float64(st.StagedWrites))
 	want(t, f, "gzramd_staging_bytes", 1<<20)
+	want(t, f, "gzramd_staging_unused_slots_total", float64(st.UnusedSlots))
 	want(t, f, "gzramd_staging_batches_total", float64(st.Staging.SealedFull), "reason", "full")
 	want(t, f, "gzramd_staging_batches_total", float64(st.Staging.SealedDeadline), "reason", "deadline")
 

@@ -50,3 +50,29 @@ type Backend interface {
 	// Flush returns once every write acknowledged before it is held.
 	Flush(ctx context.Context) error
 }
+
+// WriteReceiver is implemented by a Backend that takes a write's payload
+// straight from the connection into memory of its own (gzramd's staging
+// area), saving the copy out of a payload buffer. The server offers it
+// every write within the export's range; a write it declines goes to
+// WriteAt as usual.
+type WriteReceiver interface {
+	// ReceiveWrite is called before the payload of a write of length
+	// bytes at off is read. It returns where the payload goes, or ok
+	// false to decline. It must not block for long: the connection reads
+	// nothing meanwhile.
+	ReceiveWrite(off int64, length int) (r Receipt, ok bool)
+	// CompleteWrite stores a write whose payload has been read into r; it
+	// is the write's WriteAt, and returns once the data is held.
+	CompleteWrite(ctx context.Context, r Receipt, fua bool) error
+	// AbortWrite gives r back when its payload could not be read, or its
+	// request was dropped before it ran.
+	AbortWrite(r Receipt)
+}
+
+// Receipt is a Backend's memory for one write's payload.
+type Receipt interface {
+	// Buffers are where the payload goes, in order: together exactly as
+	// long as the write.
+	Buffers() [][]byte
+}

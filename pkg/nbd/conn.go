@@ -50,6 +50,7 @@ type conn struct {
 	inHandshake atomic.Bool
 
 	backend Backend
+	recv    WriteReceiver // backend, if it receives payloads itself
 	size    uint64
 
 	// wmu guards the reply queue. After the first write error (or a
@@ -105,6 +106,7 @@ type request struct {
 
 	buf      *[]byte // pooled payload buffer, nil for none
 	data     []byte  // the payload: *buf cut to length
+	rcpt     Receipt // a write's payload, received by the Backend; nil for none
 	reserved bool    // buf counts against the reserve's budget
 	dropped  bool    // run found the Backend panicking and released it
 
@@ -201,6 +203,7 @@ func (c *conn) serve() {
 		c.br = bufio.NewReaderSize(c.sock, readBufferSize)
 	}
 	c.backend = e.Backend
+	c.recv, _ = e.Backend.(WriteReceiver)
 	c.size = uint64(e.Backend.Size())
 	c.budgetCond.L = &c.budgetMu
 	c.work = make(chan *request, c.srv.maxInFlight)
@@ -307,7 +310,10 @@ func (c *conn) transmit() error {
 			return err
 		}
 		c.inflight.Add(1)
-		if r.length <= maxInlineBytes && (c.srv.inline || c.srv.inlineAlone && c.alone()) {
+		// A write the Backend received itself is only stored now: cheap
+		// whatever its size.
+		small := r.length <= maxInlineBytes || r.rcpt != nil
+		if small && (c.srv.inline || c.srv.inlineAlone && c.alone()) {
 			c.runInline(r)
 			continue
 		}
@@ -428,14 +434,27 @@ func (c *conn) readPayload(r *request) error {
 			r.errno = errnoInval
 			return nil
 		}
-		if r.length > 0 {
-			c.takeBuffer(r)
-			c.flushUnless(int(r.length))
-			if _, err := io.ReadFull(c.br, r.data); err != nil {
-				return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
+		r.errno = c.checkRange(r, errnoNoSpc)
+		if r.length == 0 {
+			return nil
+		}
+		if r.errno == 0 && c.recv != nil {
+			if rc, ok := c.recv.ReceiveWrite(int64(r.off), int(r.length)); ok {
+				r.rcpt = rc
+				c.flushUnless(int(r.length))
+				for _, b := range rc.Buffers() {
+					if _, err := io.ReadFull(c.br, b); err != nil {
+						return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
+					}
+				}
+				return nil
 			}
 		}
-		r.errno = c.checkRange(r, errnoNoSpc)
+		c.takeBuffer(r)
+		c.flushUnless(int(r.length))
+		if _, err := io.ReadFull(c.br, r.data); err != nil {
+			return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
+		}
 	case CmdRead:
 		if r.length > MaxPayload {
 			r.errno = errnoInval
@@ -525,6 +544,10 @@ func (c *conn) takeBuffer(r *request) {
 // garbage collection, and a swap device under memory pressure is exactly
 // where allocating a fresh buffer for each request must not happen.
 func (c *conn) putRequest(r *request) {
+	if r.rcpt != nil {
+		c.recv.AbortWrite(r.rcpt)
+		r.rcpt = nil
+	}
 	if b := r.buf; b != nil {
 		r.buf, r.data = nil, nil
 		n := int64(cap(*b))
@@ -642,7 +665,10 @@ func (c *conn) exec(r *request) uint32 {
 			err = c.backend.ReadAt(ctx, r.data, off)
 		}
 	case CmdWrite:
-		if len(r.data) > 0 {
+		if rc := r.rcpt; rc != nil {
+			r.rcpt = nil
+			err = c.recv.CompleteWrite(ctx, rc, r.flags&cmdFlagFUA != 0)
+		} else if len(r.data) > 0 {
 			err = c.backend.WriteAt(ctx, r.data, off, r.flags&cmdFlagFUA != 0)
 		}
 	case CmdFlush:

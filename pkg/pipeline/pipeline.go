@@ -114,6 +114,7 @@ func New(cfg Config) (_ *Pipeline, err error) {
 		// One for each batch in flight, and as many again for batches a
 		// hung accelerator holds past the watchdog.
 		rc.Shadows, rc.ShadowPages = 2*staging.Workers, staging.BatchPages
+		rc.Window = staging.Deadline
 	}
 	if p.Router, err = route.New(rc); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)

@@ -8,9 +8,9 @@
 // and redoes on the CPU, with the same pages, any batch the accelerator
 // fails or does not finish within the watchdog deadline. Inline writes (no
 // accelerator, staging full, or the accelerator backing off after a
-// failure) are a request's own pages, compressed on the CPU in the
-// request's goroutine by CompressInline. Accelerated tells the device
-// which of the two a write takes.
+// failure, or too few writes to fill batches worth the accelerator) are a
+// request's own pages, compressed on the CPU in the request's goroutine by
+// CompressInline. Stage tells the device which of the two a write takes.
 //
 // The accelerator never writes the caller's outputs: it gets a shadow batch
 // that shares the (read-only) pages and has pinned outputs of its own,
@@ -64,8 +64,14 @@ type Config struct {
 	// goroutines (0: GOMAXPROCS).
 	CPUWorkers int
 	// MinAcceleratorPages sends smaller staged batches to the CPU
-	// (0: DefaultMinAcceleratorPages).
+	// (0: DefaultMinAcceleratorPages). Writes are staged only while at
+	// least that many pages are written per Window: below that rate the
+	// batches would be small, and a write compressing its own pages
+	// costs the CPU less than staging them.
 	MinAcceleratorPages int
+	// Window is the staging area's batch deadline (0: staging whatever
+	// the rate).
+	Window time.Duration
 	// Watchdog is the deadline of one batch on the accelerator (default
 	// 1s; a full batch takes about a millisecond on a GPU).
 	Watchdog time.Duration
@@ -109,6 +115,11 @@ type Router struct {
 
 	shadows chan *codec.Batch // free shadow outputs
 
+	// The write rate, for Stage: pages written since winStart (unix
+	// nanoseconds), and whether the last window had enough of them.
+	winStart, winPages atomic.Int64
+	busy               atomic.Bool
+
 	accelPages, accelBatches, cpuPages, cpuBatches, inlinePages atomic.Uint64
 	fallbacks, timeouts, skipped, small, noShadow               atomic.Uint64
 }
@@ -138,6 +149,8 @@ func New(cfg Config) (*Router, error) {
 		cpu:    codec.NewCPUBatch(cfg.Codec, cfg.CPUWorkers),
 		inline: codec.NewCPUBatch(cfg.Codec, 1),
 	}
+	r.busy.Store(true)
+	r.winStart.Store(time.Now().UnixNano())
 	if r.accel != nil {
 		if cfg.Shadows < 1 || cfg.ShadowPages < 1 {
 			return nil, fmt.Errorf("route: %d shadows of %d pages for the accelerator: want at least 1 of 1", cfg.Shadows, cfg.ShadowPages)
@@ -162,11 +175,30 @@ func (r *Router) AcceleratorName() string {
 	return r.accel.Name()
 }
 
-// Accelerated reports whether writes are to be staged for the accelerator
-// now: there is one, and it is not backing off after a failure. Otherwise
-// a write compresses its pages inline, which costs no copy into staging.
-func (r *Router) Accelerated() bool {
-	return r.accel != nil && time.Now().UnixNano() >= r.retryAt.Load()
+// Stage reports whether a write of pages whole pages is to be staged for
+// the accelerator: there is one, it is not backing off after a failure,
+// and writes come fast enough to fill batches worth it (see
+// Config.MinAcceleratorPages). Otherwise the write compresses its pages
+// inline, which costs no copy into staging and no batch. Every whole-page
+// write is to be asked, staged or not, so that the rate is known.
+func (r *Router) Stage(pages int) bool {
+	if r.accel == nil {
+		return false
+	}
+	now := time.Now().UnixNano()
+	if now < r.retryAt.Load() {
+		return false
+	}
+	if w := int64(r.cfg.Window); w > 0 {
+		seen := r.winPages.Add(int64(pages))
+		if start := r.winStart.Load(); now-start >= w && r.winStart.CompareAndSwap(start, now) {
+			// The window that ended decides the next; pages counted
+			// meanwhile by other writers fall into either.
+			r.winPages.Add(-seen)
+			r.busy.Store(seen*w >= int64(r.cfg.MinAcceleratorPages)*(now-start))
+		}
+	}
+	return r.busy.Load()
 }
 
 // NewBatch returns a batch for the staging area: in the accelerator's

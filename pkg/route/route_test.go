@@ -112,7 +112,7 @@ func TestUsesTheAccelerator(t *testing.T) {
 	pages := testPages(40, 1)
 	b := newBatchWith(pages)
 	poison(b)
-	if !r.Accelerated() {
+	if !r.Stage(40) {
 		t.Fatal("a healthy accelerator is not used for staged writes")
 	}
 	r.CompressBatch(b)
@@ -127,7 +127,7 @@ func TestUsesTheAccelerator(t *testing.T) {
 
 func TestWithoutAcceleratorEverythingIsCPU(t *testing.T) {
 	r := newRouter(t, nil, Config{})
-	if r.Accelerated() || r.AcceleratorName() != "" {
+	if r.Stage(1) || r.AcceleratorName() != "" {
 		t.Fatal("a router without an accelerator claims one")
 	}
 	pages := testPages(40, 2)
@@ -157,7 +157,7 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 	}
 	// Within the backoff the accelerator is not tried, and writes are
 	// not staged for it.
-	if r.Accelerated() {
+	if r.Stage(30) {
 		t.Fatal("writes still staged for an accelerator that just failed")
 	}
 	calls := a.Calls.Load()
@@ -178,7 +178,7 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 	}
 	a.Failing.Store(false)
 	time.Sleep(45 * time.Millisecond)
-	if !r.Accelerated() {
+	if !r.Stage(30) {
 		t.Fatal("the backoff did not end")
 	}
 	b4 := newBatchWith(pages)
@@ -306,5 +306,33 @@ func TestConcurrent(t *testing.T) {
 	s := r.Stats()
 	if s.AcceleratorBatches+s.CPUBatches != uint64(workers*rounds) {
 		t.Errorf("stats %+v: %d batches accounted, want %d", s, s.AcceleratorBatches+s.CPUBatches, workers*rounds)
+	}
+}
+
+// TestStageFollowsTheWriteRate: writes are staged while each window sees
+// enough pages to fill a batch worth the accelerator, and compress inline
+// while fewer come.
+func TestStageFollowsTheWriteRate(t *testing.T) {
+	a := fakeaccel.New()
+	const window = 20 * time.Millisecond
+	r := newRouter(t, a, Config{MinAcceleratorPages: 16, Window: window})
+	if !r.Stage(1) {
+		t.Fatal("the first write is not staged: staging starts on")
+	}
+	// A trickle: one page a window.
+	for range 3 {
+		time.Sleep(window)
+		r.Stage(1)
+	}
+	if r.Stage(1) {
+		t.Fatal("a trickle of single pages is still staged")
+	}
+	// A flood: many pages within one window, then the next write decides.
+	for range 40 {
+		r.Stage(1)
+	}
+	time.Sleep(window)
+	if !r.Stage(1) {
+		t.Fatal("a window of 40 pages did not turn staging back on")
 	}
 }

@@ -244,14 +244,25 @@ func (a *Area) worker() {
 		a.sealed[len(a.sealed)-1] = nil
 		a.sealed = a.sealed[:len(a.sealed)-1]
 		a.mu.Unlock()
-		for b.filling.Load() != 0 {
-			runtime.Gosched() // a writer is still copying its pages in
-		}
+		waitFilled(b)
 		a.flush(b)
 		a.mu.Lock()
 		b.N = 0
 		a.free = append(a.free, b)
 		a.mu.Unlock()
+	}
+}
+
+// waitFilled returns once no writer is copying pages into b: at once in
+// the common case, after a few yields when a copy is under way, and
+// sleeping when a writer receives its pages from a slow socket.
+func waitFilled(b *Batch) {
+	for spins := 0; b.filling.Load() != 0; spins++ {
+		if spins < 64 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(20 * time.Microsecond)
+		}
 	}
 }
 

@@ -1,0 +1,135 @@
+package device
+
+import (
+	"context"
+
+	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/stage"
+)
+
+// maxReceived bounds the writes being received at once (the NBD server
+// reads one payload at a time per connection): more are declined.
+const maxReceived = 256
+
+// maxSegments bounds the staging batches one received write spans.
+const maxSegments = 4
+
+// unusedSlot marks a staging slot that holds no write: a received page
+// that turned out same-filled, or a receive that was aborted. Its batch
+// compresses it for nothing and commits nothing for it.
+const unusedSlot = ^uint32(0)
+
+// received is a write whose payload the NBD server reads straight into
+// staging slots (nbd.WriteReceiver), saving the copy out of a buffer.
+type received struct {
+	first uint32 // its first page
+	pages int
+	segs  [maxSegments]segment
+	bufs  [maxSegments][]byte
+	nsegs int
+}
+
+// segment is a run of slots of one staging batch.
+type segment struct {
+	b     *stage.Batch
+	at, k int
+}
+
+// Buffers implements nbd.Receipt.
+func (r *received) Buffers() [][]byte { return r.bufs[:r.nsegs] }
+
+// ReceiveWrite implements nbd.WriteReceiver: a write of whole pages is
+// received into staging slots when the router stages writes and staging
+// has room for all of it; others are declined.
+func (d *Device) ReceiveWrite(off int64, length int) (nbd.Receipt, bool) {
+	if d.stage == nil || length <= 0 || off%pageSize != 0 || length%pageSize != 0 ||
+		off < 0 || off > d.cfg.Size-int64(length) || !d.cfg.Router.Stage(length/pageSize) {
+		return nil, false
+	}
+	var r *received
+	select {
+	case r = <-d.receipts:
+	default:
+		return nil, false
+	}
+	n := length / pageSize
+	if d.cfg.Store.Reserve(int64(n)*pageSize) != nil {
+		d.receipts <- r
+		return nil, false
+	}
+	r.first, r.pages, r.nsegs = uint32(off/pageSize), n, 0
+	for got := 0; got < n; {
+		if r.nsegs == maxSegments {
+			d.abort(r)
+			return nil, false
+		}
+		b, at, k := d.stage.Take(n - got)
+		if k == 0 {
+			d.abort(r)
+			return nil, false
+		}
+		r.segs[r.nsegs] = segment{b: b, at: at, k: k}
+		r.bufs[r.nsegs] = b.Pages[at*pageSize : (at+k)*pageSize]
+		r.nsegs++
+		got += k
+	}
+	return r, true
+}
+
+// CompleteWrite implements nbd.WriteReceiver: the received pages are
+// installed as staged, but for same-filled ones, which settle here as
+// WriteAt would settle them.
+func (d *Device) CompleteWrite(_ context.Context, rc nbd.Receipt, _ bool) error {
+	r := rc.(*received)
+	idx, staged := r.first, 0
+	for _, sg := range r.segs[:r.nsegs] {
+		b := sg.b
+		for i := sg.at; i < sg.at+sg.k; i++ {
+			if w, ok := fillWord(b.Page(i)); ok {
+				d.writeSame(idx, w)
+				b.Owners[i], b.Words[i] = unusedSlot, 0
+				d.unusedSlots.Add(1)
+			} else {
+				d.installStaged(b, i, idx)
+				staged++
+			}
+			idx++
+		}
+		d.stage.Done(b)
+	}
+	d.cfg.Store.Unreserve(int64(r.pages-staged) * pageSize)
+	d.stagedWrites.Add(uint64(staged))
+	d.receipts <- r
+	return nil
+}
+
+// AbortWrite implements nbd.WriteReceiver.
+func (d *Device) AbortWrite(rc nbd.Receipt) { d.abort(rc.(*received)) }
+
+// abort gives back the slots and the reservation of r, and r.
+func (d *Device) abort(r *received) {
+	for _, sg := range r.segs[:r.nsegs] {
+		for i := sg.at; i < sg.at+sg.k; i++ {
+			sg.b.Owners[i], sg.b.Words[i] = unusedSlot, 0
+			d.unusedSlots.Add(1)
+		}
+		d.stage.Done(sg.b)
+	}
+	d.cfg.Store.Unreserve(int64(r.pages) * pageSize)
+	r.nsegs = 0
+	d.receipts <- r
+}
+
+// installStaged points page idx at slot i of b, whose bytes are the
+// page's new content; the object it replaces is freed with the batch.
+func (d *Device) installStaged(b *stage.Batch, i int, idx uint32) {
+	s := d.stripe(idx)
+	s.mu.Lock()
+	old := d.swapLocked(s, idx, stagedEntry(b.ID, i))
+	s.mu.Unlock()
+	b.Owners[i] = idx
+	b.Words[i] = 0
+	if old.hasObject() {
+		b.Words[i] = uint64(old.handle())
+	}
+}
