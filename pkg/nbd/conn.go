@@ -222,7 +222,7 @@ func (c *conn) serve() {
 		c.workers.Add(1)
 		go c.worker()
 	}
-	if c.srv.inline || c.srv.inlineAlone {
+	if c.srv.inline {
 		c.held = make([]*request, 0, maxHeld)
 	}
 	if c.srv.inline {
@@ -313,110 +313,13 @@ func (c *conn) transmit() error {
 		// A write the Backend received itself is only stored now: cheap
 		// whatever its size.
 		small := r.length <= maxInlineBytes || r.rcpt != nil
-		if small && (c.srv.inline || c.srv.inlineAlone && c.alone()) {
+		if small && c.srv.inline {
 			c.runInline(r)
 			continue
 		}
 		c.working.Add(1)
 		c.work <- r
 	}
-}
-
-const (
-	// maxHeld bounds the replies an inline connection sends in one write.
-	maxHeld = 64
-	// maxInlineBytes is the largest request an inline connection runs on
-	// its reader; larger ones go to the workers, where several run at once
-	// and a hand-off costs little next to the work.
-	maxInlineBytes = 64 << 10
-)
-
-// runInline runs r on the reader goroutine and holds its reply back, to
-// go out with the replies of the requests read after it without waiting.
-// With helpers, r only joins the queue: the queue runs, in shares, when
-// the replies are about to go out (flushHeld).
-func (c *conn) runInline(r *request) {
-	if c.shares != nil {
-		c.queued = append(c.queued, r)
-		if len(c.queued)+len(c.held) >= maxHeld {
-			c.flushHeld()
-		}
-		return
-	}
-	if !c.run(r) {
-		return
-	}
-	c.held = append(c.held, r)
-	if len(c.held) == maxHeld {
-		c.flushHeld()
-	}
-}
-
-// runQueued runs the queued requests, a share each on the helpers and
-// the rest on the reader, and holds the replies of those that ran.
-func (c *conn) runQueued() {
-	q := c.queued
-	if len(q) == 0 {
-		return
-	}
-	n := min(cap(c.shares)+1, len(q))
-	per := (len(q) + n - 1) / n
-	for lo := per; lo < len(q); lo += per {
-		c.sharing.Add(1)
-		c.shares <- q[lo:min(lo+per, len(q))]
-	}
-	c.runShare(q[:per])
-	c.sharing.Wait()
-	for _, r := range q {
-		if !r.dropped {
-			c.held = append(c.held, r)
-		}
-	}
-	clear(c.queued)
-	c.queued = c.queued[:0]
-}
-
-// runShare runs the requests of one share; a request whose Backend
-// panicked was released by run and is marked dropped.
-func (c *conn) runShare(rs []*request) {
-	for _, r := range rs {
-		r.dropped = false
-		if !c.run(r) {
-			r.dropped = true
-		}
-	}
-}
-
-// helper runs the shares of queued requests the reader hands it.
-func (c *conn) helper() {
-	defer c.helpers.Done()
-	for rs := range c.shares {
-		c.runShare(rs)
-		c.sharing.Done()
-	}
-}
-
-// flushUnless sends the held replies unless the next n bytes are already
-// buffered: the reader is about to wait for the client, which may be
-// waiting for them. (Taking in what the socket holds first, without
-// waiting, held replies back longer but cost a failed read each time:
-// random writes at queue depth 32 fell to 0.81x, at depth 1 to 0.90x.)
-func (c *conn) flushUnless(n int) {
-	if (len(c.held) > 0 || len(c.queued) > 0) && c.br.Buffered() < n {
-		c.flushHeld()
-	}
-}
-
-// flushHeld runs the queued requests and sends the held replies in one
-// write.
-func (c *conn) flushHeld() {
-	c.runQueued()
-	if len(c.held) == 0 {
-		return
-	}
-	c.reply(c.held...)
-	clear(c.held)
-	c.held = c.held[:0]
 }
 
 // readPayload validates r and reads a write's payload into a pooled
@@ -485,148 +388,12 @@ func (c *conn) checkRange(r *request, errno uint32) uint32 {
 	return 0
 }
 
-// takeBuffer gives r a payload buffer of r.length bytes, from the
-// connection's own cache where it can, waiting while the connection's
-// buffers exceed its budget.
-func (c *conn) takeBuffer(r *request) {
-	class := sizeClass(r.length)
-	// Requests the reserve's buffers can serve count against the reserve
-	// alone: within it, they never wait for a buffer to be allocated.
-	used, limit := &c.budgetUsed, c.srv.maxInFlightBytes
-	r.reserved = c.srv.reserveBuffers > 0 && r.length <= ReserveBufferMax
-	if r.reserved {
-		used, limit = &c.reserveUsed, c.srv.reserveBuffers
-	}
-	var b *[]byte
-	var n int64
-	c.budgetMu.Lock()
-	for {
-		// The smallest free buffer that fits, so that a reserve of
-		// large buffers serves every size up to theirs. The budget
-		// counts the buffer's size, not the request's.
-		k := class
-		for k < numClasses && len(c.cache[k]) == 0 {
-			k++
-		}
-		if k == numClasses {
-			k = class // none cached: a new one of the request's size
-		}
-		n = 1 << (k + minClassShift)
-		if *used == 0 || *used+n <= limit {
-			if l := c.cache[k]; len(l) > 0 {
-				b = l[len(l)-1]
-				l[len(l)-1] = nil
-				c.cache[k] = l[:len(l)-1]
-				c.cached -= n
-			}
-			break
-		}
-		if len(c.held) > 0 || len(c.queued) > 0 {
-			// Inline: the buffers to wait for are our own held replies'.
-			c.budgetMu.Unlock()
-			c.flushHeld()
-			c.budgetMu.Lock()
-			continue
-		}
-		c.budgetCond.Wait()
-	}
-	*used += n
-	c.budgetMu.Unlock()
-	c.srv.bufBytes.Add(n)
-	if b == nil {
-		b = c.srv.bufs.get(class)
-	}
-	r.buf, r.data = b, (*b)[:r.length]
-}
-
-// putRequest recycles r and its buffer. The connection keeps up to
-// retainBytes of buffers for itself: sync.Pool drops its contents at every
-// garbage collection, and a swap device under memory pressure is exactly
-// where allocating a fresh buffer for each request must not happen.
-func (c *conn) putRequest(r *request) {
-	if r.rcpt != nil {
-		c.recv.AbortWrite(r.rcpt)
-		r.rcpt = nil
-	}
-	if b := r.buf; b != nil {
-		r.buf, r.data = nil, nil
-		n := int64(cap(*b))
-		c.srv.bufBytes.Add(-n)
-		c.budgetMu.Lock()
-		if r.reserved {
-			c.reserveUsed -= n
-		} else {
-			c.budgetUsed -= n
-		}
-		// A reserve buffer always goes back to the reserve (reserved
-		// requests never allocate, so these are never more than it).
-		keep := c.cached+n <= c.retainBytes || r.reserved && n == ReserveBufferMax
-		if keep {
-			class := sizeClass(uint32(n))
-			c.cache[class] = append(c.cache[class], b)
-			c.cached += n
-		}
-		c.budgetMu.Unlock()
-		c.budgetCond.Signal()
-		if !keep {
-			c.srv.bufs.put(b)
-		}
-	}
-	c.free <- r
-}
-
-// ReserveBufferMax is the size of the buffers of Options.ReserveBuffers,
-// and so the largest request they serve.
-const ReserveBufferMax = 128 << 10
-
-// reserveBuffers fills the connection's buffer cache with n bytes of
-// buffers of ReserveBufferMax, written so that they are resident (locked,
-// under mlockall). One serves a request of any size up to its own, and
-// the reserve's budget counts it whole, so such requests never need a
-// buffer the reserve does not have.
-func (c *conn) reserveBuffers(n int64) {
-	if n <= 0 {
-		return
-	}
-	c.retainBytes += n
-	class := sizeClass(ReserveBufferMax)
-	c.budgetMu.Lock()
-	defer c.budgetMu.Unlock()
-	for range max(1, n/ReserveBufferMax) {
-		b := make([]byte, ReserveBufferMax)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 0
-		}
-		c.cache[class] = append(c.cache[class], &b)
-		c.cached += ReserveBufferMax
-	}
-}
-
-// releaseCache hands the connection's cached buffers to the server pool.
-func (c *conn) releaseCache() {
-	c.budgetMu.Lock()
-	defer c.budgetMu.Unlock()
-	for class, l := range c.cache {
-		for _, b := range l {
-			c.srv.bufs.put(b)
-		}
-		c.cache[class] = nil
-	}
-	c.cached = 0
-}
-
 func (c *conn) worker() {
 	defer c.workers.Done()
 	for r := range c.work {
 		c.handle(r)
 		c.working.Add(-1)
 	}
-}
-
-// alone reports whether the request just read is the connection's only
-// one (Options.InlineAlone).
-func (c *conn) alone() bool {
-	return c.working.Load() == 0 && len(c.held) == 0 && c.br.Buffered() < requestHeaderLen
 }
 
 func (c *conn) handle(r *request) {
@@ -714,83 +481,4 @@ func errnoOf(err error) uint32 {
 		return errnoShutdown
 	}
 	return errnoIO
-}
-
-// reply queues the requests' simple replies and releases each once it is
-// written. The first worker to find no write under way becomes the
-// writer: it sends
-// every queued reply (headers and read payloads) in one writev, and loops
-// while more arrive, so replies that complete together share a syscall.
-// Replies leave in completion order, not request order.
-func (c *conn) reply(rs ...*request) {
-	for _, r := range rs {
-		be.PutUint32(r.hdr[0:], magicReply)
-		be.PutUint32(r.hdr[4:], r.errno)
-		be.PutUint64(r.hdr[8:], r.cookie)
-	}
-
-	c.wmu.Lock()
-	c.pending = append(c.pending, rs...)
-	if c.writing {
-		c.wmu.Unlock()
-		return
-	}
-	c.writing = true
-	for len(c.pending) > 0 {
-		c.batch, c.pending = c.pending, c.batch[:0]
-		dead := c.dead
-		c.wmu.Unlock()
-
-		if !dead {
-			c.iov = c.iovs[:0]
-			for _, r := range c.batch {
-				c.iov = append(c.iov, r.hdr[:])
-				if r.cmd == CmdRead && r.errno == 0 && len(r.data) > 0 {
-					c.iov = append(c.iov, r.data)
-				}
-			}
-			used := len(c.iov)
-			if c.srv.replyTimeout > 0 {
-				c.nc.SetWriteDeadline(time.Now().Add(c.srv.replyTimeout))
-			}
-			if _, err := c.iov.WriteTo(c.sock); err != nil {
-				if errors.Is(err, os.ErrDeadlineExceeded) {
-					c.srv.log.Warn("nbd: client not reading replies; dropping connection",
-						"remote", c.remote(), "reply_timeout", c.srv.replyTimeout)
-				}
-				dead = true
-				// Wake the reader: nobody is listening any more.
-				c.nc.Close()
-			}
-			// Drop the references to payloads that go back to the pool.
-			clear(c.iovs[:used])
-		}
-		for i, r := range c.batch {
-			if c.srv.obs != nil {
-				c.srv.obs.RequestDone(r.cmd, r.length, time.Since(r.start), r.errno)
-			}
-			c.release(r)
-			c.batch[i] = nil
-		}
-
-		c.wmu.Lock()
-		c.dead = c.dead || dead
-	}
-	c.writing = false
-	c.wmu.Unlock()
-}
-
-// release recycles a finished request.
-func (c *conn) release(r *request) {
-	c.putRequest(r)
-	c.inflight.Done()
-}
-
-// kill drops the connection after a fault: no more replies are written and
-// the reader fails on its next read.
-func (c *conn) kill() {
-	c.wmu.Lock()
-	c.dead = true
-	c.wmu.Unlock()
-	c.nc.Close()
 }

@@ -962,58 +962,58 @@ func TestInlineHelpersRunSharesAtOnce(t *testing.T) {
 }
 
 // stackBackend records, for each write, whether it ran on the
-// connection's reader (transmit) or on a worker.
+// connection's reader (transmit) or on a worker; it receives payloads
+// itself (WriteReceiver) for writes at offsets in receive.
 type stackBackend struct {
 	*memBackend
+	receive  func(off int64) bool
 	mu       sync.Mutex
 	onReader []bool
 }
 
-func (b *stackBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
+func (b *stackBackend) record() {
 	st := string(debug.Stack())
 	b.mu.Lock()
 	b.onReader = append(b.onReader, strings.Contains(st, "(*conn).transmit"))
 	b.mu.Unlock()
+}
+
+func (b *stackBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
+	b.record()
 	return b.memBackend.WriteAt(ctx, p, off, fua)
 }
 
-// InlineAlone runs a request that is alone on its connection on the
-// reader, and requests that come together on the workers.
-func TestInlineAloneRunsLoneRequestsOnTheReader(t *testing.T) {
-	if inlineTests {
-		t.Skip("NBD_TEST_INLINE: every request runs on the reader")
+func (b *stackBackend) ReceiveWrite(off int64, length int) (Receipt, bool) {
+	if !b.receive(off) {
+		return nil, false
 	}
-	b := &stackBackend{memBackend: newMemBackend(1 << 20)}
-	ts := startServer(t, []Export{{Name: "d", Backend: b}}, Options{InlineAlone: true})
+	return &testReceipt{off: off, bufs: [][]byte{make([]byte, length), nil}}, true
+}
+
+func (b *stackBackend) CompleteWrite(ctx context.Context, rc Receipt, fua bool) error {
+	b.record()
+	r := rc.(*testReceipt)
+	return b.memBackend.WriteAt(ctx, r.bufs[0], r.off, fua)
+}
+
+func (b *stackBackend) AbortWrite(Receipt) {}
+
+// An inline connection runs a write its Backend received itself on the
+// reader whatever its size (storing it is cheap), and an ordinary write
+// over 64 KiB on a worker.
+func TestReceivedWritesRunOnTheReader(t *testing.T) {
+	b := &stackBackend{memBackend: newMemBackend(1 << 20), receive: func(off int64) bool { return off == 0 }}
+	ts := startServer(t, []Export{{Name: "d", Backend: b}}, Options{Inline: true})
 	c := dialRaw(t, ts, "d")
-	for i := range 4 {
-		c.roundTrip(uint64(i) << 12) // one request at a time
-	}
-	b.mu.Lock()
-	lone := slices.Clone(b.onReader)
-	b.onReader = b.onReader[:0]
-	b.mu.Unlock()
-	for i, on := range lone {
-		if !on {
-			t.Errorf("lone write %d ran on a worker, want the reader", i)
-		}
-	}
-	// Two writes in one send: the first is not alone.
-	var two []byte
-	for i := range 2 {
-		two = appendRequest(two, CmdWrite, 0, uint64(i), uint64(8+i)*4096, 4096, bytes.Repeat([]byte{0x77}, 4096))
-	}
-	if _, err := c.nc.Write(two); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if errno, _ := c.recv(); errno != 0 {
-			t.Fatalf("errno %d", errno)
-		}
-	}
+	big := bytes.Repeat([]byte{0x77}, 128<<10)
+	c.expect(0, CmdWrite, 0, 0, uint32(len(big)), big)
+	c.expect(0, CmdWrite, 0, 256<<10, uint32(len(big)), big)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.onReader) != 2 || b.onReader[0] {
-		t.Errorf("pipelined writes on the reader: %v, want the first on a worker", b.onReader)
+	if !slices.Equal(b.onReader, []bool{true, false}) {
+		t.Errorf("128 KiB writes on the reader: %v, want the received one only", b.onReader)
+	}
+	if !bytes.Equal(b.snapshot()[256<<10:384<<10], big) || !bytes.Equal(b.snapshot()[:128<<10], big) {
+		t.Error("a 128 KiB write did not arrive")
 	}
 }

@@ -5,13 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gzramd/gzramd/internal/freelist"
 )
 
 // ErrServerClosed is returned by Serve once Shutdown has been called.
@@ -68,13 +65,6 @@ type Options struct {
 	// for others (gzramd compressing on the CPU), not one that gathers a
 	// connection's requests in flight into batches.
 	Inline bool
-	// InlineAlone, without Inline, runs on the reader just the requests
-	// that are alone on their connection: none with the workers, none
-	// held, none more read. A lone request gains nothing from a worker,
-	// and the hand-off is much of its latency; requests that come
-	// together still go to the workers, where a Backend that batches
-	// sees them all at once.
-	InlineAlone bool
 	// InlineHelpers, with Inline, lets each connection run the requests
 	// it read together on this many goroutines besides its reader, the
 	// reader taking a share: a connection's requests then use more than
@@ -110,7 +100,6 @@ type Server struct {
 	maxInFlight      int
 	maxInFlightBytes int64
 	inline           bool
-	inlineAlone      bool
 	inlineHelpers    int
 	reserveBuffers   int64
 	handshakeTimeout time.Duration
@@ -180,7 +169,6 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		maxInFlight:      opts.MaxInFlight,
 		maxInFlightBytes: opts.MaxInFlightBytes,
 		inline:           opts.Inline,
-		inlineAlone:      opts.InlineAlone,
 		inlineHelpers:    min(max(opts.InlineHelpers, 0), MaxInlineHelpers),
 		bufs:             newBufferPool(),
 		reserveBuffers:   min(max(opts.ReserveBuffers, 0), maxReserveBytes),
@@ -303,74 +291,4 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	<-done
 	return ctx.Err()
-}
-
-// bufferPool hands out payload buffers in power-of-two size classes from
-// 4 KiB to MaxPayload. Connections keep their own cache in front of it.
-// Buffers of up to keptClassBytes stay across garbage collections (a few
-// MiB of each size): the sizes requests use, allocated afresh after every
-// collection, would touch new memory all the time. Larger ones are rare
-// and go back to the runtime.
-type bufferPool struct {
-	kept  [numClasses]*freelist.List[*[]byte]
-	large [numClasses]sync.Pool
-	made  atomic.Int64 // buffers allocated, for tests
-}
-
-const (
-	minClassShift  = 12 // 4 KiB
-	maxClassShift  = 25 // MaxPayload, 32 MiB
-	numClasses     = maxClassShift - minClassShift + 1
-	keptClassBytes = 1 << 20
-	keptBytes      = 4 << 20 // per size, and at least 2 buffers
-	// maxReserveBytes bounds Options.ReserveBuffers.
-	maxReserveBytes = 64 << 20
-)
-
-func newBufferPool() *bufferPool {
-	p := &bufferPool{}
-	for class := range numClasses {
-		size := 1 << (class + minClassShift)
-		if size <= keptClassBytes {
-			p.kept[class] = freelist.New(max(2, keptBytes/size), func() *[]byte {
-				p.made.Add(1)
-				b := make([]byte, size)
-				return &b
-			})
-		}
-	}
-	return p
-}
-
-func sizeClass(n uint32) int {
-	shift := bits.Len32(n - 1)
-	if shift < minClassShift {
-		shift = minClassShift
-	}
-	return shift - minClassShift
-}
-
-// classBytes is the size of the buffers of n's class.
-func classBytes(n uint32) int64 { return 1 << (sizeClass(n) + minClassShift) }
-
-// get returns a buffer of the class (its full size; callers cut it).
-func (p *bufferPool) get(class int) *[]byte {
-	if l := p.kept[class]; l != nil {
-		return l.Get()
-	}
-	if v := p.large[class].Get(); v != nil {
-		return v.(*[]byte)
-	}
-	p.made.Add(1)
-	b := make([]byte, 1<<(class+minClassShift))
-	return &b
-}
-
-func (p *bufferPool) put(b *[]byte) {
-	class := sizeClass(uint32(cap(*b)))
-	if l := p.kept[class]; l != nil {
-		l.Put(b)
-		return
-	}
-	p.large[class].Put(b)
 }

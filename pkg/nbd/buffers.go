@@ -1,0 +1,209 @@
+package nbd
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gzramd/gzramd/internal/freelist"
+)
+
+// takeBuffer gives r a payload buffer of r.length bytes, from the
+// connection's own cache where it can, waiting while the connection's
+// buffers exceed its budget.
+func (c *conn) takeBuffer(r *request) {
+	class := sizeClass(r.length)
+	// Requests the reserve's buffers can serve count against the reserve
+	// alone: within it, they never wait for a buffer to be allocated.
+	used, limit := &c.budgetUsed, c.srv.maxInFlightBytes
+	r.reserved = c.srv.reserveBuffers > 0 && r.length <= ReserveBufferMax
+	if r.reserved {
+		used, limit = &c.reserveUsed, c.srv.reserveBuffers
+	}
+	var b *[]byte
+	var n int64
+	c.budgetMu.Lock()
+	for {
+		// The smallest free buffer that fits, so that a reserve of
+		// large buffers serves every size up to theirs. The budget
+		// counts the buffer's size, not the request's.
+		k := class
+		for k < numClasses && len(c.cache[k]) == 0 {
+			k++
+		}
+		if k == numClasses {
+			k = class // none cached: a new one of the request's size
+		}
+		n = 1 << (k + minClassShift)
+		if *used == 0 || *used+n <= limit {
+			if l := c.cache[k]; len(l) > 0 {
+				b = l[len(l)-1]
+				l[len(l)-1] = nil
+				c.cache[k] = l[:len(l)-1]
+				c.cached -= n
+			}
+			break
+		}
+		if len(c.held) > 0 || len(c.queued) > 0 {
+			// Inline: the buffers to wait for are our own held replies'.
+			c.budgetMu.Unlock()
+			c.flushHeld()
+			c.budgetMu.Lock()
+			continue
+		}
+		c.budgetCond.Wait()
+	}
+	*used += n
+	c.budgetMu.Unlock()
+	c.srv.bufBytes.Add(n)
+	if b == nil {
+		b = c.srv.bufs.get(class)
+	}
+	r.buf, r.data = b, (*b)[:r.length]
+}
+
+// putRequest recycles r and its buffer. The connection keeps up to
+// retainBytes of buffers for itself: sync.Pool drops its contents at every
+// garbage collection, and a swap device under memory pressure is exactly
+// where allocating a fresh buffer for each request must not happen.
+func (c *conn) putRequest(r *request) {
+	if r.rcpt != nil {
+		c.recv.AbortWrite(r.rcpt)
+		r.rcpt = nil
+	}
+	if b := r.buf; b != nil {
+		r.buf, r.data = nil, nil
+		n := int64(cap(*b))
+		c.srv.bufBytes.Add(-n)
+		c.budgetMu.Lock()
+		if r.reserved {
+			c.reserveUsed -= n
+		} else {
+			c.budgetUsed -= n
+		}
+		// A reserve buffer always goes back to the reserve (reserved
+		// requests never allocate, so these are never more than it).
+		keep := c.cached+n <= c.retainBytes || r.reserved && n == ReserveBufferMax
+		if keep {
+			class := sizeClass(uint32(n))
+			c.cache[class] = append(c.cache[class], b)
+			c.cached += n
+		}
+		c.budgetMu.Unlock()
+		c.budgetCond.Signal()
+		if !keep {
+			c.srv.bufs.put(b)
+		}
+	}
+	c.free <- r
+}
+
+// ReserveBufferMax is the size of the buffers of Options.ReserveBuffers,
+// and so the largest request they serve.
+const ReserveBufferMax = 128 << 10
+
+// reserveBuffers fills the connection's buffer cache with n bytes of
+// buffers of ReserveBufferMax, written so that they are resident (locked,
+// under mlockall). One serves a request of any size up to its own, and
+// the reserve's budget counts it whole, so such requests never need a
+// buffer the reserve does not have.
+func (c *conn) reserveBuffers(n int64) {
+	if n <= 0 {
+		return
+	}
+	c.retainBytes += n
+	class := sizeClass(ReserveBufferMax)
+	c.budgetMu.Lock()
+	defer c.budgetMu.Unlock()
+	for range max(1, n/ReserveBufferMax) {
+		b := make([]byte, ReserveBufferMax)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 0
+		}
+		c.cache[class] = append(c.cache[class], &b)
+		c.cached += ReserveBufferMax
+	}
+}
+
+// releaseCache hands the connection's cached buffers to the server pool.
+func (c *conn) releaseCache() {
+	c.budgetMu.Lock()
+	defer c.budgetMu.Unlock()
+	for class, l := range c.cache {
+		for _, b := range l {
+			c.srv.bufs.put(b)
+		}
+		c.cache[class] = nil
+	}
+	c.cached = 0
+}
+
+// bufferPool hands out payload buffers in power-of-two size classes from
+// 4 KiB to MaxPayload. Connections keep their own cache in front of it.
+// Buffers of up to keptClassBytes stay across garbage collections (a few
+// MiB of each size): the sizes requests use, allocated afresh after every
+// collection, would touch new memory all the time. Larger ones are rare
+// and go back to the runtime.
+type bufferPool struct {
+	kept  [numClasses]*freelist.List[*[]byte]
+	large [numClasses]sync.Pool
+	made  atomic.Int64 // buffers allocated, for tests
+}
+
+const (
+	minClassShift  = 12 // 4 KiB
+	maxClassShift  = 25 // MaxPayload, 32 MiB
+	numClasses     = maxClassShift - minClassShift + 1
+	keptClassBytes = 1 << 20
+	keptBytes      = 4 << 20 // per size, and at least 2 buffers
+	// maxReserveBytes bounds Options.ReserveBuffers.
+	maxReserveBytes = 64 << 20
+)
+
+func newBufferPool() *bufferPool {
+	p := &bufferPool{}
+	for class := range numClasses {
+		size := 1 << (class + minClassShift)
+		if size <= keptClassBytes {
+			p.kept[class] = freelist.New(max(2, keptBytes/size), func() *[]byte {
+				p.made.Add(1)
+				b := make([]byte, size)
+				return &b
+			})
+		}
+	}
+	return p
+}
+
+func sizeClass(n uint32) int {
+	shift := bits.Len32(n - 1)
+	if shift < minClassShift {
+		shift = minClassShift
+	}
+	return shift - minClassShift
+}
+
+// classBytes is the size of the buffers of n's class.
+func classBytes(n uint32) int64 { return 1 << (sizeClass(n) + minClassShift) }
+
+// get returns a buffer of the class (its full size; callers cut it).
+func (p *bufferPool) get(class int) *[]byte {
+	if l := p.kept[class]; l != nil {
+		return l.Get()
+	}
+	if v := p.large[class].Get(); v != nil {
+		return v.(*[]byte)
+	}
+	p.made.Add(1)
+	b := make([]byte, 1<<(class+minClassShift))
+	return &b
+}
+
+func (p *bufferPool) put(b *[]byte) {
+	class := sizeClass(uint32(cap(*b)))
+	if l := p.kept[class]; l != nil {
+		l.Put(b)
+		return
+	}
+	p.large[class].Put(b)
+}
