@@ -1,0 +1,178 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+)
+
+func bytesOf(u []uint32) []byte {
+	if len(u) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 4*len(u))
+}
+
+func (g *Backend) checkBatch(b *codec.Batch) error {
+	n := b.N
+	switch {
+	case n < 0 || n > b.Cap():
+		return fmt.Errorf("gpu: batch has %d pages, capacity %d", n, b.Cap())
+	case len(b.Pages) < n*codec.PageSize || len(b.Out) < n*codec.PageSize || len(b.Lens) < n:
+		return fmt.Errorf("gpu: batch buffers too short for %d pages", n)
+	}
+	return nil
+}
+
+// CompressBatch implements codec.BatchCompressor. The compressed pages are
+// packed at the start of b.Out (16-byte aligned offsets); b.Pages is only
+// read. A batch larger than MaxBatchPages is split into slot-sized parts
+// that run concurrently, each packed at the start of its part of b.Out.
+// When it returns an error the device may still be working on a
+// quarantined slot; see NewBatch for what that means for b.Out.
+func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
+	if err := g.checkBatch(b); err != nil {
+		return err
+	}
+	return g.split(b, func(part *codec.Batch, first int) error {
+		if err := g.compressPart(ctx, part); err != nil {
+			return err
+		}
+		for i := range part.N {
+			if part.Lens[i] != 0 {
+				part.Offsets[i] += uint32(first * codec.PageSize)
+			}
+		}
+		return nil
+	})
+}
+
+// split calls f on b whole when it fits a slot, else on views of b of up
+// to MaxBatchPages pages (Out sliced alike), concurrently; first is the
+// index of a part's first page in b.
+func (g *Backend) split(b *codec.Batch, f func(part *codec.Batch, first int) error) error {
+	n, m := b.N, g.cfg.MaxBatchPages
+	if n <= m {
+		return f(b, 0)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, (n+m-1)/m)
+	for k, lo := 0, 0; lo < n; k, lo = k+1, lo+m {
+		hi := min(lo+m, n)
+		part := &codec.Batch{
+			Pages:   b.Pages[lo*codec.PageSize : hi*codec.PageSize],
+			N:       hi - lo,
+			Out:     b.Out[lo*codec.PageSize : hi*codec.PageSize],
+			Offsets: b.Offsets[lo:hi],
+			Lens:    b.Lens[lo:hi],
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = f(part, lo)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// compressPart compresses a batch of at most MaxBatchPages pages.
+func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
+	n := b.N
+	if n == 0 {
+		return nil
+	}
+	s, err := g.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer g.release(s)
+	direct := g.ownsPinned(b.Out)
+	dst := s.hPacked
+	if direct {
+		dst = b.Out
+	}
+	total, err := g.compress(ctx, s, b.Pages[:n*codec.PageSize], n, dst)
+	if err != nil {
+		return err
+	}
+	offs := s.hMeta[metaHeaderWords : metaHeaderWords+n]
+	lens := s.hMeta[metaHeaderWords+g.cfg.MaxBatchPages : metaHeaderWords+g.cfg.MaxBatchPages+n]
+	// Trust nothing the device returned until it is checked.
+	for i := range n {
+		l, o := lens[i], offs[i]
+		if l >= codec.PageSize || (l > 0 && (o%16 != 0 || uint64(o)+uint64(l) > uint64(total))) {
+			return fmt.Errorf("gpu: page %d: device returned length %d at offset %d of %d packed bytes", i, l, o, total)
+		}
+	}
+	if !direct {
+		copy(b.Out[:total], s.hPacked[:total])
+	}
+	for i := range n {
+		b.Lens[i] = lens[i]
+		if lens[i] == 0 {
+			b.Offsets[i] = 0
+		} else {
+			b.Offsets[i] = offs[i]
+		}
+	}
+	return nil
+}
+
+// compress runs one batch on slot s and leaves the packed bytes in dst
+// (pinned memory) and the offsets and lengths in s.hMeta. It returns the
+// packed size.
+func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, dst []byte) (int, error) {
+	dr, m := g.dr, g.cfg.MaxBatchPages
+	if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {
+		return 0, err
+	}
+	if err := g.fault(FaultUpload); err != nil {
+		return 0, err
+	}
+	if err := dr.htod(s.dPages, pages, s.stream); err != nil {
+		return 0, err
+	}
+	if g.cfg.Faults != nil && g.cfg.Faults.Fault(FaultHang) != nil {
+		if err := dr.launchSpin(g.fSpin, s.stream, uint64(g.cfg.HangFor)); err != nil {
+			return 0, err
+		}
+	}
+	if err := g.fault(FaultKernel); err != nil {
+		return 0, err
+	}
+	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+m))
+	grid := (n + compressWarps - 1) / compressWarps
+	if err := dr.launchCompress(g.fComp, grid, 32*compressWarps, s.stream, s.dPages, n,
+		s.dScratch, s.dPacked, s.dMeta, offs, lens); err != nil {
+		return 0, err
+	}
+	if err := g.fault(FaultDownload); err != nil {
+		return 0, err
+	}
+	// The header and offsets, then the lengths: one copy each.
+	if err := dr.dtoh(s.hMetaBytes[:4*(metaHeaderWords+n)], s.dMeta, s.stream); err != nil {
+		return 0, err
+	}
+	if err := dr.dtoh(s.hMetaBytes[4*(metaHeaderWords+m):4*(metaHeaderWords+m+n)], lens, s.stream); err != nil {
+		return 0, err
+	}
+	if err := g.wait(ctx, s); err != nil {
+		return 0, err
+	}
+	total := int(s.hMeta[0])
+	if total > n*codec.PageSize {
+		return 0, fmt.Errorf("gpu: device reported %d packed bytes for %d pages", total, n)
+	}
+	if err := dr.dtoh(dst[:total], s.dPacked, s.stream); err != nil {
+		return 0, err
+	}
+	if err := g.wait(ctx, s); err != nil {
+		return 0, err
+	}
+	return total, nil
+}

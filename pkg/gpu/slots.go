@@ -1,0 +1,80 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// slot is one batch in flight: a stream and its buffers.
+type slot struct {
+	stream stream
+	// Device buffers: input pages (also the decompressed output), the
+	// per-page encoding scratch, the packed output, and meta: the packed
+	// size (word 0, padded to 16 bytes), then offsets, lengths and
+	// decode status, maxPages words each.
+	dPages, dScratch, dPacked, dMeta devicePtr
+	// Pinned host buffers: packed bytes, decoded pages, meta.
+	hPacked, hPages []byte
+	hMeta           []uint32
+	hMetaBytes      []byte
+	// pending, when set, delivers the result of a stream synchronization
+	// that a caller stopped waiting for.
+	pending chan error
+}
+
+func (g *Backend) acquire(ctx context.Context) (*slot, error) {
+	if g.closed.Load() {
+		return nil, errClosed
+	}
+	select {
+	case s := <-g.free:
+		return s, nil
+	case <-g.done:
+		return nil, errClosed
+	case <-ctx.Done():
+		return nil, fmt.Errorf("gpu: waiting for a free slot: %w", ctx.Err())
+	}
+}
+
+// release returns a slot to the pool once its stream has no work left. A
+// slot whose batch was abandoned (deadline, error) stays quarantined until
+// the device is done with it, so nothing the device still writes can reach
+// memory that a later batch or the CPU fallback uses.
+func (g *Backend) release(s *slot) {
+	if s.pending == nil && g.dr.streamQuery(s.stream) == nil {
+		g.free <- s
+		return
+	}
+	go func() {
+		start := time.Now()
+		if s.pending != nil {
+			<-s.pending
+			s.pending = nil
+		}
+		err := g.dr.streamSync(s.stream)
+		g.log.Warn("gpu: quarantined slot released", "held", time.Since(start), "stream_error", err)
+		g.free <- s
+	}()
+}
+
+// wait blocks until the slot's stream finishes or ctx ends. In the latter
+// case the synchronization goes on in the background (s.pending) and the
+// slot must be released, which quarantines it.
+func (g *Backend) wait(ctx context.Context, s *slot) error {
+	if err := g.fault(FaultSync); err != nil {
+		return err
+	}
+	if ctx.Done() == nil {
+		return g.dr.streamSync(s.stream)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.dr.streamSync(s.stream) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		s.pending = done
+		return fmt.Errorf("gpu: batch overran its deadline: %w", ctx.Err())
+	}
+}
