@@ -306,6 +306,9 @@ func (c *conn) transmit() error {
 			c.putRequest(r)
 			return err
 		}
+		if c.srv.rec != nil && r.errno == 0 {
+			c.srv.rec.RecordRequest(r.cmd, r.off, r.length)
+		}
 		c.inflight.Add(1)
 		if r.length <= maxInlineBytes && (c.srv.inline || c.srv.inlineAlone && c.alone()) {
 			c.runInline(r)
