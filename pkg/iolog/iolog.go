@@ -86,6 +86,7 @@ func Create(path, name string, log *slog.Logger) (*Recorder, error) {
 		return nil, fmt.Errorf("writing the trace's header to %s: %w", path, err)
 	}
 	go r.run()
+	r.log.Info("trace: recording NBD requests", "file", path)
 	return r, nil
 }
 
