@@ -154,7 +154,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
 	f.StringVar(&cfg.recordTrace, "record-trace", "", "write every NBD request received to this file as a fio iolog (version 2), to replay the workload later: "+
 		"reads, writes and trims as such, flushes as sync, write-zeroes as trims (fio has no write-zeroes; on a RAM device both leave zeroes and free the range; fio replays trims from 3.34 on). "+
-		"Replay it, on a device at least as large, through gzramd's socket with fio --name=replay --ioengine=nbd --uri='nbd+unix:///gzram0?socket=SOCKET' --read_iolog=FILE --replay_redirect=nbd --replay_no_stall=1 --iodepth=32, "+
+		"Replay it, on a device at least as large, through gzramd's socket with fio --name=replay --ioengine=nbd --uri='nbd+unix:///gzram0?socket=SOCKET' --read_iolog=FILE --replay_no_stall=1 --iodepth=32, "+
 		"or on a block device with --ioengine=libaio --direct=1 --replay_redirect=/dev/DEVICE; bench/trace.sh replays one on gzramd, kernel zram and nbdkit. "+
 		"The file is replaced, and closed with fio's close line on SIGTERM. Recording never makes a request wait: requests arriving while the writer is a whole ring (64Ki requests) behind are left out, "+
 		"counted in gzramd_trace_dropped_records_total and logged")

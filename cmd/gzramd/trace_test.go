@@ -71,10 +71,12 @@ func TestRecordTraceReplaysWithFio(t *testing.T) {
 	// The replay: every request of the trace reaches the second daemon.
 	// One at a time: at the end of a trace fio does not wait for the
 	// requests still in flight, and its nbd engine may never send them.
+	// No replay_redirect: the nbd engine ignores file names, and with
+	// more than one job fio 3.33 crashes on it.
 	r := startDaemon(t, nil, append(hardeningOff, "--size", "64MiB", "--backend", "cpu")...)
 	report := filepath.Join(t.TempDir(), "replay.json")
 	stderr := fio(t, "--name=replay", "--ioengine=nbd", "--uri="+r.uri(), "--read_iolog="+trace,
-		"--replay_redirect=nbd", "--replay_no_stall=1", "--iodepth=1",
+		"--replay_no_stall=1", "--iodepth=1",
 		"--buffer_compress_percentage=50", "--buffer_compress_chunk=4096",
 		"--output-format=json", "--output="+report)
 	issued := fioIssued(t, report)
