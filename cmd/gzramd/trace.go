@@ -16,7 +16,7 @@ func checkCreatable(path string) error {
 		return errors.New("a directory is there")
 	}
 	existed := err == nil
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) {

@@ -72,11 +72,12 @@ type Recorder struct {
 	closeErr  error
 }
 
-// Create starts a trace in a new file at path (replacing one there), in
+// Create starts a trace in a new file at path (replacing one there; mode
+// 0600, as a swap device's access pattern is nobody else's business), in
 // which every line names the file name (an export name, say). fio reads a
 // name up to its first blank: blanks and control bytes become '_'.
 func Create(path, name string, log *slog.Logger) (*Recorder, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("creating the trace: %w", err)
 	}
