@@ -26,8 +26,9 @@
 #   GZRAMD             the daemon binary (default bin/gzramd)
 #   TRACE_GZRAMD_ARGS  more gzramd serve flags (split on spaces)
 #   E2E_NBDKIT_MEMORY  nbdkit's memory plugin: a name or a .so path (default memory)
-#   ZRAM_DEV           the zram device (default /dev/zram0); it is reset
-#                      before and after each run, so it must not be in use
+#   ZRAM_DEV           the zram device (default /dev/zram0): one not set
+#                      up (disksize 0), which is set up for each run and
+#                      reset after it
 # fio (with its nbd engine), nbdkit, and zstd or xz for a compressed trace
 # come from PATH: on a machine without packages, from the bundle that
 # test/e2e/gpu-bundle.sh makes (its header says how).
@@ -198,6 +199,9 @@ zram_usable() {
 	grep -q "^$ZRAM_DEV " /proc/swaps && { echo "$ZRAM_DEV is swap"; return 1; }
 	grep -q "^$ZRAM_DEV " /proc/mounts && { echo "$ZRAM_DEV is mounted"; return 1; }
 	grep -qw lz4 "/sys/block/$name/comp_algorithm" || { echo "$ZRAM_DEV has no lz4"; return 1; }
+	# Set up by someone else, maybe in use: resetting it would take their data.
+	[ "$(cat "/sys/block/$name/disksize")" = 0 ] ||
+		{ echo "$ZRAM_DEV is set up (disksize $(cat "/sys/block/$name/disksize")); if it is not in use, echo 1 >/sys/block/$name/reset and run again"; return 1; }
 	return 0
 }
 
