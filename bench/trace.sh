@@ -95,11 +95,11 @@ STATS=$(awk '
 		printf "read_bytes=%.0f write_bytes=%.0f trim_bytes=%.0f ", b["read"], b["write"], b["trim"]
 		printf "writes_128k=%.0f end=%.0f maxrw=%.0f\n", w128, end, maxrw
 	}' "$WORK/trace.iolog")
-stat() { echo "$STATS" | tr ' ' '\n' | awk -F= -v k="$1" '$1 == k { print $2 }'; }
-mean() { awk -v b="$(stat "$1")" -v n="$(stat "$2")" 'BEGIN { printf "%.1f", n ? b / n / 1024 : 0 }'; } # KiB
-[ "$(stat reads)" -gt 0 ] || [ "$(stat writes)" -gt 0 ] || die "$TRACE holds no reads or writes"
+tstat() { echo "$STATS" | tr ' ' '\n' | awk -F= -v k="$1" '$1 == k { print $2 }'; }
+mean() { awk -v b="$(tstat "$1")" -v n="$(tstat "$2")" 'BEGIN { printf "%.1f", n ? b / n / 1024 : 0 }'; } # KiB
+[ "$(tstat reads)" -gt 0 ] || [ "$(tstat writes)" -gt 0 ] || die "$TRACE holds no reads or writes"
 # Device size: the trace's extent rounded up to a MiB, at least 64 MiB.
-SIZE_MIB=$(awk -v e="$(stat end)" 'BEGIN { m = int((e + 1048575) / 1048576); if (m < 64) m = 64; printf "%.0f\n", m }')
+SIZE_MIB=$(awk -v e="$(tstat end)" 'BEGIN { m = int((e + 1048575) / 1048576); if (m < 64) m = 64; printf "%.0f\n", m }')
 
 # fio's copy. fio replays an iolog's trims from version 3.34 on, and
 # sizes every I/O buffer for the largest request of any kind: longer
@@ -119,9 +119,9 @@ fi
 # when a connection closes under its replies. So each job stops to reap
 # everything ("thinktime") once it has issued the trace's last read,
 # write or trim; syncs after that one are left out.
-awk -v trims="${TRIMS%% *}" -v chunk="$(stat maxrw)" -v repeat="$REPEAT" -v count="$WORK/replay.ios" '
-	NR <= 3 { head = head $0 "\n"; next }
-	$2 == "close" { tail = $0 "\n"; next }
+awk -v trims="${TRIMS%% *}" -v chunk="$(tstat maxrw)" -v repeat="$REPEAT" -v count="$WORK/replay.ios" '
+	NR == 1 || NF == 2 && $2 != "close" { head = head $0 "\n"; next }
+	NF == 2 { tail = tail $0 "\n"; next }
 	NF == 4 && $2 == "trim" {
 		if (trims != "replayed") next
 		for (off = $3; off < $3 + $4; off += chunk) {
@@ -132,7 +132,7 @@ awk -v trims="${TRIMS%% *}" -v chunk="$(stat maxrw)" -v repeat="$REPEAT" -v coun
 		next
 	}
 	{ body[++n] = $0 }
-	NF == 4 && $2 != "sync" { last = n; rw++ }
+	$2 == "read" || $2 == "write" { last = n; rw++ }
 	END {
 		printf "%s", head
 		for (r = 1; r <= repeat; r++) for (i = 1; i <= (r < repeat ? n : last); i++) print body[i]
@@ -290,7 +290,7 @@ done
 	echo "# Trace replay: $(basename "$TRACE")"
 	echo
 	echo "$(date -u +%Y-%m-%d), $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), Linux $(uname -r), $FIO_VERSION, gzramd $("$GZRAMD" version 2>/dev/null | awk '{ print $2 }')."
-	echo "Trace: $(stat reads) reads (mean $(mean read_bytes reads) KiB), $(stat writes) writes (mean $(mean write_bytes writes) KiB, $(awk -v a="$(stat writes_128k)" -v n="$(stat writes)" 'BEGIN { printf "%.0f", n ? 100 * a / n : 0 }') % of them 128 KiB), $(stat trims) trims, $(stat syncs) flushes; device ${SIZE_MIB} MiB; trims $TRIMS; replayed ${REPEAT} times over in each job."
+	echo "Trace: $(tstat reads) reads (mean $(mean read_bytes reads) KiB), $(tstat writes) writes (mean $(mean write_bytes writes) KiB, $(awk -v a="$(tstat writes_128k)" -v n="$(tstat writes)" 'BEGIN { printf "%.0f", n ? 100 * a / n : 0 }') % of them 128 KiB), $(tstat trims) trims, $(tstat syncs) flushes; device ${SIZE_MIB} MiB; trims $TRIMS; replayed ${REPEAT} times over in each job."
 	echo "Load average before the run: $LOAD (a shared machine's other work counts in the CPU figures)."
 	echo "fio: read_iolog, replay_no_stall=1, iodepth=$IODEPTH, each job the whole trace, buffer_compress_percentage=50, buffer_compress_chunk=4096; nbd engine over a Unix socket, zram with libaio direct=1."
 	echo "CPU-s/GB: the whole machine's user+nice+system+irq+softirq+steal (/proc/stat) over the fio run, per 1e9 bytes read and written."
