@@ -313,7 +313,7 @@ done
 		echo "Skipped $s"
 	done
 	echo
-	echo "Command: TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh ${1:-}"
+	echo "Command: TRACE_TARGETS=\"$TARGETS\" TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh ${1:-}"
 } >"$WORK/report.md"
 cat "$WORK/report.md"
 if [ -n "${TRACE_OUT:-}" ]; then
