@@ -144,21 +144,22 @@ REPLAY_IOS=$(cat "$WORK/replay.ios")
 cpu_busy() { awk '$1 == "cpu" { printf "%.0f\n", $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 
 # gzramd_start BACKEND: sets PID and SOCK, or returns 1 with the reason
-# in $WORK/gzramd.log when the daemon refuses to start.
+# in $GZLOG when the daemon refuses to start.
 gzramd_start() {
 	local backend=$1 i
 	SOCK=$WORK/gzramd.sock
-	rm -f "$SOCK"
+	GZLOG=$WORK/gzramd-$backend.log
+	rm -f "$SOCK" "$GZLOG"
 	"$GZRAMD" serve --size "${SIZE_MIB}MiB" --socket "$SOCK" --export "$EXPORT" \
-		--metrics 127.0.0.1:0 --backend "$backend" ${TRACE_GZRAMD_ARGS:-} >"$WORK/gzramd.log" 2>&1 &
+		--metrics 127.0.0.1:0 --backend "$backend" ${TRACE_GZRAMD_ARGS:-} >"$GZLOG" 2>&1 &
 	PID=$!
 	PIDS+=("$PID")
 	for ((i = 0; i < 300; i++)); do
-		if grep -qs 'msg="gzramd ready"' "$WORK/gzramd.log"; then
+		if grep -qs 'msg="gzramd ready"' "$GZLOG"; then
 			# The backend it runs on: --backend gpu either runs there or refuses.
-			grep -q "msg=\"gzramd ready\".* backend=$backend" "$WORK/gzramd.log" && return 0
+			grep -q "msg=\"gzramd ready\".* backend=$backend" "$GZLOG" && return 0
 			server_stop
-			echo "it came up on another backend: $(grep 'msg="gzramd ready"' "$WORK/gzramd.log")" >>"$WORK/gzramd.log"
+			echo "it came up on another backend: $(grep 'msg="gzramd ready"' "$GZLOG")" >>"$GZLOG"
 			return 1
 		fi
 		kill -0 "$PID" 2>/dev/null || {
@@ -167,7 +168,7 @@ gzramd_start() {
 		}
 		sleep 0.1
 	done
-	die "gzramd --backend $backend not ready after 30 s: $(tail -3 "$WORK/gzramd.log")"
+	die "gzramd --backend $backend not ready after 30 s: $(tail -3 "$GZLOG")"
 }
 
 nbdkit_start() {
@@ -254,7 +255,7 @@ for target in $TARGETS; do
 		gzramd-cpu | gzramd-gpu)
 			[ -x "$GZRAMD" ] || die "$GZRAMD not built (make build), or set GZRAMD"
 			if ! gzramd_start "${target#gzramd-}"; then
-				skipped+=("$target: gzramd --backend ${target#gzramd-} did not start: $(grep -E 'level=(ERROR|WARN)|^gzramd:|another backend' "$WORK/gzramd.log" | tail -1)")
+				skipped+=("$target: gzramd --backend ${target#gzramd-} did not start: $(grep -E 'level=(ERROR|WARN)|^gzramd:|another backend' "$GZLOG" | tail -1)")
 				log "${skipped[-1]}"
 				break
 			fi
