@@ -291,7 +291,7 @@ done
 	echo "# Trace replay: $(basename "$TRACE")"
 	echo
 	echo "$(date -u +%Y-%m-%d), $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), Linux $(uname -r), $FIO_VERSION, gzramd $("$GZRAMD" version 2>/dev/null | awk '{ print $2 }')."
-	echo "Trace: $(tstat reads) reads (mean $(mean read_bytes reads) KiB), $(tstat writes) writes (mean $(mean write_bytes writes) KiB, $(awk -v a="$(tstat writes_128k)" -v n="$(tstat writes)" 'BEGIN { printf "%.0f", n ? 100 * a / n : 0 }') % of them 128 KiB), $(tstat trims) trims, $(tstat syncs) flushes; device ${SIZE_MIB} MiB; trims $TRIMS; replayed ${REPEAT} times over in each job."
+	echo "Trace: $(tstat reads) reads (mean $(mean read_bytes reads) KiB), $(tstat writes) writes (mean $(mean write_bytes writes) KiB, $(awk -v a="$(tstat writes_128k)" -v n="$(tstat writes)" 'BEGIN { printf "%.0f", n ? 100 * a / n : 0 }') % of them 128 KiB), $(tstat trims) trims, flushes: $(tstat syncs); device ${SIZE_MIB} MiB; trims $TRIMS; replayed ${REPEAT} times over in each job."
 	echo "Load average before the run: $LOAD (a shared machine's other work counts in the CPU figures)."
 	echo "fio: read_iolog, replay_no_stall=1, iodepth=$IODEPTH, each job the whole trace, buffer_compress_percentage=50, buffer_compress_chunk=4096; nbd engine over a Unix socket, zram with libaio direct=1."
 	echo "CPU-s/GB: the whole machine's user+nice+system+irq+softirq+steal (/proc/stat) over the fio run, per 1e9 bytes read and written."
