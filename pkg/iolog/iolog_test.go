@@ -464,20 +464,70 @@ func fioIssued(t *testing.T, report []byte) map[string]int {
 	return map[string]int{"read": j.Read.TotalIOs, "write": j.Write.TotalIOs, "trim": j.Trim.TotalIOs, "sync": j.Sync.TotalIOs}
 }
 
+// BenchmarkRecordRequest measures what recording costs a request: into
+// a ring with room, into a full ring (dropped), and from every CPU at once
+// with the drainer running.
 func BenchmarkRecordRequest(b *testing.B) {
-	r, err := Create(filepath.Join(b.TempDir(), "trace"), "gzram0", quiet())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		off := uint64(0)
-		for pb.Next() {
-			off += 4096
-			r.RecordRequest(nbd.CmdWrite, off, 4096)
+	const slots = 1 << 16
+	b.Run("kept", func(b *testing.B) {
+		r := newRecorder(&bufferOut{}, "mem", "gzram0", slots, quiet())
+		b.ReportAllocs()
+		for i := range b.N {
+			if i > 0 && i%slots == 0 {
+				b.StopTimer()
+				r.drain()
+				r.out.(*bufferOut).Reset()
+				b.StartTimer()
+			}
+			r.RecordRequest(nbd.CmdWrite, uint64(i)<<12, 4096)
+		}
+		if r.Dropped() != 0 {
+			b.Fatalf("%d records dropped", r.Dropped())
 		}
 	})
-	b.StopTimer()
-	r.Close()
-	b.ReportMetric(float64(r.Dropped())/float64(b.N), "dropped/op")
+	b.Run("dropped", func(b *testing.B) {
+		r := newRecorder(&bufferOut{}, "mem", "gzram0", slots, quiet())
+		for r.ring.push(record{cmd: nbd.CmdWrite, length: 1}) {
+		}
+		b.ReportAllocs()
+		for i := range b.N {
+			r.RecordRequest(nbd.CmdWrite, uint64(i)<<12, 4096)
+		}
+		if r.Dropped() != uint64(b.N) {
+			b.Fatalf("%d of %d records dropped", r.Dropped(), b.N)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		r, err := Create(filepath.Join(b.TempDir(), "trace"), "gzram0", quiet())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			off := uint64(0)
+			for pb.Next() {
+				off += 4096
+				r.RecordRequest(nbd.CmdWrite, off, 4096)
+			}
+		})
+		b.StopTimer()
+		r.Close()
+		b.ReportMetric(float64(r.Dropped())/float64(b.N), "dropped/op")
+	})
+}
+
+// BenchmarkDrain measures the drainer: formatting and buffering one
+// record, a 128 KiB write at a large offset.
+func BenchmarkDrain(b *testing.B) {
+	r := newRecorder(&bufferOut{}, "mem", "gzram0", 1<<12, quiet())
+	b.ReportAllocs()
+	for i := 0; i < b.N; i += 1 << 12 {
+		b.StopTimer()
+		r.out.(*bufferOut).Reset()
+		for j := range min(1<<12, b.N-i) {
+			r.RecordRequest(nbd.CmdWrite, uint64(i+j)<<17, 128<<10)
+		}
+		b.StartTimer()
+		r.drain()
+	}
 }
