@@ -79,6 +79,9 @@ target_start() {
 	gzramd-cpu | gzramd-gpu)
 		[ -x "$GZRAMD" ] || { BENCH_WHY="$GZRAMD not built (make build)"; return 1; }
 		sock=$WORK/$target.sock log=$WORK/$target.log
+		# The log of an earlier start would say "ready" before this daemon
+		# has even truncated it.
+		rm -f "$log"
 		BENCH_METRICS=127.0.0.1:$(bench_free_port)
 		# shellcheck disable=SC2086 # GZRAMD_ARGS is a list of flags
 		"$GZRAMD" serve --size "$BENCH_SIZE" --socket "$sock" --export "$BENCH_EXPORT" \
@@ -86,7 +89,7 @@ target_start() {
 		BENCH_PID=$!
 		BENCH_PIDS+=("$BENCH_PID")
 		for _ in $(seq 300); do
-			grep -q 'msg="gzramd ready"' "$log" && return 0
+			grep -qs 'msg="gzramd ready"' "$log" && return 0
 			if ! kill -0 "$BENCH_PID" 2>/dev/null; then
 				BENCH_WHY=$(grep -E 'level=ERROR|^Error' "$log" | tail -1)
 				[ -n "$BENCH_WHY" ] || BENCH_WHY=$(tail -1 "$log")
