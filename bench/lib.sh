@@ -103,11 +103,15 @@ target_start() {
 	nbdkit)
 		command -v nbdkit >/dev/null || { BENCH_WHY="nbdkit missing"; return 1; }
 		sock=$WORK/$target.sock
-		nbdkit -f -U "$sock" "${E2E_NBDKIT_MEMORY:-memory}" "$BENCH_SIZE" >"$WORK/$target.log" 2>&1 &
+		# nbdkit writes its pid file once it accepts connections; its
+		# socket appears at bind, before it listens, and stays after it
+		# exits.
+		rm -f "$sock" "$WORK/$target.pid"
+		nbdkit -f -P "$WORK/$target.pid" -U "$sock" "${E2E_NBDKIT_MEMORY:-memory}" "$BENCH_SIZE" >"$WORK/$target.log" 2>&1 &
 		BENCH_PID=$!
 		BENCH_PIDS+=("$BENCH_PID")
 		for _ in $(seq 100); do
-			[ -S "$sock" ] && return 0
+			[ -s "$WORK/$target.pid" ] && return 0
 			kill -0 "$BENCH_PID" 2>/dev/null || break
 			sleep 0.1
 		done
