@@ -79,6 +79,9 @@ target_start() {
 	gzramd-cpu | gzramd-gpu)
 		[ -x "$GZRAMD" ] || { BENCH_WHY="$GZRAMD not built (make build)"; return 1; }
 		sock=$WORK/$target.sock log=$WORK/$target.log
+		# The log of an earlier start would say "ready" before this daemon
+		# has even truncated it.
+		rm -f "$log"
 		BENCH_METRICS=127.0.0.1:$(bench_free_port)
 		# shellcheck disable=SC2086 # GZRAMD_ARGS is a list of flags
 		"$GZRAMD" serve --size "$BENCH_SIZE" --socket "$sock" --export "$BENCH_EXPORT" \
@@ -86,7 +89,7 @@ target_start() {
 		BENCH_PID=$!
 		BENCH_PIDS+=("$BENCH_PID")
 		for _ in $(seq 300); do
-			grep -q 'msg="gzramd ready"' "$log" && return 0
+			grep -qs 'msg="gzramd ready"' "$log" && return 0
 			if ! kill -0 "$BENCH_PID" 2>/dev/null; then
 				BENCH_WHY=$(grep -E 'level=ERROR|^Error' "$log" | tail -1)
 				[ -n "$BENCH_WHY" ] || BENCH_WHY=$(tail -1 "$log")
@@ -100,11 +103,15 @@ target_start() {
 	nbdkit)
 		command -v nbdkit >/dev/null || { BENCH_WHY="nbdkit missing"; return 1; }
 		sock=$WORK/$target.sock
-		nbdkit -f -U "$sock" "${E2E_NBDKIT_MEMORY:-memory}" "$BENCH_SIZE" >"$WORK/$target.log" 2>&1 &
+		# nbdkit writes its pid file once it accepts connections; its
+		# socket appears at bind, before it listens, and stays after it
+		# exits.
+		rm -f "$sock" "$WORK/$target.pid"
+		nbdkit -f -P "$WORK/$target.pid" -U "$sock" "${E2E_NBDKIT_MEMORY:-memory}" "$BENCH_SIZE" >"$WORK/$target.log" 2>&1 &
 		BENCH_PID=$!
 		BENCH_PIDS+=("$BENCH_PID")
 		for _ in $(seq 100); do
-			[ -S "$sock" ] && return 0
+			[ -s "$WORK/$target.pid" ] && return 0
 			kill -0 "$BENCH_PID" 2>/dev/null || break
 			sleep 0.1
 		done
@@ -196,5 +203,5 @@ bench_machine() {
 	local cpu gpu
 	cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 	gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
-	echo "Machine: $(nproc) CPUs ($cpu)${gpu:+, $gpu}; kernel $(uname -r); $(date -u +%F); gzramd $("$GZRAMD" version 2>/dev/null | head -1)."
+	echo "Machine: $(nproc) CPUs ($cpu)${gpu:+, $gpu}; kernel $(uname -r); $(date -u +%F); gzramd $("$GZRAMD" version 2>/dev/null | awk '{ print $2; exit }')."
 }

@@ -32,6 +32,8 @@ func TestBadFlagsFailWithOneLine(t *testing.T) {
 		{"nbd-inline", nil, []string{"--nbd-inline", "maybe"}, "--nbd-inline"},
 		{"realtime", nil, []string{"--realtime", "yes"}, "--realtime"},
 		{"nbd-inline-helpers", nil, []string{"--nbd-inline-helpers", "17"}, "--nbd-inline-helpers"},
+		{"record-trace directory", nil, []string{"--record-trace", "/"}, "--record-trace"},
+		{"record-trace missing directory", nil, []string{"--record-trace", "/nonexistent/gzramd/trace"}, "--record-trace"},
 		{"unknown flag", nil, []string{"--sise", "1GiB"}, "--sise"},
 		{"env size", []string{"GZRAMD_SIZE=lots"}, nil, "GZRAMD_SIZE"},
 		{"env bool", []string{"GZRAMD_SWAP=maybe"}, nil, "GZRAMD_SWAP"},

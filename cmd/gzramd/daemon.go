@@ -18,6 +18,7 @@ import (
 
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/iolog"
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/pipeline"
@@ -38,6 +39,7 @@ type daemon struct {
 	tracker connTracker
 	httpSrv *http.Server
 	reg     *prometheus.Registry
+	trace   *iolog.Recorder // --record-trace
 
 	listeners []net.Listener
 	reserve   *swapsafe.HeapReserve // topped up before serving swap
@@ -102,11 +104,18 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 		return nil, err
 	}
 	d.dev = d.pipe.Device
+	var rec nbd.Recorder // stays nil, not a nil *iolog.Recorder, unless recording
+	if cfg.recordTrace != "" {
+		if d.trace, err = iolog.Create(cfg.recordTrace, cfg.export, log); err != nil {
+			return nil, fmt.Errorf("--record-trace: %w", err)
+		}
+		rec = d.trace
+	}
 	nbdObs := metrics.NewNBD()
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.nbdInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
-			ReserveBuffers: connBufferReserve(cfg)})
+			ReserveBuffers: connBufferReserve(cfg), Recorder: rec})
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +123,9 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 		Version: version, Export: cfg.export, Algorithm: cfg.algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.size),
 	}, d.dev.Stats, d.pipe.Router.Stats)}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
+	if d.trace != nil {
+		collectors = append(collectors, metrics.NewTrace(d.trace))
+	}
 	if d.reg, err = metrics.NewRegistry(collectors...); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
@@ -124,6 +136,9 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 func (d *daemon) close() {
 	for _, l := range d.listeners {
 		l.Close()
+	}
+	if d.trace != nil {
+		d.trace.Close() // the NBD server is shut down: nothing more to record; it logs how it went
 	}
 	if d.pipe != nil {
 		if err := d.pipe.Close(); err != nil {

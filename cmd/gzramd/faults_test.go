@@ -24,8 +24,20 @@ import (
 // machine freezes. Once the daemon has seen each kind of request, only
 // the threads that fault memory in ahead of use (the page store's, the
 // heap's), which may wait, may fault.
-func TestServingDoesNotFault(t *testing.T) {
-	d := startDaemon(t, nil, "--size", "256MiB", "--backend", "cpu")
+func TestServingDoesNotFault(t *testing.T) { testServingDoesNotFault(t) }
+
+// Recording a trace adds nothing that faults to the request path.
+func TestServingDoesNotFaultWhileRecording(t *testing.T) {
+	d := testServingDoesNotFault(t, "--record-trace", filepath.Join(t.TempDir(), "trace"))
+	if v, _ := d.scrape().Value("gzramd_trace_records_total"); v < 4*loadRequests {
+		t.Errorf("gzramd_trace_records_total = %v: the load was not recorded", v)
+	}
+}
+
+// testServingDoesNotFault runs the test on a daemon started with args
+// besides the test's own, and returns it.
+func testServingDoesNotFault(t *testing.T, args ...string) *daemonProc {
+	d := startDaemon(t, nil, append([]string{"--size", "256MiB", "--backend", "cpu"}, args...)...)
 	if !strings.Contains(d.log.String(), "msg=hardening step=mlockall done=") {
 		t.Skip("mlockall fails on this machine: page faults are not locked-memory faults here")
 	}
@@ -85,6 +97,7 @@ func TestServingDoesNotFault(t *testing.T) {
 	if total > allowed {
 		t.Errorf("%d page faults outside gzramd-prefault while serving (allowed %d)", total, allowed)
 	}
+	return d
 }
 
 type taskFaults struct {

@@ -57,6 +57,8 @@ type serveConfig struct {
 	requireHardening bool
 	goMemoryLimit    sizeValue
 	gcPercent        int
+
+	recordTrace string
 }
 
 func defaultSocket() string {
@@ -150,6 +152,12 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.StringVar(&cfg.realtime, "realtime", "auto", "run every thread SCHED_RR at priority 1 (with --harden; needs CAP_SYS_NICE), so that gzramd's own allocations (a reply's socket buffer) may dip below the kernel's min watermark while it stores swapped pages: on, off, or auto (on when gzramd attaches the kernel device itself, --device or --swap). It costs throughput to clients on the same CPUs; with the GPU backend only if its waits can be made to block, as they are at start")
 	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
 	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
+	f.StringVar(&cfg.recordTrace, "record-trace", "", "write every NBD request received to this file as a fio iolog (version 2), to replay the workload later: "+
+		"reads, writes and trims as such, flushes as sync, write-zeroes as trims (fio has no write-zeroes; on a RAM device both leave zeroes and free the range; fio replays trims from 3.34 on). "+
+		"Replay it, on a device at least as large, through gzramd's socket with fio --name=replay --ioengine=nbd --uri='nbd+unix:///gzram0?socket=SOCKET' --read_iolog=FILE --replay_no_stall=1 --iodepth=32, "+
+		"or on a block device with --ioengine=libaio --direct=1 --replay_redirect=/dev/DEVICE; bench/trace.sh replays one on gzramd, kernel zram and nbdkit. "+
+		"The file is replaced, and closed with fio's close line on SIGTERM. Recording never makes a request wait: requests arriving while the writer is a whole ring (64Ki requests) behind are left out, "+
+		"counted in gzramd_trace_dropped_records_total and logged")
 	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around a 32MiB heap reserve kept resident, else the runtime's")
 	return cmd
 }
@@ -226,6 +234,11 @@ func (c *serveConfig) validate() error {
 	if c.device != "" {
 		if _, err := parseDevice(c.device); err != nil {
 			return fmt.Errorf("invalid --device %q: %v", c.device, err)
+		}
+	}
+	if c.recordTrace != "" {
+		if err := checkCreatable(c.recordTrace); err != nil {
+			return fmt.Errorf("invalid --record-trace %q: %v", c.recordTrace, err)
 		}
 	}
 	if c.swap && c.device == "" {

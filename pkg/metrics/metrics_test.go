@@ -372,3 +372,31 @@ func TestGPUCollector(t *testing.T) {
 		t.Error("telemetry exported although NVML failed")
 	}
 }
+
+type traceCounts struct{ written, dropped uint64 }
+
+func (c *traceCounts) Written() uint64 { return c.written }
+func (c *traceCounts) Dropped() uint64 { return c.dropped }
+
+func TestTraceCollector(t *testing.T) {
+	c := &traceCounts{written: 12345, dropped: 6}
+	reg, err := NewRegistry(NewTrace(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(Handler(reg, nil))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	f, err := Parse(bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, f, "gzramd_trace_records_total", 12345)
+	want(t, f, "gzramd_trace_dropped_records_total", 6)
+	promtoolCheck(t, body)
+}

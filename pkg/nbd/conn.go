@@ -309,6 +309,9 @@ func (c *conn) transmit() error {
 			c.putRequest(r)
 			return err
 		}
+		if c.srv.rec != nil && r.errno == 0 {
+			c.srv.rec.RecordRequest(r.cmd, r.off, r.length)
+		}
 		c.inflight.Add(1)
 		// A write the Backend received itself is only stored now: cheap
 		// whatever its size.

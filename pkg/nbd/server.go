@@ -30,12 +30,26 @@ type Observer interface {
 	RequestDone(cmd Command, length uint32, d time.Duration, errno uint32)
 }
 
+// Recorder receives the requests the server accepts, for a trace of the
+// workload. It is called on the connection's reader once a request's
+// header (and a write's payload) has been read and checked, before the
+// request runs; requests refused as invalid are not recorded. The reader
+// reads nothing more until it returns, and it is on the path that stores
+// swapped-out pages: it must be cheap, and must neither allocate nor
+// block.
+type Recorder interface {
+	RecordRequest(cmd Command, offset uint64, length uint32)
+}
+
 // Options tune a Server. The zero value is usable.
 type Options struct {
 	// Logger receives connection-level events; nil means slog.Default().
 	Logger *slog.Logger
 	// Observer, if set, is told about each completed request.
 	Observer Observer
+	// Recorder, if set, is told about each valid request as it arrives,
+	// in the order each connection sent them.
+	Recorder Recorder
 	// MaxInFlight bounds the requests one connection has in flight (read
 	// but not yet replied to); the reader stops reading at the bound, which
 	// pushes back on the client. Each connection starts this many worker
@@ -97,6 +111,7 @@ type Server struct {
 	exports          []Export
 	log              *slog.Logger
 	obs              Observer
+	rec              Recorder
 	maxInFlight      int
 	maxInFlightBytes int64
 	inline           bool
@@ -166,6 +181,7 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		exports:          append([]Export(nil), exports...),
 		log:              opts.Logger,
 		obs:              opts.Observer,
+		rec:              opts.Recorder,
 		maxInFlight:      opts.MaxInFlight,
 		maxInFlightBytes: opts.MaxInFlightBytes,
 		inline:           opts.Inline,

@@ -10,6 +10,8 @@
 #   mkdir -p /tmp/x && tar -C /tmp/x -xJf .e2e/gpu/bundle.tar.xz && B=/tmp/x/b
 #   PATH=$B/bin:$PATH E2E_NO_DEPS=1 E2E_NBDKIT_MEMORY=$B/lib/nbdkit-memory-plugin.so \
 #     E2E_CORPUS=$B/memory-pages.bin.zst E2E_BENCH_BACKEND=gpu ./bench/e2e.sh
+# and the trace replay (bench/trace.sh; the trace comes with the repository):
+#   PATH=$B/bin:$PATH E2E_NBDKIT_MEMORY=$B/lib/nbdkit-memory-plugin.so ./bench/trace.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUTDIR=$ROOT/.e2e/gpu

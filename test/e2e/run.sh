@@ -21,6 +21,11 @@
 #                              (default 300; a passing guest takes 15-90 s);
 #                              E2E_GUEST_TIMEOUT for guest (twice that)
 #   GZRAMD                     the daemon binary (default bin/gzramd)
+#   E2E_GZRAMD_ARGS            more flags for the host-side gzramd serve
+#   E2E_RECORD_TRACE=DIR       the host-side gzramd records the requests
+#                              of each host scenario as a fio iolog,
+#                              DIR/<scenario>.iolog (serve --record-trace),
+#                              to replay with bench/trace.sh
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 trap e2e_cleanup EXIT
@@ -66,9 +71,15 @@ server_start() {
 	case "$SERVER" in
 	gzramd)
 		MPORT=$(free_port)
+		local trace=()
+		if [ -n "${E2E_RECORD_TRACE:-}" ]; then
+			mkdir -p "$E2E_RECORD_TRACE"
+			trace=(--record-trace "$E2E_RECORD_TRACE/$1.iolog")
+			log "$1: recording the requests in $E2E_RECORD_TRACE/$1.iolog"
+		fi
 		"$GZRAMD" serve --tcp "127.0.0.1:$PORT" --size "$SIZE" --export "$EXPORT" \
 			--socket "$WORK/gzramd.sock" --metrics "127.0.0.1:$MPORT" \
-			${E2E_GZRAMD_ARGS:-} >"$SERVER_LOG" 2>&1 &
+			"${trace[@]}" ${E2E_GZRAMD_ARGS:-} >"$SERVER_LOG" 2>&1 &
 		;;
 	nbdkit)
 		MPORT=

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Replays a trace of NBD requests (a fio iolog, version 2, as written by
+# `gzramd serve --record-trace`) with fio, in one run, against gzramd
+# --backend cpu, gzramd --backend gpu (where a GPU is usable; else a line
+# says why not), kernel zram (/dev/zram0, lz4, libaio with O_DIRECT; as
+# root) and nbdkit's memory plugin; gzramd and nbdkit through fio's nbd
+# engine on a Unix socket (bench/lib.sh starts and stops each target).
+# Each job replays the whole trace at iodepth 32 as fast as it can
+# (replay_no_stall), with bench/e2e.sh's data (half compressible), each
+# run on a fresh device. For each target and job count: MB/s, latency, and
+# the whole machine's CPU-seconds per GB moved: user+nice+system+irq+
+# softirq+steal of /proc/stat over the fio run (not idle, not iowait), per
+# 10^9 bytes read and written. Everything else on the machine counts too:
+# run it on a quiet one.
+#
+# Usage: bench/trace.sh [TRACE]
+#   TRACE defaults to bench/traces/host-2.iolog.zst (bench/traces/README.md);
+#   .zst and .xz files are decompressed to a temporary file first.
+#
+# Environment:
+#   TRACE_OUT       also write the report (markdown) to this file
+#   TRACE_TARGETS   default "gzramd-cpu gzramd-gpu zram nbdkit"
+#   TRACE_JOBS      fio job counts (default "1 4")
+#   TRACE_IODEPTH   fio iodepth (default 32)
+#   TRACE_REPEAT    each job replays the trace this many times over
+#                   (default 10: runs long enough to measure; the host-2
+#                   trace then moves 6.4 GB a job)
+#   GZRAMD, GZRAMD_ARGS, E2E_NBDKIT_MEMORY: as for bench/lib.sh
+# Tools come from PATH: fio (with its nbd engine), nbdkit, python3, and
+# zstd or xz for a compressed trace; on a machine without packages, from
+# the bundle test/e2e/gpu-bundle.sh makes (its header says how).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+. "$ROOT/bench/lib.sh"
+
+TRACE=${1:-$ROOT/bench/traces/host-2.iolog.zst}
+TARGETS=${TRACE_TARGETS:-gzramd-cpu gzramd-gpu zram nbdkit}
+JOBS=${TRACE_JOBS:-1 4}
+IODEPTH=${TRACE_IODEPTH:-32}
+REPEAT=${TRACE_REPEAT:-10}
+
+bench_require fio python3
+[ -r "$TRACE" ] || bench_die "no trace at $TRACE"
+bench_workdir
+LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+
+case "$TRACE" in
+*.zst)
+	bench_require zstd
+	zstd -q -d -c "$TRACE" >"$WORK/trace.iolog"
+	;;
+*.xz)
+	bench_require xz
+	xz -d -c "$TRACE" >"$WORK/trace.iolog"
+	;;
+*) cp "$TRACE" "$WORK/trace.iolog" ;;
+esac
+head -1 "$WORK/trace.iolog" | grep -q '^fio version 2 iolog' || bench_die "$TRACE is not a fio iolog, version 2"
+
+# The trace's statistics, and the extent of its requests.
+STATS=$(awk '
+	NF == 4 && $1 != "fio" {
+		n[$2]++; b[$2] += $4
+		if ($2 == "write" && $4 == 131072) w128++
+		if ($2 != "sync" && $3 + $4 > end) end = $3 + $4
+		if (($2 == "read" || $2 == "write") && $4 > maxrw) maxrw = $4
+	}
+	END {
+		printf "reads=%.0f writes=%.0f trims=%.0f syncs=%.0f ", n["read"], n["write"], n["trim"], n["sync"]
+		printf "read_bytes=%.0f write_bytes=%.0f writes_128k=%.0f end=%.0f maxrw=%.0f\n", b["read"], b["write"], w128, end, maxrw
+	}' "$WORK/trace.iolog")
+tstat() { echo "$STATS" | tr ' ' '\n' | awk -F= -v k="$1" '$1 == k { print $2 }'; }
+kib() { awk -v b="$(tstat "$1")" -v n="$(tstat "$2")" 'BEGIN { printf "%.1f", n ? b / n / 1024 : 0 }'; }
+[ "$(tstat reads)" -gt 0 ] || [ "$(tstat writes)" -gt 0 ] || bench_die "$TRACE holds no reads or writes"
+# Every target the size of the trace's extent, in whole MiB, at least 64.
+BENCH_SIZE=$(awk -v e="$(tstat end)" 'BEGIN { m = int((e + 1048575) / 1048576); printf "%.0fM\n", m < 64 ? 64 : m }')
+
+# fio's copy of the trace. fio replays an iolog's trims from version 3.34
+# on, and sizes every I/O buffer for the largest request of any kind:
+# longer trims (swapon's discard of the whole device) are cut into pieces
+# no longer than the largest read or write. Older fio skips each trim
+# with "bad ddir: 2": they are left out of its copy, and the report says
+# so.
+FIO_VERSION=$(fio --version)
+if awk -v v="${FIO_VERSION#fio-}" 'BEGIN { split(v, a, "."); exit !(a[1] > 3 || a[1] == 3 && a[2] + 0 >= 34) }'; then
+	TRIMS="replayed"
+else
+	TRIMS="left out (fio before 3.34 replays none)"
+fi
+# And fio stops reaping completions once the log is empty: the requests
+# still in flight go uncounted, its nbd engine may never send them, and
+# nbdkit 1.32 aborts when a connection closes under its replies. So each
+# job stops to reap everything (thinktime, counted in I/Os issued) once it
+# has issued the trace's last read, write or trim; syncs after that one
+# are left out.
+awk -v trims="${TRIMS%% *}" -v chunk="$(tstat maxrw)" -v repeat="$REPEAT" -v count="$WORK/replay.ios" '
+	NR == 1 || NF == 2 && $2 != "close" { head = head $0 "\n"; next }
+	NF == 2 { tail = tail $0 "\n"; next }
+	NF == 4 && $2 == "trim" {
+		if (trims != "replayed") next
+		for (off = $3; off < $3 + $4; off += chunk) {
+			len = $3 + $4 - off; if (len > chunk) len = chunk
+			body[++n] = sprintf("%s trim %.0f %.0f", $1, off, len)
+			last = n; rw++
+		}
+		next
+	}
+	{ body[++n] = $0 }
+	$2 == "read" || $2 == "write" { last = n; rw++ }
+	END {
+		printf "%s", head
+		for (r = 1; r <= repeat; r++) for (i = 1; i <= (r < repeat ? n : last); i++) print body[i]
+		printf "%s", tail
+		printf "%.0f\n", rw * repeat > count
+	}' "$WORK/trace.iolog" >"$WORK/replay.iolog"
+REPLAY_IOS=$(cat "$WORK/replay.ios")
+
+: >"$WORK/rows"
+for target in $TARGETS; do
+	for jobs in $JOBS; do
+		# A fresh device for each run, as the trace started on one.
+		if ! target_start "$target"; then
+			echo "$target: skipped: $BENCH_WHY" | tee -a "$WORK/skipped.txt" >&2
+			break
+		fi
+		# The nbd engine ignores file names (and fio 3.33 crashes on
+		# replay_redirect there with more than one job); zram's I/O must
+		# go to the device, not to a file named after the trace's.
+		redirect=()
+		[ "$target" = zram ] && redirect=(--replay_redirect=/dev/zram0)
+		t0=$(machine_cpu_ticks)
+		target_fio "$target" replay --read_iolog="$WORK/replay.iolog" --replay_no_stall=1 "${redirect[@]}" \
+			--iodepth="$IODEPTH" --numjobs="$jobs" \
+			--thinktime=1 --thinktime_blocks="$REPLAY_IOS" --thinktime_blocks_type=issue \
+			--output-format=json --output="$WORK/$target.$jobs.json" >/dev/null
+		t1=$(machine_cpu_ticks)
+		# MB/s IOPS CPU-s/GB p50 p99, after the target and job count.
+		fio_summary "$WORK/$target.$jobs.json" "$t0" "$t1" 1 1 | sed "s/^/$target $jobs /" >>"$WORK/rows"
+		bench_log "$(tail -1 "$WORK/rows")"
+		target_stop "$target"
+	done
+done
+
+{
+	echo "# Trace replay: $(basename "$TRACE")"
+	echo
+	echo "Trace: $(tstat reads) reads (mean $(kib read_bytes reads) KiB), $(tstat writes) writes (mean $(kib write_bytes writes) KiB, $(awk -v a="$(tstat writes_128k)" -v n="$(tstat writes)" 'BEGIN { printf "%.0f", n ? 100 * a / n : 0 }') % of them 128 KiB), $(tstat trims) trims, flushes: $(tstat syncs); replayed $REPEAT times over by each job: $(awk -v b="$(($(tstat read_bytes) + $(tstat write_bytes)))" -v r="$REPEAT" 'BEGIN { printf "%.2f", b * r / 1e9 }') GB a job; trims $TRIMS; devices of $BENCH_SIZE."
+	echo "$FIO_VERSION: read_iolog, replay_no_stall=1, iodepth=$IODEPTH, buffer_compress_percentage=50, buffer_compress_chunk=4096; nbd engine over a Unix socket, zram with libaio and O_DIRECT."
+	echo "CPU-s/GB: the whole machine's user+nice+system+irq+softirq+steal (/proc/stat) over the fio run, per 10^9 bytes read and written; load average before the run $LOAD. Latency: completion latency of the reads."
+	echo
+	awk '
+		{ row[NR] = $0; if ($1 == "zram") { zmb[$2] = $3; zcpu[$2] = $5 } }
+		END {
+			print "| target | jobs | MB/s | CPU-s per GB | MB/s vs zram | CPU/GB vs zram | p50 µs | p99 µs |"
+			print "|---|---:|---:|---:|---:|---:|---:|---:|"
+			for (i = 1; i <= NR; i++) {
+				split(row[i], f, " ")
+				r1 = f[2] in zmb && zmb[f[2]] > 0 ? sprintf("%.2f", f[3] / zmb[f[2]]) : "-"
+				r2 = f[2] in zcpu && zcpu[f[2]] > 0 ? sprintf("%.2f", f[5] / zcpu[f[2]]) : "-"
+				printf "| %s | %d | %.0f | %.2f | %s | %s | %.0f | %.0f |\n", f[1], f[2], f[3], f[5], r1, r2, f[6], f[7]
+			}
+		}' "$WORK/rows"
+	[ ! -s "$WORK/skipped.txt" ] || { echo; cat "$WORK/skipped.txt"; }
+	echo
+	bench_machine
+	echo "Command: TRACE_TARGETS=\"$TARGETS\" TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh${1:+ $1}"
+} | tee "${TRACE_OUT:-/dev/null}"
