@@ -177,10 +177,11 @@ func (r *Router) AcceleratorName() string {
 
 // Stage reports whether a write of pages whole pages is to be staged for
 // the accelerator: there is one, it is not backing off after a failure,
-// and writes come fast enough to fill batches worth it (see
-// Config.MinAcceleratorPages). Otherwise the write compresses its pages
-// inline, which costs no copy into staging and no batch. Every whole-page
-// write is to be asked, staged or not, so that the rate is known.
+// and the write alone, or the writes of the last window together, fill a
+// batch worth it (see Config.MinAcceleratorPages). Otherwise the write
+// compresses its pages inline, which costs no copy into staging and no
+// batch. Every whole-page write is to be asked, staged or not, so that the
+// rate is known.
 func (r *Router) Stage(pages int) bool {
 	if r.accel == nil {
 		return false
@@ -198,7 +199,7 @@ func (r *Router) Stage(pages int) bool {
 			r.busy.Store(seen*w >= int64(r.cfg.MinAcceleratorPages)*(now-start))
 		}
 	}
-	return r.busy.Load()
+	return pages >= r.cfg.MinAcceleratorPages || r.busy.Load()
 }
 
 // NewBatch returns a batch for the staging area: in the accelerator's

@@ -327,7 +327,12 @@ func TestStageFollowsTheWriteRate(t *testing.T) {
 	if r.Stage(1) {
 		t.Fatal("a trickle of single pages is still staged")
 	}
+	if !r.Stage(16) {
+		t.Fatal("a write of a batch's worth of pages is not staged")
+	}
 	// A flood: many pages within one window, then the next write decides.
+	time.Sleep(window)
+	r.Stage(1)
 	for range 40 {
 		r.Stage(1)
 	}
