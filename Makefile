@@ -22,6 +22,7 @@ run: build
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags faults ./cmd/gzramd
 
 test-unit:
 	$(GO) test -count=1 -timeout 30m ./...

@@ -52,13 +52,6 @@ const storeArenaSize = 8 << 20
 
 func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	d := &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier()}
-	// Tests stand in for the kernel's swap list and nbd devices.
-	if p := os.Getenv("GZRAMD_FAULT_PROC_SWAPS"); p != "" {
-		procSwaps = p
-	}
-	if p := os.Getenv("GZRAMD_FAULT_SYS_BLOCK"); p != "" {
-		sysBlock = p
-	}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -99,7 +92,6 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 		StagingBytes: int64(cfg.staging), BatchPages: cfg.batchPages,
 		BatchDeadline: cfg.batchDeadline, BatchWorkers: cfg.batchInFlight,
 		Observer: batchObs, Logger: log,
-		CorruptReads: os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1",
 	}); err != nil {
 		return nil, err
 	}
@@ -112,7 +104,7 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 		rec = d.trace
 	}
 	nbdObs := metrics.NewNBD()
-	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: d.dev}},
+	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: withFaults(d.dev)}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.nbdInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
 			ReserveBuffers: connBufferReserve(cfg), Recorder: rec})

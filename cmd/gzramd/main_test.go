@@ -25,7 +25,8 @@ var gzramdBin string
 
 func TestMain(m *testing.M) {
 	// A prebuilt binary lets the compiled tests run on a machine without
-	// Go (the GPU machine): go test -c, then GZRAMD_TEST_BINARY=... ./gzramd.test
+	// Go (the GPU machine): go test -c, go build -tags faults, then
+	// GZRAMD_TEST_BINARY=... ./gzramd.test
 	if p := os.Getenv("GZRAMD_TEST_BINARY"); p != "" {
 		gzramdBin = p
 		os.Exit(m.Run())
@@ -36,7 +37,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	gzramdBin = filepath.Join(dir, "gzramd")
-	build := exec.Command("go", "build", "-o", gzramdBin, ".")
+	// With fault injection (faults.go): the tests stand in for the
+	// kernel's swap list and block devices.
+	build := exec.Command("go", "build", "-tags", "faults", "-o", gzramdBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building gzramd:", err)

@@ -52,9 +52,6 @@ type Config struct {
 	Staging       stage.Config
 	HugeThreshold int // 0: DefaultHugeThreshold
 	Logger        *slog.Logger
-	// CorruptReads flips a byte in some pages served by reads. It exists
-	// only so end-to-end tests can prove they notice corruption.
-	CorruptReads bool
 }
 
 // nStripes trades lock memory for contention between unrelated pages.
@@ -87,7 +84,6 @@ type Device struct {
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
 	stagedWrites, commitRetries, unusedSlots         atomic.Uint64
 	closing                                          atomic.Bool
-	corruptCount                                     atomic.Uint64
 }
 
 // MaxSize is the largest device: the store tags objects with 32-bit page
@@ -240,9 +236,6 @@ func (d *Device) readPage(idx uint32, dst []byte) error {
 	s := d.stripe(idx)
 	s.mu.RLock()
 	err := d.load(s, idx, dst)
-	if err == nil && d.cfg.CorruptReads && d.table[idx].hasObject() && d.corruptCount.Add(1)%64 == 0 {
-		dst[idx%pageSize] ^= 0x5a
-	}
 	s.mu.RUnlock()
 	return err
 }

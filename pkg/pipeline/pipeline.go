@@ -64,8 +64,6 @@ type Config struct {
 
 	Observer route.Observer
 	Logger   *slog.Logger
-	// CorruptReads: see device.Config.
-	CorruptReads bool
 }
 
 // Pipeline is a running data path.
@@ -121,7 +119,7 @@ func New(cfg Config) (_ *Pipeline, err error) {
 	}
 	if p.Device, err = device.New(device.Config{
 		Size: cfg.Size, Codec: p.Codec, Router: p.Router, Store: p.Store, Staging: staging,
-		HugeThreshold: cfg.HugeThreshold, Logger: cfg.Logger, CorruptReads: cfg.CorruptReads,
+		HugeThreshold: cfg.HugeThreshold, Logger: cfg.Logger,
 	}); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}

@@ -1,0 +1,59 @@
+//go:build faults
+
+// Fault injection for the command's tests and the end-to-end tests. Only a
+// binary built with -tags faults reads the GZRAMD_FAULT_* variables; the
+// daemon users run has none of this.
+
+package main
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+
+	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/nbd"
+)
+
+// withFaults applies the GZRAMD_FAULT_* variables: stand-ins for the
+// kernel's swap list and block devices (GZRAMD_FAULT_PROC_SWAPS,
+// GZRAMD_FAULT_SYS_BLOCK), and reads that corrupt pages
+// (GZRAMD_FAULT_CORRUPT_READS=1). It returns the backend to serve.
+func withFaults(dev *device.Device) nbd.Backend {
+	if p := os.Getenv("GZRAMD_FAULT_PROC_SWAPS"); p != "" {
+		procSwaps = p
+	}
+	if p := os.Getenv("GZRAMD_FAULT_SYS_BLOCK"); p != "" {
+		sysBlock = p
+	}
+	if os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1" {
+		return &corruptReads{Device: dev}
+	}
+	return dev
+}
+
+// corruptReads flips a byte in every 64th page it reads back that is not
+// all zeroes, so that the end-to-end tests prove they notice corruption
+// (test/e2e/corrupt.sh).
+type corruptReads struct {
+	*device.Device
+	pages atomic.Uint64
+}
+
+func (c *corruptReads) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if err := c.Device.ReadAt(ctx, p, off); err != nil {
+		return err
+	}
+	for i := 0; i+4096 <= len(p); i += 4096 {
+		page := p[i : i+4096]
+		for _, b := range page {
+			if b != 0 {
+				if c.pages.Add(1)%64 == 0 {
+					page[(off/4096+int64(i/4096))%4096] ^= 0x5a
+				}
+				break
+			}
+		}
+	}
+	return nil
+}
