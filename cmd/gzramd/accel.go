@@ -1,3 +1,5 @@
+// Opening the GPU for --backend, and its metrics.
+
 package main
 
 import (

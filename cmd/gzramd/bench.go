@@ -1,3 +1,5 @@
+// `gzramd bench`: the codecs and the data path measured on a corpus of memory pages.
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+// The NBD connections that are open, and which peer made each (to tell our own kernel device).
+
 package main
 
 import (

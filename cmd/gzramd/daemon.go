@@ -1,3 +1,5 @@
+// A running daemon: the data path, its listeners, the HTTP endpoint, the kernel device, and stopping safely.
+
 package main
 
 import (

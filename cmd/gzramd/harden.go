@@ -1,3 +1,5 @@
+// The swap-safety steps at start, each logged.
+
 package main
 
 import (

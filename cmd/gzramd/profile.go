@@ -1,5 +1,7 @@
 //go:build !pprof
 
+// CPU profiling is refused in normal builds (see profile_pprof.go).
+
 package main
 
 import (

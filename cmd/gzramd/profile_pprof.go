@@ -1,5 +1,7 @@
 //go:build pprof
 
+// CPU profiling, in builds with -tags pprof only.
+
 package main
 
 import (

@@ -1,3 +1,5 @@
+// systemd's sd_notify protocol: READY, STOPPING, STATUS and the watchdog.
+
 package main
 
 import (

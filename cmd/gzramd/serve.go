@@ -1,3 +1,5 @@
+// `gzramd serve`: its flags, their validation, and the start-up order.
+
 package main
 
 import (

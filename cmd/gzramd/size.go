@@ -1,3 +1,5 @@
+// Byte-count flags with units (4096, 512KiB, 8GiB).
+
 package main
 
 import (

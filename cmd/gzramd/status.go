@@ -1,3 +1,5 @@
+// `gzramd status` and the /status report.
+
 package main
 
 import (

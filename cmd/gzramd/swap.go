@@ -1,3 +1,5 @@
+// The kernel's swap list and nbd devices: which swap is ours, swapon and swapoff.
+
 package main
 
 import (

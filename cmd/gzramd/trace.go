@@ -1,3 +1,5 @@
+// Checks for --record-trace.
+
 package main
 
 import (

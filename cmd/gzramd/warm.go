@@ -1,3 +1,5 @@
+// The kernel device's self-test before it becomes swap.
+
 package main
 
 import (

@@ -1,5 +1,7 @@
 //go:build amd64 || arm64
 
+// Line on architectures with a prefetch instruction (assembly beside).
+
 package prefetch
 
 import "unsafe"

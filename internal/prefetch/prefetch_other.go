@@ -1,5 +1,7 @@
 //go:build !amd64 && !arm64
 
+// Line elsewhere: a no-op.
+
 package prefetch
 
 import "unsafe"

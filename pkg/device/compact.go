@@ -1,3 +1,5 @@
+// The background compactor and its policy.
+
 package device
 
 import (

@@ -1,3 +1,5 @@
+// The page-table entry: one uint64 per page.
+
 package device
 
 import "github.com/gzramd/gzramd/pkg/pagestore"

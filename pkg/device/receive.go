@@ -1,3 +1,5 @@
+// Writes whose payload the NBD server reads straight into staging (nbd.WriteReceiver).
+
 package device
 
 import (

@@ -1,3 +1,5 @@
+// Write-behind: staging a run of pages, and flushing and committing a sealed batch.
+
 package device
 
 import (

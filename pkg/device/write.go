@@ -1,3 +1,5 @@
+// The write path: same-filled pages, staged or inline runs, and read-modify-write of partial pages.
+
 package device
 
 import (

@@ -1,3 +1,5 @@
+// Compressing a batch on the GPU: upload, kernel, the packed result back.
+
 package gpu
 
 import (

@@ -1,3 +1,5 @@
+// The CUDA driver API through dlopen: the few entry points the backend uses, in cgo.
+
 package gpu
 
 /*

@@ -1,3 +1,5 @@
+// Decoding a batch on the GPU (the tests' round trip against liblz4).
+
 package gpu
 
 import (

@@ -1,3 +1,5 @@
+// Fault injection points of the GPU path, for the GPU tests.
+
 package gpu
 
 import (

@@ -1,3 +1,5 @@
+// Pinned host memory for batches and shadow outputs, and the registry of it.
+
 package gpu
 
 import (

@@ -1,3 +1,5 @@
+// The slots: a stream and its buffers each, taken and given back (quarantined while the device may still write).
+
 package gpu
 
 import (

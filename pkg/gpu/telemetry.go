@@ -1,3 +1,5 @@
+// GPU telemetry through NVML, for the metrics.
+
 package gpu
 
 import (

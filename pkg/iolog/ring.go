@@ -1,3 +1,5 @@
+// The ring of request records between the request path and the trace writer.
+
 package iolog
 
 import (

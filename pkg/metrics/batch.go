@@ -1,3 +1,5 @@
+// Histograms of staged batches: pages and compression time, per backend.
+
 package metrics
 
 import (

@@ -1,3 +1,5 @@
+// The device's zram statistics, the staging area's and the router's counters.
+
 package metrics
 
 import (

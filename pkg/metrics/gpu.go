@@ -1,3 +1,5 @@
+// The GPU's batch counters and NVML telemetry.
+
 package metrics
 
 import (

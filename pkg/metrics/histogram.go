@@ -1,3 +1,5 @@
+// An allocation-free histogram for the request path.
+
 package metrics
 
 import (

@@ -1,3 +1,5 @@
+// NBD requests by command: counts, bytes, errors, latency.
+
 package metrics
 
 import (

@@ -1,3 +1,5 @@
+// Parsing a scrape, for tests and `gzramd status`.
+
 package metrics
 
 import (

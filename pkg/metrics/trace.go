@@ -1,3 +1,5 @@
+// The trace recorder's counters.
+
 package metrics
 
 import "github.com/prometheus/client_golang/prometheus"

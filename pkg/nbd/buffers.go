@@ -1,3 +1,5 @@
+// Payload buffers: each connection's budget, reserve and cache, and the server's pool.
+
 package nbd
 
 import (

@@ -1,3 +1,5 @@
+// The client side of the handshake, for the kernel attach and tests.
+
 package nbd
 
 import (

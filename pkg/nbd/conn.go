@@ -1,3 +1,5 @@
+// A connection: its handshake, its reader, and running a request against the Backend.
+
 package nbd
 
 import (

@@ -1,3 +1,5 @@
+// The server side of the fixed-newstyle handshake.
+
 package nbd
 
 import (

@@ -1,3 +1,5 @@
+// Running requests on the connection's reader, and on its helpers, with replies held back to go out together.
+
 package nbd
 
 const (

@@ -1,3 +1,5 @@
+// The NBD protocol's wire constants.
+
 package nbd
 
 import "github.com/pojntfx/go-nbd/pkg/protocol"

@@ -1,3 +1,5 @@
+// Writing replies: whoever finds no write under way sends every queued one in one writev.
+
 package nbd
 
 import (

@@ -1,3 +1,5 @@
+// The server: options, listeners, connections, shutdown.
+
 package nbd
 
 import (

@@ -1,3 +1,5 @@
+// Allocating and freeing objects: one at a time or in batches, slabs taken and released.
+
 package pagestore
 
 import (

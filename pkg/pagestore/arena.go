@@ -1,3 +1,5 @@
+// Mapping arenas and giving slab pages back to the kernel.
+
 package pagestore
 
 import (

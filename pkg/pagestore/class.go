@@ -1,3 +1,5 @@
+// Size classes and slab geometry.
+
 package pagestore
 
 // Objects are grouped in size classes 16 bytes apart, so an object wastes at

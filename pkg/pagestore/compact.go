@@ -1,3 +1,5 @@
+// Compaction: moving objects out of sparse slabs.
+
 package pagestore
 
 import "slices"

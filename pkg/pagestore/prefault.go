@@ -1,3 +1,5 @@
+// The prefaulter thread: store memory faulted in ahead of use, emptied slabs given back off the writers' path.
+
 package pagestore
 
 import (

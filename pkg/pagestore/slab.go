@@ -1,3 +1,5 @@
+// Slab records, slot tags and the class lists.
+
 package pagestore
 
 import (

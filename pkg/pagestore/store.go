@@ -1,3 +1,5 @@
+// The store: configuration, statistics, the memory limit and reservations.
+
 package pagestore
 
 import (

@@ -1,3 +1,5 @@
+// The Go heap kept resident and locked while serving swap.
+
 package swapsafe
 
 import (
