@@ -116,7 +116,7 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
 		Version: version, Export: cfg.export, Algorithm: cfg.algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.size),
-	}, d.dev.Stats, d.pipe.Router.Stats)}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
+	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState)}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
 	}
@@ -202,6 +202,16 @@ func (d *daemon) status() statusReport {
 		}
 	}
 	return r
+}
+
+// kernelState is what `gzramd status` reports of the kernel's use of the
+// export, for the metrics that alert when swap is gone.
+func (d *daemon) kernelState() metrics.KernelState {
+	r := d.status()
+	return metrics.KernelState{
+		SwapActive: len(r.SwapDevices) > 0, SwapExpected: d.cfg.swap,
+		Device: d.cfg.device != "", Attached: r.Device != "" && nbdPID(r.Device) != 0,
+	}
 }
 
 func (d *daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
