@@ -42,8 +42,8 @@ func New() *Accelerator {
 // Name implements codec.BatchCompressor.
 func (*Accelerator) Name() string { return "gpu" }
 
-// NewBatch implements route.Accelerator with Go memory.
-func (*Accelerator) NewBatch(pages int) (*codec.Batch, error) { return codec.NewBatch(pages), nil }
+// NewPages implements route.Accelerator with Go memory.
+func (*Accelerator) NewPages(pages int) ([]byte, error) { return make([]byte, pages*codec.PageSize), nil }
 
 // NewOutputs implements route.Accelerator with Go memory.
 func (*Accelerator) NewOutputs(pages int) (*codec.Batch, error) {

@@ -154,7 +154,7 @@ func New(cfg Config) (*Device, error) {
 		for range maxReceived {
 			d.receipts <- new(received)
 		}
-		if d.stage, err = stage.New(sc, cfg.Router.NewBatch, d.flush); err != nil {
+		if d.stage, err = stage.New(sc, cfg.Router.NewPages, d.flush); err != nil {
 			unix.Munmap(mem)
 			return nil, fmt.Errorf("device: %w", err)
 		}

@@ -72,7 +72,7 @@ func newDeviceMode(t testing.TB, size int64, storeCfg pagestore.Config, path wri
 	}
 	if path != pathInline {
 		f.accel = fakeaccel.New()
-		rc.Accelerator, rc.Shadows, rc.ShadowPages = f.accel, 2*sc.Workers, sc.BatchPages
+		rc.Accelerator, rc.BatchPages, rc.Outputs, rc.Shadows = f.accel, sc.BatchPages, sc.Workers, sc.Workers
 	}
 	if f.router, err = route.New(rc); err != nil {
 		t.Fatal(err)
@@ -538,7 +538,7 @@ func TestCloseCommitsStagedPages(t *testing.T) {
 	defer store.Close()
 	accel := fakeaccel.New()
 	accel.Delay.Store(int64(10 * time.Millisecond))
-	router, err := route.New(route.Config{Codec: codec.NewLZ4(), Accelerator: accel, Shadows: 4, ShadowPages: 32, MinAcceleratorPages: 1, Logger: quiet})
+	router, err := route.New(route.Config{Codec: codec.NewLZ4(), Accelerator: accel, BatchPages: 32, Outputs: 2, Shadows: 2, MinAcceleratorPages: 1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

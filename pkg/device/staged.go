@@ -50,6 +50,8 @@ func (d *Device) stageRun(first uint32, pages []byte) int {
 // committed stay staged and readable, and flush tries again until it can,
 // or the device closes: they are acknowledged.
 func (d *Device) flush(b *stage.Batch) {
+	d.cfg.Router.AttachOutputs(b.Batch)
+	defer d.cfg.Router.ReleaseOutputs(b.Batch)
 	d.cfg.Router.CompressBatch(b.Batch)
 	cs := &d.commits[b.ID]
 	cs.done, cs.credit = 0, 0

@@ -112,7 +112,7 @@ func TestBenchReport(t *testing.T) {
 	fmt.Fprintf(&rep, "### CPU time per batch, one batch at a time (process CPU, 200 batches)\n\n")
 	fmt.Fprintf(&rep, "| batch pages | GPU via the router µs CPU | CPU LZ4 µs CPU (1 goroutine) | cheaper |\n|---|---|---|---|\n")
 	r, err := route.New(route.Config{Accelerator: g, Codec: codec.NewLZ4(), Logger: quiet,
-		Shadows: 2, ShadowPages: 1024, MinAcceleratorPages: 1})
+		BatchPages: 1024, Outputs: 1, Shadows: 2, MinAcceleratorPages: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,14 +180,13 @@ func e2e(t *testing.T, pages []byte, slots, batch, workers int, fallback, decomp
 	}
 	defer g.Close()
 	var comp codec.BatchCompressor = g
-	var alloc codec.BatchAllocator = g
 	if fallback {
 		r, err := route.New(route.Config{Accelerator: g, Codec: codec.NewLZ4(), Logger: quiet,
-			Shadows: 2 * workers, ShadowPages: batch, MinAcceleratorPages: 1})
+			BatchPages: batch, Outputs: 1, Shadows: 2 * workers, MinAcceleratorPages: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		comp, alloc = routed{r}, r
+		comp = routed{r}
 	}
 	total := len(pages) / codec.PageSize
 	type worker struct{ bs []*codec.Batch }
@@ -195,7 +194,7 @@ func e2e(t *testing.T, pages []byte, slots, batch, workers int, fallback, decomp
 	next := 0
 	for w := range ws {
 		for range 4 {
-			b, err := alloc.NewBatch(batch)
+			b, err := g.NewBatch(batch)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -313,7 +313,7 @@ func TestGPUFaultInjection(t *testing.T) {
 			c.Slots = 2
 			g := openGPU(t, c)
 			r := newRouter(t, g, route.Config{MinBackoff: time.Millisecond})
-			b, err := r.NewBatch(300)
+			b, err := g.NewBatch(300)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -350,7 +350,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 	c.Slots = 2
 	g := openGPU(t, c)
 	r := newRouter(t, g, route.Config{Watchdog: 50 * time.Millisecond, MinBackoff: time.Millisecond})
-	b, _ := r.NewBatch(256)
+	b, _ := g.NewBatch(256)
 	copy(b.Pages, pages)
 	b.N = 256
 	poison(b)
@@ -363,7 +363,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 	snapshot := append([]byte(nil), b.Out...)
 	// While the hung slot is quarantined the other one serves batches.
 	time.Sleep(2 * time.Millisecond)
-	b2, _ := r.NewBatch(256)
+	b2, _ := g.NewBatch(256)
 	copy(b2.Pages, pages)
 	b2.N = 256
 	r.CompressBatch(b2)
@@ -376,7 +376,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			bb, _ := r.NewBatch(256)
+			bb, _ := g.NewBatch(256)
 			copy(bb.Pages, pages)
 			bb.N = 256
 			r.CompressBatch(bb)
@@ -398,7 +398,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 func newRouter(t *testing.T, g *Backend, c route.Config) *route.Router {
 	t.Helper()
 	c.Accelerator, c.Codec, c.Logger = g, codec.NewLZ4(), quiet
-	c.Shadows, c.ShadowPages, c.MinAcceleratorPages = 8, 300, 1
+	c.BatchPages, c.Outputs, c.Shadows, c.MinAcceleratorPages = 300, 1, 8, 1
 	r, err := route.New(c)
 	if err != nil {
 		t.Fatal(err)

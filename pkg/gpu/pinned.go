@@ -25,6 +25,28 @@ func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
 	return b, nil
 }
 
+// NewPages returns pinned memory for pages pages: the staging area's, which
+// the GPU reads by DMA, with no copy.
+func (g *Backend) NewPages(pages int) ([]byte, error) {
+	if pages < 1 || pages > g.cfg.MaxBatchPages {
+		return nil, fmt.Errorf("gpu: %d pages out of range 1..%d", pages, g.cfg.MaxBatchPages)
+	}
+	if g.closed.Load() {
+		return nil, errClosed
+	}
+	if err := g.fault(FaultAlloc); err != nil {
+		return nil, err
+	}
+	mem, err := g.dr.hostAlloc(pages * codec.PageSize)
+	if err != nil {
+		return nil, fmt.Errorf("gpu: pinned memory for %d pages: %w", pages, err)
+	}
+	g.mu.Lock()
+	g.pinned = append(g.pinned, mem)
+	g.mu.Unlock()
+	return mem, nil
+}
+
 // NewOutputs returns a batch with pinned outputs and no pages: the shadow
 // outputs pkg/route gives the device, so that a late write by a batch it
 // gave up on reaches no memory in use.

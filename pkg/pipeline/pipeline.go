@@ -109,9 +109,10 @@ func New(cfg Config) (_ *Pipeline, err error) {
 	}
 	if staging.Batches > 0 {
 		rc.Accelerator = cfg.Accelerator
-		// One for each batch in flight, and as many again for batches a
-		// hung accelerator holds past the watchdog.
-		rc.Shadows, rc.ShadowPages = 2*staging.Workers, staging.BatchPages
+		// Outputs for each batch a worker compresses, and shadows for as
+		// many on the accelerator, or held by it when it hangs past the
+		// watchdog.
+		rc.BatchPages, rc.Outputs, rc.Shadows = staging.BatchPages, staging.Workers, staging.Workers
 		rc.Window = staging.Deadline
 	}
 	if p.Router, err = route.New(rc); err != nil {

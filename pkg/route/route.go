@@ -35,8 +35,8 @@ import (
 // for the GPU's DMA): pkg/gpu's Backend.
 type Accelerator interface {
 	codec.BatchCompressor
-	// NewBatch returns a batch of pages and outputs in that memory.
-	NewBatch(pages int) (*codec.Batch, error)
+	// NewPages returns memory for pages pages, for staging them.
+	NewPages(pages int) ([]byte, error)
 	// NewOutputs returns a batch with outputs only, in that memory.
 	NewOutputs(pages int) (*codec.Batch, error)
 }
@@ -79,11 +79,14 @@ type Config struct {
 	// it doubles on each consecutive failure up to MaxBackoff (defaults
 	// 100ms and 1m).
 	MinBackoff, MaxBackoff time.Duration
-	// Shadows is the number of shadow output batches made for the
-	// accelerator (its batches in flight, plus those a hung accelerator
-	// still holds), of ShadowPages pages each; a batch finding none left
-	// goes to the CPU. Both 0 without an accelerator.
-	Shadows, ShadowPages int
+	// BatchPages is the largest staged batch. Outputs is the number of
+	// output sets for staged batches being compressed at once (the
+	// staging area's workers; AttachOutputs), Shadows the number of
+	// shadow output sets for the accelerator (its batches in flight,
+	// plus those a hung accelerator still holds; a batch finding none
+	// left goes to the CPU). All in the accelerator's memory, all 0
+	// without staging.
+	BatchPages, Outputs, Shadows int
 	Observer             Observer
 	Logger               *slog.Logger
 }
@@ -114,6 +117,9 @@ type Router struct {
 	failures int          // consecutive failures of the accelerator
 
 	shadows chan *codec.Batch // free shadow outputs
+	// outputs are the output sets for staged batches; empty holds the
+	// structs of the sets attached to batches, to carry them back.
+	outputs, empty chan *codec.Batch
 
 	// The write rate, for Stage: pages written since winStart (unix
 	// nanoseconds), and whether the last window had enough of them.
@@ -152,19 +158,65 @@ func New(cfg Config) (*Router, error) {
 	r.busy.Store(true)
 	r.winStart.Store(time.Now().UnixNano())
 	if r.accel != nil {
-		if cfg.Shadows < 1 || cfg.ShadowPages < 1 {
-			return nil, fmt.Errorf("route: %d shadows of %d pages for the accelerator: want at least 1 of 1", cfg.Shadows, cfg.ShadowPages)
+		if cfg.Shadows < 1 || cfg.Outputs < 1 || cfg.BatchPages < 1 {
+			return nil, fmt.Errorf("route: %d shadows and %d output sets of %d pages for the accelerator: want at least 1 of 1", cfg.Shadows, cfg.Outputs, cfg.BatchPages)
 		}
-		r.shadows = make(chan *codec.Batch, cfg.Shadows)
-		for range cfg.Shadows {
-			sb, err := r.accel.NewOutputs(cfg.ShadowPages)
-			if err != nil {
-				return nil, fmt.Errorf("route: shadow outputs for the accelerator: %w", err)
-			}
-			r.shadows <- sb
+		var err error
+		if r.shadows, err = r.outputSets(cfg.Shadows); err != nil {
+			return nil, fmt.Errorf("route: shadow outputs for the accelerator: %w", err)
 		}
+		if r.outputs, err = r.outputSets(cfg.Outputs); err != nil {
+			return nil, fmt.Errorf("route: outputs for staged batches: %w", err)
+		}
+		r.empty = make(chan *codec.Batch, cfg.Outputs)
 	}
 	return r, nil
+}
+
+// outputSets makes n output sets of BatchPages pages in the accelerator's
+// memory, written so that they are resident.
+func (r *Router) outputSets(n int) (chan *codec.Batch, error) {
+	c := make(chan *codec.Batch, n)
+	for range n {
+		sb, err := r.accel.NewOutputs(r.cfg.BatchPages)
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i < len(sb.Out); i += codec.PageSize {
+			sb.Out[i] = 0
+		}
+		c <- sb
+	}
+	return c, nil
+}
+
+// AttachOutputs gives a staged batch, whose buffer holds pages only, an
+// output set for CompressBatch; ReleaseOutputs takes it back once the
+// batch is committed. Sets are made for the staging area's workers, so
+// one is always free for a batch a worker holds.
+func (r *Router) AttachOutputs(b *codec.Batch) {
+	s := <-r.outputs
+	b.Out, b.Offsets, b.Lens = s.Out, s.Offsets, s.Lens
+	s.Out, s.Offsets, s.Lens = nil, nil, nil
+	r.empty <- s
+}
+
+// ReleaseOutputs takes back the output set of a batch given one by
+// AttachOutputs (which may since be a shadow set swapped in).
+func (r *Router) ReleaseOutputs(b *codec.Batch) {
+	s := <-r.empty
+	s.Out, s.Offsets, s.Lens = b.Out, b.Offsets, b.Lens
+	b.Out, b.Offsets, b.Lens = nil, nil, nil
+	r.outputs <- s
+}
+
+// HeldBytes is the accelerator's memory the router holds: the output and
+// shadow sets.
+func (r *Router) HeldBytes() int64 {
+	if r.accel == nil {
+		return 0
+	}
+	return int64(r.cfg.Shadows+r.cfg.Outputs) * int64(r.cfg.BatchPages) * (codec.PageSize + 8)
 }
 
 // AcceleratorName is the accelerator's backend name, or "" without one.
@@ -202,13 +254,13 @@ func (r *Router) Stage(pages int) bool {
 	return pages >= r.cfg.MinAcceleratorPages || r.busy.Load()
 }
 
-// NewBatch returns a batch for the staging area: in the accelerator's
-// memory when there is one.
-func (r *Router) NewBatch(pages int) (*codec.Batch, error) {
+// NewPages returns memory for staging pages pages: the accelerator's,
+// which it reads with no copy.
+func (r *Router) NewPages(pages int) ([]byte, error) {
 	if r.accel != nil {
-		return r.accel.NewBatch(pages)
+		return r.accel.NewPages(pages)
 	}
-	return codec.NewBatch(pages), nil
+	return make([]byte, pages*codec.PageSize), nil
 }
 
 // CompressInline compresses a request's own pages on the CPU, in the

@@ -96,7 +96,7 @@ func newRouter(t *testing.T, a *fakeaccel.Accelerator, cfg Config) *Router {
 	if a != nil {
 		cfg.Accelerator = a
 		if cfg.Shadows == 0 {
-			cfg.Shadows, cfg.ShadowPages = 4, 64
+			cfg.Shadows, cfg.Outputs, cfg.BatchPages = 4, 1, 64
 		}
 	}
 	r, err := New(cfg)
@@ -246,7 +246,7 @@ func TestSmallBatchesGoToCPU(t *testing.T) {
 // or allocating.
 func TestNoShadowGoesToCPU(t *testing.T) {
 	a := fakeaccel.New()
-	r := newRouter(t, a, Config{Shadows: 1, ShadowPages: 64, Watchdog: 10 * time.Millisecond, MinBackoff: time.Nanosecond, MinAcceleratorPages: 1})
+	r := newRouter(t, a, Config{Shadows: 1, Outputs: 1, BatchPages: 64, Watchdog: 10 * time.Millisecond, MinBackoff: time.Nanosecond, MinAcceleratorPages: 1})
 	pages := testPages(10, 6)
 	a.HangFor.Store(int64(100 * time.Millisecond))
 	b := newBatchWith(pages)
@@ -280,7 +280,7 @@ func TestNoShadowGoesToCPU(t *testing.T) {
 // output memory is shared between the accelerator and the caller.
 func TestConcurrent(t *testing.T) {
 	a := fakeaccel.New()
-	r := newRouter(t, a, Config{MinBackoff: time.Microsecond, MaxBackoff: time.Millisecond, Shadows: 16, ShadowPages: 20, MinAcceleratorPages: 1})
+	r := newRouter(t, a, Config{MinBackoff: time.Microsecond, MaxBackoff: time.Millisecond, Shadows: 16, Outputs: 1, BatchPages: 20, MinAcceleratorPages: 1})
 	workers, rounds := 8, 30
 	if testing.Short() {
 		rounds = 10

@@ -62,8 +62,9 @@ const (
 	MaxBatchPages = 1 << 16
 )
 
-// Batch is one buffer of staged pages. Its codec.Batch holds the pages
-// (N of them so far) and receives their compressed forms.
+// Batch is one buffer of staged pages. Its codec.Batch holds the pages (N
+// of them so far); outputs for their compressed forms are the flush
+// function's to attach.
 type Batch struct {
 	*codec.Batch
 	// ID names the buffer for Area.Page; it never changes.
@@ -105,12 +106,11 @@ type Area struct {
 	refused, sealedFull, sealedDeadline atomic.Uint64
 }
 
-// New makes an area of cfg.Batches buffers from newBatch (which returns a
-// batch of the given number of pages, with outputs) and starts its
-// workers, which call flush for each sealed batch. flush must commit or
-// otherwise settle every page of the batch before it returns: the buffer
-// is then reused.
-func New(cfg Config, newBatch func(pages int) (*codec.Batch, error), flush func(*Batch)) (*Area, error) {
+// New makes an area of cfg.Batches buffers from newPages (which returns
+// memory for the given number of pages) and starts its workers, which call
+// flush for each sealed batch. flush must commit or otherwise settle every
+// page of the batch before it returns: the buffer is then reused.
+func New(cfg Config, newPages func(pages int) ([]byte, error), flush func(*Batch)) (*Area, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -119,22 +119,19 @@ func New(cfg Config, newBatch func(pages int) (*codec.Batch, error), flush func(
 	owners := make([]uint32, cfg.Batches*cfg.BatchPages)
 	words := make([]uint64, cfg.Batches*cfg.BatchPages)
 	for id := range cfg.Batches {
-		cb, err := newBatch(cfg.BatchPages)
+		pages, err := newPages(cfg.BatchPages)
 		if err != nil {
 			return nil, fmt.Errorf("stage: allocating batch %d of %d pages: %w", id, cfg.BatchPages, err)
 		}
-		if cb.Cap() < cfg.BatchPages || len(cb.Pages) < cfg.BatchPages*codec.PageSize {
-			return nil, fmt.Errorf("stage: allocator returned a batch of %d pages, want %d", cb.Cap(), cfg.BatchPages)
+		if len(pages) < cfg.BatchPages*codec.PageSize {
+			return nil, fmt.Errorf("stage: allocator returned %d bytes for %d pages", len(pages), cfg.BatchPages)
 		}
-		cb.Limit = cfg.Limit
+		cb := &codec.Batch{Pages: pages[:cfg.BatchPages*codec.PageSize], Limit: cfg.Limit}
 		// Written now: under mlockall(MCL_ONFAULT) a first touch is a
 		// fault, and a writer copying a swapped-out page in must not
 		// fault.
 		for i := 0; i < len(cb.Pages); i += codec.PageSize {
 			cb.Pages[i] = 0
-		}
-		for i := 0; i < len(cb.Out); i += codec.PageSize {
-			cb.Out[i] = 0
 		}
 		lo, hi := id*cfg.BatchPages, (id+1)*cfg.BatchPages
 		b := &Batch{Batch: cb, ID: id, Owners: owners[lo:hi:hi], Words: words[lo:hi:hi]}

@@ -50,9 +50,11 @@ func (r *recorder) flushed() (batches, pages int) {
 	return len(r.batches), pages
 }
 
+func newPages(pages int) ([]byte, error) { return make([]byte, pages*codec.PageSize), nil }
+
 func newArea(t *testing.T, cfg Config, r *recorder) *Area {
 	t.Helper()
-	a, err := New(cfg, func(pages int) (*codec.Batch, error) { return codec.NewBatch(pages), nil }, r.flush)
+	a, err := New(cfg, newPages, r.flush)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +174,7 @@ func TestFullAreaRefuses(t *testing.T) {
 // every staged page is flushed; later Takes get nothing.
 func TestCloseFlushesEverything(t *testing.T) {
 	r := newRecorder()
-	a, err := New(Config{Batches: 4, BatchPages: 16, Deadline: time.Hour, Workers: 2},
-		func(pages int) (*codec.Batch, error) { return codec.NewBatch(pages), nil }, r.flush)
+	a, err := New(Config{Batches: 4, BatchPages: 16, Deadline: time.Hour, Workers: 2}, newPages, r.flush)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestConcurrentWriters(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
-	alloc := func(pages int) (*codec.Batch, error) { return codec.NewBatch(pages), nil }
+	alloc := newPages
 	for _, c := range []Config{
 		{Batches: 1, BatchPages: 4, Deadline: time.Millisecond, Workers: 1},
 		{Batches: 4, BatchPages: 0, Deadline: time.Millisecond, Workers: 1},
@@ -229,7 +230,7 @@ func TestBadConfig(t *testing.T) {
 			t.Errorf("New(%+v) accepted", c)
 		}
 	}
-	small := func(int) (*codec.Batch, error) { return codec.NewBatch(2), nil }
+	small := func(int) ([]byte, error) { return make([]byte, 2*codec.PageSize), nil }
 	if a, err := New(Config{Batches: 2, BatchPages: 4, Deadline: time.Millisecond, Workers: 1}, small, func(*Batch) {}); err == nil {
 		a.Close()
 		t.Error("New accepted batches smaller than BatchPages")
