@@ -142,12 +142,16 @@ int gz_lz4_decode(const uint8_t *const src, int srclen, uint8_t *const dst, int 
 	const uint8_t *const iend = src + srclen;
 	uint8_t *op = dst;
 	uint8_t *const oend = dst + dstlen;
+	// The fast path runs while ip < ifast and op < ofast (where a buffer
+	// is too short for it, the limit is its start).
+	const uint8_t *const ifast = srclen >= GZ_FAST_IN ? iend - GZ_FAST_IN + 1 : src;
+	uint8_t *const ofast = dstlen >= GZ_FAST_OUT ? oend - GZ_FAST_OUT + 1 : dst;
 
 	for (;;) {
 		unsigned token;
 		size_t lit, ml, off;
 
-		if (likely((size_t)(iend - ip) >= GZ_FAST_IN && (size_t)(oend - op) >= GZ_FAST_OUT)) {
+		if (likely(ip < ifast && op < ofast)) {
 			token = *ip++;
 			lit = token >> 4;
 			ml = token & GZ_ML_MASK;
@@ -216,13 +220,18 @@ int gz_lz4_decode(const uint8_t *const src, int srclen, uint8_t *const dst, int 
 		} else {
 			// A match near the end (a long run of zeros to the end of
 			// the page, say): in steps up to where their over-copy
-			// would pass oend, then byte by byte.
+			// would pass oend, then in exact ones.
 			uint8_t *p = op;
+			uint8_t *const end = op + ml;
 			if ((size_t)(oend - op) > GZ_COPY_OVER) {
 				p = oend - GZ_COPY_OVER;
 				gz_copy_match(op, off, p);
 			}
-			for (const uint8_t *m = p - off; p < op + ml;) *p++ = *m++;
+			const uint8_t *m = p - off;
+			if (off >= 8) {
+				for (; end - p >= 8; p += 8, m += 8) copy8(p, m);
+			}
+			while (p < end) *p++ = *m++;
 		}
 		op += ml;
 	}
