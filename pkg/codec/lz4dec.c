@@ -14,11 +14,12 @@
 // Memory pages decode as many short sequences (a few literals, a match of
 // 4 to 18 bytes), so the speed is in those: while at least GZ_FAST_IN
 // bytes of input and GZ_FAST_OUT of output remain, a sequence with short
-// lengths copies 16 literal bytes at once and its match in 8- or 16-byte
-// steps without any check but that of its offset; the margins make the
-// over-copies land inside the buffers, where later bytes overwrite them.
-// Long lengths and the last few sequences take the path that checks
-// every length against what is left.
+// lengths copies 16 literal bytes at once and its match in 8-byte steps
+// (a repeated word, short or byte from a register) without any check but
+// that of its offset; the margins make the over-copies land inside the
+// buffers, where later bytes overwrite them. Long lengths and the last
+// few sequences take the path that checks every length against what is
+// left.
 
 #include "lz4dec.h"
 
@@ -30,9 +31,9 @@
 #define GZ_LASTLITERALS 5
 #define GZ_RUN_MASK 15
 #define GZ_ML_MASK 15
-// A short sequence reads at most 1+14+2 = 17 bytes of input (and 16
-// literal bytes at once); it writes at most 14 literals and 18 match bytes,
-// with over-copies at most 14+18+15 bytes.
+// A short sequence reads at most 1+14+2 = 17 bytes of input (16 literal
+// bytes at once); it writes at most 14 literals (16 at once) and a match
+// of up to 18 bytes whose copy may run to 32: 46 bytes in all.
 #define GZ_FAST_IN 32
 #define GZ_FAST_OUT 64
 // What a match copy may write past its end: see gz_copy_match.
