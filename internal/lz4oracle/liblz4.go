@@ -1,5 +1,7 @@
 //go:build liblz4
 
+// The oracle itself: liblz4, linked statically through cgo.
+
 package lz4oracle
 
 /*

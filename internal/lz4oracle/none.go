@@ -1,5 +1,7 @@
 //go:build !liblz4
 
+// Without -tags liblz4: no oracle, and Require skips.
+
 package lz4oracle
 
 // Available reports whether the oracle is built in.
