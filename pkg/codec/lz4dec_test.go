@@ -306,14 +306,14 @@ func TestLZ4DecodeCorrupted(t *testing.T) {
 	for _, p := range lz4EdgePages() {
 		pages = append(pages, p)
 	}
+	most, rounds := 200, 200
+	if testing.Short() {
+		most, rounds = 40, 40
+	}
 	if data, err := corpus.Load(""); err == nil {
-		for off := 0; off+PageSize <= len(data) && len(pages) < 200; off += 117 * PageSize {
+		for off := 0; off+PageSize <= len(data) && len(pages) < most; off += 117 * PageSize {
 			pages = append(pages, data[off:off+PageSize])
 		}
-	}
-	rounds := 200
-	if testing.Short() {
-		rounds = 40
 	}
 	buf := make([]byte, PageSize-1)
 	var accepted int
