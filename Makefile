@@ -5,8 +5,14 @@ GOFLAGS   ?=
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 export CGO_ENABLED := 1
+# The tests check gzramd's LZ4 against liblz4 (internal/lz4oracle) when
+# liblz4-dev is installed: then TAGS is liblz4. Building needs no -dev
+# package; test-nodeps proves it.
+LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_versionNumber() == 0; }\n' | \
+	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
+TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-unit test-race vet bench bench-e2e test-e2e ptx install clean
+.PHONY: all build run test test-unit test-race vet lz4-oracle test-nodeps bench bench-e2e test-e2e ptx install clean
 
 all: build
 
@@ -18,22 +24,40 @@ build:
 run: build
 	@dir=$$(mktemp -d /tmp/gzramd.XXXXXX); \
 	echo "gzramd: socket $$dir/gzramd.sock — connect with: nbdinfo 'nbd+unix:///gzram0?socket=$$dir/gzramd.sock'"; \
+	command -v nbdinfo >/dev/null || echo "gzramd: nbdinfo not installed (Debian package libnbd-bin: apt-get install libnbd-bin)"; \
 	exec $(BIN)/gzramd serve --socket $$dir/gzramd.sock --metrics 127.0.0.1:9829
 
-vet:
-	$(GO) vet ./...
-	$(GO) vet -tags faults ./cmd/gzramd
+# One line on whether the tests compare against liblz4; with
+# GZRAMD_LZ4_ORACLE=required (CI) a missing oracle is an error.
+lz4-oracle:
+ifeq ($(findstring liblz4,$(TAGS)),liblz4)
+	@echo "make: testing with -tags $(TAGS): LZ4 is checked against liblz4"
+else
+	@echo "make: lz4.h not found, tests against liblz4 skip (Debian package liblz4-dev: apt-get install liblz4-dev)"
+	@if [ "$$GZRAMD_LZ4_ORACLE" = required ]; then echo "make: GZRAMD_LZ4_ORACLE=required but there is no liblz4 oracle" >&2; exit 1; fi
+endif
 
-test-unit:
-	$(GO) test -count=1 -timeout 30m ./...
+# The GPU tests (tag gpu) run only on a GPU machine; vet keeps them compiling.
+vet: lz4-oracle
+	$(GO) vet -tags "$(TAGS)" ./...
+	$(GO) vet -tags "faults,$(TAGS)" ./cmd/gzramd
+	$(GO) vet -tags "gpu,$(TAGS)" ./pkg/gpu/
+
+test-unit: lz4-oracle
+	$(GO) test -tags "$(TAGS)" -count=1 -timeout 30m ./...
 	NBD_TEST_INLINE=1 $(GO) test -count=1 -timeout 10m ./pkg/nbd
 	NBD_TEST_INLINE=helpers $(GO) test -count=1 -timeout 10m ./pkg/nbd
 
-test-race:
-	$(GO) test -count=1 -race -short -timeout 30m ./...
+test-race: lz4-oracle
+	$(GO) test -tags "$(TAGS)" -count=1 -race -short -timeout 30m ./...
 	NBD_TEST_INLINE=helpers $(GO) test -count=1 -race -short -timeout 10m ./pkg/nbd
 
 test: vet test-unit test-race
+
+# Builds and unit-tests gzramd with the lz4 and zstd development files
+# hidden and empty Go caches (root: it uses a mount namespace).
+test-nodeps:
+	./test/nodeps.sh
 
 test-e2e: build
 	./test/e2e/run.sh

@@ -3,6 +3,7 @@ module github.com/gzramd/gzramd
 go 1.26.8
 
 require (
+	github.com/DataDog/zstd v1.5.7
 	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/klauspost/compress v1.20.3
 	github.com/pojntfx/go-nbd v0.3.2

@@ -2,7 +2,7 @@
 # GPU backend check and benchmark. Runs ON a machine with an NVIDIA GPU and
 # nvcc, from the repository root, with .gpucarry/ prepared on a build host:
 #
-#   go test -c -tags gpu -o .gpucarry/gpu.test ./pkg/gpu
+#   go test -c -tags gpu,liblz4 -o .gpucarry/gpu.test ./pkg/gpu   # liblz4: the oracle, needs liblz4-dev
 #   go build -o .gpucarry/unzstd bench/gpu/unzstd.go
 #   cp ../shared/corpus/memory-pages.bin.zst .gpucarry/
 #   git rev-parse --short HEAD >.gpucarry/COMMIT

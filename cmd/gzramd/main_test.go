@@ -197,7 +197,7 @@ func (d *daemonProc) waitLog(re string, timeout time.Duration) []string {
 func needTool(t *testing.T, name, pkg string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s not installed (Debian package %s)", name, pkg)
+		t.Skipf("%s not installed (Debian package %s: apt-get install %s)", name, pkg, pkg)
 	}
 }
 

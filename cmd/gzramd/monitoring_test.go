@@ -551,7 +551,7 @@ func promtoolPath(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool not installed (Debian package prometheus)")
+		t.Skip("promtool not installed (Debian package prometheus: apt-get install prometheus)")
 	}
 	return p
 }

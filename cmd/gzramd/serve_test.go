@@ -152,7 +152,7 @@ func promtool(t *testing.T, addr string) {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Log("promtool not installed (Debian package prometheus); not linting /metrics")
+		t.Log("promtool not installed, /metrics not linted (Debian package prometheus: apt-get install prometheus)")
 		return
 	}
 	resp, err := httpGet("http://" + addr + "/metrics")

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/corpus"
+	"github.com/gzramd/gzramd/internal/lz4oracle"
 )
 
 func edgePages() map[string][]byte {
@@ -199,10 +200,11 @@ func BenchmarkLZ4Compress(b *testing.B) {
 	data := loadCorpus(b)
 	for _, limit := range []int{PageSize - 1, daemonLimit} {
 		b.Run(fmt.Sprintf("limit=%d/liblz4-reference", limit), func(b *testing.B) {
+			lz4oracle.Require(b)
 			b.SetBytes(int64(len(data)))
 			var total int64
 			for b.Loop() {
-				total = referenceLZ4(data, limit)
+				total = lz4oracle.CompressPages(data, PageSize, limit)
 			}
 			b.ReportMetric(float64(len(data))/float64(total), "ratio")
 		})
@@ -261,26 +263,32 @@ func storedSize(b *Batch) int64 {
 
 // BenchmarkDecompress decodes every compressible corpus page, packed one
 // after the other as the page store holds them, into one page: with each
-// codec page by page as the daemon's reads do, and with liblz4 in one C
-// loop (liblz4-reference), the baseline.
+// codec page by page as the daemon's reads do, with liblz4 page by page
+// through the same kind of cgo call (liblz4), and with liblz4 in one C
+// loop (liblz4-reference), the baselines.
 func BenchmarkDecompress(b *testing.B) {
 	data := loadCorpus(b)
 	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
-		var packed []byte
-		var offs, lens []int32
-		dst := make([]byte, PageSize-1)
-		for off := 0; off < len(data); off += PageSize {
-			if n := c.Compress(dst, data[off:off+PageSize]); n > 0 {
-				offs, lens = append(offs, int32(len(packed))), append(lens, int32(n))
-				packed = append(packed, dst[:n]...)
-			}
-		}
+		packed, offs, lens := packPages(c, data)
 		if c.Name() == "lz4" {
 			b.Run("liblz4-reference", func(b *testing.B) {
+				lz4oracle.Require(b)
 				b.SetBytes(int64(len(offs)) * PageSize)
 				for b.Loop() {
-					if err := referenceLZ4Decode(packed, offs, lens); err != nil {
+					if err := lz4oracle.DecompressPages(packed, offs, lens, PageSize); err != nil {
 						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("liblz4", func(b *testing.B) {
+				lz4oracle.Require(b)
+				page := make([]byte, PageSize)
+				b.SetBytes(int64(len(offs)) * PageSize)
+				for b.Loop() {
+					for i, o := range offs {
+						if err := lz4oracle.Decompress(page, packed[o:o+lens[i]]); err != nil {
+							b.Fatal(err)
+						}
 					}
 				}
 			})
@@ -297,6 +305,20 @@ func BenchmarkDecompress(b *testing.B) {
 			}
 		})
 	}
+}
+
+// packPages compresses every page of data that c compresses below a page
+// and packs the results one after the other, as the page store holds
+// them: block i is lens[i] bytes at offs[i] of packed.
+func packPages(c Codec, data []byte) (packed []byte, offs, lens []int32) {
+	dst := make([]byte, PageSize-1)
+	for off := 0; off < len(data); off += PageSize {
+		if n := c.Compress(dst, data[off:off+PageSize]); n > 0 {
+			offs, lens = append(offs, int32(len(packed))), append(lens, int32(n))
+			packed = append(packed, dst[:n]...)
+		}
+	}
+	return packed, offs, lens
 }
 
 func BenchmarkZstdCompress(b *testing.B) {
@@ -323,6 +345,7 @@ func TestLZ4SpeedReport(t *testing.T) {
 	if os.Getenv("GZRAMD_LZ4_REPORT") != "1" {
 		t.Skip("set GZRAMD_LZ4_REPORT=1 to run")
 	}
+	lz4oracle.Require(t)
 	data := loadCorpus(t)
 	rounds, limit := 15, PageSize-1
 	if s := os.Getenv("GZRAMD_LZ4_ROUNDS"); s != "" {
@@ -336,10 +359,11 @@ func TestLZ4SpeedReport(t *testing.T) {
 	n := len(data) / PageSize
 	w := newBatchWalker(limit) // its one worker runs on this thread
 	gzramd := func() int64 { return w.compress(data) }
-	refTotal, ourTotal := referenceLZ4(data, limit), gzramd() // warm-up
+	liblz4 := func() int64 { return lz4oracle.CompressPages(data, PageSize, limit) }
+	refTotal, ourTotal := liblz4(), gzramd() // warm-up
 	var speedups, refSecs, ourSecs []float64
 	for range rounds {
-		ref := threadSeconds(t, func() { referenceLZ4(data, limit) })
+		ref := threadSeconds(t, func() { liblz4() })
 		our := threadSeconds(t, func() { gzramd() })
 		refSecs, ourSecs = append(refSecs, ref), append(ourSecs, our)
 		speedups = append(speedups, ref/our)
@@ -357,6 +381,58 @@ func TestLZ4SpeedReport(t *testing.T) {
 	if ourTotal > refTotal {
 		t.Errorf("gzramd's batch path compressed the corpus to %d bytes, liblz4's one-shot call to %d", ourTotal, refTotal)
 	}
+}
+
+// TestLZ4DecodeSpeedReport times gzramd's LZ4 decoder against liblz4's
+// LZ4_decompress_safe on the corpus pages gzramd compresses, both page by
+// page through one cgo call each, as the daemon's reads decode them, in
+// alternating rounds on one thread by its CPU time (see
+// TestLZ4SpeedReport). Run it on an idle core:
+// GZRAMD_LZ4_REPORT=1 taskset -c 1 go test -tags liblz4 -run
+// LZ4DecodeSpeedReport -v ./pkg/codec (GZRAMD_LZ4_ROUNDS sets the
+// rounds, 15).
+func TestLZ4DecodeSpeedReport(t *testing.T) {
+	if os.Getenv("GZRAMD_LZ4_REPORT") != "1" {
+		t.Skip("set GZRAMD_LZ4_REPORT=1 to run")
+	}
+	lz4oracle.Require(t)
+	data := loadCorpus(t)
+	rounds := 15
+	if s := os.Getenv("GZRAMD_LZ4_ROUNDS"); s != "" {
+		rounds, _ = strconv.Atoi(s)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c := NewLZ4()
+	packed, offs, lens := packPages(c, data)
+	page := make([]byte, PageSize)
+	decode := func(dec func(dst, src []byte) error) func() {
+		return func() {
+			for i, o := range offs {
+				if err := dec(page, packed[o:o+lens[i]]); err != nil {
+					t.Fatalf("page %d: %v", i, err)
+				}
+			}
+		}
+	}
+	gzramd, liblz4 := decode(c.Decompress), decode(lz4oracle.Decompress)
+	gzramd() // warm-up
+	liblz4()
+	var speedups, refSecs, ourSecs []float64
+	for range rounds {
+		ref := threadSeconds(t, liblz4)
+		our := threadSeconds(t, gzramd)
+		refSecs, ourSecs = append(refSecs, ref), append(ourSecs, our)
+		speedups = append(speedups, ref/our)
+	}
+	slices.Sort(speedups)
+	slices.Sort(refSecs)
+	slices.Sort(ourSecs)
+	mb := float64(len(offs)) * PageSize / 1e6
+	t.Logf("%d compressed pages, %d rounds, page by page", len(offs), rounds)
+	t.Logf("liblz4 decode: median %.0f MB/s", mb/refSecs[rounds/2])
+	t.Logf("gzramd decode: median %.0f MB/s", mb/ourSecs[rounds/2])
+	t.Logf("decode speed gzramd/liblz4 per round: median %.3f, min %.3f, max %.3f", speedups[rounds/2], speedups[0], speedups[rounds-1])
 }
 
 // threadSeconds returns the CPU time the calling thread spends in fn.

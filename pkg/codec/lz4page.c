@@ -24,6 +24,10 @@
 // write is bounded by limit: the checks are liblz4's limitedOutput ones,
 // exact lower bounds of the final length, so 0 means the page really does
 // not fit.
+//
+// Inputs of other sizes, up to 64 KiB, go through the same code
+// (gz_lz4_block), so that gzramd needs no other LZ4 compressor; pages get
+// a copy compiled for their constant size.
 
 #include "lz4page.h"
 
@@ -99,17 +103,23 @@ static inline uint8_t *gz_literals(uint8_t *token, uint8_t *op, const uint8_t *a
 	return op + lit;
 }
 
-int gz_lz4_page(gz_lz4_ctx *ctx, const uint8_t *src, uint8_t *dst, int limit) {
+// gz_compress compresses the n bytes at src, 0 < n <= GZ_LZ4_MAX_INPUT
+// (so that a page offset fits the table's 16 bits); always inlined, so
+// that the page compressor is compiled with n the constant GZ_PAGE.
+static inline __attribute__((always_inline)) int gz_compress(gz_lz4_ctx *ctx, const uint8_t *src, int n, uint8_t *dst, int limit) {
 	const uint8_t *ip = src;
 	const uint8_t *anchor = src;
-	const uint8_t *const iend = src + GZ_PAGE;
-	const uint8_t *const mflimit_plus_one = iend - GZ_MFLIMIT + 1;
-	const uint8_t *const matchlimit = iend - GZ_LASTLITERALS;
+	const uint8_t *const iend = src + n;
 	uint8_t *op = dst;
 	uint8_t *const olimit = dst + limit;
 	uint16_t *const table = ctx->table;
 
 	if (limit <= 0) return 0;
+	// Too short for a match that ends the format's 12 bytes before the end.
+	if (n < GZ_MFLIMIT + 1) goto last_literals;
+
+	const uint8_t *const mflimit_plus_one = iend - GZ_MFLIMIT + 1;
+	const uint8_t *const matchlimit = iend - GZ_LASTLITERALS;
 
 	// Clearing costs less than tagging entries by page and checking the
 	// tags, which lengthens the critical path of every probe. An empty
@@ -250,4 +260,13 @@ last_literals:
 		op = gz_literals(token, op, anchor, run);
 	}
 	return (int)(op - dst);
+}
+
+int gz_lz4_page(gz_lz4_ctx *ctx, const uint8_t *src, uint8_t *dst, int limit) {
+	return gz_compress(ctx, src, GZ_PAGE, dst, limit);
+}
+
+int gz_lz4_block(gz_lz4_ctx *ctx, const uint8_t *src, int n, uint8_t *dst, int limit) {
+	if (n <= 0 || n > GZ_LZ4_MAX_INPUT) return 0;
+	return gz_compress(ctx, src, n, dst, limit);
 }

@@ -1,4 +1,5 @@
-// gzramd's LZ4 block compressor for exactly one 4 KiB page; see lz4page.c.
+// gzramd's LZ4 block compressor for 4 KiB pages (and, as a fallback, other
+// inputs of up to 64 KiB); see lz4page.c.
 
 #ifndef GZRAMD_LZ4PAGE_H
 #define GZRAMD_LZ4PAGE_H
@@ -18,5 +19,12 @@ typedef struct gz_lz4_ctx {
 // than limit bytes. It writes nothing at or past dst+limit and reads
 // nothing outside the page.
 int gz_lz4_page(gz_lz4_ctx *ctx, const uint8_t *src, uint8_t *dst, int limit);
+
+// The longest input gz_lz4_block takes: its offsets fit the table's 16 bits.
+#define GZ_LZ4_MAX_INPUT 65536
+
+// gz_lz4_block is gz_lz4_page for an input of n bytes, 0 < n <=
+// GZ_LZ4_MAX_INPUT; it returns 0 for any other n.
+int gz_lz4_block(gz_lz4_ctx *ctx, const uint8_t *src, int n, uint8_t *dst, int limit);
 
 #endif

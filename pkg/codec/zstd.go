@@ -1,53 +1,61 @@
 package codec
 
-/*
-#cgo LDFLAGS: -l:libzstd.a
-#include <zstd.h>
-*/
-import "C"
+import "github.com/DataDog/zstd"
 
-import "unsafe"
-
-// Zstd is libzstd at a fixed level: a better ratio than LZ4 for more CPU.
+// Zstd is zstd at a fixed level: a better ratio than LZ4 for more CPU. It
+// is libzstd compiled from the C sources that github.com/DataDog/zstd
+// carries, so building gzramd needs no zstd library.
 type Zstd struct {
 	level int
-	cctxs chan *C.ZSTD_CCtx
-	dctxs chan *C.ZSTD_DCtx
+	ctxs  chan *zstdCtx
 }
 
-// NewZstd returns the libzstd codec at the given compression level.
+// zstdCtx is a libzstd context with the buffer its Compress needs: the
+// library writes the worst case's length, more than Codec.Compress's dst
+// may hold.
+type zstdCtx struct {
+	zstd.Ctx
+	out []byte
+}
+
+// NewZstd returns the zstd codec at the given compression level.
 func NewZstd(level int) *Zstd {
-	return &Zstd{level: level, cctxs: make(chan *C.ZSTD_CCtx, 64), dctxs: make(chan *C.ZSTD_DCtx, 64)}
+	return &Zstd{level: level, ctxs: make(chan *zstdCtx, 64)}
 }
 
 // Name implements Codec.
 func (*Zstd) Name() string { return "zstd" }
+
+// getCtx returns a pooled context or a new one; putCtx pools it again, or
+// leaves it to its finalizer when the pool is full.
+func (z *Zstd) getCtx() *zstdCtx {
+	select {
+	case c := <-z.ctxs:
+		return c
+	default:
+		return &zstdCtx{Ctx: zstd.NewCtx(), out: make([]byte, zstd.CompressBound(PageSize))}
+	}
+}
+
+func (z *Zstd) putCtx(c *zstdCtx) {
+	select {
+	case z.ctxs <- c:
+	default:
+	}
+}
 
 // Compress implements Codec.
 func (z *Zstd) Compress(dst, src []byte) int {
 	if len(src) == 0 || len(dst) == 0 {
 		return 0
 	}
-	var cc *C.ZSTD_CCtx
-	select {
-	case cc = <-z.cctxs:
-	default:
-		cc = C.ZSTD_createCCtx()
-		if cc == nil {
-			return 0
-		}
-	}
-	n := C.ZSTD_compressCCtx(cc, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
-		unsafe.Pointer(&src[0]), C.size_t(len(src)), C.int(z.level))
-	select {
-	case z.cctxs <- cc:
-	default:
-		C.ZSTD_freeCCtx(cc)
-	}
-	if C.ZSTD_isError(n) != 0 {
+	c := z.getCtx()
+	defer z.putCtx(c)
+	out, err := c.CompressLevel(c.out, src, z.level)
+	if err != nil || len(out) > len(dst) {
 		return 0
 	}
-	return int(n)
+	return copy(dst, out)
 }
 
 // Decompress implements Codec.
@@ -55,23 +63,10 @@ func (z *Zstd) Decompress(dst, src []byte) error {
 	if len(src) == 0 || len(dst) == 0 {
 		return ErrCorrupt
 	}
-	var dc *C.ZSTD_DCtx
-	select {
-	case dc = <-z.dctxs:
-	default:
-		dc = C.ZSTD_createDCtx()
-		if dc == nil {
-			return ErrCorrupt
-		}
-	}
-	n := C.ZSTD_decompressDCtx(dc, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
-		unsafe.Pointer(&src[0]), C.size_t(len(src)))
-	select {
-	case z.dctxs <- dc:
-	default:
-		C.ZSTD_freeDCtx(dc)
-	}
-	if C.ZSTD_isError(n) != 0 || int(n) != len(dst) {
+	c := z.getCtx()
+	defer z.putCtx(c)
+	n, err := c.DecompressInto(dst, src)
+	if err != nil || n != len(dst) {
 		return ErrCorrupt
 	}
 	return nil

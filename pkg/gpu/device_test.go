@@ -1,9 +1,10 @@
 //go:build gpu
 
-// Tests that need an NVIDIA GPU: go test -tags gpu ./pkg/gpu/ (or a binary
-// built with go test -c -tags gpu, run on the GPU machine by
-// bench/gpu/run.sh). GZRAMD_CORPUS names the corpus (.zst) and GZRAMD_PTX a
-// freshly built lz4.ptx to use instead of the embedded one.
+// Tests that need an NVIDIA GPU: go test -tags gpu,liblz4 ./pkg/gpu/ (or a
+// binary built with go test -c -tags gpu,liblz4, run on the GPU machine by
+// bench/gpu/run.sh; liblz4 builds in the liblz4 oracle, which needs
+// liblz4-dev on the build host only). GZRAMD_CORPUS names the corpus (.zst)
+// and GZRAMD_PTX a freshly built lz4.ptx to use instead of the embedded one.
 
 package gpu
 
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	sharedcorpus "github.com/gzramd/gzramd/internal/corpus"
+	"github.com/gzramd/gzramd/internal/lz4oracle"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/route"
 )
@@ -234,6 +236,44 @@ func TestGPUEdgePages(t *testing.T) {
 	}
 	if b.Lens[2] != 0 || b.Lens[3] != 0 {
 		t.Errorf("random pages not stored raw: lengths %d, %d", b.Lens[2], b.Lens[3])
+	}
+}
+
+// TestGPUDecodesLiblz4 decodes liblz4's blocks of generated and edge
+// pages on the GPU (the other way, GPU pages through liblz4, is
+// verifyBatch's).
+func TestGPUDecodesLiblz4(t *testing.T) {
+	lz4oracle.Require(t)
+	g := openGPU(t, testConfig(t))
+	pages := append(testPages(700, 21), edgePages(300)...)
+	total, per := len(pages)/codec.PageSize, g.MaxBatchPages()
+	for lo := 0; lo < total; lo += per {
+		n := min(per, total-lo)
+		want := pages[lo*codec.PageSize : (lo+n)*codec.PageSize]
+		b := newBatchWith(want)
+		compressed := 0
+		for i := range n {
+			off := i * codec.PageSize
+			l := lz4oracle.Compress(b.Out[off:off+codec.PageSize-1], b.Page(i))
+			b.Offsets[i], b.Lens[i] = uint32(off), uint32(l)
+			if l > 0 {
+				compressed++
+				for j := range b.Page(i) {
+					b.Page(i)[j] = 0x3C
+				}
+			}
+		}
+		if compressed == 0 {
+			t.Fatalf("pages %d..%d: liblz4 compressed none", lo, lo+n)
+		}
+		if err := g.DecompressBatch(context.Background(), b); err != nil {
+			t.Fatalf("pages %d..%d: GPU decode of liblz4 output: %v", lo, lo+n, err)
+		}
+		for i := range n {
+			if !bytes.Equal(b.Page(i), want[i*codec.PageSize:(i+1)*codec.PageSize]) {
+				t.Fatalf("page %d: GPU decode of liblz4 output differs", lo+i)
+			}
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gzramd/gzramd/internal/lz4oracle"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
@@ -43,7 +44,9 @@ func testPages(n int, seed uint64) []byte {
 	return out
 }
 
-// verifyBatch checks that every page of b decodes (or is raw) to want.
+// verifyBatch checks that every page of b decodes (or is raw) to want,
+// with the CPU codec's decoder and, when the oracle is built in, with
+// liblz4.
 func verifyBatch(t *testing.T, b *codec.Batch, want []byte) {
 	t.Helper()
 	dec := codec.NewLZ4()
@@ -65,6 +68,12 @@ func verifyBatch(t *testing.T, b *codec.Batch, want []byte) {
 		}
 		if !bytes.Equal(page, orig) {
 			t.Fatalf("page %d: round trip differs", i)
+		}
+		if lz4oracle.Available {
+			clear(page)
+			if err := lz4oracle.Decompress(page, c); err != nil || !bytes.Equal(page, orig) {
+				t.Fatalf("page %d: does not decode with liblz4 (err %v)", i, err)
+			}
 		}
 	}
 }

@@ -355,7 +355,7 @@ func countLines(t *testing.T, path string) map[string]int {
 func TestFioReplaysTrace(t *testing.T) {
 	fio, err := exec.LookPath("fio")
 	if err != nil {
-		t.Skip("iolog: fio not installed (Debian package fio)")
+		t.Skip("iolog: fio not installed (Debian package fio: apt-get install fio)")
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "trace")

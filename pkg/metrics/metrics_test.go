@@ -319,7 +319,7 @@ func promtoolCheck(t *testing.T, body []byte) {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Log("promtool not found (Debian package prometheus); skipping the lint of the scrape")
+		t.Log("promtool not installed, the scrape not linted (Debian package prometheus: apt-get install prometheus)")
 		return
 	}
 	cmd := exec.Command(path, "check", "metrics")

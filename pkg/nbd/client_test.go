@@ -16,7 +16,7 @@ import (
 // Negotiate against nbdkit, the reference C server.
 func TestNegotiateWithNbdkit(t *testing.T) {
 	if _, err := exec.LookPath("nbdkit"); err != nil {
-		t.Skip("nbdkit not installed (Debian: nbdkit)")
+		t.Skip("nbdkit not installed (Debian package nbdkit: apt-get install nbdkit)")
 	}
 	sock := filepath.Join(t.TempDir(), "nbdkit.sock")
 	cmd := exec.Command("nbdkit", "-f", "-U", sock, "-e", "kit", "memory", "3M")

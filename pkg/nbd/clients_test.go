@@ -16,11 +16,18 @@ import (
 // These tests drive the server with real NBD clients from Debian (libnbd-bin,
 // python3-libnbd, qemu-utils, fio), skipping when a tool is absent.
 
+// debianPackage names the Debian package of each client tool.
+var debianPackage = map[string]string{
+	"nbdinfo": "libnbd-bin", "nbdcopy": "libnbd-bin", "nbdsh": "python3-libnbd",
+	"qemu-io": "qemu-utils", "qemu-img": "qemu-utils", "fio": "fio",
+}
+
 func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("%s not installed (Debian: libnbd-bin, python3-libnbd, qemu-utils, fio): %v", name, err)
+		pkg := debianPackage[name]
+		t.Skipf("%s not installed (Debian package %s: apt-get install %s)", name, pkg, pkg)
 	}
 	return p
 }

@@ -17,7 +17,7 @@ import (
 // ratio (gzramd/nbdkit). Each b.N iteration is one fio run of -fio.runtime.
 func BenchmarkFio(b *testing.B) {
 	if _, err := exec.LookPath("fio"); err != nil {
-		b.Skip("fio not installed")
+		b.Skip("fio not installed (Debian package fio: apt-get install fio)")
 	}
 	_, nbdkitErr := exec.LookPath("nbdkit")
 	for _, rw := range []string{"randwrite", "randread"} {
