@@ -72,6 +72,14 @@ static inline unsigned gz_hash_word(uint64_t w) {
 
 static inline unsigned gz_hash(const uint8_t *p) { return gz_hash_word(rd64(p)); }
 
+// gz_beyond_min returns how far n equal bytes reach beyond the minimum
+// match. A match's first 4 bytes were found equal by an earlier read; when
+// the page changes under the compressor (a late reader of a buffer being
+// reused) a second read can find fewer, and n - GZ_MINMATCH would wrap to
+// a length of 4 billion that writes far past the output. Such a page's
+// result is garbage, but the writes stay within limit.
+static inline unsigned gz_beyond_min(unsigned n) { return n > GZ_MINMATCH ? n - GZ_MINMATCH : 0; }
+
 // gz_count returns how many bytes at ip equal those at match, up to limit.
 static inline unsigned gz_count(const uint8_t *ip, const uint8_t *match, const uint8_t *limit) {
 	const uint8_t *const start = ip;
@@ -201,14 +209,14 @@ static inline __attribute__((always_inline)) int gz_compress(gz_lz4_ctx *ctx, co
 			if (likely(ip + 16 <= matchlimit)) {
 				unsigned eq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(
 					_mm_loadu_si128((const __m128i *)ip), _mm_loadu_si128((const __m128i *)match)));
-				if (likely(eq != 0xFFFF)) ml = (unsigned)__builtin_ctz(~eq) - GZ_MINMATCH;
+				if (likely(eq != 0xFFFF)) ml = gz_beyond_min((unsigned)__builtin_ctz(~eq));
 				else ml = 16 - GZ_MINMATCH + gz_count(ip + 16, match + 16, matchlimit);
 			} else
 #endif
 			// ip <= mflimit-1, so a length read from diff (at most 7)
 			// ends by matchlimit; one of 8 or more is counted.
 			if (likely(diff != 0)) {
-				ml = (unsigned)(__builtin_ctzll(diff) >> 3) - GZ_MINMATCH;
+				ml = gz_beyond_min((unsigned)(__builtin_ctzll(diff) >> 3));
 			} else {
 				ml = gz_count(ip + GZ_MINMATCH, match + GZ_MINMATCH, matchlimit);
 			}
