@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -45,8 +46,10 @@ type daemon struct {
 
 	listeners []net.Listener
 	reserve   *swapsafe.HeapReserve // topped up before serving swap
-	kernel    *nbd.KernelDevice     // attached by us (--device)
-	swapOn    bool                  // we ran swapon on kernel.Path
+	// kernel is the device attached by us (--device); /status reads it
+	// from the HTTP server's goroutines.
+	kernel atomic.Pointer[nbd.KernelDevice]
+	swapOn bool // we ran swapon on kernel.Path
 }
 
 // storeArenaSize is the page store's mapping step in the daemon.
@@ -193,8 +196,8 @@ func (d *daemon) status() statusReport {
 		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.count(),
 		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
 	}
-	if d.kernel != nil {
-		r.Device = d.kernel.Path
+	if kd := d.kernel.Load(); kd != nil {
+		r.Device = kd.Path
 	}
 	if swaps, err := ourSwaps(r.Device, &d.tracker); err == nil {
 		for _, s := range swaps {
@@ -246,7 +249,7 @@ func (d *daemon) attach(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--device %s: %w", d.cfg.device, err)
 	}
-	d.kernel = kd
+	d.kernel.Store(kd)
 	d.log.Info("kernel device attached", "device", kd.Path, "netlink", kd.Netlink, "size", kd.Size)
 	if d.cfg.harden {
 		// Requests up to the sizes of the buffers each connection keeps
@@ -440,8 +443,8 @@ func (d *daemon) healthy() error {
 // the swapped pages, and the processes that own them) unless --force.
 func (d *daemon) readyToStop(ctx context.Context) bool {
 	own := ""
-	if d.kernel != nil {
-		own = d.kernel.Path
+	if kd := d.kernel.Load(); kd != nil {
+		own = kd.Path
 	}
 	swaps, err := ourSwaps(own, &d.tracker)
 	if err != nil {
@@ -488,11 +491,11 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 // closes the endpoints.
 func (d *daemon) stop() {
 	_ = d.notify.notify("STOPPING=1")
-	if d.kernel != nil {
-		if err := d.kernel.Detach(); err != nil {
-			d.log.Error("detaching the kernel device", "device", d.kernel.Path, "err", err)
+	if kd := d.kernel.Load(); kd != nil {
+		if err := kd.Detach(); err != nil {
+			d.log.Error("detaching the kernel device", "device", kd.Path, "err", err)
 		} else {
-			d.log.Info("kernel device detached", "device", d.kernel.Path)
+			d.log.Info("kernel device detached", "device", kd.Path)
 		}
 	}
 	d.log.Info("stopping: waiting for requests in flight")
