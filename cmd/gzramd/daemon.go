@@ -112,14 +112,14 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: withFaults(d.dev)}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.nbdInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
-			ReserveBuffers: connBufferReserve(cfg), Recorder: rec})
+			ReserveBuffers: connBuffers(cfg), Recorder: rec})
 	if err != nil {
 		return nil, err
 	}
 	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
 		Version: version, Export: cfg.export, Algorithm: cfg.algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.size),
-	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState)}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
+	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings)}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
 	}
@@ -195,6 +195,7 @@ func (d *daemon) status() statusReport {
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
 		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.count(),
 		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
+		Holdings: d.holdings(),
 	}
 	if kd := d.kernel.Load(); kd != nil {
 		r.Device = kd.Path
@@ -342,6 +343,7 @@ func (d *daemon) run(ctx context.Context) error {
 	// scan, in fresh memory; a guest froze on a GC worker doing that
 	// under memory pressure.
 	runtime.GC()
+	d.logHoldings()
 
 	var serveErr error
 	if err := d.attach(ctx); err != nil {
@@ -560,16 +562,52 @@ func (d *daemon) watchPrefault(ctx context.Context) {
 	}
 }
 
-// connBufferReserve is the payload buffer memory each NBD connection
-// keeps resident from the start (nbd.Options.ReserveBuffers) when the
-// daemon is hardened for swap, in buffers of the largest request the
-// kernel sends: 32 requests in flight per connection. No request waits
-// for others (with the GPU, writes are staged), so they finish one by one.
-func connBufferReserve(cfg *serveConfig) int64 {
+// connBuffers is the payload buffer memory each NBD connection keeps
+// resident (nbd.Options.ReserveBuffers) when the daemon is hardened for
+// swap; no request waits for others (with the GPU, writes are staged), so
+// requests finish one by one and 32 in flight per connection suffice.
+func connBuffers(cfg *serveConfig) int64 {
 	if !cfg.harden {
 		return 0
 	}
-	return 32 * nbd.ReserveBufferMax
+	return cfg.plan.ConnBuffers
+}
+
+// holdings lists what the daemon holds ahead of need (docs/DESIGN.md,
+// "Swap safety"): the data path's, the GPU's, the NBD server's, and the
+// hardening's.
+func (d *daemon) holdings() []swapsafe.Holding {
+	hs := d.pipe.Holdings()
+	if d.accel.gpu != nil {
+		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: d.accel.gpu.SlotBytes(),
+			Why: "each GPU stream's packed output and metadata, pinned (--batch-inflight)"})
+	}
+	if n := connBuffers(d.cfg); n > 0 {
+		hs = append(hs, swapsafe.Holding{Name: "nbd-buffers", Bytes: n,
+			Why: "payload buffers each NBD connection keeps resident, written at its handshake: per connection"})
+	}
+	if d.reserve != nil {
+		hs = append(hs,
+			swapsafe.Holding{Name: "heap-reserve", Bytes: d.reserve.Bytes(),
+				Why: "Go heap faulted in and kept, and locked with the rest of the heap by gzramd-heaplock"},
+			swapsafe.Holding{Name: "threads", Count: d.cfg.plan.Threads,
+				Why: "threads started before serving, each with its signal stack written"})
+	}
+	return hs
+}
+
+// logHoldings writes one line per holding and their total, at start.
+func (d *daemon) logHoldings() {
+	var total int64
+	for _, h := range d.holdings() {
+		total += h.Bytes
+		attrs := []any{"what", h.Name, "bytes", h.Bytes, "why", h.Why}
+		if h.Count > 0 {
+			attrs = []any{"what", h.Name, "count", h.Count, "why", h.Why}
+		}
+		d.log.Info("holding for swap safety", attrs...)
+	}
+	d.log.Info("held ahead of need in all", "bytes", total)
 }
 
 // maxKernelRequest is the largest request the kernel device is allowed to

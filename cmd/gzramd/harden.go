@@ -5,7 +5,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strings"
 
 	"github.com/gzramd/gzramd/pkg/swapsafe"
@@ -17,8 +16,8 @@ var reexecAsIOFlusher = swapsafe.ReExecAsIOFlusher
 
 // harden applies the swap-safety steps and logs each: what it did, or why
 // it could not. A failure stops the daemon only with --require-hardening.
-// With --harden it also faults in and keeps heapReserve bytes of Go heap;
-// the reserve must stay reachable while the daemon serves.
+// With --harden it also faults in and keeps the plan's heap reserve; the
+// reserve must stay reachable while the daemon serves.
 func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.HeapReserve, error) {
 	opts := swapsafe.Options{MemoryLimit: int64(cfg.goMemoryLimit)}
 	if cfg.harden {
@@ -32,8 +31,8 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 	reserve := &swapsafe.HeapReserve{}
 	if cfg.harden {
 		var step swapsafe.Step
-		reserve, step = swapsafe.ReserveHeap(heapReserve)
-		steps = append(steps, step, swapsafe.ReserveThreads(threadReserve()))
+		reserve, step = swapsafe.ReserveHeap(cfg.plan.HeapReserve)
+		steps = append(steps, step, swapsafe.ReserveThreads(cfg.plan.Threads))
 	}
 	// After the reserve: the operator's --gc-percent wins over its pacing.
 	steps = append(steps, swapsafe.Apply(swapsafe.Options{GCPercent: cfg.gcPercent})...)
@@ -82,17 +81,6 @@ func (c *serveConfig) wantRealtime() bool {
 	}
 	return false
 }
-
-// heapReserve is the Go heap the daemon faults in and keeps before it
-// serves (swapsafe.ReserveHeap): request buffers, goroutine stacks and
-// the runtime's own allocations come from pages already resident instead
-// of faulting while the kernel is short of memory.
-const heapReserve = 32 << 20
-
-// threadReserve is how many threads the daemon starts before it serves
-// (swapsafe.ReserveThreads): enough for every request that can be in a
-// system call or in C at once, with the threads running Go code.
-func threadReserve() int { return 16 + 4*runtime.GOMAXPROCS(0) }
 
 // logStep logs what a hardening step did, or why it failed and what the
 // operator can do; it reports whether the step succeeded.

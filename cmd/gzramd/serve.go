@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 type serveConfig struct {
@@ -61,6 +63,9 @@ type serveConfig struct {
 	gcPercent        int
 
 	recordTrace string
+
+	// plan is what the daemon holds ahead of need on this machine.
+	plan swapsafe.Plan
 }
 
 func defaultSocket() string {
@@ -115,8 +120,9 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 			if err := bindEnv(cmd.Flags()); err != nil {
 				return usageErr(err)
 			}
+			cfg.plan = machinePlan()
 			if !cmd.Flags().Changed("prefault") {
-				cfg.prefault = defaultPrefault(cfg.prefault)
+				cfg.prefault = sizeValue(cfg.plan.Prefault)
 			}
 			return runServe(cmd.Context(), cfg)
 		},
@@ -324,13 +330,14 @@ func listenUnix(path string) (net.Listener, error) {
 	return l, nil
 }
 
-// defaultPrefault caps the default --prefault at 1/32 of RAM: on a small
-// machine the memory held ahead competes with the memory swap frees.
-func defaultPrefault(n sizeValue) sizeValue {
+// machinePlan sizes what the daemon holds ahead of need for this machine
+// (swapsafe.Plan): its RAM, its CPUs, and the largest request the kernel
+// device is allowed (maxKernelRequest).
+func machinePlan() swapsafe.Plan {
+	var ram int64
 	var si unix.Sysinfo_t
-	if unix.Sysinfo(&si) != nil {
-		return n
+	if unix.Sysinfo(&si) == nil {
+		ram = int64(si.Totalram) * int64(si.Unit)
 	}
-	ram := int64(si.Totalram) * int64(si.Unit)
-	return min(n, sizeValue(ram/32)&^(1<<20-1))
+	return swapsafe.PlanFor(ram, runtime.GOMAXPROCS(0), maxKernelRequest)
 }

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 	"github.com/spf13/cobra"
 )
 
@@ -39,6 +40,8 @@ type statusReport struct {
 	StoredPages    int64    `json:"stored_pages"`
 	Connections    int      `json:"connections"`
 	UptimeSeconds  float64  `json:"uptime_seconds"`
+	// Holdings is what the daemon holds ahead of need (docs/DESIGN.md).
+	Holdings []swapsafe.Holding `json:"holdings"`
 }
 
 // Ratio is orig_data_size / mem_used_total, zramctl's view of what the

@@ -43,7 +43,9 @@ func New() *Accelerator {
 func (*Accelerator) Name() string { return "gpu" }
 
 // NewPages implements route.Accelerator with Go memory.
-func (*Accelerator) NewPages(pages int) ([]byte, error) { return make([]byte, pages*codec.PageSize), nil }
+func (*Accelerator) NewPages(pages int) ([]byte, error) {
+	return make([]byte, pages*codec.PageSize), nil
+}
 
 // NewOutputs implements route.Accelerator with Go memory.
 func (*Accelerator) NewOutputs(pages int) (*codec.Batch, error) {

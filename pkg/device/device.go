@@ -54,6 +54,10 @@ type Config struct {
 	Logger        *slog.Logger
 }
 
+// pageBuffers is how many page buffers partial-page requests share (one
+// or two each) before they allocate.
+const pageBuffers = 64
+
 // nStripes trades lock memory for contention between unrelated pages.
 const nStripes = 1024
 
@@ -132,7 +136,7 @@ func New(cfg Config) (*Device, error) {
 	}
 	// Kept across collections (see freelist): partial-page requests take
 	// one or two each.
-	d.bufs = freelist.New(64, func() *[pageSize]byte {
+	d.bufs = freelist.New(pageBuffers, func() *[pageSize]byte {
 		b := new([pageSize]byte)
 		clear(b[:]) // written now, not first while serving
 		return b
@@ -177,6 +181,26 @@ func (d *Device) Close() error {
 	mem := unsafe.Slice((*byte)(unsafe.Pointer(&d.table[0])), len(d.table)*8)
 	d.table = nil
 	return unix.Munmap(mem)
+}
+
+// Held is the memory a device holds from the start, in bytes.
+type Held struct {
+	Table   int64 // the page table, faulted in
+	Scratch int64 // buffers of inline writes and partial pages, written
+	Staging int64 // staging memory, written (0 without staging)
+}
+
+// Held returns what the device holds ahead of need.
+func (d *Device) Held() Held {
+	h := Held{
+		Table:   int64(len(d.table)) * 8,
+		Scratch: int64(cap(d.inline))*inlinePages*(pageSize+8) + pageBuffers*pageSize,
+	}
+	if d.stage != nil {
+		sc := d.stage.Config()
+		h.Staging = int64(sc.Batches) * int64(sc.BatchPages) * pageSize
+	}
+	return h
 }
 
 // Size implements nbd.Backend.

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
 )
 
 // slot is one batch in flight: a stream and its buffers.
@@ -23,6 +25,13 @@ type slot struct {
 	// pending, when set, delivers the result of a stream synchronization
 	// that a caller stopped waiting for.
 	pending chan error
+}
+
+// SlotBytes is the pinned host memory the slots hold: the packed output,
+// decoded pages and metadata of each.
+func (g *Backend) SlotBytes() int64 {
+	n := g.cfg.MaxBatchPages
+	return int64(g.cfg.Slots) * (2*int64(n)*codec.PageSize + 4*int64(metaWords(n)))
 }
 
 func (g *Backend) acquire(ctx context.Context) (*slot, error) {

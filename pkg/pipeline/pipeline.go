@@ -16,6 +16,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/pagestore"
 	"github.com/gzramd/gzramd/pkg/route"
 	"github.com/gzramd/gzramd/pkg/stage"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // Defaults of the Config fields that have them.
@@ -72,6 +73,8 @@ type Pipeline struct {
 	Router *route.Router
 	Device *device.Device
 	Codec  codec.Codec
+
+	prefault int64
 }
 
 // New builds the data path.
@@ -89,7 +92,7 @@ func New(cfg Config) (_ *Pipeline, err error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{}
+	p := &Pipeline{prefault: cfg.Prefault}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -125,6 +128,23 @@ func New(cfg Config) (_ *Pipeline, err error) {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
 	return p, nil
+}
+
+// Holdings lists what the data path holds from the start so that storing a
+// swapped-out page allocates and faults nothing (see docs/DESIGN.md).
+func (p *Pipeline) Holdings() []swapsafe.Holding {
+	held := p.Device.Held()
+	hs := []swapsafe.Holding{
+		{Name: "page-table", Bytes: held.Table, Why: "8 bytes per page of the device, faulted in: a swap-out to a page never used must not fault in the table"},
+		{Name: "store-prefault", Bytes: p.prefault, Why: "store memory faulted in ahead of use by gzramd-prefault, and emptied slabs kept for reuse (--prefault)"},
+		{Name: "write-scratch", Bytes: held.Scratch, Why: "outputs of writes compressed inline and buffers of partial pages, written at start; a write waits for one rather than allocating"},
+	}
+	if held.Staging > 0 {
+		hs = append(hs,
+			swapsafe.Holding{Name: "staging", Bytes: held.Staging, Why: "write-behind pages, pinned and written at start (--staging)"},
+			swapsafe.Holding{Name: "gpu-outputs", Bytes: p.Router.HeldBytes(), Why: "outputs of the staged batches being compressed and the GPU's shadow outputs, pinned"})
+	}
+	return hs
 }
 
 // stagingConfig derives the staging area from cfg: none without an

@@ -87,8 +87,8 @@ type Config struct {
 	// left goes to the CPU). All in the accelerator's memory, all 0
 	// without staging.
 	BatchPages, Outputs, Shadows int
-	Observer             Observer
-	Logger               *slog.Logger
+	Observer                     Observer
+	Logger                       *slog.Logger
 }
 
 // Stats count what the router did.

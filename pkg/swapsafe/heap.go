@@ -46,6 +46,10 @@ type HeapReserve struct {
 // call on a heap of 100 MiB, and an idle daemon spent 2.5 % of a CPU so.
 const fullLockEvery = 16
 
+// Bytes is the heap faulted in and kept (less than asked for on a small
+// machine).
+func (r *HeapReserve) Bytes() int64 { return r.n }
+
 // KeepAlive keeps the reserve's pacing in effect up to this call.
 func (r *HeapReserve) KeepAlive() { runtime.KeepAlive(r.ballast) }
 

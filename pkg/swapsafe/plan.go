@@ -1,0 +1,51 @@
+// What the daemon holds ahead of need so that serving swap never
+// allocates or faults: sized here for the machine, listed as holdings.
+
+package swapsafe
+
+// Plan sizes what the daemon reserves at start, in one place: the memory
+// and threads that the path storing a swapped-out page uses, made and
+// written before the kernel can be short of memory.
+type Plan struct {
+	// HeapReserve is Go heap faulted in and kept (ReserveHeap): request
+	// buffers, goroutine stacks and the runtime's own allocations come
+	// from it instead of from fresh memory.
+	HeapReserve int64
+	// Threads is how many threads are started before serving
+	// (ReserveThreads): enough for every request that can be in a
+	// system call or in C at once, beside those running Go code.
+	Threads int
+	// ConnBuffers is the payload buffer memory each NBD connection keeps
+	// resident (nbd.Options.ReserveBuffers): 32 requests of the largest
+	// size the kernel device sends, which is also the bound the kernel
+	// is held to (max_sectors_kb).
+	ConnBuffers int64
+	// Prefault is the default of --prefault: store memory faulted in
+	// ahead of use, 16 MiB but at most 1/32 of RAM, where the memory held
+	// ahead competes with the memory swap frees.
+	Prefault int64
+}
+
+// PlanFor is the plan for a machine of ram bytes and cpus CPUs whose NBD
+// requests are at most maxRequest bytes.
+func PlanFor(ram int64, cpus int, maxRequest int64) Plan {
+	p := Plan{
+		HeapReserve: 32 << 20,
+		Threads:     16 + 4*cpus,
+		ConnBuffers: 32 * maxRequest,
+		Prefault:    16 << 20,
+	}
+	if ram > 0 {
+		p.Prefault = min(p.Prefault, ram/32&^(1<<20-1))
+	}
+	return p
+}
+
+// Holding is something the daemon holds ahead of need, for the reports
+// (the start-up log, /status, gzramd_held_bytes): what, how much, and why.
+type Holding struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+	Count int    `json:"count,omitempty"` // for threads
+	Why   string `json:"why"`
+}
