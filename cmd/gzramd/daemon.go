@@ -25,6 +25,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/swapctl"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
@@ -39,7 +40,8 @@ type daemon struct {
 	pipe    *pipeline.Pipeline
 	dev     *device.Device // pipe.Device
 	srv     *nbd.Server
-	tracker connTracker
+	tracker swapctl.Tracker
+	host    swapctl.Host // the kernel's swap list and block devices
 	httpSrv *http.Server
 	reg     *prometheus.Registry
 	trace   *iolog.Recorder // --record-trace
@@ -109,7 +111,9 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 		rec = d.trace
 	}
 	nbdObs := metrics.NewNBD()
-	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: withFaults(d.dev)}},
+	var served nbd.Backend
+	served, d.host = withFaults(d.dev)
+	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: served}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.nbdInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
 			ReserveBuffers: connBuffers(cfg), Recorder: rec})
@@ -193,14 +197,14 @@ func (d *daemon) status() statusReport {
 		Algorithm: d.cfg.algorithm, Backend: d.accel.name(), GPU: d.accel.info.Name,
 		DiskSize: int64(d.cfg.size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
-		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.count(),
+		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.Count(),
 		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
 		Holdings: d.holdings(),
 	}
 	if kd := d.kernel.Load(); kd != nil {
 		r.Device = kd.Path
 	}
-	if swaps, err := ourSwaps(r.Device, &d.tracker); err == nil {
+	if swaps, err := d.host.Ours(r.Device, &d.tracker); err == nil {
 		for _, s := range swaps {
 			r.SwapDevices = append(r.SwapDevices, s.Path)
 		}
@@ -214,7 +218,7 @@ func (d *daemon) kernelState() metrics.KernelState {
 	r := d.status()
 	return metrics.KernelState{
 		SwapActive: len(r.SwapDevices) > 0, SwapExpected: d.cfg.swap,
-		Device: d.cfg.device != "", Attached: r.Device != "" && nbdPID(r.Device) != 0,
+		Device: d.cfg.device != "", Attached: r.Device != "" && d.host.NBDPID(r.Device) != 0,
 	}
 }
 
@@ -266,13 +270,13 @@ func (d *daemon) attach(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	if err := selfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.kernelConns, 16)); err != nil {
+	if err := swapctl.SelfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.kernelConns, 16)); err != nil {
 		return fmt.Errorf("%s: not making it swap: %w", kd.Path, err)
 	}
 	d.log.Info("kernel device self-test passed: wrote, read back and discarded", "device", kd.Path,
-		"bytes", min(int64(kd.Size), selfTestBytes), "took", time.Since(start).Round(time.Millisecond))
+		"bytes", min(int64(kd.Size), swapctl.SelfTestBytes), "took", time.Since(start).Round(time.Millisecond))
 	d.topUpHeap()
-	if err := enableSwap(ctx, kd.Path, d.cfg.swapPriority); err != nil {
+	if err := swapctl.Enable(ctx, kd.Path, d.cfg.swapPriority); err != nil {
 		return fmt.Errorf("--swap on %s: %w", kd.Path, err)
 	}
 	d.swapOn = true
@@ -304,7 +308,7 @@ func (d *daemon) run(ctx context.Context) error {
 	}
 	errc := make(chan error, len(d.listeners))
 	for _, l := range d.listeners {
-		l := d.tracker.wrap(l)
+		l := d.tracker.Wrap(l)
 		go func() {
 			if err := d.srv.Serve(l); err != nil && !errors.Is(err, nbd.ErrServerClosed) {
 				errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
@@ -448,7 +452,7 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 	if kd := d.kernel.Load(); kd != nil {
 		own = kd.Path
 	}
-	swaps, err := ourSwaps(own, &d.tracker)
+	swaps, err := d.host.Ours(own, &d.tracker)
 	if err != nil {
 		d.log.Warn("cannot tell whether the export is active swap; stopping", "err", err)
 		return true
@@ -458,18 +462,18 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 	}
 	_ = d.notify.notify("STOPPING=1")
 	for _, s := range swaps {
-		if d.swapOn && own != "" && sameFile(s.Path, own) {
+		if d.swapOn && own != "" && swapctl.SameFile(s.Path, own) {
 			d.log.Info("turning swap off before stopping; the kernel reads the swapped pages back", "device", s.Path, "used_bytes", s.Used)
 			_ = d.notify.notify("STATUS=swapoff " + s.Path)
 			sctx, cancel := context.WithTimeout(ctx, swapoffTimeout)
-			err := disableSwap(sctx, s.Path)
+			err := swapctl.Disable(sctx, s.Path)
 			cancel()
 			if err == nil {
 				d.swapOn = false
 				d.log.Info("swap off", "device", s.Path)
 				continue
 			}
-			if !stillSwap(s.Path) { // someone else (systemd at shutdown) turned it off first
+			if !d.host.IsSwap(s.Path) { // someone else (systemd at shutdown) turned it off first
 				d.swapOn = false
 				d.log.Info("swap off", "device", s.Path, "note", err.Error())
 				continue
@@ -512,21 +516,6 @@ func (d *daemon) stop() {
 	st := d.dev.Stats()
 	d.log.Info("stopped", "stored_pages", st.StoredPages, "same_pages", st.SamePages,
 		"orig_data_bytes", st.OrigDataSize, "compr_data_bytes", st.ComprDataSize)
-}
-
-// stillSwap reports whether dev is still listed as active swap (true when
-// that cannot be read, to stay on the safe side).
-func stillSwap(dev string) bool {
-	swaps, err := activeSwaps()
-	if err != nil {
-		return true
-	}
-	for _, s := range swaps {
-		if sameFile(s.Path, dev) {
-			return true
-		}
-	}
-	return false
 }
 
 // goroutineStacks is every goroutine's stack, as a panic prints them.
@@ -615,14 +604,10 @@ func (d *daemon) logHoldings() {
 const maxKernelRequest = nbd.ReserveBufferMax
 
 // inlineHelpers decides nbd.Options.InlineHelpers from
-// --nbd-inline-helpers: by default one helper per 4 CPUs beyond the first
-// 4, at most 3. Helpers pay where CPUs idle: on 16 CPUs, 4 connections'
-// random writes ran at 0.81x nbdkit's rate on their readers alone. On 2
-// CPUs, where fio and gzramd already keep both busy, they would only add
-// wake-ups.
+// --nbd-inline-helpers: nbd.AutoInlineHelpers unless given.
 func inlineHelpers(cfg *serveConfig, cpus int) int {
 	if cfg.nbdInlineHelpers >= 0 {
 		return cfg.nbdInlineHelpers
 	}
-	return min(max(cpus/4-1, 0), 3)
+	return nbd.AutoInlineHelpers(cpus)
 }

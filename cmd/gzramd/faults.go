@@ -13,23 +13,20 @@ import (
 
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/swapctl"
 )
 
-// withFaults applies the GZRAMD_FAULT_* variables: stand-ins for the
-// kernel's swap list and block devices (GZRAMD_FAULT_PROC_SWAPS,
-// GZRAMD_FAULT_SYS_BLOCK), and reads that corrupt pages
-// (GZRAMD_FAULT_CORRUPT_READS=1). It returns the backend to serve.
-func withFaults(dev *device.Device) nbd.Backend {
-	if p := os.Getenv("GZRAMD_FAULT_PROC_SWAPS"); p != "" {
-		procSwaps = p
-	}
-	if p := os.Getenv("GZRAMD_FAULT_SYS_BLOCK"); p != "" {
-		sysBlock = p
-	}
+// withFaults applies the GZRAMD_FAULT_* variables: reads that corrupt
+// pages (GZRAMD_FAULT_CORRUPT_READS=1), and stand-ins for the kernel's
+// swap list and block devices (GZRAMD_FAULT_PROC_SWAPS,
+// GZRAMD_FAULT_SYS_BLOCK). It returns the backend to serve and where to
+// read the kernel's swap state.
+func withFaults(dev *device.Device) (nbd.Backend, swapctl.Host) {
+	host := swapctl.Host{ProcSwaps: os.Getenv("GZRAMD_FAULT_PROC_SWAPS"), SysBlock: os.Getenv("GZRAMD_FAULT_SYS_BLOCK")}
 	if os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1" {
-		return &corruptReads{Device: dev}
+		return &corruptReads{Device: dev}, host
 	}
-	return dev
+	return dev, host
 }
 
 // corruptReads flips a byte in every 64th page it reads back that is not

@@ -7,7 +7,9 @@ package main
 import (
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/swapctl"
 )
 
-// withFaults returns the backend to serve: the device itself.
-func withFaults(dev *device.Device) nbd.Backend { return dev }
+// withFaults returns the backend to serve, the device itself, and the
+// kernel's own swap state.
+func withFaults(dev *device.Device) (nbd.Backend, swapctl.Host) { return dev, swapctl.Host{} }

@@ -3,27 +3,9 @@ package main
 import (
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 )
-
-func TestParseSwaps(t *testing.T) {
-	in := "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n" +
-		"/dev/nbd0                               partition\t1048572\t\t2048\t\t100\n" +
-		"/swap\\040file                           file\t\t524284\t\t0\t\t-2\n"
-	got, err := parseSwaps(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0] != (swapEntry{"/dev/nbd0", 2048 << 10}) || got[1].Path != "/swap file" {
-		t.Errorf("parseSwaps = %+v", got)
-	}
-	if _, err := parseSwaps(strings.NewReader("h\n/dev/x partition 1 lots 0\n")); err == nil {
-		t.Error("a malformed Used field was accepted")
-	}
-}
 
 func TestParseDevice(t *testing.T) {
 	for in, want := range map[string]int{"/dev/nbd0": 0, "nbd15": 15, "auto": -1} {
@@ -53,74 +35,6 @@ func TestSizes(t *testing.T) {
 		if got := humanBytes(n); got != want {
 			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
 		}
-	}
-}
-
-// ourSwaps must find an NBD swap device whose set-up process is a peer on
-// one of our sockets, and only that one.
-func TestOurSwapsByPeer(t *testing.T) {
-	dir := t.TempDir()
-	procSwaps, sysBlock = filepath.Join(dir, "swaps"), filepath.Join(dir, "block")
-	t.Cleanup(func() { procSwaps, sysBlock = "/proc/swaps", "/sys/block" })
-	writeSwapsFile(t, procSwaps, "/dev/nbd2", "/dev/nbd5", "/dev/sdb2")
-	writePID(t, filepath.Join(sysBlock, "nbd2"), os.Getpid()) // connected to us below
-	writePID(t, filepath.Join(sysBlock, "nbd5"), 1)           // someone else's server
-
-	var tr connTracker
-	l, err := net.Listen("unix", filepath.Join(dir, "s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl := tr.wrap(l)
-	defer tl.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := tl.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	if got, err := ourSwaps("", &tr); err != nil || len(got) != 0 {
-		t.Errorf("with nobody connected, ourSwaps = %v, %v", got, err)
-	}
-	c, err := net.Dial("unix", filepath.Join(dir, "s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	sc := <-accepted
-	got, err := ourSwaps("", &tr)
-	if err != nil || len(got) != 1 || got[0].Path != "/dev/nbd2" {
-		t.Errorf("ourSwaps = %v, %v; want /dev/nbd2 only", got, err)
-	}
-	// A device we attached ourselves counts by its path.
-	if got, _ := ourSwaps("/dev/nbd5", &tr); len(got) != 2 {
-		t.Errorf("with /dev/nbd5 our own, ourSwaps = %v", got)
-	}
-	sc.Close()
-	if n := tr.count(); n != 0 {
-		t.Errorf("%d connections tracked after close", n)
-	}
-}
-
-func writeSwapsFile(t *testing.T, path string, devs ...string) {
-	t.Helper()
-	s := "Filename\tType\tSize\tUsed\tPriority\n"
-	for _, d := range devs {
-		s += d + "\tpartition\t1024\t8\t-2\n"
-	}
-	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func writePID(t *testing.T, dir string, pid int) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -102,6 +102,13 @@ type Options struct {
 // MaxInlineHelpers bounds Options.InlineHelpers.
 const MaxInlineHelpers = 16
 
+// AutoInlineHelpers is the InlineHelpers that suits a machine of cpus
+// CPUs: one helper per 4 CPUs beyond the first 4, at most 3. Helpers pay
+// where CPUs idle: on 16 CPUs, 4 connections' random writes ran at 0.81x
+// nbdkit's rate on their readers alone. On 2 CPUs, where the client and
+// the server already keep both busy, they would only add wake-ups.
+func AutoInlineHelpers(cpus int) int { return min(max(cpus/4-1, 0), 3) }
+
 const (
 	defaultMaxInFlight      = 128
 	defaultMaxInFlightBytes = 64 << 20

@@ -1,6 +1,7 @@
-// The NBD connections that are open, and which peer made each (to tell our own kernel device).
+// The NBD connections that are open, and which peer made each: how the
+// daemon tells its own kernel device.
 
-package main
+package swapctl
 
 import (
 	"net"
@@ -9,19 +10,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// connTracker remembers the NBD connections that are open, and for Unix
+// Tracker remembers the NBD connections that are open, and for Unix
 // sockets the pid of the process that connected. A kernel /dev/nbdN
 // records in /sys/block/nbdN/pid the process that set it up (nbd-client,
 // or gzramd itself), which is the process that dialled the socket: that is
 // how the daemon tells whether its export is the kernel's swap device.
-type connTracker struct {
+type Tracker struct {
 	mu    sync.Mutex
 	conns map[*trackedConn]struct{}
 }
 
 type trackedConn struct {
 	net.Conn
-	t       *connTracker
+	t       *Tracker
 	peerPID int // 0 when unknown (TCP)
 	once    sync.Once
 }
@@ -44,10 +45,11 @@ func (c *trackedConn) Close() error {
 
 type trackingListener struct {
 	net.Listener
-	t *connTracker
+	t *Tracker
 }
 
-func (t *connTracker) wrap(l net.Listener) net.Listener {
+// Wrap returns l, tracking the connections it accepts.
+func (t *Tracker) Wrap(l net.Listener) net.Listener {
 	return &trackingListener{Listener: l, t: t}
 }
 
@@ -66,9 +68,9 @@ func (l *trackingListener) Accept() (net.Conn, error) {
 	return c, nil
 }
 
-// peers returns the pids of the Unix-socket peers and the number of open
+// Peers returns the pids of the Unix-socket peers and the number of open
 // connections whose peer is unknown (TCP).
-func (t *connTracker) peers() (pids map[int]bool, unknown int) {
+func (t *Tracker) Peers() (pids map[int]bool, unknown int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pids = make(map[int]bool)
@@ -82,7 +84,8 @@ func (t *connTracker) peers() (pids map[int]bool, unknown int) {
 	return pids, unknown
 }
 
-func (t *connTracker) count() int {
+// Count returns the number of open connections.
+func (t *Tracker) Count() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.conns)

@@ -1,6 +1,6 @@
 // The kernel device's self-test before it becomes swap.
 
-package main
+package swapctl
 
 import (
 	"context"
@@ -24,19 +24,19 @@ import (
 // has no free page to give it, so whatever is still untouched then may
 // never be touched at all: the guest freezes.
 
-// selfTestBytes is how much of the device the self-test writes.
-const selfTestBytes = 16 << 20
+// SelfTestBytes is how much of the device the self-test writes.
+const SelfTestBytes = 16 << 20
 
 // selfTestChunks are the request sizes it uses: single pages, as the
 // kernel swaps out under pressure, and clusters, as it swaps out in bulk.
 var selfTestChunks = []int{4096, 64 << 10, 4096, 128 << 10}
 
-// selfTest writes a varied pattern (zero, same-filled, compressible and
-// random pages) over the first selfTestBytes of dev with O_DIRECT from
+// SelfTest writes a varied pattern (zero, same-filled, compressible and
+// random pages) over the first SelfTestBytes of dev with O_DIRECT from
 // workers goroutines at once, reads it back and compares, then discards
 // it so the kernel sees an empty device.
-func selfTest(ctx context.Context, dev string, size int64, workers int) error {
-	span := min(size, selfTestBytes)
+func SelfTest(ctx context.Context, dev string, size int64, workers int) error {
+	span := min(size, SelfTestBytes)
 	f, err := os.OpenFile(dev, os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
 		return fmt.Errorf("self-test: %w", err)
