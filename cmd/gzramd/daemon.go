@@ -229,70 +229,6 @@ func (d *daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	_ = enc.Encode(d.status())
 }
 
-// sysModuleNBD exists while the nbd module is loaded (or built in).
-var sysModuleNBD = "/sys/module/nbd"
-
-// attach connects the kernel device (--device) and makes it swap (--swap).
-func (d *daemon) attach(ctx context.Context) error {
-	if d.cfg.device == "" {
-		d.topUpHeap()
-		return nil
-	}
-	index, _ := parseDevice(d.cfg.device) // validated
-	if _, err := os.Stat(sysModuleNBD); err != nil {
-		return fmt.Errorf("--device %s: the kernel's nbd module is not loaded (run modprobe nbd; it ships with the kernel)", d.cfg.device)
-	}
-	opts := nbd.KernelOptions{
-		Export: d.cfg.export, Index: index, Connections: d.cfg.kernelConns, Timeout: d.cfg.kernelTimeout,
-	}
-	if d.cfg.socket != "" {
-		opts.Network, opts.Address = "unix", d.cfg.socket
-	} else {
-		opts.Network, opts.Address = "tcp", tcpAddr(d.cfg.tcp)
-	}
-	kd, err := nbd.AttachKernel(ctx, opts)
-	if err != nil {
-		return fmt.Errorf("--device %s: %w", d.cfg.device, err)
-	}
-	d.kernel.Store(kd)
-	d.log.Info("kernel device attached", "device", kd.Path, "netlink", kd.Netlink, "size", kd.Size)
-	if d.cfg.harden {
-		// Requests up to the sizes of the buffers each connection keeps
-		// resident (connBufferReserve): larger ones would allocate.
-		if err := kd.LimitRequests(maxKernelRequest); err != nil {
-			d.log.Warn("kernel requests not limited: requests over the reserved buffer sizes will allocate while serving", "err", err)
-		} else {
-			d.log.Info("kernel requests limited", "device", kd.Path, "max_sectors_kb", maxKernelRequest>>10)
-		}
-	}
-	if !d.cfg.swap {
-		d.topUpHeap()
-		return nil
-	}
-	start := time.Now()
-	if err := swapctl.SelfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.kernelConns, 16)); err != nil {
-		return fmt.Errorf("%s: not making it swap: %w", kd.Path, err)
-	}
-	d.log.Info("kernel device self-test passed: wrote, read back and discarded", "device", kd.Path,
-		"bytes", min(int64(kd.Size), swapctl.SelfTestBytes), "took", time.Since(start).Round(time.Millisecond))
-	d.topUpHeap()
-	if err := swapctl.Enable(ctx, kd.Path, d.cfg.swapPriority); err != nil {
-		return fmt.Errorf("--swap on %s: %w", kd.Path, err)
-	}
-	d.swapOn = true
-	d.log.Info("swap on", "device", kd.Path, "priority", d.cfg.swapPriority, "discard", true)
-	return nil
-}
-
-// topUpHeap faults in the heap's free pages once start-up is done (see
-// swapsafe.HeapReserve.TopUp), when the daemon holds a reserve.
-func (d *daemon) topUpHeap() {
-	if d.reserve == nil {
-		return
-	}
-	logStep(d.log, d.reserve.TopUp())
-}
-
 // run serves until a signal asks it to stop and stopping is safe.
 func (d *daemon) run(ctx context.Context) error {
 	defer d.close()
@@ -443,81 +379,6 @@ func (d *daemon) healthy() error {
 	}
 }
 
-// readyToStop decides whether a stop request can be honoured now. Swap
-// that gzramd turned on itself is turned off first; active swap on the
-// export that it did not turn on blocks the stop (the kernel would lose
-// the swapped pages, and the processes that own them) unless --force.
-func (d *daemon) readyToStop(ctx context.Context) bool {
-	own := ""
-	if kd := d.kernel.Load(); kd != nil {
-		own = kd.Path
-	}
-	swaps, err := d.host.Ours(own, &d.tracker)
-	if err != nil {
-		d.log.Warn("cannot tell whether the export is active swap; stopping", "err", err)
-		return true
-	}
-	if len(swaps) == 0 {
-		return true
-	}
-	_ = d.notify.notify("STOPPING=1")
-	for _, s := range swaps {
-		if d.swapOn && own != "" && swapctl.SameFile(s.Path, own) {
-			d.log.Info("turning swap off before stopping; the kernel reads the swapped pages back", "device", s.Path, "used_bytes", s.Used)
-			_ = d.notify.notify("STATUS=swapoff " + s.Path)
-			sctx, cancel := context.WithTimeout(ctx, swapoffTimeout)
-			err := swapctl.Disable(sctx, s.Path)
-			cancel()
-			if err == nil {
-				d.swapOn = false
-				d.log.Info("swap off", "device", s.Path)
-				continue
-			}
-			if !d.host.IsSwap(s.Path) { // someone else (systemd at shutdown) turned it off first
-				d.swapOn = false
-				d.log.Info("swap off", "device", s.Path, "note", err.Error())
-				continue
-			}
-			d.log.Error("swapoff failed", "device", s.Path, "err", err)
-		}
-		if d.cfg.force {
-			d.log.Warn("--force: stopping while the export is active swap; processes with pages there will fail",
-				"device", s.Path, "used_bytes", s.Used)
-			continue
-		}
-		d.log.Error("refusing to stop: the export is active swap; run swapoff, or restart with --force",
-			"device", s.Path, "used_bytes", s.Used, "fix", "swapoff "+s.Path)
-		_ = d.notify.notify("STATUS=refusing to stop: " + s.Path + " is active swap; run swapoff " + s.Path)
-		return false
-	}
-	return true
-}
-
-// stop detaches the kernel device, finishes the requests in flight and
-// closes the endpoints.
-func (d *daemon) stop() {
-	_ = d.notify.notify("STOPPING=1")
-	if kd := d.kernel.Load(); kd != nil {
-		if err := kd.Detach(); err != nil {
-			d.log.Error("detaching the kernel device", "device", kd.Path, "err", err)
-		} else {
-			d.log.Info("kernel device detached", "device", kd.Path)
-		}
-	}
-	d.log.Info("stopping: waiting for requests in flight")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := d.srv.Shutdown(shutdownCtx); err != nil {
-		d.log.Warn("NBD shutdown did not finish cleanly", "err", err)
-	}
-	if d.httpSrv != nil {
-		_ = d.httpSrv.Shutdown(shutdownCtx)
-	}
-	st := d.dev.Stats()
-	d.log.Info("stopped", "stored_pages", st.StoredPages, "same_pages", st.SamePages,
-		"orig_data_bytes", st.OrigDataSize, "compr_data_bytes", st.ComprDataSize)
-}
-
 // goroutineStacks is every goroutine's stack, as a panic prints them.
 func goroutineStacks() []byte {
 	buf := make([]byte, 1<<20)
@@ -549,54 +410,6 @@ func (d *daemon) watchPrefault(ctx context.Context) {
 			seen = n
 		}
 	}
-}
-
-// connBuffers is the payload buffer memory each NBD connection keeps
-// resident (nbd.Options.ReserveBuffers) when the daemon is hardened for
-// swap; no request waits for others (with the GPU, writes are staged), so
-// requests finish one by one and 32 in flight per connection suffice.
-func connBuffers(cfg *serveConfig) int64 {
-	if !cfg.harden {
-		return 0
-	}
-	return cfg.plan.ConnBuffers
-}
-
-// holdings lists what the daemon holds ahead of need (docs/DESIGN.md,
-// "Swap safety"): the data path's, the GPU's, the NBD server's, and the
-// hardening's.
-func (d *daemon) holdings() []swapsafe.Holding {
-	hs := d.pipe.Holdings()
-	if d.accel.gpu != nil {
-		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: d.accel.gpu.SlotBytes(),
-			Why: "each GPU stream's packed output and metadata, pinned (--batch-inflight)"})
-	}
-	if n := connBuffers(d.cfg); n > 0 {
-		hs = append(hs, swapsafe.Holding{Name: "nbd-buffers", Bytes: n,
-			Why: "payload buffers each NBD connection keeps resident, written at its handshake: per connection"})
-	}
-	if d.reserve != nil {
-		hs = append(hs,
-			swapsafe.Holding{Name: "heap-reserve", Bytes: d.reserve.Bytes(),
-				Why: "Go heap faulted in and kept, and locked with the rest of the heap by gzramd-heaplock"},
-			swapsafe.Holding{Name: "threads", Count: d.cfg.plan.Threads,
-				Why: "threads started before serving, each with its signal stack written"})
-	}
-	return hs
-}
-
-// logHoldings writes one line per holding and their total, at start.
-func (d *daemon) logHoldings() {
-	var total int64
-	for _, h := range d.holdings() {
-		total += h.Bytes
-		attrs := []any{"what", h.Name, "bytes", h.Bytes, "why", h.Why}
-		if h.Count > 0 {
-			attrs = []any{"what", h.Name, "count", h.Count, "why", h.Why}
-		}
-		d.log.Info("holding for swap safety", attrs...)
-	}
-	d.log.Info("held ahead of need in all", "bytes", total)
 }
 
 // maxKernelRequest is the largest request the kernel device is allowed to

@@ -1,0 +1,53 @@
+// What the daemon holds ahead of need for swap safety, listed for the reports.
+
+package main
+
+import "github.com/gzramd/gzramd/pkg/swapsafe"
+
+// connBuffers is the payload buffer memory each NBD connection keeps
+// resident (nbd.Options.ReserveBuffers) when the daemon is hardened for
+// swap; no request waits for others (with the GPU, writes are staged), so
+// requests finish one by one and 32 in flight per connection suffice.
+func connBuffers(cfg *serveConfig) int64 {
+	if !cfg.harden {
+		return 0
+	}
+	return cfg.plan.ConnBuffers
+}
+
+// holdings lists what the daemon holds ahead of need (docs/DESIGN.md,
+// "Swap safety"): the data path's, the GPU's, the NBD server's, and the
+// hardening's.
+func (d *daemon) holdings() []swapsafe.Holding {
+	hs := d.pipe.Holdings()
+	if d.accel.gpu != nil {
+		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: d.accel.gpu.SlotBytes(),
+			Why: "each GPU stream's packed output and metadata, pinned (--batch-inflight)"})
+	}
+	if n := connBuffers(d.cfg); n > 0 {
+		hs = append(hs, swapsafe.Holding{Name: "nbd-buffers", Bytes: n,
+			Why: "payload buffers each NBD connection keeps resident, written at its handshake: per connection"})
+	}
+	if d.reserve != nil {
+		hs = append(hs,
+			swapsafe.Holding{Name: "heap-reserve", Bytes: d.reserve.Bytes(),
+				Why: "Go heap faulted in and kept, and locked with the rest of the heap by gzramd-heaplock"},
+			swapsafe.Holding{Name: "threads", Count: d.cfg.plan.Threads,
+				Why: "threads started before serving, each with its signal stack written"})
+	}
+	return hs
+}
+
+// logHoldings writes one line per holding and their total, at start.
+func (d *daemon) logHoldings() {
+	var total int64
+	for _, h := range d.holdings() {
+		total += h.Bytes
+		attrs := []any{"what", h.Name, "bytes", h.Bytes, "why", h.Why}
+		if h.Count > 0 {
+			attrs = []any{"what", h.Name, "count", h.Count, "why", h.Why}
+		}
+		d.log.Info("holding for swap safety", attrs...)
+	}
+	d.log.Info("held ahead of need in all", "bytes", total)
+}
