@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/internal/fiotest"
 )
 
 // TestRecordTraceReplaysWithFio records what real clients send to the
@@ -79,8 +80,12 @@ func TestRecordTraceReplaysWithFio(t *testing.T) {
 		"--replay_no_stall=1", "--iodepth=1",
 		"--buffer_compress_percentage=50", "--buffer_compress_chunk=4096",
 		"--output-format=json", "--output="+report)
-	issued := fioIssued(t, report)
-	trims := fioReplaysTrims(t)
+	data, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := fiotest.Issued(t, data)
+	trims := fiotest.ReplaysTrims(t, "fio")
 	replayWant := map[string]int{"read": counts["read"], "write": counts["write"], "sync": counts["sync"], "trim": counts["trim"]}
 	if !trims {
 		replayWant["trim"] = 0
@@ -172,54 +177,4 @@ func readTrace(t *testing.T, path string) (map[string]bool, map[string]int) {
 		counts[f[1]]++
 	}
 	return lines, counts
-}
-
-// fioReplaysTrims reports whether this fio replays an iolog's trims
-// (version 3.34 on).
-func fioReplaysTrims(t *testing.T) bool {
-	t.Helper()
-	out, err := exec.Command("fio", "--version").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var major, minor int
-	if _, err := fmt.Sscanf(string(out), "fio-%d.%d", &major, &minor); err != nil {
-		t.Fatalf("fio --version: %q: %v", out, err)
-	}
-	return major > 3 || major == 3 && minor >= 34
-}
-
-// fioIssued returns the I/Os fio issued by direction (read, write, trim,
-// sync), from its JSON report.
-func fioIssued(t *testing.T, report string) map[string]int {
-	t.Helper()
-	data, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Jobs []struct {
-			Error int
-			Read  struct {
-				TotalIOs int `json:"total_ios"`
-			}
-			Write struct {
-				TotalIOs int `json:"total_ios"`
-			}
-			Trim struct {
-				TotalIOs int `json:"total_ios"`
-			}
-			Sync struct {
-				TotalIOs int `json:"total_ios"`
-			}
-		}
-	}
-	if err := json.Unmarshal(data, &r); err != nil || len(r.Jobs) != 1 {
-		t.Fatalf("fio's JSON report: %v\n%s", err, data)
-	}
-	j := r.Jobs[0]
-	if j.Error != 0 {
-		t.Errorf("fio reports error %d", j.Error)
-	}
-	return map[string]int{"read": j.Read.TotalIOs, "write": j.Write.TotalIOs, "trim": j.Trim.TotalIOs, "sync": j.Sync.TotalIOs}
 }

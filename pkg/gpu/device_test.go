@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/batchtest"
 	sharedcorpus "github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/lz4oracle"
 	"github.com/gzramd/gzramd/pkg/codec"
@@ -128,11 +129,11 @@ func roundTrip(t *testing.T, g *Backend, pages []byte) (gpuStored, cpuStored int
 		want := pages[lo*codec.PageSize : (lo+n)*codec.PageSize]
 		copy(b.Pages, want)
 		b.N = n
-		poison(b)
+		batchtest.Poison(b)
 		if err := g.CompressBatch(ctx, b); err != nil {
 			t.Fatalf("pages %d..%d: %v", lo, lo+n, err)
 		}
-		verifyBatch(t, b, want)
+		batchtest.Verify(t, b, want)
 		for i := range n {
 			if l := int(b.Lens[i]); l > 0 {
 				gpuStored += l
@@ -245,12 +246,12 @@ func TestGPUEdgePages(t *testing.T) {
 func TestGPUDecodesLiblz4(t *testing.T) {
 	lz4oracle.Require(t)
 	g := openGPU(t, testConfig(t))
-	pages := append(testPages(700, 21), edgePages(300)...)
+	pages := append(batchtest.Pages(700, 21), edgePages(300)...)
 	total, per := len(pages)/codec.PageSize, g.MaxBatchPages()
 	for lo := 0; lo < total; lo += per {
 		n := min(per, total-lo)
 		want := pages[lo*codec.PageSize : (lo+n)*codec.PageSize]
-		b := newBatchWith(want)
+		b := batchtest.BatchOf(want)
 		compressed := 0
 		for i := range n {
 			off := i * codec.PageSize
@@ -280,13 +281,13 @@ func TestGPUDecodesLiblz4(t *testing.T) {
 func TestGPUHeapBatches(t *testing.T) {
 	// Batches not made by NewBatch (Go heap) work too.
 	g := openGPU(t, testConfig(t))
-	pages := testPages(100, 9)
-	b := newBatchWith(pages)
-	poison(b)
+	pages := batchtest.Pages(100, 9)
+	b := batchtest.BatchOf(pages)
+	batchtest.Poison(b)
 	if err := g.CompressBatch(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 }
 
 func TestGPUConcurrent(t *testing.T) {
@@ -308,12 +309,12 @@ func TestGPUConcurrent(t *testing.T) {
 				want := pages[lo*codec.PageSize : (lo+512)*codec.PageSize]
 				copy(b.Pages, want)
 				b.N = 512
-				poison(b)
+				batchtest.Poison(b)
 				if err := g.CompressBatch(context.Background(), b); err != nil {
 					errs <- err
 					return
 				}
-				verifyBatch(t, b, want)
+				batchtest.Verify(t, b, want)
 			}
 		}()
 	}
@@ -326,8 +327,8 @@ func TestGPUConcurrent(t *testing.T) {
 
 func TestGPUDecompressRejectsCorrupt(t *testing.T) {
 	g := openGPU(t, testConfig(t))
-	pages := testPages(64, 11)
-	b := newBatchWith(pages)
+	pages := batchtest.Pages(64, 11)
+	b := batchtest.BatchOf(pages)
 	if err := g.CompressBatch(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +345,7 @@ func TestGPUDecompressRejectsCorrupt(t *testing.T) {
 // TestGPUFaultInjection fails each step of the GPU path once, mid-run, and
 // checks that every batch still comes back complete through the fallback.
 func TestGPUFaultInjection(t *testing.T) {
-	pages := testPages(300, 12)
+	pages := batchtest.Pages(300, 12)
 	for _, p := range []FaultPoint{FaultUpload, FaultKernel, FaultDownload, FaultSync} {
 		t.Run(string(p), func(t *testing.T) {
 			plan := NewFaultPlan(map[FaultPoint][]int{p: {2}})
@@ -360,9 +361,9 @@ func TestGPUFaultInjection(t *testing.T) {
 			for range 5 {
 				copy(b.Pages, pages)
 				b.N = 300
-				poison(b)
+				batchtest.Poison(b)
 				r.CompressBatch(b)
-				verifyBatch(t, b, pages)
+				batchtest.Verify(t, b, pages)
 				time.Sleep(3 * time.Millisecond)
 			}
 			if s := r.Stats(); s.Fallbacks != 1 || s.AcceleratorBatches != 4 {
@@ -383,7 +384,7 @@ func TestGPUFaultInjection(t *testing.T) {
 // watchdog: the batch is redone on the CPU, the slot stays out of use until
 // the device finishes, and later batches run on the GPU again.
 func TestGPUHangQuarantine(t *testing.T) {
-	pages := testPages(256, 13)
+	pages := batchtest.Pages(256, 13)
 	c := testConfig(t)
 	c.Faults = NewFaultPlan(map[FaultPoint][]int{FaultHang: {1}})
 	c.HangFor = 400 * time.Millisecond
@@ -393,13 +394,13 @@ func TestGPUHangQuarantine(t *testing.T) {
 	b, _ := g.NewBatch(256)
 	copy(b.Pages, pages)
 	b.N = 256
-	poison(b)
+	batchtest.Poison(b)
 	start := time.Now()
 	r.CompressBatch(b)
 	if d := time.Since(start); d > 300*time.Millisecond {
 		t.Errorf("watchdog fired after %v", d)
 	}
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 	snapshot := append([]byte(nil), b.Out...)
 	// While the hung slot is quarantined the other one serves batches.
 	time.Sleep(2 * time.Millisecond)
@@ -407,7 +408,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 	copy(b2.Pages, pages)
 	b2.N = 256
 	r.CompressBatch(b2)
-	verifyBatch(t, b2, pages)
+	batchtest.Verify(t, b2, pages)
 	// After the hang, both slots work again and the first batch's results
 	// were never overwritten.
 	time.Sleep(600 * time.Millisecond)
@@ -420,7 +421,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 			copy(bb.Pages, pages)
 			bb.N = 256
 			r.CompressBatch(bb)
-			verifyBatch(t, bb, pages)
+			batchtest.Verify(t, bb, pages)
 		}()
 	}
 	wg.Wait()
@@ -453,13 +454,13 @@ func TestGPUOversizeBatch(t *testing.T) {
 	c.MaxBatchPages = 100
 	c.Slots = 3
 	g := openGPU(t, c)
-	pages := append(testPages(300, 14), edgePages(50)...)
-	b := newBatchWith(pages)
-	poison(b)
+	pages := append(batchtest.Pages(300, 14), edgePages(50)...)
+	b := batchtest.BatchOf(pages)
+	batchtest.Poison(b)
 	if err := g.CompressBatch(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 	for i := range b.Pages {
 		b.Pages[i] = 0x5A
 	}
@@ -473,7 +474,7 @@ func TestGPUOversizeBatch(t *testing.T) {
 		}
 	}
 	// CPU LZ4 output, one page per PageSize of Out, decoded in parts too.
-	cb := newBatchWith(pages)
+	cb := batchtest.BatchOf(pages)
 	if err := codec.NewCPUBatch(codec.NewLZ4(), 0).CompressBatch(context.Background(), cb); err != nil {
 		t.Fatal(err)
 	}

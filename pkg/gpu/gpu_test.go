@@ -1,99 +1,13 @@
 package gpu
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"testing"
-
-	"github.com/gzramd/gzramd/internal/lz4oracle"
-	"github.com/gzramd/gzramd/pkg/codec"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// testPages returns n pages mixing text-like, zero, patterned and random
-// content.
-func testPages(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	words := []string{"page ", "swap ", "kernel ", "memory ", "gzramd ", "compress ", "0x7f3a ", "{\"id\": ", "null, "}
-	out := make([]byte, 0, n*codec.PageSize)
-	for i := range n {
-		p := make([]byte, codec.PageSize)
-		switch i % 5 {
-		case 0:
-			for j := 0; j < len(p); {
-				j += copy(p[j:], words[r.IntN(len(words))])
-			}
-		case 1: // zeros
-		case 2:
-			for j := range p {
-				p[j] = byte(j % 48)
-			}
-		case 3:
-			for j := range p {
-				p[j] = byte(r.Uint32())
-			}
-		case 4:
-			p[r.IntN(len(p))] = byte(1 + r.IntN(255))
-		}
-		out = append(out, p...)
-	}
-	return out
-}
-
-// verifyBatch checks that every page of b decodes (or is raw) to want,
-// with the CPU codec's decoder and, when the oracle is built in, with
-// liblz4.
-func verifyBatch(t *testing.T, b *codec.Batch, want []byte) {
-	t.Helper()
-	dec := codec.NewLZ4()
-	page := make([]byte, codec.PageSize)
-	for i := range b.N {
-		orig := want[i*codec.PageSize : (i+1)*codec.PageSize]
-		c := b.Compressed(i)
-		if c == nil {
-			if !bytes.Equal(b.Page(i), orig) {
-				t.Fatalf("page %d: raw page differs from the original", i)
-			}
-			continue
-		}
-		if len(c) >= codec.PageSize {
-			t.Fatalf("page %d: compressed length %d not below a page", i, len(c))
-		}
-		if err := dec.Decompress(page, c); err != nil {
-			t.Fatalf("page %d: %v", i, err)
-		}
-		if !bytes.Equal(page, orig) {
-			t.Fatalf("page %d: round trip differs", i)
-		}
-		if lz4oracle.Available {
-			clear(page)
-			if err := lz4oracle.Decompress(page, c); err != nil || !bytes.Equal(page, orig) {
-				t.Fatalf("page %d: does not decode with liblz4 (err %v)", i, err)
-			}
-		}
-	}
-}
-
-func poison(b *codec.Batch) {
-	for i := range b.Out {
-		b.Out[i] = 0xA5
-	}
-	for i := range b.Lens {
-		b.Lens[i], b.Offsets[i] = 0xEEEEEEEE, 0xEEEEEEEE
-	}
-}
-
-func newBatchWith(pages []byte) *codec.Batch {
-	n := len(pages) / codec.PageSize
-	b := codec.NewBatch(n)
-	copy(b.Pages, pages)
-	b.N = n
-	return b
-}
 
 func TestOpenReportsUnavailable(t *testing.T) {
 	g, err := Open(Config{Device: 1 << 20, Logger: quiet})

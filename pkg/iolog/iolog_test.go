@@ -3,7 +3,6 @@ package iolog
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/fiotest"
 	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
@@ -393,7 +393,7 @@ func TestFioReplaysTrace(t *testing.T) {
 	}
 	args := []string{"--name=replay", "--ioengine=psync", "--read_iolog=" + path, "--replay_redirect=" + target,
 		"--replay_no_stall=1", "--output-format=json"}
-	trims := fioReplaysTrims(t, fio)
+	trims := fiotest.ReplaysTrims(t, fio)
 	if trims {
 		args = append(args, "--replay_skip=trim")
 	}
@@ -403,7 +403,7 @@ func TestFioReplaysTrace(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("fio %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
 	}
-	got := fioIssued(t, stdout.Bytes())
+	got := fiotest.Issued(t, stdout.Bytes())
 	if got["read"] != want["read"] || got["write"] != want["write"] || got["sync"] != want["sync"] || got["trim"] != 0 {
 		t.Errorf("fio replayed %v of a trace holding %v", got, want)
 	}
@@ -416,52 +416,6 @@ func TestFioReplaysTrace(t *testing.T) {
 	if strings.TrimSpace(errs) != "" {
 		t.Errorf("fio complained:\n%s", stderr.String())
 	}
-}
-
-// fioReplaysTrims reports whether this fio replays an iolog's trims
-// (version 3.34 on).
-func fioReplaysTrims(t *testing.T, fio string) bool {
-	t.Helper()
-	out, err := exec.Command(fio, "--version").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var major, minor int
-	if _, err := fmt.Sscanf(string(out), "fio-%d.%d", &major, &minor); err != nil {
-		t.Fatalf("fio --version: %q: %v", out, err)
-	}
-	return major > 3 || major == 3 && minor >= 34
-}
-
-// fioIssued returns the I/Os fio issued, by direction, from its JSON
-// report: reads, writes, trims, syncs.
-func fioIssued(t *testing.T, report []byte) map[string]int {
-	t.Helper()
-	var r struct {
-		Jobs []struct {
-			Error int
-			Read  struct {
-				TotalIOs int `json:"total_ios"`
-			}
-			Write struct {
-				TotalIOs int `json:"total_ios"`
-			}
-			Trim struct {
-				TotalIOs int `json:"total_ios"`
-			}
-			Sync struct {
-				TotalIOs int `json:"total_ios"`
-			}
-		}
-	}
-	if err := json.Unmarshal(report, &r); err != nil || len(r.Jobs) != 1 {
-		t.Fatalf("fio's JSON report: %v\n%s", err, report)
-	}
-	j := r.Jobs[0]
-	if j.Error != 0 {
-		t.Errorf("fio reports error %d", j.Error)
-	}
-	return map[string]int{"read": j.Read.TotalIOs, "write": j.Write.TotalIOs, "trim": j.Trim.TotalIOs, "sync": j.Sync.TotalIOs}
 }
 
 // BenchmarkRecordRequest measures what recording costs a request: into

@@ -1,35 +1,12 @@
 package metrics
 
 import (
-	"bytes"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 )
 
 func TestKernelCollector(t *testing.T) {
 	var st KernelState
-	reg, err := NewRegistry(NewKernel(func() KernelState { return st }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(Handler(reg, nil))
-	defer srv.Close()
-	get := func() (Families, []byte) {
-		t.Helper()
-		resp, err := http.Get(srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		f, err := Parse(bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f, body
-	}
+	get := scraper(t, NewKernel(func() KernelState { return st }))
 
 	// A plain export: no swap, no kernel device of its own.
 	f, body := get()

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gzramd/gzramd/internal/fakeaccel"
@@ -33,7 +34,7 @@ type stack struct {
 	dev     *device.Device
 	nbd     *NBD
 	batches *Batches
-	srv     *httptest.Server
+	get     func() (Families, []byte)
 }
 
 func newStack(t *testing.T, size int64) *stack {
@@ -51,33 +52,15 @@ func newStack(t *testing.T, size int64) *stack {
 	}
 	s.dev = s.pipe.Device
 	t.Cleanup(func() { s.pipe.Close() })
-	reg, err := NewRegistry(s.nbd, s.batches, NewDevice(Info{
+	s.get = scraper(t, s.nbd, s.batches, NewDevice(Info{
 		Version: "test", Export: "gzram0", Algorithm: "lz4", Backend: "gpu", DiskSize: size,
 	}, s.dev.Stats, s.pipe.Router.Stats))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.srv = httptest.NewServer(Handler(reg, nil))
-	t.Cleanup(s.srv.Close)
 	return s
 }
 
 func (s *stack) scrape(t *testing.T) (Families, []byte) {
 	t.Helper()
-	resp, err := http.Get(s.srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := Parse(bytes.NewReader(body))
-	if err != nil {
-		t.Fatalf("%v\n%s", err, body)
-	}
-	return f, body
+	return s.get()
 }
 
 // testPages returns n pages: zero-filled, same-filled, text-like and random,
@@ -315,6 +298,35 @@ func BenchmarkRequestDone(b *testing.B) {
 
 // promtoolCheck runs `promtool check metrics` (Debian package prometheus)
 // on a scrape.
+// scraper serves the collectors' metrics and returns a function that
+// scrapes and parses them.
+func scraper(t *testing.T, collectors ...prometheus.Collector) func() (Families, []byte) {
+	t.Helper()
+	reg, err := NewRegistry(collectors...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(Handler(reg, nil))
+	t.Cleanup(srv.Close)
+	return func() (Families, []byte) {
+		t.Helper()
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := Parse(bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, body)
+		}
+		return f, body
+	}
+}
+
 func promtoolCheck(t *testing.T, body []byte) {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
@@ -335,25 +347,7 @@ func TestGPUCollector(t *testing.T) {
 	var teleErr error
 	g := NewGPU(0, func() GPUCounters { return GPUCounters{Batches: 10, Small: 3, Fallbacks: 2, Timeouts: 1, Skipped: 1} },
 		func() (GPUTelemetry, error) { return tele, teleErr }, nil)
-	reg, err := NewRegistry(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(Handler(reg, nil))
-	defer srv.Close()
-	get := func() (Families, []byte) {
-		resp, err := http.Get(srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		f, err := Parse(bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f, body
-	}
+	get := scraper(t, g)
 	f, body := get()
 	want(t, f, "gzramd_gpu_batches_total", 10, "gpu", "0")
 	want(t, f, "gzramd_gpu_fallbacks_total", 2, "gpu", "0")
@@ -380,22 +374,7 @@ func (c *traceCounts) Dropped() uint64 { return c.dropped }
 
 func TestTraceCollector(t *testing.T) {
 	c := &traceCounts{written: 12345, dropped: 6}
-	reg, err := NewRegistry(NewTrace(c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(Handler(reg, nil))
-	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	f, err := Parse(bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, body := scraper(t, NewTrace(c))()
 	want(t, f, "gzramd_trace_records_total", 12345)
 	want(t, f, "gzramd_trace_dropped_records_total", 6)
 	promtoolCheck(t, body)

@@ -4,90 +4,17 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/batchtest"
 	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// testPages returns n pages mixing text-like, zero, patterned and random
-// content.
-func testPages(n int, seed uint64) []byte {
-	r := rand.New(rand.NewPCG(seed, 1))
-	words := []string{"page ", "swap ", "kernel ", "memory ", "gzramd ", "compress ", "0x7f3a ", "{\"id\": ", "null, "}
-	out := make([]byte, 0, n*codec.PageSize)
-	for i := range n {
-		p := make([]byte, codec.PageSize)
-		switch i % 5 {
-		case 0:
-			for j := 0; j < len(p); {
-				j += copy(p[j:], words[r.IntN(len(words))])
-			}
-		case 1: // zeros
-		case 2:
-			for j := range p {
-				p[j] = byte(j % 48)
-			}
-		case 3:
-			for j := range p {
-				p[j] = byte(r.Uint32())
-			}
-		case 4:
-			p[r.IntN(len(p))] = byte(1 + r.IntN(255))
-		}
-		out = append(out, p...)
-	}
-	return out
-}
-
-// verifyBatch checks that every page of b decodes (or is raw) to want.
-func verifyBatch(t *testing.T, b *codec.Batch, want []byte) {
-	t.Helper()
-	dec := codec.NewLZ4()
-	page := make([]byte, codec.PageSize)
-	for i := range b.N {
-		orig := want[i*codec.PageSize : (i+1)*codec.PageSize]
-		c := b.Compressed(i)
-		if c == nil {
-			if !bytes.Equal(b.Page(i), orig) {
-				t.Fatalf("page %d: raw page differs from the original", i)
-			}
-			continue
-		}
-		if len(c) >= codec.PageSize {
-			t.Fatalf("page %d: compressed length %d not below a page", i, len(c))
-		}
-		if err := dec.Decompress(page, c); err != nil {
-			t.Fatalf("page %d: %v", i, err)
-		}
-		if !bytes.Equal(page, orig) {
-			t.Fatalf("page %d: round trip differs", i)
-		}
-	}
-}
-
-func poison(b *codec.Batch) {
-	for i := range b.Out {
-		b.Out[i] = 0xA5
-	}
-	for i := range b.Lens {
-		b.Lens[i], b.Offsets[i] = 0xEEEEEEEE, 0xEEEEEEEE
-	}
-}
-
-func newBatchWith(pages []byte) *codec.Batch {
-	n := len(pages) / codec.PageSize
-	b := codec.NewBatch(n)
-	copy(b.Pages, pages)
-	b.N = n
-	return b
-}
 
 func newRouter(t *testing.T, a *fakeaccel.Accelerator, cfg Config) *Router {
 	t.Helper()
@@ -109,14 +36,14 @@ func newRouter(t *testing.T, a *fakeaccel.Accelerator, cfg Config) *Router {
 func TestUsesTheAccelerator(t *testing.T) {
 	a := fakeaccel.New()
 	r := newRouter(t, a, Config{MinAcceleratorPages: 8})
-	pages := testPages(40, 1)
-	b := newBatchWith(pages)
-	poison(b)
+	pages := batchtest.Pages(40, 1)
+	b := batchtest.BatchOf(pages)
+	batchtest.Poison(b)
 	if !r.Stage(40) {
 		t.Fatal("a healthy accelerator is not used for staged writes")
 	}
 	r.CompressBatch(b)
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 	if s := r.Stats(); s.AcceleratorBatches != 1 || s.AcceleratorPages != 40 || s.CPUBatches != 0 || s.Fallbacks != 0 {
 		t.Errorf("stats %+v, want one accelerated batch of 40 pages", s)
 	}
@@ -130,13 +57,13 @@ func TestWithoutAcceleratorEverythingIsCPU(t *testing.T) {
 	if r.Stage(1) || r.AcceleratorName() != "" {
 		t.Fatal("a router without an accelerator claims one")
 	}
-	pages := testPages(40, 2)
-	b := newBatchWith(pages)
+	pages := batchtest.Pages(40, 2)
+	b := batchtest.BatchOf(pages)
 	r.CompressBatch(b)
-	verifyBatch(t, b, pages)
-	b2 := newBatchWith(pages[:8*codec.PageSize])
+	batchtest.Verify(t, b, pages)
+	b2 := batchtest.BatchOf(pages[:8*codec.PageSize])
 	r.CompressInline(b2)
-	verifyBatch(t, b2, pages)
+	batchtest.Verify(t, b2, pages)
 	if s := r.Stats(); s.CPUPages != 48 || s.InlinePages != 8 || s.AcceleratorPages != 0 {
 		t.Errorf("stats %+v", s)
 	}
@@ -145,13 +72,13 @@ func TestWithoutAcceleratorEverythingIsCPU(t *testing.T) {
 func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 	a := fakeaccel.New()
 	r := newRouter(t, a, Config{MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second, MinAcceleratorPages: 1})
-	pages := testPages(30, 2)
+	pages := batchtest.Pages(30, 2)
 
 	a.Failing.Store(true)
-	b := newBatchWith(pages)
-	poison(b)
+	b := batchtest.BatchOf(pages)
+	batchtest.Poison(b)
 	r.CompressBatch(b)
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 	if s := r.Stats(); s.Fallbacks != 1 || s.CPUBatches != 1 || s.AcceleratorBatches != 0 {
 		t.Fatalf("after a failure: stats %+v", s)
 	}
@@ -161,18 +88,18 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 		t.Fatal("writes still staged for an accelerator that just failed")
 	}
 	calls := a.Calls.Load()
-	b2 := newBatchWith(pages)
+	b2 := batchtest.BatchOf(pages)
 	r.CompressBatch(b2)
-	verifyBatch(t, b2, pages)
+	batchtest.Verify(t, b2, pages)
 	if a.Calls.Load() != calls || r.Stats().Skipped != 1 {
 		t.Fatalf("accelerator tried during backoff: calls %d→%d, stats %+v", calls, a.Calls.Load(), r.Stats())
 	}
 	// A second failure doubles the backoff; after it the accelerator is
 	// retried and, once healthy, used again.
 	time.Sleep(25 * time.Millisecond)
-	b3 := newBatchWith(pages)
+	b3 := batchtest.BatchOf(pages)
 	r.CompressBatch(b3)
-	verifyBatch(t, b3, pages)
+	batchtest.Verify(t, b3, pages)
 	if s := r.Stats(); s.Fallbacks != 2 {
 		t.Fatalf("stats %+v, want 2 fallbacks", s)
 	}
@@ -181,9 +108,9 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 	if !r.Stage(30) {
 		t.Fatal("the backoff did not end")
 	}
-	b4 := newBatchWith(pages)
+	b4 := batchtest.BatchOf(pages)
 	r.CompressBatch(b4)
-	verifyBatch(t, b4, pages)
+	batchtest.Verify(t, b4, pages)
 	if s := r.Stats(); s.AcceleratorBatches != 1 {
 		t.Fatalf("accelerator not retried after backoff: stats %+v", s)
 	}
@@ -192,16 +119,16 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 func TestWatchdogQuarantinesLateWrites(t *testing.T) {
 	a := fakeaccel.New()
 	r := newRouter(t, a, Config{Watchdog: 20 * time.Millisecond, MinBackoff: time.Millisecond, MinAcceleratorPages: 1})
-	pages := testPages(25, 3)
+	pages := batchtest.Pages(25, 3)
 	a.HangFor.Store(int64(200 * time.Millisecond))
-	b := newBatchWith(pages)
-	poison(b)
+	b := batchtest.BatchOf(pages)
+	batchtest.Poison(b)
 	start := time.Now()
 	r.CompressBatch(b)
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("watchdog did not fire: call took %v", d)
 	}
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 	snapshot := append([]byte(nil), b.Out...)
 	lens := append([]uint32(nil), b.Lens...)
 	// The hung accelerator now finishes and writes its (shadow) outputs.
@@ -214,16 +141,16 @@ func TestWatchdogQuarantinesLateWrites(t *testing.T) {
 	// Later batches work with the recycled shadows.
 	time.Sleep(2 * time.Millisecond) // past the backoff
 	for range 6 {
-		b2 := newBatchWith(pages)
-		poison(b2)
+		b2 := batchtest.BatchOf(pages)
+		batchtest.Poison(b2)
 		r.CompressBatch(b2)
-		verifyBatch(t, b2, pages)
+		batchtest.Verify(t, b2, pages)
 	}
 	time.Sleep(10 * time.Millisecond)
 	if !bytes.Equal(snapshot, b.Out) || !slices.Equal(lens, b.Lens) {
 		t.Fatal("a late write of the timed-out accelerator reached the caller's batch")
 	}
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 	if s := r.Stats(); s.Timeouts != 1 || s.Fallbacks != 1 || s.AcceleratorBatches != 6 {
 		t.Errorf("stats %+v, want one timeout and 6 accelerated batches", s)
 	}
@@ -232,10 +159,10 @@ func TestWatchdogQuarantinesLateWrites(t *testing.T) {
 func TestSmallBatchesGoToCPU(t *testing.T) {
 	a := fakeaccel.New()
 	r := newRouter(t, a, Config{MinAcceleratorPages: 8})
-	pages := testPages(7, 4)
-	b := newBatchWith(pages)
+	pages := batchtest.Pages(7, 4)
+	b := batchtest.BatchOf(pages)
 	r.CompressBatch(b)
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 	if s := r.Stats(); s.Small != 1 || a.Calls.Load() != 0 {
 		t.Errorf("stats %+v, accelerator calls %d", s, a.Calls.Load())
 	}
@@ -247,29 +174,29 @@ func TestSmallBatchesGoToCPU(t *testing.T) {
 func TestNoShadowGoesToCPU(t *testing.T) {
 	a := fakeaccel.New()
 	r := newRouter(t, a, Config{Shadows: 1, Outputs: 1, BatchPages: 64, Watchdog: 10 * time.Millisecond, MinBackoff: time.Nanosecond, MinAcceleratorPages: 1})
-	pages := testPages(10, 6)
+	pages := batchtest.Pages(10, 6)
 	a.HangFor.Store(int64(100 * time.Millisecond))
-	b := newBatchWith(pages)
+	b := batchtest.BatchOf(pages)
 	r.CompressBatch(b) // times out; the one shadow stays with the hung call
-	verifyBatch(t, b, pages)
+	batchtest.Verify(t, b, pages)
 	time.Sleep(time.Millisecond)
-	b2 := newBatchWith(pages)
+	b2 := batchtest.BatchOf(pages)
 	r.CompressBatch(b2)
-	verifyBatch(t, b2, pages)
+	batchtest.Verify(t, b2, pages)
 	if s := r.Stats(); s.NoShadow != 1 {
 		t.Fatalf("stats %+v, want one batch without a shadow", s)
 	}
 	a.HangFor.Store(0)
 	// Too large for the shadows: to the CPU.
-	big := testPages(65, 7)
-	b3 := newBatchWith(big)
+	big := batchtest.Pages(65, 7)
+	b3 := batchtest.BatchOf(big)
 	for deadline := time.Now().Add(5 * time.Second); a.Returned.Load() < 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the released accelerator did not return")
 		}
 	}
 	r.CompressBatch(b3)
-	verifyBatch(t, b3, big)
+	batchtest.Verify(t, b3, big)
 	if s := r.Stats(); s.NoShadow != 2 {
 		t.Fatalf("stats %+v, want a second batch without a shadow (too large)", s)
 	}
@@ -290,15 +217,15 @@ func TestConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pages := testPages(20, uint64(w+10))
+			pages := batchtest.Pages(20, uint64(w+10))
 			b := codec.NewBatch(20)
 			for i := range rounds {
 				copy(b.Pages, pages)
 				b.N = 20
-				poison(b)
+				batchtest.Poison(b)
 				a.Failing.Store(i%3 == 0)
 				r.CompressBatch(b)
-				verifyBatch(t, b, pages)
+				batchtest.Verify(t, b, pages)
 			}
 		}()
 	}
