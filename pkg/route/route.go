@@ -48,9 +48,10 @@ type Observer interface {
 
 // DefaultMinAcceleratorPages is the smallest staged batch sent to the
 // accelerator by default. Staged batches wait for nobody, so what decides
-// is CPU time: a GPU batch costs the CPU about as much as compressing a
-// few pages (driver calls and two wake-ups), a page on the CPU a few
-// microseconds.
+// is CPU time: what a GPU batch costs the CPU (driver calls, wake-ups)
+// against a few microseconds a page on the CPU. 16 is a first estimate:
+// pkg/gpu's TestBenchReport measures both, batch size by batch size, and
+// its next run on a GPU is to set this.
 const DefaultMinAcceleratorPages = 16
 
 // Config sets a Router up. Zero durations take the defaults.
