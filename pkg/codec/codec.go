@@ -109,8 +109,8 @@ type BatchCompressor interface {
 }
 
 // BatchAllocator is implemented by backends that need batches in special
-// memory (the GPU's pinned host buffers). The batcher asks for its batches
-// here when its primary backend offers it.
+// memory (the GPU's pinned host buffers); `gzramd bench` measures a
+// backend with batches from here when it offers them.
 type BatchAllocator interface {
 	NewBatch(cap int) (*Batch, error)
 }

@@ -220,14 +220,6 @@ func (r *Router) HeldBytes() int64 {
 	return int64(r.cfg.Shadows+r.cfg.Outputs) * int64(r.cfg.BatchPages) * (codec.PageSize + 8)
 }
 
-// AcceleratorName is the accelerator's backend name, or "" without one.
-func (r *Router) AcceleratorName() string {
-	if r.accel == nil {
-		return ""
-	}
-	return r.accel.Name()
-}
-
 // Stage reports whether a write of pages whole pages is to be staged for
 // the accelerator: there is one, it is not backing off after a failure,
 // and the write alone, or the writes of the last window together, fill a
