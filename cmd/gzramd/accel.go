@@ -86,7 +86,8 @@ func (a *accelerator) collectors(index int, router *route.Router, log *slog.Logg
 	}
 	return []prometheus.Collector{metrics.NewGPU(index, func() metrics.GPUCounters {
 		s := router.Stats()
-		return metrics.GPUCounters{Batches: s.AcceleratorBatches, Fallbacks: s.Fallbacks, Timeouts: s.Timeouts, Skipped: s.Skipped, Small: s.Small}
+		return metrics.GPUCounters{Batches: s.AcceleratorBatches, Fallbacks: s.Fallbacks, Timeouts: s.Timeouts,
+			Skipped: s.Skipped + s.NoShadow, Small: s.Small}
 	}, telemetry, log)}
 }
 

@@ -41,8 +41,10 @@ func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) {
 		case <-t.C:
 		}
 		st := d.cfg.Store.Stats()
-		waste := st.MemUsed - st.ComprDataSize
-		if waste < p.MinWaste || float64(st.MemUsed) < p.MaxOverhead*float64(st.ComprDataSize) {
+		// Staged pages' reservations are not slab memory: compaction
+		// cannot give them back.
+		held := st.MemUsed - st.Reserved
+		if waste := held - st.ComprDataSize; waste < p.MinWaste || float64(held) < p.MaxOverhead*float64(st.ComprDataSize) {
 			continue
 		}
 		start := time.Now()

@@ -17,7 +17,7 @@ type GPUCounters struct {
 	Batches   uint64 // batches the GPU compressed
 	Fallbacks uint64 // batches the GPU failed or overran, redone on the CPU
 	Timeouts  uint64 // of Fallbacks: watchdog deadlines
-	Skipped   uint64 // batches sent to the CPU while the GPU backed off
+	Skipped   uint64 // batches sent to the CPU while the GPU backed off, or held every shadow output
 	Small     uint64 // batches too small for the GPU, sent to the CPU
 }
 
@@ -56,7 +56,7 @@ func NewGPU(index int, counters func() GPUCounters, telemetry func() (GPUTelemet
 		small:     prometheus.NewDesc("gzramd_gpu_small_batches_total", "Staged batches too small to be worth the GPU (--gpu-min-pages), compressed on the CPU.", l, nil),
 		fallbacks: prometheus.NewDesc("gzramd_gpu_fallbacks_total", "Batches the GPU failed or did not finish in time, compressed again on the CPU.", l, nil),
 		timeouts:  prometheus.NewDesc("gzramd_gpu_timeouts_total", "GPU fallbacks caused by the per-batch watchdog deadline.", l, nil),
-		skipped:   prometheus.NewDesc("gzramd_gpu_skipped_batches_total", "Batches sent to the CPU while the GPU backed off after failures.", l, nil),
+		skipped:   prometheus.NewDesc("gzramd_gpu_skipped_batches_total", "Batches sent to the CPU while the GPU backed off after failures, or held every shadow output (hung past the watchdog).", l, nil),
 		memUsed:   prometheus.NewDesc("gzramd_gpu_memory_used_bytes", "GPU memory in use, all processes (NVML).", tl, nil),
 		memTotal:  prometheus.NewDesc("gzramd_gpu_memory_total_bytes", "GPU memory (NVML).", tl, nil),
 		util:      prometheus.NewDesc("gzramd_gpu_utilization_ratio", "Fraction of the last sample period a kernel ran on the GPU (NVML).", tl, nil),
