@@ -4,6 +4,7 @@ package pagestore
 
 import (
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -358,31 +359,20 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		return 0, ErrClosed
 	}
 	id := s.nslabs.Load()
-	if id >= maxChunks*chunkSize {
-		return 0, fmt.Errorf("pagestore: all %d slab records in use: %w", maxChunks*chunkSize, syscall.ENOSPC)
+	if id >= maxSlabs {
+		return 0, fmt.Errorf("pagestore: all %d slab records in use: %w", maxSlabs, syscall.ENOSPC)
 	}
 	arena, page, err := s.carve(int(s.geo[ci].pages))
 	if err != nil {
 		return 0, err
 	}
-	chunk := s.ensureChunk(id >> chunkBits)
-	chunk[id&chunkMask] = slabRec{arena: arena, page: page, class: uint16(ci), state: slabActive}
+	r := s.rec(id)
+	*r = slabRec{arena: arena, page: page, class: uint16(ci), state: slabActive}
+	// Sealed last: Recover takes a slab whose seal it finds as written
+	// whole.
+	atomic.StoreUint32(&r.sealed, recordSeal)
 	s.nslabs.Store(id + 1)
 	return id, nil
-}
-
-// ensureChunk returns slab record chunk i, creating it if need be. The
-// prefaulter creates chunks ahead of newSlab, without s.mu.
-func (s *Store) ensureChunk(i uint32) *slabChunk {
-	if c := s.chunks[i].Load(); c != nil {
-		return c
-	}
-	c := new(slabChunk)
-	if s.chunks[i].CompareAndSwap(nil, c) {
-		s.nchunks.Add(1)
-		return c
-	}
-	return s.chunks[i].Load()
 }
 
 // carve takes pages contiguous pages from the last arena, mapping a new
@@ -394,12 +384,12 @@ func (s *Store) carve(pages int) (arena, page uint32, err error) {
 	}
 	if len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize {
 		mem := s.spare
-		if mem != nil {
+		if mem != nil && s.spareArena == len(arenas) {
 			s.spare = nil
 			s.faultedTo, s.spareFaulted = s.spareFaulted, 0
 		} else {
 			var err error
-			if mem, err = mapArena(s.arenaSize); err != nil {
+			if mem, err = s.mapArena(len(arenas)); err != nil {
 				return 0, 0, err
 			}
 			s.faultedTo = 0
@@ -440,7 +430,7 @@ func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted b
 		s.relMu.Unlock()
 	}
 	if !queued {
-		if err := releasePages(mem[:held*pageSize]); err != nil {
+		if err := s.releasePages(r, mem[:held*pageSize]); err != nil {
 			s.releaseErrors.Add(1)
 		}
 	}

@@ -142,13 +142,12 @@ func (s *Store) compactTail(c *class, ci int, id uint32, relocate func(owner uin
 	c.mu.Lock()
 	above := s.trim(r, g)
 	c.mu.Unlock()
-	// Without the class lock: under mlockall giving pages back takes the
-	// mmap lock for writing, which may wait on a fault in reclaim, and a
-	// writer of this class must not wait behind it. The slab is still
-	// evacuating, on no list, so nothing grows into these pages
-	// meanwhile; Free of its objects still works.
+	// Without the class lock, so that writers of this class do not wait
+	// on the system call. The slab is still evacuating, on no list, so
+	// nothing grows into these pages meanwhile; Free of its objects still
+	// works.
 	if len(above) > 0 {
-		if err := releasePages(above); err != nil {
+		if err := s.releasePages(r, above); err != nil {
 			s.releaseErrors.Add(1)
 		}
 	}

@@ -1,7 +1,11 @@
 // Package pagestore keeps variable-sized compressed objects (up to one page)
-// in slabs carved from large mmap'd arenas outside the Go heap, so millions
-// of stored pages cost the garbage collector nothing. Objects are named by
+// in slabs carved from large arenas outside the Go heap, so millions of
+// stored pages cost the garbage collector nothing. Objects are named by
 // integer handles that pack slab and slot.
+//
+// The arenas and the slab records live in two memfds (Files), mapped
+// shared: a process given them takes the store over with Recover, after
+// the one that wrote them died.
 //
 // # Layout
 //
@@ -11,16 +15,16 @@
 // with a 5-byte tag per slot (the owner that Compact reports, and how far
 // the object falls short of the class size, so that Free knows its size);
 // a free slot's tag holds the next free slot instead, so the free list
-// costs nothing. Each slab has a 28-byte record on the Go heap, in chunks
-// of pointer-free records. Metadata per object is thus the 5-byte tag plus
+// costs nothing. Each slab has a 32-byte record in the slab file.
+// Metadata per object is thus the 5-byte tag plus
 // a share of a slab record: 6 to 7 bytes for compressed pages.
 //
 // # Accounting
 //
 // Memory is counted as the kernel holds it: a slab's pages count from the
-// first object that reaches into them (untouched mmap'd pages cost
-// nothing), and an empty slab's pages go back with madvise(MADV_DONTNEED),
-// so MemUsed is what zram calls mem_used_total and matches the resident
+// first object that reaches into them (untouched pages cost nothing), and
+// an empty slab's pages go back by punching a hole in the arena file, so
+// MemUsed is what zram calls mem_used_total and matches the resident
 // pages of the arenas. Arenas refuse transparent huge pages so that one
 // touched object does not fault in 2 MiB. The only memory held beyond the
 // objects' pages is one emptied slab of at most two pages per class, kept

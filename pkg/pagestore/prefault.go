@@ -43,7 +43,7 @@ func (s *Store) releaseQueued() {
 		}
 		c, g := &s.classes[p.class], &s.geo[p.class]
 		r := s.rec(p.id)
-		if err := releasePages(s.slabMem(r, g)[:int(p.pages)*pageSize]); err != nil {
+		if err := s.releasePages(r, s.slabMem(r, g)[:int(p.pages)*pageSize]); err != nil {
 			s.releaseErrors.Add(1)
 		}
 		c.mu.Lock()
@@ -91,10 +91,11 @@ func (s *Store) warmReleased() {
 // while it is being touched, and the add changes no byte a slab wrote.
 func (s *Store) prefaultAhead() {
 	const step = 64 // pages touched between looks at the carve point
-	// The slab records for the next slabs too: a new chunk is fresh heap
-	// memory, and newSlab runs on a writer's path.
-	if next := (s.nslabs.Load() + chunkSize/2) >> chunkBits; next < maxChunks {
-		s.ensureChunk(next)
+	// The slab records for the next slabs too: newSlab writes them on a
+	// writer's path.
+	if next := int(s.nslabs.Load()); next < maxSlabs {
+		recs := unsafe.Slice((*byte)(unsafe.Pointer(&s.recs[next])), min(256, maxSlabs-next)*int(slabRecSize))
+		touchPages(recs)
 	}
 	for {
 		s.mu.Lock()
@@ -126,18 +127,19 @@ func (s *Store) prefaultAhead() {
 			// The last arena is faulted to its end: get the spare ready,
 			// mapping it without the lock (carve must not wait on mmap).
 			if s.spare == nil {
+				k := len(arenas)
 				s.mu.Unlock()
-				spare, err := mapArena(s.arenaSize)
+				spare, err := s.mapArena(k)
 				if err != nil {
 					return
 				}
 				s.mu.Lock()
-				if s.spare != nil || s.closed.Load() {
+				if s.spare != nil || s.closed.Load() || len(*s.arenas.Load()) != k {
 					s.mu.Unlock()
 					_ = unix.Munmap(spare)
 					continue
 				}
-				s.spare = spare
+				s.spare, s.spareArena = spare, k
 				s.spareFaulted = 0
 			}
 			if s.spareFaulted >= min(want, len(s.spare)/pageSize) {

@@ -104,18 +104,20 @@ func TestMemUsedIsResident(t *testing.T) {
 // TestReleaseLocked gives back pages locked the way mlockall locks the
 // daemon's memory.
 func TestReleaseLocked(t *testing.T) {
-	mem, err := mapArena(1 << 20)
+	s := newStore(t, Config{ArenaSize: 1 << 20})
+	h, _, err := s.Alloc(MaxObjectSize, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(mem)
+	r := s.rec(uint32(h >> slotBits))
+	mem := (*s.arenas.Load())[r.arena]
 	if err := unix.Mlock(mem[:64<<10]); err != nil {
 		t.Skipf("cannot mlock 64 KiB here: %v", err)
 	}
 	for i := range 64 << 10 {
 		mem[i] = 0xA5
 	}
-	if err := releasePages(mem[:64<<10]); err != nil {
+	if err := s.releasePages(r, mem[:64<<10]); err != nil {
 		t.Fatalf("releasing locked pages: %v", err)
 	}
 	vec := make([]byte, 16)

@@ -25,6 +25,11 @@ const (
 // slabRec describes one slab. arena, page and class never change once the
 // slab exists (an empty slab is reused only by its own class), so Bytes
 // reads them without a lock; the rest is guarded by the class's mutex.
+//
+// The records live in the store's slab file (Files.Slabs), off the Go
+// heap, so that another process can adopt the store: Recover trusts
+// only arena, page and class, written once with sealed last, and
+// rebuilds the rest from the objects its caller still references.
 type slabRec struct {
 	arena    uint32
 	page     uint32 // first page of the slab within its arena
@@ -39,22 +44,18 @@ type slabRec struct {
 	// warm marks an empty slab whose pages were given back and then
 	// faulted in again by the prefaulter, ready for reuse.
 	warm bool
+	// sealed is recordSeal once arena, page and class are written.
+	sealed uint32
 }
 
-// Slab records live in chunks so that the table grows without moving
-// records that other goroutines are reading.
 const (
-	chunkBits = 9
-	chunkSize = 1 << chunkBits
-	chunkMask = chunkSize - 1
-	maxChunks = 1 << 15 // 16M slabs: at least 64 GiB of slabs
-
+	// maxSlabs bounds the slab file: 16M slabs, at least 64 GiB of slabs.
+	maxSlabs    = 1 << 24
 	slabRecSize = int64(unsafe.Sizeof(slabRec{}))
+	recordSeal  = 0x51ab5ea1
 )
 
-type slabChunk [chunkSize]slabRec
-
-func (s *Store) rec(id uint32) *slabRec { return &s.chunks[id>>chunkBits].Load()[id&chunkMask] }
+func (s *Store) rec(id uint32) *slabRec { return &s.recs[id] }
 
 // Slot tags at the head of a slab, tagSize bytes each: owner, then delta.
 

@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gzramd/gzramd/internal/osthread"
 )
 
@@ -25,15 +23,23 @@ var (
 	ErrClosed = errors.New("pagestore: store is closed")
 )
 
+// DefaultArenaSize is the size of each arena when Config.ArenaSize is 0.
+const DefaultArenaSize = 64 << 20
+
 // Config sets up a Store.
 type Config struct {
 	// MemLimit is the number of bytes of slab memory the store may hold;
 	// 0 means unlimited.
 	MemLimit int64
-	// ArenaSize is the number of bytes mmap'd at a time, from which slabs
+	// ArenaSize is the number of bytes mapped at a time, from which slabs
 	// are carved; 0 means DefaultArenaSize. It is rounded up to whole pages
-	// and to the largest slab (about 1 MiB).
+	// and to the largest slab (about 1 MiB). Recover needs the size the
+	// store was made with.
 	ArenaSize int
+	// Files, when set, are the files the store keeps its memory in: empty
+	// for New, a store's for Recover. The store leaves them open at Close.
+	// When nil, New makes its own and closes them at Close.
+	Files *Files
 	// Prefault, when positive, keeps this many bytes of not yet carved
 	// arena memory faulted in ahead of use, by a background goroutine.
 	// A swap daemon needs it: a page fault on the path that stores a
@@ -54,8 +60,7 @@ type Stats struct {
 	PagesCompacted int64 // 4 KiB pages given back by compaction, cumulative (pages_compacted)
 	// MetadataBytes is what the store spends to keep track of objects:
 	// each live object's 5-byte tag (owner and exact size, held inside the
-	// slabs and so also part of MemUsed) plus the slab records on the Go
-	// heap.
+	// slabs and so also part of MemUsed) plus the slab records.
 	MetadataBytes int64
 	// BadHandles counts Free calls with a handle that names no live object.
 	BadHandles int64
@@ -78,8 +83,10 @@ type Store struct {
 	geo     [numClasses]geometry
 	classes [numClasses]class
 
-	chunks [maxChunks]atomic.Pointer[slabChunk]
-	nslabs atomic.Uint32 // slabs [1, nslabs) exist; 0 is never used
+	files    Files
+	ownFiles bool
+	recs     []slabRec     // mapped from files.Slabs; recs[0] is the header
+	nslabs   atomic.Uint32 // slabs [1, nslabs) exist; 0 is never used
 	// arenas is replaced, never modified, when an arena is added, so that
 	// Bytes reads it without a lock.
 	arenas atomic.Pointer[[][]byte]
@@ -90,7 +97,6 @@ type Store struct {
 	reserved       atomic.Int64 // of memUsed: Reserve's, not slab memory
 	memLimit       atomic.Int64
 	pagesCompacted atomic.Int64
-	nchunks        atomic.Int64
 	badHandles     atomic.Int64
 	releaseErrors  atomic.Int64
 	prefaultMisses atomic.Int64
@@ -105,11 +111,12 @@ type Store struct {
 	compactMu sync.Mutex // one Compact at a time; guards scratch
 	scratch   []uint32
 
-	// Prefaulting (Config.Prefault): spare is an arena mapped and faulted
-	// ahead, taken by carve when the last arena is full; faultedTo is the
-	// first page of the last arena not yet touched. Both under mu.
+	// Prefaulting (Config.Prefault): spare is the next arena, mapped and
+	// faulted ahead, taken by carve when the last arena is full; faultedTo
+	// is the first page of the last arena not yet touched. Both under mu.
 	prefault     int64
 	spare        []byte
+	spareArena   int // the arena spare maps
 	spareFaulted int // pages of spare touched
 	faultedTo    int
 	refill       chan struct{}
@@ -154,8 +161,23 @@ type class struct {
 	_       [64]byte
 }
 
-// New creates an empty store. It maps no memory until the first Alloc.
+// New creates an empty store. It maps its slab records, and no other
+// memory until the first Alloc.
 func New(cfg Config) (*Store, error) {
+	s, err := configure(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.mapSlabs(true); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.start()
+	return s, nil
+}
+
+// configure checks cfg and sets up a store with no memory mapped yet.
+func configure(cfg Config) (*Store, error) {
 	if cfg.MemLimit < 0 {
 		return nil, fmt.Errorf("pagestore: negative memory limit %d", cfg.MemLimit)
 	}
@@ -163,6 +185,18 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("pagestore: negative arena size %d", cfg.ArenaSize)
 	}
 	s := &Store{arenaSize: cfg.ArenaSize}
+	if cfg.Files != nil {
+		if cfg.Files.Arenas == nil || cfg.Files.Slabs == nil {
+			return nil, errors.New("pagestore: Config.Files needs both files")
+		}
+		s.files = *cfg.Files
+	} else {
+		files, err := NewFiles("gzramd-store")
+		if err != nil {
+			return nil, err
+		}
+		s.files, s.ownFiles = files, true
+	}
 	if s.arenaSize == 0 {
 		s.arenaSize = DefaultArenaSize
 	}
@@ -175,22 +209,28 @@ func New(cfg Config) (*Store, error) {
 	s.memLimit.Store(cfg.MemLimit)
 	s.nslabs.Store(1)
 	s.arenas.Store(new([][]byte))
-	if cfg.Prefault > 0 {
-		s.prefault = cfg.Prefault
-		s.refill = make(chan struct{}, 1)
-		s.stopRefill = make(chan struct{})
-		s.refillDone = make(chan struct{})
-		s.releases = make([]pendingRelease, 0, maxPendingReleases)
-		s.releasing = make([]pendingRelease, 0, maxPendingReleases)
-		go osthread.Run("gzramd-prefault", s.prefaulter)
-		s.refill <- struct{}{}
-	}
+	s.prefault = max(cfg.Prefault, 0)
 	return s, nil
 }
 
-// Close unmaps all memory. No other method may run during or after Close;
-// afterwards Alloc fails with ErrClosed, Bytes returns nil and Free does
-// nothing.
+// start starts the prefaulter, if the store has one.
+func (s *Store) start() {
+	if s.prefault == 0 {
+		return
+	}
+	s.refill = make(chan struct{}, 1)
+	s.stopRefill = make(chan struct{})
+	s.refillDone = make(chan struct{})
+	s.releases = make([]pendingRelease, 0, maxPendingReleases)
+	s.releasing = make([]pendingRelease, 0, maxPendingReleases)
+	go osthread.Run("gzramd-prefault", s.prefaulter)
+	s.refill <- struct{}{}
+}
+
+// Close unmaps all memory, and closes the files if the store made them
+// (given ones stay open, their contents intact for Recover). No other
+// method may run during or after Close; afterwards Alloc fails with
+// ErrClosed, Bytes returns nil and Free does nothing.
 func (s *Store) Close() error {
 	if s.stopRefill != nil {
 		// The prefaulter touches arenas without the lock: it must be gone
@@ -203,19 +243,11 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	var errs []error
-	if s.spare != nil {
-		if err := unix.Munmap(s.spare); err != nil {
-			errs = append(errs, fmt.Errorf("pagestore: munmap spare arena: %w", err))
-		}
-		s.spare = nil
+	s.nslabs.Store(0) // Bytes and Free find no slab now
+	errs := []error{s.unmapAll()}
+	if s.ownFiles {
+		errs = append(errs, s.files.Close())
 	}
-	for _, mem := range *s.arenas.Load() {
-		if err := unix.Munmap(mem); err != nil {
-			errs = append(errs, fmt.Errorf("pagestore: munmap arena: %w", err))
-		}
-	}
-	s.arenas.Store(new([][]byte))
 	s.memUsed.Store(0)
 	return errors.Join(errs...)
 }
@@ -244,7 +276,7 @@ func (s *Store) Stats() Stats {
 		st.Objects += s.classes[i].objects.Load()
 		st.ComprDataSize += s.classes[i].bytes.Load()
 	}
-	st.MetadataBytes = st.Objects*tagSize + s.nchunks.Load()*chunkSize*slabRecSize
+	st.MetadataBytes = st.Objects*tagSize + int64(s.nslabs.Load())*slabRecSize
 	return st
 }
 

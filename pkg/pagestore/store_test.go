@@ -635,8 +635,8 @@ func TestMetadataPerObject(t *testing.T) {
 }
 
 func TestGeometry(t *testing.T) {
-	if slabRecSize != 28 {
-		t.Errorf("slab record is %d bytes, the package doc says 28", slabRecSize)
+	if slabRecSize != 32 {
+		t.Errorf("slab record is %d bytes, the package doc says 32", slabRecSize)
 	}
 	largest := uint32(0)
 	for ci := range numClasses {

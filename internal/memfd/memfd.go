@@ -1,0 +1,112 @@
+// Package memfd holds memory in anonymous files (memfd_create) that a
+// process maps shared and can hand to another: what gzramd keeps there
+// outlives the process that wrote it, as long as someone holds the file.
+//
+// A File is sparse: it grows with Grow, a page costs memory from the first
+// write into it until Punch gives it back, and pages never written cost
+// nothing.
+package memfd
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// File is a memfd. Its methods are safe for concurrent use; Close must
+// come after every other call.
+type File struct {
+	f *os.File
+}
+
+// Create makes an empty memfd; name shows in /proc/PID/fd and maps as
+// "/memfd:name". The descriptor is close-on-exec: a child gets it only
+// when passed explicitly.
+func Create(name string) (*File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: create %q: %w", name, err)
+	}
+	return &File{f: os.NewFile(uintptr(fd), "memfd:"+name)}, nil
+}
+
+// Open takes over descriptor fd, which must be a memfd (one inherited or
+// received from another process); the File owns it from then on.
+func Open(fd int) (*File, error) {
+	target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return nil, fmt.Errorf("memfd: descriptor %d: %w", fd, err)
+	}
+	if !strings.HasPrefix(target, "/memfd:") {
+		return nil, fmt.Errorf("memfd: descriptor %d is %s, not a memfd", fd, target)
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(target, "/"), " (deleted)")
+	return &File{f: os.NewFile(uintptr(fd), name)}, nil
+}
+
+// Name is the name given to Create, with its "memfd:" prefix.
+func (m *File) Name() string { return m.f.Name() }
+
+// Fd is the descriptor, for passing on; it stays the File's.
+func (m *File) Fd() int { return int(m.f.Fd()) }
+
+// Size is the file's length.
+func (m *File) Size() (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(m.Fd(), &st); err != nil {
+		return 0, fmt.Errorf("memfd: stat %s: %w", m.Name(), err)
+	}
+	return st.Size, nil
+}
+
+// Grow makes the file at least n bytes long. The new bytes read as zero
+// and cost nothing until written.
+func (m *File) Grow(n int64) error {
+	size, err := m.Size()
+	if err != nil || size >= n {
+		return err
+	}
+	if err := unix.Ftruncate(m.Fd(), n); err != nil {
+		return fmt.Errorf("memfd: grow %s to %d bytes: %w", m.Name(), n, err)
+	}
+	return nil
+}
+
+// Map maps n bytes from offset off, shared: writes go to the file, and
+// other processes mapping it see them. The file must already cover them
+// (Grow); touching a page beyond its end raises SIGBUS. Transparent huge
+// pages are refused so that one byte written costs one page.
+func (m *File) Map(off int64, n int) ([]byte, error) {
+	mem, err := unix.Mmap(m.Fd(), off, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_NORESERVE)
+	if err != nil {
+		return nil, fmt.Errorf("memfd: map %d bytes of %s at %d: %w", n, m.Name(), off, err)
+	}
+	_ = unix.Madvise(mem, unix.MADV_NOHUGEPAGE) // best effort: THP may be off
+	return mem, nil
+}
+
+// Punch gives the pages of [off, off+n) back to the kernel; they read as
+// zero afterwards and the file keeps its length. Unlike madvise on a
+// mapping, this frees the memory for every process mapping the file, and
+// works on pages mlock'd in any of them.
+func (m *File) Punch(off, n int64) error {
+	if n == 0 {
+		return nil
+	}
+	if err := unix.Fallocate(m.Fd(), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err != nil {
+		return fmt.Errorf("memfd: punch %d bytes of %s at %d: %w", n, m.Name(), off, err)
+	}
+	return nil
+}
+
+// Close closes the descriptor. Mappings stay valid until unmapped, and the
+// memory stays until no process holds the file or a mapping of it.
+func (m *File) Close() error {
+	if err := m.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("memfd: close %s: %w", m.Name(), err)
+	}
+	return nil
+}

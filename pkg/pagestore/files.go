@@ -1,0 +1,164 @@
+// The files a store keeps its memory in: arenas, slab records, and their header.
+
+package pagestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/memfd"
+)
+
+// Files are the memfds a store keeps its memory in, so that another
+// process given them can take the store over (Recover). A store given
+// Files leaves them open at Close, for the caller to keep or hand on; a
+// store that made its own closes them.
+type Files struct {
+	// Arenas holds the slabs: arena k at offset k × the arena size.
+	Arenas *memfd.File
+	// Slabs holds a header and then one record per slab.
+	Slabs *memfd.File
+}
+
+// NewFiles makes empty files for a store; name prefixes theirs.
+func NewFiles(name string) (Files, error) {
+	arenas, err := memfd.Create(name + "-arenas")
+	if err != nil {
+		return Files{}, err
+	}
+	slabs, err := memfd.Create(name + "-slabs")
+	if err != nil {
+		arenas.Close()
+		return Files{}, err
+	}
+	return Files{Arenas: arenas, Slabs: slabs}, nil
+}
+
+// Close closes both files.
+func (f Files) Close() error {
+	var errs []error
+	if f.Arenas != nil {
+		errs = append(errs, f.Arenas.Close())
+	}
+	if f.Slabs != nil {
+		errs = append(errs, f.Slabs.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// The slab file starts with a header where record 0 would be (slab 0 is
+// never used): what a later process must agree on to read the rest.
+const (
+	slabsMagic   = 0x7362616c_73727a67 // "gzrslabs"
+	slabsVersion = 1                   // bump on any change to slabRec, the tags or the classes
+)
+
+type slabsHeader struct {
+	magic     uint64
+	version   uint32
+	recSize   uint32
+	arenaSize uint64
+	classes   uint32
+	_         uint32
+}
+
+var _ [slabRecSize - int64(unsafe.Sizeof(slabsHeader{}))]byte // the header fits in record 0
+
+// ErrLayout reports files written by a store whose layout this one does
+// not read (another version of gzramd, or not a store's files at all).
+var ErrLayout = errors.New("pagestore: files of another layout")
+
+// mapSlabs maps the slab file's records, writing its header when the file
+// is new (fresh) and checking it otherwise.
+func (s *Store) mapSlabs(fresh bool) error {
+	size := maxSlabs * slabRecSize
+	if fresh {
+		if n, err := s.files.Slabs.Size(); err != nil {
+			return err
+		} else if n != 0 {
+			return fmt.Errorf("pagestore: new store on a slab file of %d bytes, not empty (Recover adopts one)", n)
+		}
+		if err := s.files.Slabs.Grow(size); err != nil {
+			return err
+		}
+	} else if n, err := s.files.Slabs.Size(); err != nil {
+		return err
+	} else if n != size {
+		return fmt.Errorf("pagestore: slab file of %d bytes, not %d: %w", n, size, ErrLayout)
+	}
+	mem, err := s.files.Slabs.Map(0, int(size))
+	if err != nil {
+		return err
+	}
+	s.recs = unsafe.Slice((*slabRec)(unsafe.Pointer(&mem[0])), maxSlabs)
+	h := (*slabsHeader)(unsafe.Pointer(&mem[0]))
+	want := slabsHeader{magic: slabsMagic, version: slabsVersion, recSize: uint32(slabRecSize),
+		arenaSize: uint64(s.arenaSize), classes: numClasses}
+	if fresh {
+		*h = want
+		return nil
+	}
+	if *h != want {
+		var magic [8]byte
+		binary.LittleEndian.PutUint64(magic[:], h.magic)
+		return fmt.Errorf("pagestore: slab file %q version %d (records of %d bytes, arenas of %d, %d classes), this build reads %d (%d, %d, %d): %w",
+			magic[:], h.version, h.recSize, h.arenaSize, h.classes, want.version, want.recSize, want.arenaSize, want.classes, ErrLayout)
+	}
+	return nil
+}
+
+// mapArena maps arena k of the arena file, growing the file to hold it.
+// The mapping is lazy: untouched pages cost nothing.
+func (s *Store) mapArena(k int) ([]byte, error) {
+	off := int64(k) * int64(s.arenaSize)
+	if err := s.files.Arenas.Grow(off + int64(s.arenaSize)); err != nil {
+		return nil, err
+	}
+	return s.files.Arenas.Map(off, s.arenaSize)
+}
+
+// releasePages gives pages of slab r's memory (mem, a part of its
+// arena's mapping) back to the kernel; they read as zero when touched
+// again.
+//
+// A hole punched in the arena file frees them for every process that maps
+// it, locked (the daemon runs under mlockall) or not, and takes neither
+// the process's mmap lock nor a fault: unlike munlock and madvise, it
+// never waits behind a thread faulting in reclaim.
+func (s *Store) releasePages(r *slabRec, mem []byte) error {
+	if len(mem) == 0 {
+		return nil
+	}
+	arena := (*s.arenas.Load())[r.arena]
+	at := uintptr(unsafe.Pointer(&mem[0])) - uintptr(unsafe.Pointer(&arena[0]))
+	return s.files.Arenas.Punch(int64(r.arena)*int64(s.arenaSize)+int64(at), int64(len(mem)))
+}
+
+// unmapAll unmaps the arenas, the spare and the records. s.mu is held.
+func (s *Store) unmapAll() error {
+	var errs []error
+	if s.spare != nil {
+		if err := unix.Munmap(s.spare); err != nil {
+			errs = append(errs, fmt.Errorf("pagestore: munmap spare arena: %w", err))
+		}
+		s.spare = nil
+	}
+	for _, mem := range *s.arenas.Load() {
+		if err := unix.Munmap(mem); err != nil {
+			errs = append(errs, fmt.Errorf("pagestore: munmap arena: %w", err))
+		}
+	}
+	s.arenas.Store(new([][]byte))
+	if s.recs != nil {
+		mem := unsafe.Slice((*byte)(unsafe.Pointer(&s.recs[0])), maxSlabs*slabRecSize)
+		if err := unix.Munmap(mem); err != nil {
+			errs = append(errs, fmt.Errorf("pagestore: munmap slab records: %w", err))
+		}
+		s.recs = nil
+	}
+	return errors.Join(errs...)
+}

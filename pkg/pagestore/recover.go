@@ -1,0 +1,200 @@
+// Taking over a store whose files another process wrote.
+
+package pagestore
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"syscall"
+)
+
+// Recovery takes over a store from its files after the process that
+// wrote them died. The objects the store holds are whatever its owner
+// still references: the caller names each with Keep, and Done rebuilds
+// the store around them, giving back the memory of every object not named
+// (allocated but never referenced, or being freed, when the writer died).
+//
+// Of what the files hold, Recover trusts only what was written once and
+// sealed: each slab's arena, page and class. Everything else (lists,
+// counts, free lists) is rebuilt, so a writer killed halfway through any
+// change leaves nothing to misread. Keep checks each object's tag against
+// the owner and size the caller names. Until Done, nothing in the files
+// changes that a later Recover would trust: a Recovery given up with
+// Close can be tried again.
+type Recovery struct {
+	s *Store
+	// kept marks the slots named by Keep: slab id's slots are bits
+	// [first[id], first[id]+slots) of kept.
+	kept  []uint64
+	first []uint32
+}
+
+// Recover maps the store in cfg.Files, written by an earlier store with
+// the same ArenaSize, for the caller to name its objects. Files of
+// another layout fail with ErrLayout.
+func Recover(cfg Config) (*Recovery, error) {
+	if cfg.Files == nil {
+		return nil, errors.New("pagestore: Recover needs Config.Files")
+	}
+	s, err := configure(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rc := &Recovery{s: s}
+	if err := rc.load(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("pagestore: recovering: %w", err)
+	}
+	return rc, nil
+}
+
+// load maps the records and arenas, finds the sealed slabs, and checks
+// them against the arena file.
+func (rc *Recovery) load() error {
+	s := rc.s
+	if err := s.mapSlabs(false); err != nil {
+		return err
+	}
+	arenaBytes, err := s.files.Arenas.Size()
+	if err != nil {
+		return err
+	}
+	arenaPages := uint32(s.arenaSize / pageSize)
+	id := uint32(1)
+	lastArena, lastEnd := -1, uint32(0)
+	var slots uint64
+	rc.first = make([]uint32, 1, 1024)
+	for ; id < maxSlabs && atomic.LoadUint32(&s.recs[id].sealed) == recordSeal; id++ {
+		r := s.rec(id)
+		if int(r.class) >= numClasses {
+			return fmt.Errorf("slab %d of class %d: %w", id, r.class, ErrLayout)
+		}
+		g := &s.geo[r.class]
+		end := r.page + g.pages
+		if end > arenaPages || (int64(r.arena)+1)*int64(s.arenaSize) > arenaBytes {
+			return fmt.Errorf("slab %d at page %d of arena %d, beyond the arena file (%d bytes, arenas of %d): %w",
+				id, r.page, r.arena, arenaBytes, s.arenaSize, syscall.EUCLEAN)
+		}
+		if a := int(r.arena); a > lastArena {
+			lastArena, lastEnd = a, end
+		} else if a == lastArena {
+			lastEnd = max(lastEnd, end)
+		}
+		rc.first = append(rc.first, uint32(slots))
+		slots += uint64(g.slots)
+		if slots > 1<<32-1 {
+			return fmt.Errorf("slab %d: more than 2^32 slots: %w", id, syscall.EUCLEAN)
+		}
+		r.prev, r.next, r.bump, r.live, r.freeHead, r.touched, r.warm = 0, 0, 0, 0, 0, 0, false
+		r.state = slabActive
+	}
+	s.nslabs.Store(id)
+	rc.kept = make([]uint64, (slots+63)/64)
+	for k := 0; k <= lastArena; k++ {
+		mem, err := s.mapArena(k)
+		if err != nil {
+			return err
+		}
+		next := append(*s.arenas.Load(), mem)
+		s.arenas.Store(&next)
+	}
+	s.arenaNext, s.faultedTo = int(lastEnd), int(lastEnd)
+	return nil
+}
+
+// Keep names a live object: handle h, tagged with owner o, of size bytes,
+// as the caller recorded it when the object was stored. It fails, changing
+// nothing, when the store disagrees: no such slot, another owner or size
+// in its tag, or named before.
+func (rc *Recovery) Keep(h Handle, o uint32, size int) error {
+	s := rc.s
+	id, r, mem, slot, ok := s.lookup(h)
+	if !ok {
+		return fmt.Errorf("pagestore: recovering %#x (owner %d): no such slot: %w", h, o, syscall.EUCLEAN)
+	}
+	g := &s.geo[r.class]
+	tagOwner, d := owner(mem, slot), delta(mem, slot)
+	switch {
+	case tagOwner != o:
+		return fmt.Errorf("pagestore: recovering %#x: tagged for owner %#x, not %d: %w", h, tagOwner, o, syscall.EUCLEAN)
+	case uint32(d) >= classStep || int(g.size)-int(d) != size:
+		return fmt.Errorf("pagestore: recovering %#x (owner %d): %d bytes in its tag, not %d: %w", h, o, int(g.size)-int(d), size, syscall.EUCLEAN)
+	}
+	bit := uint64(rc.first[id]) + uint64(slot)
+	if rc.kept[bit/64]&(1<<(bit%64)) != 0 {
+		return fmt.Errorf("pagestore: recovering %#x (owner %d): named twice: %w", h, o, syscall.EUCLEAN)
+	}
+	rc.kept[bit/64] |= 1 << (bit % 64)
+	r.live++
+	r.bump = max(r.bump, uint16(slot+1))
+	return nil
+}
+
+// Done rebuilds the store around the objects kept, gives back the memory
+// of everything else, and returns the store, running.
+func (rc *Recovery) Done() (*Store, error) {
+	s := rc.s
+	for id := uint32(1); id < s.nslabs.Load(); id++ {
+		r := s.rec(id)
+		c, g := &s.classes[r.class], &s.geo[r.class]
+		mem := s.slabMem(r, g)
+		if r.live == 0 {
+			if err := s.releasePages(r, mem); err != nil {
+				return nil, fmt.Errorf("pagestore: recovering: %w", err)
+			}
+			r.state = slabEmpty
+			s.pushEmpty(c, id)
+			continue
+		}
+		for slot := int(r.bump) - 1; slot >= 0; slot-- {
+			bit := uint64(rc.first[id]) + uint64(slot)
+			if rc.kept[bit/64]&(1<<(bit%64)) != 0 {
+				c.objects.Add(1)
+				c.bytes.Add(int64(g.size) - int64(delta(mem, uint32(slot))))
+				continue
+			}
+			setOwner(mem, uint32(slot), freeTag|uint32(r.freeHead))
+			r.freeHead = uint16(slot + 1)
+		}
+		r.touched = uint16(pagesFor(objectAt(g, uint32(r.bump))))
+		if err := s.releasePages(r, mem[int(r.touched)*pageSize:]); err != nil {
+			return nil, fmt.Errorf("pagestore: recovering: %w", err)
+		}
+		s.memUsed.Add(int64(r.touched) * pageSize)
+		if uint32(r.live) < g.slots {
+			s.push(&c.partial, id)
+		}
+	}
+	// What lies beyond the last slab (a spare arena faulted ahead, a slab
+	// carved but never sealed) goes back too.
+	if arenas := *s.arenas.Load(); len(arenas) > 0 {
+		k := len(arenas) - 1
+		from := int64(k)*int64(s.arenaSize) + int64(s.arenaNext)*pageSize
+		if size, err := s.files.Arenas.Size(); err != nil {
+			return nil, err
+		} else if size > from {
+			if err := s.files.Arenas.Punch(from, size-from); err != nil {
+				return nil, fmt.Errorf("pagestore: recovering: %w", err)
+			}
+		}
+	}
+	s.memUsedMax.Store(s.memUsed.Load())
+	rc.kept, rc.first = nil, nil
+	s.start()
+	return s, nil
+}
+
+// Close gives up the recovery: the store's mappings go, its files stay
+// as they were.
+func (rc *Recovery) Close() error { return rc.s.Close() }
+
+// Kept counts the objects named so far.
+func (rc *Recovery) Kept() int {
+	n := 0
+	for _, w := range rc.kept {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}

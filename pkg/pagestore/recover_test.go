@@ -1,0 +1,204 @@
+package pagestore
+
+import (
+	"errors"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"unsafe"
+)
+
+func newFiles(t *testing.T) *Files {
+	t.Helper()
+	f, err := NewFiles(t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &f
+}
+
+// recoverStore takes over the store in files, keeping m's objects.
+func recoverStore(t *testing.T, cfg Config, m *model) *Store {
+	t.Helper()
+	rc, err := Recover(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for o, obj := range m.objs {
+		if obj.h != 0 {
+			if err := rc.Keep(obj.h, uint32(o), obj.size); err != nil {
+				rc.Close()
+				t.Fatal(err)
+			}
+		}
+	}
+	s, err := rc.Done()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// churn runs random allocations, frees and compactions on s against m,
+// and leaves some objects allocated that m does not know of, as a writer
+// killed between storing a page and committing it would.
+func churn(t *testing.T, s *Store, m *model, rng *rand.Rand, ops int) {
+	t.Helper()
+	for range ops {
+		o := uint32(rng.IntN(len(m.objs)))
+		if m.objs[o].h != 0 && rng.IntN(3) == 0 {
+			s.Free(m.objs[o].h)
+			m.objs[o] = object{}
+			continue
+		}
+		size := 1 + rng.IntN(MaxObjectSize)
+		if rng.IntN(4) == 0 {
+			size = 1 + rng.IntN(64)
+		}
+		h, b, err := s.Alloc(size, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(o)<<20|uint64(size))
+		if old := m.objs[o].h; old != 0 {
+			s.Free(old)
+		}
+		m.objs[o] = object{h, size}
+		if rng.IntN(2000) == 0 {
+			s.Compact(m.relocate)
+		}
+	}
+	for range 50 {
+		if _, _, err := s.Alloc(1+rng.IntN(MaxObjectSize), uint32(rng.IntN(len(m.objs)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func checkModel(t *testing.T, s *Store, m *model) {
+	t.Helper()
+	n, bytes := 0, 0
+	for o, obj := range m.objs {
+		if obj.h != 0 {
+			check(t, s.Bytes(obj.h, obj.size), uint64(o)<<20|uint64(obj.size), obj.size)
+			n, bytes = n+1, bytes+obj.size
+		}
+	}
+	st := s.Stats()
+	if st.Objects != int64(n) || st.ComprDataSize != int64(bytes) {
+		t.Fatalf("store counts %d objects of %d bytes, the model %d of %d", st.Objects, st.ComprDataSize, n, bytes)
+	}
+	checkInvariants(t, s)
+}
+
+// TestRecoverKeepsWhatItIsTold takes a store over three times, each after
+// churning it: every object named survives intact, every other one is
+// gone, the counts and the memory held are what a store that never
+// stopped would have, and the recovered store goes on working.
+func TestRecoverKeepsWhatItIsTold(t *testing.T) {
+	t.Run("lazy", func(t *testing.T) { testRecover(t, 0) })
+	t.Run("prefault", func(t *testing.T) { testRecover(t, 1<<20) })
+}
+
+func testRecover(t *testing.T, prefault int64) {
+	files := newFiles(t)
+	cfg := Config{ArenaSize: 2 << 20, Files: files, Prefault: prefault}
+	rng := rand.New(rand.NewPCG(5, 6))
+	m := newModel(3000)
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		churn(t, s, m, rng, 20000)
+		if err := s.Close(); err != nil { // unmaps; the files stay as they are
+			t.Fatal(err)
+		}
+		s = recoverStore(t, cfg, m)
+		checkModel(t, s, m)
+		st := s.Stats()
+		res := resident(t, s)
+		t.Logf("round %d: %d objects, MemUsed %d pages, %d resident", round, st.Objects, st.MemUsed/pageSize, res)
+		if prefault == 0 && (res > st.MemUsed/pageSize || float64(res) < 0.97*float64(st.MemUsed/pageSize)) {
+			t.Fatalf("round %d: MemUsed %d pages, %d resident", round, st.MemUsed/pageSize, res)
+		}
+	}
+	s.Compact(m.relocate)
+	checkModel(t, s, m)
+	if prefault > 0 {
+		return // emptied slabs stay resident, which expectEmpty does not allow
+	}
+	for _, obj := range m.objs {
+		if obj.h != 0 {
+			s.Free(obj.h)
+		}
+	}
+	expectEmpty(t, s)
+}
+
+func TestRecoverRefuses(t *testing.T) {
+	files := newFiles(t)
+	cfg := Config{ArenaSize: 2 << 20, Files: files}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, b, err := s.Alloc(100, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(b, 7)
+	s.Close()
+
+	if _, err := New(cfg); err == nil {
+		t.Error("New took files that hold a store")
+	}
+	if _, err := Recover(Config{ArenaSize: 4 << 20, Files: files}); !errors.Is(err, ErrLayout) {
+		t.Errorf("Recover with another arena size: %v, want ErrLayout", err)
+	}
+	rc, err := Recover(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		h     Handle
+		owner uint32
+		size  int
+	}{
+		{h + 1, 7, 100},       // a slot never used
+		{h, 8, 100},           // another owner
+		{h, 7, 99},            // another size
+		{1 << 40, 7, 100},     // no such slab
+		{h &^ slotMask, 7, 0}, // slot 0 of its slab is h itself: size 0
+	} {
+		if err := rc.Keep(bad.h, bad.owner, bad.size); !errors.Is(err, syscall.EUCLEAN) {
+			t.Errorf("Keep(%#x, %d, %d): %v, want EUCLEAN", bad.h, bad.owner, bad.size, err)
+		}
+	}
+	if err := rc.Keep(h, 7, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Keep(h, 7, 100); !errors.Is(err, syscall.EUCLEAN) {
+		t.Errorf("Keep twice: %v", err)
+	}
+	// Given up: the files are as they were, for another try.
+	rc.Close()
+	m := newModel(8)
+	m.objs[7] = object{h, 100}
+	s = recoverStore(t, cfg, m)
+	check(t, s.Bytes(h, 100), 7, 100)
+	s.Close()
+
+	// A slab file from another layout version.
+	rc, err = Recover(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	(*slabsHeader)(unsafe.Pointer(&rc.s.recs[0])).version++
+	rc.Close()
+	if _, err := Recover(cfg); !errors.Is(err, ErrLayout) {
+		t.Errorf("Recover of another version: %v, want ErrLayout", err)
+	}
+}
