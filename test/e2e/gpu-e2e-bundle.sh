@@ -11,15 +11,19 @@
 # At the end it boots the guest once with the bundle alone, the system's QEMU
 # hidden (gpu-e2e-check.sh --probe; as root).
 #
-# Here (Debian 12, root, Go; 3-4 minutes on 2 busy cores):
+# Here (Debian 12, root, Go; 2-4 minutes on 2 busy cores):
 #   ./test/e2e/gpu-e2e-bundle.sh
-# Carry .e2e/gpu-e2e/bundle.tar.xz (about 28 MiB with gzramd: it fits the
-# 64 MiB upload with the repository) and, on the GPU machine, from the
-# repository root:
-#   E2E_BUNDLE=.e2e/gpu-e2e/bundle.tar.xz E2E_GZRAMD_ARGS="--backend gpu" ./test/e2e/run.sh
+# Carry .e2e/gpu-e2e (the bundle alone, 27 MiB with gzramd: it fits the
+# 64 MiB upload with the repository; no other binary is needed) and, on the
+# GPU machine, from the repository root (E2E_TIMEOUT=240: two hung guests
+# still end inside a 10-minute command):
+#   E2E_BUNDLE=.e2e/gpu-e2e/bundle.tar.xz E2E_GZRAMD_ARGS="--backend gpu" \
+#     E2E_TIMEOUT=240 ./test/e2e/run.sh 2>&1 | tee "$OUT/e2e.log"
 # (run.sh unpacks it to /tmp; E2E_BUNDLE may also name the unpacked
-# e2e-bundle directory). The summary ends with the GPU's share of the
-# compressed pages per scenario. Proof that the bundle alone suffices, here:
+# e2e-bundle directory; E2E_KEEP=1 keeps the consoles). The summary ends
+# with the GPU's share of the compressed pages per scenario. On the host,
+# run.sh then calls only bash, coreutils, grep, sed, tar with xz, and
+# python3's standard library. Proof that the bundle alone suffices, here:
 #   ./test/e2e/gpu-e2e-check.sh            # host-1 host-2, --backend cpu
 #
 # Environment: E2E_BUNDLE_GZRAMD (a gzramd binary to carry instead of the
