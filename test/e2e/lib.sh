@@ -162,6 +162,44 @@ initramfs_with_gzramd() {
 	rm -rf "$root"
 }
 
+# bundle_open: with E2E_BUNDLE (a bundle made by test/e2e/gpu-e2e-bundle.sh:
+# its .tar.xz, or the directory it unpacks to) QEMU, its firmware, the guest
+# kernel and the base initramfs come from the bundle, for a machine with
+# none of Debian's packages. A .tar.xz is unpacked into a temporary
+# directory. Every file is checked against the bundle's SHA256SUMS first:
+# a file missing on the way fails here, by name, not as a guest that never
+# boots. Puts the bundle's bin/ first on PATH and sets E2E_BUNDLE to the
+# directory; the bundle's gzramd, if it carries one, becomes GZRAMD's default.
+bundle_open() {
+	local b=$E2E_BUNDLE dir
+	if [ -f "$b" ]; then
+		dir=$(mktemp -d /tmp/gzramd-e2e-bundle.XXXXXX)
+		E2E_TMPS+=("$dir")
+		tar -C "$dir" -xJf "$b" || die "cannot unpack the bundle $b (tar -xJ)"
+		b=$dir/e2e-bundle
+	fi
+	[ -f "$b/bundle.env" ] && [ -f "$b/SHA256SUMS" ] ||
+		die "$b is not an e2e bundle (no bundle.env, SHA256SUMS): make one with test/e2e/gpu-e2e-bundle.sh"
+	E2E_BUNDLE=$(cd "$b" && pwd)
+	(cd "$E2E_BUNDLE" && sha256sum --quiet --strict -c SHA256SUMS >&2) ||
+		die "the bundle $E2E_BUNDLE is incomplete or damaged (files above)"
+	# KVER, INITRD_FILE, GZRAMD_FILE (empty without one), MADE.
+	. "$E2E_BUNDLE/bundle.env"
+	PATH=$E2E_BUNDLE/bin:$PATH
+	local v
+	v=$(qemu-system-x86_64 --version 2>&1 | head -1) ||
+		die "the bundle's QEMU does not start: $v"
+	log "bundle $E2E_BUNDLE ($MADE): $v, kernel $KVER"
+}
+
+# bundle_kernel: kernel_fetch and initramfs_base's results, from the
+# bundle. Sets KVER, KROOT and INITRD.
+bundle_kernel() {
+	KROOT=$E2E_BUNDLE/kernel
+	INITRD=$E2E_BUNDLE/$INITRD_FILE
+	[ -f "$KROOT/boot/vmlinuz-$KVER" ] || die "no vmlinuz-$KVER in the bundle"
+}
+
 # accel_pick sets ACCEL to kvm or tcg. /dev/kvm can exist while its
 # hypervisor refuses a stock kernel, so KVM is used only when a probe
 # guest boots under it. E2E_ACCEL=kvm|tcg skips the probe.

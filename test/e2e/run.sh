@@ -26,13 +26,32 @@
 #                              of each host scenario as a fio iolog,
 #                              DIR/<scenario>.iolog (serve --record-trace),
 #                              to replay with bench/trace.sh
+#   E2E_BUNDLE=FILE|DIR        QEMU, its firmware, the guest kernel and the
+#                              initramfs (and gzramd, if it carries one)
+#                              from a bundle made by gpu-e2e-bundle.sh, for a
+#                              machine without Debian's packages: no package
+#                              is installed, nothing downloaded or built;
+#                              the scenarios default to host-1 host-2
+#   E2E_NO_DEPS=1              do not run deps.sh (tools come on PATH)
+# With gzramd, each host scenario ends by reporting which share of the
+# compressed pages the GPU compressed (gzramd_compressed_pages_total).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 trap e2e_cleanup EXIT
 trap 'exit 130' INT TERM
 
 SERVER=${E2E_SERVER:-gzramd}
-SCENARIOS=${E2E_SCENARIOS:-host-1 host-2 guest}
+if [ -n "${E2E_BUNDLE:-}" ]; then
+	bundle_open
+	[ -z "$GZRAMD_FILE" ] || GZRAMD=${GZRAMD:-$E2E_BUNDLE/$GZRAMD_FILE}
+	# The guest scenario builds an initramfs with gzramd and util-linux
+	# from this machine's files, which a bundle does not carry.
+	SCENARIOS=${E2E_SCENARIOS:-host-1 host-2}
+	[[ " $SCENARIOS " != *" guest "* ]] ||
+		die "the guest scenario cannot run from a bundle (E2E_SCENARIOS=\"host-1 host-2\")"
+else
+	SCENARIOS=${E2E_SCENARIOS:-host-1 host-2 guest}
+fi
 GUEST_MEM=${E2E_GUEST_MEM:-128M}
 HOG_MIB=${E2E_HOG_MIB:-200}
 TIMEOUT=${E2E_TIMEOUT:-300}
@@ -41,7 +60,9 @@ GZRAMD=${GZRAMD:-$E2E_ROOT/bin/gzramd}
 SIZE=512MiB
 EXPORT=gzram0
 
-"$E2E_DIR/deps.sh"
+if [ "${E2E_NO_DEPS:-0}" != 1 ] && [ -z "${E2E_BUNDLE:-}" ]; then
+	"$E2E_DIR/deps.sh"
+fi
 command -v nbdkit >/dev/null || [ "$SERVER" != nbdkit ] || die "nbdkit missing"
 case "$SERVER" in
 gzramd) [ -x "$GZRAMD" ] || die "$GZRAMD not built (make build)" ;;
@@ -57,8 +78,12 @@ else
 	E2E_TMPS+=("$WORK")
 fi
 T0=$SECONDS
-kernel_fetch
-initramfs_base
+if [ -n "${E2E_BUNDLE:-}" ]; then
+	bundle_kernel
+else
+	kernel_fetch
+	initramfs_base
+fi
 accel_pick
 log "kernel $KVER, accel $ACCEL, server $SERVER, guest ${GUEST_MEM} RAM, hog ${HOG_MIB} MiB (setup $((SECONDS - T0)) s)"
 
@@ -132,6 +157,33 @@ metrics_check() {
 	python3 "$E2E_DIR/metrics.py" "$CONSOLE.metrics"
 }
 
+# gpu_share NAME: which share of the pages gzramd compressed the GPU
+# compressed (gzramd_compressed_pages_total by backend), read from the
+# host daemon's /metrics while it still runs. Logs it and adds it to
+# SHARES for the summary; says n/a where the metric is missing.
+SHARES=()
+gpu_share() {
+	local share
+	share=$(python3 - "http://127.0.0.1:$MPORT/metrics" <<'PY' 2>/dev/null
+import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=5).read().decode()
+pages = {}
+for m in re.finditer(r'^gzramd_compressed_pages_total\{backend="(\w+)"\} (\S+)$', text, re.M):
+    pages[m.group(1)] = float(m.group(2))
+total = sum(pages.values())
+if not pages:
+    print("n/a (no gzramd_compressed_pages_total)")
+elif total == 0:
+    print("n/a (no page compressed)")
+else:
+    gpu = pages.get("gpu", 0)
+    print(f"{100 * gpu / total:.1f}% ({gpu:.0f} of {total:.0f} pages on the GPU)")
+PY
+	) || share="n/a (/metrics unreadable)"
+	log "$1: GPU share of the compressed pages: $share"
+	SHARES+=("$1 ${share%% (*}")
+}
+
 passed=()
 run_host() { # name smp conns
 	local name=$1 smp=$2 conns=$3 seed=$RANDOM
@@ -162,6 +214,7 @@ run_host() { # name smp conns
 	grep -E '^(hog: |HOG-PASS|E2E-SWAP)' "$CONSOLE" | tr -d '\r' >&2
 	if [ "$SERVER" = gzramd ]; then
 		metrics_check || die "$name: metrics do not show the traffic"
+		[ -z "$MPORT" ] || gpu_share "$name"
 	fi
 	server_stop
 	log "$name: PASS ($GUEST_WALL s)"
@@ -200,3 +253,4 @@ for s in $SCENARIOS; do
 	esac
 done
 log "PASS: ${passed[*]:-nothing ran} (total $((SECONDS - T0)) s)"
+[ ${#SHARES[@]} -eq 0 ] || log "GPU share of the compressed pages: $(IFS=,; echo "${SHARES[*]}" | sed 's/,/, /g')"
