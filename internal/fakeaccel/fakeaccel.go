@@ -42,10 +42,11 @@ func New() *Accelerator {
 // Name implements codec.BatchCompressor.
 func (*Accelerator) Name() string { return "gpu" }
 
-// NewPages implements route.Accelerator with Go memory.
-func (*Accelerator) NewPages(pages int) ([]byte, error) {
-	return make([]byte, pages*codec.PageSize), nil
-}
+// RegisterPages implements route.Accelerator: nothing to pin.
+func (*Accelerator) RegisterPages([]byte) error { return nil }
+
+// UnregisterPages implements route.Accelerator.
+func (*Accelerator) UnregisterPages([]byte) error { return nil }
 
 // NewOutputs implements route.Accelerator with Go memory.
 func (*Accelerator) NewOutputs(pages int) (*codec.Batch, error) {

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +55,10 @@ func (m *File) Name() string { return m.f.Name() }
 // Fd is the descriptor, for passing on; it stays the File's.
 func (m *File) Fd() int { return int(m.f.Fd()) }
 
+// OSFile is the descriptor as an *os.File, for exec.Cmd.ExtraFiles and
+// the like; it stays the File's, and closes with it.
+func (m *File) OSFile() *os.File { return m.f }
+
 // Size is the file's length.
 func (m *File) Size() (int64, error) {
 	var st unix.Stat_t
@@ -71,6 +77,14 @@ func (m *File) Grow(n int64) error {
 	}
 	if err := unix.Ftruncate(m.Fd(), n); err != nil {
 		return fmt.Errorf("memfd: grow %s to %d bytes: %w", m.Name(), n, err)
+	}
+	return nil
+}
+
+// Truncate empties the file, giving back all its memory.
+func (m *File) Truncate() error {
+	if err := unix.Ftruncate(m.Fd(), 0); err != nil {
+		return fmt.Errorf("memfd: truncate %s: %w", m.Name(), err)
 	}
 	return nil
 }
@@ -109,4 +123,24 @@ func (m *File) Close() error {
 		return fmt.Errorf("memfd: close %s: %w", m.Name(), err)
 	}
 	return nil
+}
+
+// Populate faults in every page of mem, a mapping of a File, without
+// changing a byte: MAP_POPULATE would not do, as it does nothing under
+// mlockall(MCL_ONFAULT).
+//
+// In a system call where the kernel allows it (MADV_POPULATE_WRITE, Linux
+// 5.14): a thread faulting in Go code cannot be stopped by the runtime,
+// so a fault that waits on reclaim would hold up every stop-the-world
+// (each garbage collection has two) and with it every goroutine, the
+// ones storing swapped pages included; a thread in a system call does
+// not. Elsewhere, with an atomic add of zero per page, which changes no
+// byte another thread wrote.
+func Populate(mem []byte) {
+	if len(mem) == 0 || unix.Madvise(mem, unix.MADV_POPULATE_WRITE) == nil {
+		return
+	}
+	for off := 0; off+4 <= len(mem); off += os.Getpagesize() {
+		atomic.AddUint32((*uint32)(unsafe.Pointer(&mem[off])), 0)
+	}
 }

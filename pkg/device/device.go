@@ -15,6 +15,7 @@ package device
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,8 +24,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/freelist"
 	"github.com/gzramd/gzramd/pkg/codec"
@@ -43,6 +42,10 @@ const DefaultHugeThreshold = 3264
 // Config describes a device.
 type Config struct {
 	Size int64 // bytes, a multiple of 4096
+	// Files, when set, hold the page table and the staging area (empty
+	// for New, a device's for Recover); the device leaves them open at
+	// Close. When nil, the device makes its own.
+	Files *Files
 	// Codec decodes every stored page and compresses partial writes.
 	Codec  codec.Codec
 	Router *route.Router
@@ -63,9 +66,7 @@ const nStripes = 1024
 
 type stripe struct {
 	mu sync.RWMutex
-	// fills holds the fill word of same-filled pages that are not zero.
-	fills map[uint32]uint64
-	_     [32]byte // a stripe per cache line
+	_  [40]byte // a stripe per cache line
 }
 
 // Device is safe for concurrent use.
@@ -73,7 +74,10 @@ type Device struct {
 	cfg      Config
 	log      *slog.Logger
 	pages    uint32
-	table    []entry // mmap'd: no pointers, no GC scanning, faulted in
+	files    Files
+	ownFiles bool
+	table    []entry // mapped from files.Table: no pointers, no GC scanning, faulted in
+	staging  []byte  // mapped from files.Staging: the staging area's memory
 	stripes  []stripe
 	stage    *stage.Area     // nil without an accelerator
 	commits  []commitScratch // by staging batch
@@ -85,6 +89,7 @@ type Device struct {
 	inline chan *inlineWrite
 
 	storedPages, samePages, hugePages, stagedPages   atomic.Int64
+	lostPages                                        atomic.Int64
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
 	stagedWrites, commitRetries, unusedSlots         atomic.Uint64
 	closing                                          atomic.Bool
@@ -94,15 +99,32 @@ type Device struct {
 // indexes up to pagestore.MaxOwner.
 const MaxSize = int64(pagestore.MaxOwner+1) * pageSize
 
-// New creates an empty device: every page reads as zeroes.
+// New creates an empty device: every page reads as zeroes. cfg.Files, if
+// set, must be empty.
 func New(cfg Config) (*Device, error) {
+	d, err := open(cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.startStaging(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// open checks cfg and maps the device's files; fresh says they must be
+// empty. Staging is not started.
+func open(cfg Config, fresh bool) (_ *Device, err error) {
 	switch {
 	case cfg.Size <= 0 || cfg.Size%pageSize != 0:
 		return nil, fmt.Errorf("device: size %d is not a positive multiple of %d", cfg.Size, pageSize)
 	case cfg.Size > MaxSize:
 		return nil, fmt.Errorf("device: size %d above the maximum %d", cfg.Size, MaxSize)
-	case cfg.Codec == nil || cfg.Router == nil || cfg.Store == nil:
-		return nil, errors.New("device: codec, router and store are required")
+	case cfg.Codec == nil || cfg.Router == nil:
+		return nil, errors.New("device: codec and router are required")
+	case fresh && cfg.Store == nil:
+		return nil, errors.New("device: a store is required")
 	}
 	if cfg.HugeThreshold == 0 {
 		cfg.HugeThreshold = DefaultHugeThreshold
@@ -113,26 +135,19 @@ func New(cfg Config) (*Device, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	pages := cfg.Size / pageSize
-	mem, err := unix.Mmap(-1, 0, int(pages*8), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
-	if err != nil {
-		return nil, fmt.Errorf("device: mapping a page table of %d entries: %w", pages, err)
-	}
-	// The table is faulted in now, as zram allocates its own up front (8
-	// bytes per 4 KiB page, 0.2 % of the device): a swap-out that lands on
-	// a never-used part of the device must not fault in a page of table
-	// while the kernel is out of free memory. A write per page, because
-	// MAP_POPULATE does nothing under mlockall(MCL_ONFAULT) and a read
-	// would map the shared zero page.
-	for i := 0; i < len(mem); i += pageSize {
-		mem[i] = 0
-	}
 	d := &Device{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		pages:   uint32(pages),
-		table:   unsafe.Slice((*entry)(unsafe.Pointer(&mem[0])), pages),
+		pages:   uint32(cfg.Size / pageSize),
 		stripes: make([]stripe, nStripes),
+	}
+	defer func() {
+		if err != nil {
+			d.unmap()
+		}
+	}()
+	if err := d.mapFiles(fresh); err != nil {
+		return nil, err
 	}
 	// Kept across collections (see freelist): partial-page requests take
 	// one or two each.
@@ -147,40 +162,56 @@ func New(cfg Config) (*Device, error) {
 	for range cap(d.inline) {
 		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
 	}
-	if cfg.Staging.Batches > 0 {
-		sc := cfg.Staging
-		sc.Limit = cfg.HugeThreshold - 1 // longer results are stored raw anyway
-		d.commits = make([]commitScratch, sc.Batches)
-		for i := range d.commits {
-			d.commits[i] = newCommitScratch(sc.BatchPages)
-		}
-		d.receipts = make(chan *received, maxReceived)
-		for range maxReceived {
-			d.receipts <- new(received)
-		}
-		if d.stage, err = stage.New(sc, cfg.Router.NewPages, d.flush); err != nil {
-			unix.Munmap(mem)
-			return nil, fmt.Errorf("device: %w", err)
-		}
-	}
 	return d, nil
 }
 
-// Close compresses and commits what is staged, then frees the page table
-// and every stored object. The device must not be used afterwards.
+// startStaging starts the write-behind area, if the device has one. Its
+// memory is written first: nothing may be staged there then.
+func (d *Device) startStaging() error {
+	if d.cfg.Staging.Batches == 0 {
+		return nil
+	}
+	sc := d.cfg.Staging
+	sc.Limit = d.cfg.HugeThreshold - 1 // longer results are stored raw anyway
+	d.commits = make([]commitScratch, sc.Batches)
+	for i := range d.commits {
+		d.commits[i] = newCommitScratch(sc.BatchPages)
+	}
+	d.receipts = make(chan *received, maxReceived)
+	for range maxReceived {
+		d.receipts <- new(received)
+	}
+	next := d.staging
+	take := func(pages int) ([]byte, error) {
+		if len(next) < pages*pageSize {
+			return nil, fmt.Errorf("device: staging file holds no %d pages more", pages)
+		}
+		mem := next[:pages*pageSize]
+		next = next[pages*pageSize:]
+		return mem, nil
+	}
+	var err error
+	if d.stage, err = stage.New(sc, take, d.flush); err != nil {
+		return fmt.Errorf("device: %w", err)
+	}
+	return nil
+}
+
+// stagedAt is the entry of a page staged in slot i of b.
+func (d *Device) stagedAt(b *stage.Batch, i int) entry {
+	return stagedEntry(b.ID*d.cfg.Staging.BatchPages + i)
+}
+
+// Close compresses and commits what is staged and unmaps the device's
+// memory. The files, if the caller gave them, keep the table and the
+// store's objects, for Recover; the device's own go with it. The device
+// must not be used afterwards.
 func (d *Device) Close() error {
 	d.closing.Store(true)
 	if d.stage != nil {
 		d.stage.Close()
 	}
-	for i := range d.table {
-		if e := d.table[i]; e.hasObject() {
-			d.cfg.Store.Free(e.handle())
-		}
-	}
-	mem := unsafe.Slice((*byte)(unsafe.Pointer(&d.table[0])), len(d.table)*8)
-	d.table = nil
-	return unix.Munmap(mem)
+	return d.unmap()
 }
 
 // Held is the memory a device holds from the start, in bytes.
@@ -271,11 +302,11 @@ func (d *Device) load(s *stripe, idx uint32, dst []byte) error {
 	case stateEmpty:
 		clear(dst)
 	case stateSame:
-		var w uint64
-		if e&sameInSide != 0 {
-			w = s.fills[idx]
-		}
-		fill(dst, w)
+		clear(dst)
+	case stateFill:
+		fill(dst, binary.NativeEndian.Uint64(d.cfg.Store.Bytes(e.handle(), fillLength)))
+	case stateLost:
+		return fmt.Errorf("device: page %d was lost when the device was taken over: %w", idx, syscall.EIO)
 	case stateStored:
 		if err := d.cfg.Codec.Decompress(dst, d.cfg.Store.Bytes(e.handle(), e.length())); err != nil {
 			d.log.Error("stored page does not decode", "page", idx, "length", e.length(), "err", err)
@@ -286,21 +317,23 @@ func (d *Device) load(s *stripe, idx uint32, dst []byte) error {
 	case stateStaged:
 		// Its batch cannot be flushed while this lock is held: the
 		// commit that replaces this entry needs it.
-		copy(dst, d.stage.Page(e.batch(), e.slot()))
+		copy(dst, d.staging[e.stagingPage()*pageSize:][:pageSize])
 	}
 	return nil
 }
 
-// sameLocked returns the entry for a page filled with w, recording w.
-func (d *Device) sameLocked(s *stripe, idx uint32, w uint64) entry {
+// fillEntry returns the entry for page idx filled with w: for a word other
+// than zero, an object holding it, which the caller commits or frees.
+func (d *Device) fillEntry(idx uint32, w uint64) (entry, error) {
 	if w == 0 {
-		return sameEntry(false)
+		return zeroEntry, nil
 	}
-	if s.fills == nil {
-		s.fills = make(map[uint32]uint64)
+	h, b, err := d.cfg.Store.Alloc(fillLength, idx)
+	if err != nil {
+		return 0, fmt.Errorf("device: storing the fill word of page %d: %w", idx, err)
 	}
-	s.fills[idx] = w
-	return sameEntry(true)
+	binary.NativeEndian.PutUint64(b, w)
+	return objectEntry(stateFill, h, fillLength), nil
 }
 
 // swapLocked replaces page idx's entry and keeps the counters; the caller
@@ -310,15 +343,12 @@ func (d *Device) swapLocked(s *stripe, idx uint32, e entry) entry {
 	d.table[idx] = e
 	d.count(old, -1)
 	d.count(e, +1)
-	if old.state() == stateSame && old&sameInSide != 0 && !(e.state() == stateSame && e&sameInSide != 0) {
-		delete(s.fills, idx)
-	}
 	return old
 }
 
 func (d *Device) count(e entry, delta int64) {
 	switch e.state() {
-	case stateSame:
+	case stateSame, stateFill:
 		d.samePages.Add(delta)
 	case stateStored:
 		d.storedPages.Add(delta)
@@ -327,6 +357,8 @@ func (d *Device) count(e entry, delta int64) {
 		d.hugePages.Add(delta)
 	case stateStaged:
 		d.stagedPages.Add(delta)
+	case stateLost:
+		d.lostPages.Add(delta)
 	}
 }
 
@@ -375,7 +407,7 @@ func (d *Device) WriteZeroes(_ context.Context, off, length int64, noHole bool) 
 	}
 	e := entry(stateEmpty)
 	if noHole {
-		e = sameEntry(false)
+		e = zeroEntry
 	}
 	if err := d.discard(off, length, e); err != nil {
 		d.failedWrites.Add(1)
@@ -424,10 +456,12 @@ type Stats struct {
 	HugePages      int64
 	StoredPages    int64
 	StagedPages    int64 // acknowledged pages waiting in staging for their batch
-	FailedReads    uint64
-	FailedWrites   uint64
-	InvalidIO      uint64
-	NotifyFree     uint64
+	// LostPages read as EIO: Recover found their entries untrustworthy.
+	LostPages    int64
+	FailedReads  uint64
+	FailedWrites uint64
+	InvalidIO    uint64
+	NotifyFree   uint64
 	// PrefaultMisses is the store's count of slab pages handed out before
 	// its prefaulter touched them (pagestore.Stats.PrefaultMisses).
 	PrefaultMisses int64
@@ -454,6 +488,7 @@ func (d *Device) Stats() Stats {
 		HugePages:      d.hugePages.Load(),
 		StoredPages:    d.storedPages.Load(),
 		StagedPages:    staged,
+		LostPages:      d.lostPages.Load(),
 		FailedReads:    d.failedReads.Load(),
 		FailedWrites:   d.failedWrites.Load(),
 		InvalidIO:      d.invalidIO.Load(),

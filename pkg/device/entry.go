@@ -6,47 +6,52 @@ import "github.com/gzramd/gzramd/pkg/pagestore"
 
 // A page-table entry is one uint64:
 //
-//	bits 61-63  state
-//	stored, huge: bits 48-60 the object's exact length, bits 0-47 its handle
-//	same:         bit 0 set when the fill word is in the side table (else 0)
-//	staged:       bits 16-31 the staging batch, bits 0-15 the page's index there
+//	bits 61-63          state
+//	stored, huge, fill: bits 48-60 the object's exact length, bits 0-47 its handle
+//	staged:             bits 0-31 the page's place in the staging area (Files.Staging)
+//
+// The table is the truth a process taking the device over (Recover)
+// rebuilds everything else from, so everything a page needs to be read
+// back is in its entry or in the store's objects.
 type entry uint64
 
 const (
 	stateEmpty  = 0
-	stateSame   = 1
+	stateSame   = 1 // zero-filled, written
 	stateStored = 2 // LZ4/zstd-compressed object
 	stateHuge   = 3 // raw page that did not compress enough
 	// stateStaged: acknowledged, held raw in the staging area until its
 	// batch is compressed and committed.
 	stateStaged = 4
+	// stateFill: filled with one 8-byte word other than zero, kept in an
+	// object of fillLength bytes.
+	stateFill = 5
+	// stateLost: Recover found the entry naming an object the store does
+	// not hold; reads fail with EIO until the page is written again.
+	stateLost = 6
 
 	stateShift  = 61
 	lengthShift = 48
 	lengthMask  = 1<<13 - 1
 	handleMask  = 1<<48 - 1
-	sameInSide  = 1
+	fillLength  = 8
 )
 
 func (e entry) state() int               { return int(e >> stateShift) }
 func (e entry) handle() pagestore.Handle { return pagestore.Handle(e & handleMask) }
 func (e entry) length() int              { return int(e>>lengthShift) & lengthMask }
-func (e entry) hasObject() bool          { return e.state() == stateStored || e.state() == stateHuge }
-func (e entry) batch() int               { return int(e>>16) & 0xffff }
-func (e entry) slot() int                { return int(e) & 0xffff }
+func (e entry) hasObject() bool {
+	st := e.state()
+	return st == stateStored || st == stateHuge || st == stateFill
+}
+func (e entry) stagingPage() int { return int(uint32(e)) }
 
 func objectEntry(state int, h pagestore.Handle, n int) entry {
 	return entry(uint64(state)<<stateShift | uint64(n)<<lengthShift | uint64(h)&handleMask)
 }
 
-func sameEntry(inSide bool) entry {
-	e := entry(stateSame << stateShift)
-	if inSide {
-		e |= sameInSide
-	}
-	return e
-}
+const zeroEntry = entry(stateSame << stateShift)
 
-func stagedEntry(batch, slot int) entry {
-	return entry(stateStaged<<stateShift | uint64(batch&0xffff)<<16 | uint64(slot&0xffff))
+func stagedEntry(page int) entry {
+	return entry(stateStaged<<stateShift | uint64(uint32(page)))
 }

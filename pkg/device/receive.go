@@ -87,8 +87,9 @@ func (d *Device) CompleteWrite(_ context.Context, rc nbd.Receipt, _ bool) error 
 	for _, sg := range r.segs[:r.nsegs] {
 		b := sg.b
 		for i := sg.at; i < sg.at+sg.k; i++ {
-			if w, ok := fillWord(b.Page(i)); ok {
-				d.writeSame(idx, w)
+			// A same-filled page settles now, unless the store has no
+			// room for its word: it is staged like any other then.
+			if w, ok := fillWord(b.Page(i)); ok && d.writeFilled(idx, w) == nil {
 				b.Owners[i], b.Words[i] = unusedSlot, 0
 				d.unusedSlots.Add(1)
 			} else {
@@ -127,7 +128,7 @@ func (d *Device) abort(r *received) {
 func (d *Device) installStaged(b *stage.Batch, i int, idx uint32) {
 	s := d.stripe(idx)
 	s.mu.Lock()
-	old := d.swapLocked(s, idx, stagedEntry(b.ID, i))
+	old := d.swapLocked(s, idx, d.stagedAt(b, i))
 	s.mu.Unlock()
 	b.Owners[i] = idx
 	b.Words[i] = 0

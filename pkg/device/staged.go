@@ -145,7 +145,7 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 		state, obj := d.object(b.Batch, i, b.Page(i))
 		s := d.stripe(idx)
 		s.mu.Lock()
-		if d.table[idx] == stagedEntry(b.ID, i) {
+		if d.table[idx] == d.stagedAt(b, i) {
 			d.swapLocked(s, idx, objectEntry(state, cs.handles[j], len(obj)))
 		} else {
 			cs.free = append(cs.free, cs.handles[j]) // written again since
@@ -175,7 +175,7 @@ func (d *Device) uncommitted(b *stage.Batch, cs *commitScratch) {
 		}
 		s := d.stripe(idx)
 		s.mu.Lock()
-		if d.table[idx] == stagedEntry(b.ID, i) {
+		if d.table[idx] == d.stagedAt(b, i) {
 			d.swapLocked(s, idx, entry(stateEmpty))
 		}
 		s.mu.Unlock()

@@ -65,7 +65,9 @@ func (d *Device) write(p []byte, off int64) error {
 	full := len(p) / pageSize
 	for i := 0; i < full; {
 		if w, ok := fillWord(p[i*pageSize : (i+1)*pageSize]); ok {
-			d.writeSame(idx+uint32(i), w)
+			if err := d.writeFilled(idx+uint32(i), w); err != nil {
+				return err
+			}
 			i++
 			continue
 		}
@@ -88,12 +90,18 @@ func (d *Device) write(p []byte, off int64) error {
 	return nil
 }
 
-func (d *Device) writeSame(idx uint32, w uint64) {
+// writeFilled writes page idx filled with the word w.
+func (d *Device) writeFilled(idx uint32, w uint64) error {
+	e, err := d.fillEntry(idx, w)
+	if err != nil {
+		return err
+	}
 	s := d.stripe(idx)
 	s.mu.Lock()
-	old := d.swapLocked(s, idx, d.sameLocked(s, idx, w))
+	old := d.swapLocked(s, idx, e)
 	s.mu.Unlock()
 	d.freeObject(old)
+	return nil
 }
 
 // writeRun stores consecutive whole pages that are not same-filled: staged
@@ -197,7 +205,11 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 	fn(page)
 	var e entry
 	if fw, ok := fillWord(page); ok {
-		e = d.sameLocked(s, idx, fw)
+		var err error
+		if e, err = d.fillEntry(idx, fw); err != nil {
+			s.mu.Unlock()
+			return err
+		}
 	} else {
 		b := w.batch
 		b.Pages, b.N = page, 1

@@ -29,6 +29,7 @@ enum {
 	GZ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
 	GZ_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
 	GZ_CU_MEMHOSTALLOC_PORTABLE = 1,
+	GZ_CU_MEMHOSTREGISTER_PORTABLE = 1,
 	GZ_CU_CTX_SCHED_BLOCKING_SYNC = 4,
 	GZ_CU_STREAM_NON_BLOCKING = 1,
 	GZ_CU_EVENT_DEFAULT = 0,
@@ -53,6 +54,8 @@ typedef struct {
 	CUresult (*memFree)(CUdeviceptr);
 	CUresult (*memHostAlloc)(void **, size_t, unsigned int);
 	CUresult (*memFreeHost)(void *);
+	CUresult (*memHostRegister)(void *, size_t, unsigned int);
+	CUresult (*memHostUnregister)(void *);
 	CUresult (*memcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*memcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*memsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
@@ -107,6 +110,8 @@ static gz_cuda *gz_cuda_open(char *err, int errlen) {
 	SYM(memFree, "cuMemFree_v2")
 	SYM(memHostAlloc, "cuMemHostAlloc")
 	SYM(memFreeHost, "cuMemFreeHost")
+	SYM(memHostRegister, "cuMemHostRegister_v2")
+	SYM(memHostUnregister, "cuMemHostUnregister")
 	SYM(memcpyHtoDAsync, "cuMemcpyHtoDAsync_v2")
 	SYM(memcpyDtoHAsync, "cuMemcpyDtoHAsync_v2")
 	SYM(memsetD32Async, "cuMemsetD32Async")
@@ -160,6 +165,8 @@ static CUresult gz_mem_alloc(gz_cuda *d, CUcontext c, CUdeviceptr *p, size_t n) 
 static CUresult gz_mem_free(gz_cuda *d, CUcontext c, CUdeviceptr p) { CTX(d, c); return d->memFree(p); }
 static CUresult gz_host_alloc(gz_cuda *d, CUcontext c, void **p, size_t n) { CTX(d, c); return d->memHostAlloc(p, n, GZ_CU_MEMHOSTALLOC_PORTABLE); }
 static CUresult gz_host_free(gz_cuda *d, CUcontext c, void *p) { CTX(d, c); return d->memFreeHost(p); }
+static CUresult gz_host_register(gz_cuda *d, CUcontext c, void *p, size_t n) { CTX(d, c); return d->memHostRegister(p, n, GZ_CU_MEMHOSTREGISTER_PORTABLE); }
+static CUresult gz_host_unregister(gz_cuda *d, CUcontext c, void *p) { CTX(d, c); return d->memHostUnregister(p); }
 static CUresult gz_htod(gz_cuda *d, CUcontext c, CUdeviceptr dst, const void *src, size_t n, CUstream s) { CTX(d, c); return d->memcpyHtoDAsync(dst, src, n, s); }
 static CUresult gz_dtoh(gz_cuda *d, CUcontext c, void *dst, CUdeviceptr src, size_t n, CUstream s) { CTX(d, c); return d->memcpyDtoHAsync(dst, src, n, s); }
 static CUresult gz_memset32(gz_cuda *d, CUcontext c, CUdeviceptr dst, unsigned int v, size_t n, CUstream s) { CTX(d, c); return d->memsetD32Async(dst, v, n, s); }
@@ -352,6 +359,15 @@ func (dr *driver) hostFree(b []byte) error {
 		return nil
 	}
 	return dr.check("cuMemFreeHost", C.gz_host_free(dr.d, dr.ctx, unsafe.Pointer(&b[0])))
+}
+
+// hostRegister pins b, memory the caller mapped, for DMA.
+func (dr *driver) hostRegister(b []byte) error {
+	return dr.check("cuMemHostRegister", C.gz_host_register(dr.d, dr.ctx, unsafe.Pointer(&b[0]), C.size_t(len(b))))
+}
+
+func (dr *driver) hostUnregister(b []byte) error {
+	return dr.check("cuMemHostUnregister", C.gz_host_unregister(dr.d, dr.ctx, unsafe.Pointer(&b[0])))
 }
 
 func (dr *driver) htod(dst devicePtr, src []byte, s stream) error {

@@ -25,26 +25,34 @@ func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
 	return b, nil
 }
 
-// NewPages returns pinned memory for pages pages: the staging area's, which
-// the GPU reads by DMA, with no copy.
-func (g *Backend) NewPages(pages int) ([]byte, error) {
-	if pages < 1 || pages > g.cfg.MaxBatchPages {
-		return nil, fmt.Errorf("gpu: %d pages out of range 1..%d", pages, g.cfg.MaxBatchPages)
+// RegisterPages pins mem, staging memory the caller mapped (from a memfd,
+// so that staged pages outlive the process), so that the GPU reads it by
+// DMA with no copy. The caller unregisters it before unmapping it.
+func (g *Backend) RegisterPages(mem []byte) error {
+	if len(mem) == 0 || len(mem)%codec.PageSize != 0 {
+		return fmt.Errorf("gpu: registering %d bytes, not whole pages", len(mem))
 	}
 	if g.closed.Load() {
-		return nil, errClosed
+		return errClosed
 	}
 	if err := g.fault(FaultAlloc); err != nil {
-		return nil, err
+		return err
 	}
-	mem, err := g.dr.hostAlloc(pages * codec.PageSize)
-	if err != nil {
-		return nil, fmt.Errorf("gpu: pinned memory for %d pages: %w", pages, err)
+	if err := g.dr.hostRegister(mem); err != nil {
+		return fmt.Errorf("gpu: pinning %d bytes of staging: %w", len(mem), err)
 	}
-	g.mu.Lock()
-	g.pinned = append(g.pinned, mem)
-	g.mu.Unlock()
-	return mem, nil
+	return nil
+}
+
+// UnregisterPages unpins memory RegisterPages pinned.
+func (g *Backend) UnregisterPages(mem []byte) error {
+	if g.closed.Load() {
+		return errClosed
+	}
+	if err := g.dr.hostUnregister(mem); err != nil {
+		return fmt.Errorf("gpu: unpinning staging: %w", err)
+	}
+	return nil
 }
 
 // NewOutputs returns a batch with pinned outputs and no pages: the shadow

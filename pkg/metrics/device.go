@@ -30,7 +30,7 @@ type Device struct {
 
 	infoDesc, diskSize                                        *prometheus.Desc
 	orig, compr, memUsed, memUsedMax, memLimit                *prometheus.Desc
-	same, huge, stored, compacted, prefaultMisses             *prometheus.Desc
+	same, huge, stored, lost, compacted, prefaultMisses       *prometheus.Desc
 	failedReads, failedWrites, invalidIO, notifyFree          *prometheus.Desc
 	staged, stagingBytes, stagingBusy, stagedTotal            *prometheus.Desc
 	stagingRefused, stagingSealed, commitRetries, unusedSlots *prometheus.Desc
@@ -52,9 +52,11 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 		memUsed:    gauge("gzramd_mem_used_bytes", "Memory the page store holds, fragmentation included (zram mem_used_total)."),
 		memUsedMax: gauge("gzramd_mem_used_max_bytes", "Highest gzramd_mem_used_bytes seen (zram mem_used_max)."),
 		memLimit:   gauge("gzramd_mem_limit_bytes", "Most memory the page store may hold; 0 means no limit (zram mem_limit)."),
-		same:       gauge("gzramd_same_pages", "Pages filled with one repeated 8-byte word, stored without memory (zram same_pages)."),
+		same:       gauge("gzramd_same_pages", "Pages filled with one repeated 8-byte word: zero-filled ones cost no memory, others an 8-byte object (zram same_pages)."),
 		huge:       gauge("gzramd_huge_pages", "Pages that did not compress below the huge threshold and are stored raw (zram huge_pages)."),
 		stored:     gauge("gzramd_stored_pages", "Pages stored as objects, compressed or raw."),
+		lost: gauge("gzramd_lost_pages",
+			"Pages whose entries a takeover found naming nothing the store holds: they read as EIO until written again. Anything but 0 is a bug to report."),
 		compacted: prometheus.NewDesc("gzramd_pages_compacted_total",
 			"Memory pages given back by compaction (zram pages_compacted).", nil, nil),
 		prefaultMisses: prometheus.NewDesc("gzramd_store_prefault_misses_total",
@@ -92,7 +94,7 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		m.infoDesc, m.diskSize, m.orig, m.compr, m.memUsed, m.memUsedMax, m.memLimit,
-		m.same, m.huge, m.stored, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
+		m.same, m.huge, m.stored, m.lost, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
 		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingSealed, m.commitRetries, m.unusedSlots,
 		m.compressedPages, m.inlinePages,
 	} {
@@ -120,6 +122,7 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	g(m.same, float64(st.SamePages))
 	g(m.huge, float64(st.HugePages))
 	g(m.stored, float64(st.StoredPages))
+	g(m.lost, float64(st.LostPages))
 	c(m.compacted, float64(st.PagesCompacted))
 	c(m.prefaultMisses, float64(st.PrefaultMisses))
 	c(m.failedReads, float64(st.FailedReads))

@@ -3,11 +3,12 @@
 package pagestore
 
 import (
-	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/memfd"
 )
 
 // prefaulter keeps Config.Prefault bytes of arena faulted in ahead of
@@ -76,7 +77,7 @@ func (s *Store) warmReleased() {
 		c.empty = c.empty[:n-1]
 		c.mu.Unlock()
 		r := s.rec(id)
-		touchPages(s.slabMem(r, g))
+		memfd.Populate(s.slabMem(r, g))
 		c.mu.Lock()
 		r.warm = true
 		c.empty = append(c.empty, id)
@@ -95,7 +96,7 @@ func (s *Store) prefaultAhead() {
 	// writer's path.
 	if next := int(s.nslabs.Load()); next < maxSlabs {
 		recs := unsafe.Slice((*byte)(unsafe.Pointer(&s.recs[next])), min(256, maxSlabs-next)*int(slabRecSize))
-		touchPages(recs)
+		memfd.Populate(recs)
 	}
 	for {
 		s.mu.Lock()
@@ -150,25 +151,7 @@ func (s *Store) prefaultAhead() {
 			s.spareFaulted = min(s.spareFaulted+step, len(s.spare)/pageSize)
 		}
 		s.mu.Unlock()
-		touchPages(mem[from*pageSize : min(from+step, len(mem)/pageSize)*pageSize])
-	}
-}
-
-// touchPages faults in every page of mem without changing its contents.
-//
-// In a system call where the kernel allows it (MADV_POPULATE_WRITE, Linux
-// 5.14): a thread faulting in Go code cannot be stopped by the runtime,
-// so a fault that waits on reclaim would hold up every stop-the-world
-// (each garbage collection has two) and with it every goroutine, the
-// ones storing swapped pages included; a thread in a system call does
-// not. Elsewhere, with an atomic add of zero per page, which changes no
-// byte a slab wrote.
-func touchPages(mem []byte) {
-	if len(mem) == 0 || unix.Madvise(mem, unix.MADV_POPULATE_WRITE) == nil {
-		return
-	}
-	for off := 0; off+4 <= len(mem); off += pageSize {
-		atomic.AddUint32((*uint32)(unsafe.Pointer(&mem[off])), 0)
+		memfd.Populate(mem[from*pageSize : min(from+step, len(mem)/pageSize)*pageSize])
 	}
 }
 

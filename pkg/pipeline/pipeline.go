@@ -63,6 +63,10 @@ type Config struct {
 	// (0: DefaultBatchWorkers).
 	BatchWorkers int
 
+	// State, when set, holds the data path's memory (see Open); without
+	// one, it is the process's own and goes with it.
+	State *State
+
 	Observer route.Observer
 	Logger   *slog.Logger
 }
@@ -77,8 +81,39 @@ type Pipeline struct {
 	prefault int64
 }
 
-// New builds the data path.
-func New(cfg Config) (_ *Pipeline, err error) {
+// New builds a fresh data path: every page reads as zeroes. With
+// cfg.State, it lives in the state's files, which must hold none (Open
+// takes one over).
+func New(cfg Config) (*Pipeline, error) {
+	p, _, err := build(cfg, false)
+	return p, err
+}
+
+// Open builds the data path in cfg.State: a fresh one when the state holds
+// none, else the one it holds, taken over from the process that died
+// serving it (see device.Recover); rec then says what was found.
+func Open(cfg Config) (p *Pipeline, rec *device.Recovered, err error) {
+	if cfg.State == nil {
+		return nil, nil, errors.New("pipeline: Open needs Config.State")
+	}
+	info, err := cfg.State.Info()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !info.Sealed {
+		// Never finished: nothing in it was acknowledged.
+		if err := cfg.State.reset(); err != nil {
+			return nil, nil, err
+		}
+		p, _, err := build(cfg, false)
+		return p, nil, err
+	}
+	return build(cfg, true)
+}
+
+// build builds the data path, taking over the one in cfg.State when
+// recover is set.
+func build(cfg Config, recover bool) (_ *Pipeline, _ *device.Recovered, err error) {
 	if cfg.Algorithm == "" {
 		cfg.Algorithm = "lz4"
 	}
@@ -90,7 +125,7 @@ func New(cfg Config) (_ *Pipeline, err error) {
 	}
 	staging, err := stagingConfig(&cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p := &Pipeline{prefault: cfg.Prefault}
 	defer func() {
@@ -99,12 +134,7 @@ func New(cfg Config) (_ *Pipeline, err error) {
 		}
 	}()
 	if p.Codec, err = codec.New(cfg.Algorithm); err != nil {
-		return nil, err
-	}
-	if p.Store, err = pagestore.New(pagestore.Config{
-		MemLimit: cfg.MemLimit, Prefault: cfg.Prefault, ArenaSize: cfg.ArenaSize,
-	}); err != nil {
-		return nil, fmt.Errorf("pipeline: the page store: %w", err)
+		return nil, nil, err
 	}
 	rc := route.Config{
 		Codec: p.Codec, MinAcceleratorPages: cfg.MinAcceleratorPages,
@@ -119,15 +149,58 @@ func New(cfg Config) (_ *Pipeline, err error) {
 		rc.Window = staging.Deadline
 	}
 	if p.Router, err = route.New(rc); err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
+		return nil, nil, fmt.Errorf("pipeline: %w", err)
 	}
-	if p.Device, err = device.New(device.Config{
-		Size: cfg.Size, Codec: p.Codec, Router: p.Router, Store: p.Store, Staging: staging,
+	sc := pagestore.Config{MemLimit: cfg.MemLimit, Prefault: cfg.Prefault, ArenaSize: cfg.ArenaSize}
+	dc := device.Config{
+		Size: cfg.Size, Codec: p.Codec, Router: p.Router, Staging: staging,
 		HugeThreshold: cfg.HugeThreshold, Logger: cfg.Logger,
-	}); err != nil {
-		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	return p, nil
+	if cfg.State != nil {
+		sc.Files, dc.Files = &cfg.State.Store, &cfg.State.Device
+	}
+	if recover {
+		rec, err := p.recover(&cfg, sc, dc)
+		return p, rec, err
+	}
+	if p.Store, err = pagestore.New(sc); err != nil {
+		return nil, nil, fmt.Errorf("pipeline: the page store: %w", err)
+	}
+	dc.Store = p.Store
+	if p.Device, err = device.New(dc); err != nil {
+		return nil, nil, fmt.Errorf("pipeline: %w", err)
+	}
+	if cfg.State != nil {
+		if err := cfg.State.seal(&cfg, cfg.ArenaSize); err != nil {
+			return nil, nil, err
+		}
+	}
+	return p, nil, nil
+}
+
+// recover takes over the data path in cfg.State.
+func (p *Pipeline) recover(cfg *Config, sc pagestore.Config, dc device.Config) (*device.Recovered, error) {
+	h, unmap, err := cfg.State.mapHeader()
+	if err != nil {
+		return nil, err
+	}
+	defer unmap()
+	if err := h.check(cfg); err != nil {
+		return nil, err
+	}
+	sc.ArenaSize = int(h.arenaSize) // the store's layout is the state's
+	rs, err := pagestore.Recover(sc)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: taking the page store over: %w", err)
+	}
+	dev, store, rec, err := device.Recover(dc, rs)
+	if err != nil {
+		rs.Close()
+		return nil, fmt.Errorf("pipeline: taking the device over: %w", err)
+	}
+	p.Device, p.Store = dev, store
+	h.takeovers++
+	return &rec, nil
 }
 
 // Holdings lists what the data path holds from the start so that storing a

@@ -35,8 +35,11 @@ import (
 // for the GPU's DMA): pkg/gpu's Backend.
 type Accelerator interface {
 	codec.BatchCompressor
-	// NewPages returns memory for pages pages, for staging them.
-	NewPages(pages int) ([]byte, error)
+	// RegisterPages makes staging memory the caller mapped readable by
+	// the accelerator with no copy (pinned); UnregisterPages undoes it,
+	// before the caller unmaps it.
+	RegisterPages(mem []byte) error
+	UnregisterPages(mem []byte) error
 	// NewOutputs returns a batch with outputs only, in that memory.
 	NewOutputs(pages int) (*codec.Batch, error)
 }
@@ -118,6 +121,7 @@ type Router struct {
 	failures int          // consecutive failures of the accelerator
 
 	shadows chan *codec.Batch // free shadow outputs
+	calls   sync.WaitGroup    // accelerator calls not yet returned, given up on or not
 	// outputs are the output sets for staged batches; empty holds the
 	// structs of the sets attached to batches, to carry them back.
 	outputs, empty chan *codec.Batch
@@ -247,14 +251,39 @@ func (r *Router) Stage(pages int) bool {
 	return pages >= r.cfg.MinAcceleratorPages || r.busy.Load()
 }
 
-// NewPages returns memory for staging pages pages: the accelerator's,
-// which it reads with no copy.
-func (r *Router) NewPages(pages int) ([]byte, error) {
+// RegisterPages makes staging memory readable by the accelerator, if there
+// is one, with no copy.
+func (r *Router) RegisterPages(mem []byte) error {
 	if r.accel != nil {
-		return r.accel.NewPages(pages)
+		return r.accel.RegisterPages(mem)
 	}
-	return make([]byte, pages*codec.PageSize), nil
+	return nil
 }
+
+// UnregisterPages undoes RegisterPages, once no batch the watchdog gave
+// up on can still be reading the pages. It fails, leaving mem registered,
+// when one is still running after unregisterWait: the caller must not
+// unmap mem then.
+func (r *Router) UnregisterPages(mem []byte) error {
+	if r.accel == nil {
+		return nil
+	}
+	idle := make(chan struct{})
+	go func() {
+		r.calls.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-time.After(unregisterWait):
+		return fmt.Errorf("route: the accelerator has not returned a batch it may be reading staging memory for, after %v", unregisterWait)
+	}
+	return r.accel.UnregisterPages(mem)
+}
+
+// unregisterWait is how long UnregisterPages waits for the batches the
+// watchdog gave up on.
+const unregisterWait = 10 * time.Second
 
 // CompressInline compresses a request's own pages on the CPU, in the
 // caller's goroutine, into b (which may have Pages pointing at the
@@ -313,7 +342,11 @@ func (r *Router) accelerate(b *codec.Batch) bool {
 	defer cancel()
 	done := make(chan error, 1)
 	start := time.Now()
-	go func() { done <- r.accel.CompressBatch(ctx, sb) }()
+	r.calls.Add(1)
+	go func() {
+		defer r.calls.Done()
+		done <- r.accel.CompressBatch(ctx, sb)
+	}()
 	var err error
 	select {
 	case err = <-done:

@@ -1,0 +1,135 @@
+// Taking over a device whose files another process wrote.
+
+package device
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gzramd/gzramd/pkg/pagestore"
+)
+
+// Recovered says what Recover found in the table.
+type Recovered struct {
+	Stored int64 // pages held compressed or raw in the store
+	Same   int64 // same-filled pages
+	Staged int64 // pages left staged, compressed and stored by Recover
+	// Lost pages: entries naming an object the store does not hold, or
+	// nothing a device writes, and staged pages Recover could not store.
+	// Each reads as EIO until written again.
+	Lost int64
+	// FirstLost is the first lost page, for the log; valid when Lost > 0.
+	FirstLost uint32
+}
+
+// Recover takes over the device in cfg.Files, written by a device of the
+// same size whose store rc is recovering, after the process serving it
+// died. Every object the table names is kept (rc.Keep) and the store
+// rebuilt around them (rc.Done); pages left staged are compressed and
+// stored from the staging file before staging starts again, as writes.
+// Every write the dead process acknowledged was in the table or staged, so
+// all of them read back.
+//
+// An entry the store disagrees with is not trusted: its page is marked
+// lost (reads fail with EIO, writes replace it), counted, and the rest of
+// the device goes on; a failed read kills one process, not every process
+// with pages in the device. cfg.Store is ignored: Recover returns the
+// store it rebuilt, which the caller closes after the device.
+func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Recovered, error) {
+	var rep Recovered
+	if cfg.Files == nil {
+		return nil, nil, rep, errors.New("device: Recover needs Config.Files")
+	}
+	cfg.Store = nil
+	d, err := open(cfg, false)
+	if err != nil {
+		return nil, nil, rep, err
+	}
+	stagingPages := len(d.staging) / pageSize
+	lose := func(idx uint32) {
+		d.table[idx] = entry(stateLost << stateShift)
+		if rep.Lost == 0 {
+			rep.FirstLost = idx
+		}
+		rep.Lost++
+	}
+	for i := range d.table {
+		idx, e := uint32(i), d.table[i]
+		switch e.state() {
+		case stateEmpty:
+		case stateSame:
+			if e != zeroEntry {
+				lose(idx)
+			}
+		case stateStored, stateHuge, stateFill:
+			if !validLength(e) || rc.Keep(e.handle(), idx, e.length()) != nil {
+				lose(idx)
+			}
+		case stateStaged:
+			if e.stagingPage() >= stagingPages {
+				lose(idx)
+			}
+		default: // lost before, or nothing a device writes
+			lose(idx)
+		}
+		d.count(d.table[idx], +1)
+	}
+	store, err := rc.Done()
+	if err != nil {
+		d.unmap()
+		return nil, nil, rep, err
+	}
+	d.cfg.Store = store
+	// Staged pages were acknowledged: store them whatever the limit says,
+	// as the process that took them would have.
+	limit := store.Stats().MemLimit
+	store.SetMemLimit(0)
+	for i := range d.table {
+		idx, e := uint32(i), d.table[i]
+		if e.state() != stateStaged {
+			continue
+		}
+		page := d.staging[e.stagingPage()*pageSize:][:pageSize]
+		if err := d.write(page, int64(idx)*pageSize); err != nil {
+			d.log.Error("device: a staged page could not be stored while taking the device over; it is lost",
+				"page", idx, "err", err)
+			d.count(e, -1)
+			lose(idx)
+			d.count(d.table[idx], +1)
+			continue
+		}
+		rep.Staged++
+	}
+	store.SetMemLimit(limit)
+	rep.Stored, rep.Same = d.storedPages.Load(), d.samePages.Load()
+	if err := d.startStaging(); err != nil {
+		d.Close()
+		store.Close()
+		return nil, nil, rep, err
+	}
+	return d, store, rep, nil
+}
+
+// validLength reports whether an object entry's length is one a device
+// writes for its state (with any huge threshold: the last process may
+// have had another).
+func validLength(e entry) bool {
+	switch e.state() {
+	case stateStored:
+		return e.length() >= 1 && e.length() < pageSize
+	case stateHuge:
+		return e.length() == pageSize
+	case stateFill:
+		return e.length() == fillLength
+	}
+	return false
+}
+
+// String summarises r for a log line.
+func (r Recovered) String() string {
+	s := fmt.Sprintf("%d pages stored, %d same-filled, %d staged (now stored)", r.Stored, r.Same, r.Staged)
+	if r.Lost > 0 {
+		s += fmt.Sprintf(", %d LOST (first: page %d)", r.Lost, r.FirstLost)
+	}
+	return s
+}
