@@ -116,6 +116,40 @@ func (m *File) Punch(off, n int64) error {
 	return nil
 }
 
+// Extents calls fn for each run of [off, off+n) of the file that holds
+// pages (written, and not punched out since), in order, until fn returns
+// false. The file may change meanwhile: a run may be stale by the time fn
+// sees it.
+func (m *File) Extents(fn func(off, n int64) bool) error {
+	size, err := m.Size()
+	if err != nil {
+		return err
+	}
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(m.Fd(), off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			return nil // no data from off on
+		}
+		if err != nil {
+			return fmt.Errorf("memfd: seeking data in %s from %d: %w", m.Name(), off, err)
+		}
+		hole, err := unix.Seek(m.Fd(), data, unix.SEEK_HOLE)
+		if errors.Is(err, unix.ENXIO) {
+			hole = size // truncated meanwhile
+		} else if err != nil {
+			return fmt.Errorf("memfd: seeking a hole in %s from %d: %w", m.Name(), data, err)
+		}
+		if hole <= data {
+			return nil
+		}
+		if !fn(data, hole-data) {
+			return nil
+		}
+		off = hole
+	}
+	return nil
+}
+
 // Close closes the descriptor. Mappings stay valid until unmapped, and the
 // memory stays until no process holds the file or a mapping of it.
 func (m *File) Close() error {

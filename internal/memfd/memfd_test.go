@@ -2,6 +2,7 @@ package memfd
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 	"unsafe"
 
@@ -94,4 +95,34 @@ func residentPages(t *testing.T, mem []byte) int {
 		n += int(v & 1)
 	}
 	return n
+}
+
+func TestExtents(t *testing.T) {
+	m, err := Create("extents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Grow(64 << 12); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := m.Map(0, 64<<12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	for _, pg := range []int{3, 4, 5, 20, 63} {
+		mem[pg<<12+7] = 1
+	}
+	if err := m.Punch(4<<12, 1<<12); err != nil {
+		t.Fatal(err)
+	}
+	var got [][2]int64
+	if err := m.Extents(func(off, n int64) bool { got = append(got, [2]int64{off >> 12, n >> 12}); return true }); err != nil {
+		t.Fatal(err)
+	}
+	want := [][2]int64{{3, 1}, {5, 1}, {20, 1}, {63, 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("extents (first page, pages) %v, want %v", got, want)
+	}
 }

@@ -1,0 +1,200 @@
+// Package supervise runs gzramd's serving process under a small parent
+// that outlives it. The parent holds what a crash must not take: the
+// state's memfds (pkg/pipeline.State), locked; the serving process gets
+// them as descriptors and does everything else. When it dies — a panic, a
+// signal, the OOM killer, a fault in a cgo call — the parent starts
+// another, which takes the state over; the kernel's NBD device waits for
+// it meanwhile.
+//
+// The parent is kept small and boring on purpose: it forks, waits,
+// forwards signals and locks memory. It must not be the thing that
+// crashes.
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/gzramd/gzramd/internal/memfd"
+)
+
+// Environment a serving process is started with.
+const (
+	// EnvServing marks the serving process: it serves, not supervises.
+	EnvServing = "GZRAMD_SERVING"
+	// EnvTakeovers is how many serving processes died before this one.
+	EnvTakeovers = "GZRAMD_TAKEOVERS"
+	// EnvDiedAt is when the last one died, in Unix nanoseconds: the pause
+	// the takeover caused runs from then until the new one serves.
+	EnvDiedAt = "GZRAMD_DIED_AT"
+	// EnvStopping asks the serving process to stop as soon as it can
+	// (turning swap off first): a stop was asked for while none ran.
+	EnvStopping = "GZRAMD_STOPPING"
+)
+
+// Exit statuses a serving process ends with on its own; any other end is
+// a death, and another is started.
+const (
+	ExitStopped = 0 // stopped as asked, swap off
+	ExitFailed  = 1 // failed, and cleaned up (never serving, or swap off)
+)
+
+// Config describes the serving process.
+type Config struct {
+	Path string   // its executable
+	Args []string // its arguments, Path excluded
+	Env  []string // its environment, before Run's additions
+	// Files are its descriptors 3, 4, ... in order.
+	Files []*memfd.File
+	// Keeper, if not nil, locks the files' memory when a serving process
+	// dies.
+	Keeper         *Keeper
+	Stdout, Stderr io.Writer
+	Logger         *slog.Logger
+	// Signals are forwarded to the serving process; SIGINT and SIGTERM
+	// also mean a stop is asked for (see EnvStopping).
+	Signals <-chan os.Signal
+	// MinDelay and MaxDelay bound the wait before starting another
+	// process after a death: it doubles while each dies within
+	// StableAfter of its start, from MinDelay.
+	MinDelay, MaxDelay, StableAfter time.Duration
+	// Started, if not nil, is told of each serving process started.
+	Started func(pid, takeovers int)
+}
+
+// Run starts the serving process, and another each time one dies, until
+// one exits on its own; it returns that one's exit status. When ctx ends,
+// the serving process is sent SIGTERM, and Run goes on until it exits.
+func Run(ctx context.Context, cfg Config) (int, error) {
+	if cfg.MinDelay <= 0 {
+		cfg.MinDelay = 100 * time.Millisecond
+	}
+	if cfg.MaxDelay < cfg.MinDelay {
+		cfg.MaxDelay = max(10*time.Second, cfg.MinDelay)
+	}
+	if cfg.StableAfter <= 0 {
+		cfg.StableAfter = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger
+	stopping := false
+	takeovers := 0
+	var diedAt time.Time
+	delay := cfg.MinDelay
+	ctxDone := ctx.Done()
+	for {
+		cmd := exec.Command(cfg.Path, cfg.Args...)
+		cmd.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], EnvServing+"=1", EnvTakeovers+"="+strconv.Itoa(takeovers))
+		if !diedAt.IsZero() {
+			cmd.Env = append(cmd.Env, EnvDiedAt+"="+strconv.FormatInt(diedAt.UnixNano(), 10))
+		}
+		if stopping {
+			cmd.Env = append(cmd.Env, EnvStopping+"=1")
+		}
+		for _, f := range cfg.Files {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
+		}
+		cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
+		// Its own process group is not wanted: a terminal's ^C reaches
+		// both, and the supervisor forwards nothing twice (see below).
+		start := time.Now()
+		if err := cmd.Start(); err != nil {
+			return ExitFailed, fmt.Errorf("supervise: starting the serving process: %w", err)
+		}
+		if cfg.Started != nil {
+			cfg.Started(cmd.Process.Pid, takeovers)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		var err error
+	wait:
+		for {
+			select {
+			case err = <-exited:
+				break wait
+			case sig := <-cfg.Signals:
+				if sig == syscall.SIGINT || sig == syscall.SIGTERM {
+					stopping = true
+				}
+				_ = cmd.Process.Signal(sig)
+			case <-ctxDone:
+				ctxDone = nil
+				stopping = true
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			}
+		}
+		status, died := exitOf(cmd.ProcessState, err)
+		if !died {
+			return status, nil
+		}
+		diedAt = time.Now()
+		lived := diedAt.Sub(start)
+		takeovers++
+		if cfg.Keeper != nil {
+			go func() {
+				if held, err := cfg.Keeper.Lock(); err != nil {
+					log.Error("locking the state's memory after the serving process died", "err", err)
+				} else {
+					log.Info("state memory locked by the supervisor", "bytes", held)
+				}
+			}()
+		}
+		if lived >= cfg.StableAfter {
+			delay = cfg.MinDelay
+		}
+		log.Error("the serving process died; starting another to take its state over",
+			"pid", cmd.Process.Pid, "how", describeExit(cmd.ProcessState, err), "lived", lived.Round(time.Millisecond),
+			"takeovers", takeovers, "in", delay)
+		select {
+		case <-time.After(delay):
+		case <-ctxDone:
+			ctxDone = nil
+			stopping = true
+		}
+		if lived < cfg.StableAfter {
+			delay = min(2*delay, cfg.MaxDelay)
+		}
+	}
+}
+
+// exitOf says how a serving process ended: on its own with a status, or
+// died (a signal, a Go panic's status 2, any status of neither).
+func exitOf(ps *os.ProcessState, err error) (status int, died bool) {
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return 0, true // not even waited for properly: treat as a death
+	}
+	if ps == nil {
+		return 0, true
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	if !ok || ws.Signaled() {
+		return 0, true
+	}
+	switch s := ws.ExitStatus(); s {
+	case ExitStopped, ExitFailed:
+		return s, false
+	default:
+		return s, true
+	}
+}
+
+func describeExit(ps *os.ProcessState, err error) string {
+	if ps == nil {
+		return fmt.Sprint(err)
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", ps.ExitCode())
+}

@@ -1,0 +1,181 @@
+package supervise
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/memfd"
+)
+
+// TestMain plays the serving process when the supervisor starts this
+// binary: SUPERVISE_TEST_CHILD says how it ends, by the takeover count.
+func TestMain(m *testing.M) {
+	if plan := os.Getenv("SUPERVISE_TEST_CHILD"); plan != "" {
+		os.Exit(child(plan))
+	}
+	os.Exit(m.Run())
+}
+
+// child ends as the plan's field for its takeover count says: "kill"
+// (SIGKILL itself), "panic", "exit0", "exit1", "exit7", or "wait" (for
+// SIGTERM, then exit 0). It first appends a line to the file on fd 3:
+// its takeover count, died-at and stopping variables.
+func child(plan string) int {
+	n, _ := strconv.Atoi(os.Getenv(EnvTakeovers))
+	steps := strings.Split(plan, ",")
+	f, err := memfd.Open(3)
+	if err != nil {
+		return 9
+	}
+	size, _ := f.Size()
+	line := fmt.Sprintf("%d %s \"%t\" %q\n", n, os.Getenv(EnvServing), os.Getenv(EnvDiedAt) != "", os.Getenv(EnvStopping))
+	f.Grow(size + int64(len(line)))
+	mem, _ := f.Map(0, int(size)+len(line))
+	copy(mem[size:], line)
+	step := steps[min(n, len(steps)-1)]
+	switch step {
+	case "kill":
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Hour)
+	case "panic":
+		panic("serving process panics")
+	case "wait":
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM)
+		<-sigs
+		return 0
+	}
+	s, _ := strconv.Atoi(strings.TrimPrefix(step, "exit"))
+	return s
+}
+
+func runPlan(t *testing.T, plan string, signals <-chan os.Signal, ctx context.Context) (int, []string, error) {
+	t.Helper()
+	f, err := memfd.Create("supervise-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var logs bytes.Buffer
+	status, err := Run(ctx, Config{
+		Path: os.Args[0], Env: append(os.Environ(), "SUPERVISE_TEST_CHILD="+plan),
+		Files: []*memfd.File{f}, Stdout: io.Discard, Stderr: io.Discard,
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		Signals:  signals, MinDelay: time.Millisecond, MaxDelay: 4 * time.Millisecond,
+	})
+	size, _ := f.Size()
+	var lines []string
+	if size > 0 {
+		mem, err := f.Map(0, int(size))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = strings.Split(strings.TrimSpace(string(mem)), "\n")
+		unix.Munmap(mem)
+	}
+	t.Logf("supervisor's log:\n%s", logs.String())
+	return status, lines, err
+}
+
+// TestRestartsUntilExit: deaths of every kind start another serving
+// process, with the takeover count and when the last died; an exit of
+// its own ends Run with its status.
+func TestRestartsUntilExit(t *testing.T) {
+	status, lines, err := runPlan(t, "kill,panic,exit7,exit1", nil, context.Background())
+	if err != nil || status != ExitFailed {
+		t.Fatalf("Run: status %d, %v; want %d", status, err, ExitFailed)
+	}
+	want := []string{`0 1 "false" ""`, `1 1 "true" ""`, `2 1 "true" ""`, `3 1 "true" ""`}
+	if strings.Join(lines, "|") != strings.Join(want, "|") {
+		t.Fatalf("serving processes saw\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if status, _, err := runPlan(t, "exit0", nil, context.Background()); status != ExitStopped || err != nil {
+		t.Fatalf("a process that stops: status %d, %v", status, err)
+	}
+}
+
+// TestStopIsForwardedAndSurvivesADeath: a stop asked for reaches the
+// serving process; one that dies meanwhile is replaced by one told to
+// stop.
+func TestStopIsForwardedAndSurvivesADeath(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	var once sync.Once
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		once.Do(func() { sigs <- syscall.SIGTERM })
+	}()
+	// The first waits for the signal... and exits 0.
+	status, lines, err := runPlan(t, "wait", sigs, context.Background())
+	if err != nil || status != ExitStopped || len(lines) != 1 {
+		t.Fatalf("Run: status %d, %v, %q", status, err, lines)
+	}
+	// Stopped by the context while the first is dying: the next one is
+	// told to stop.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+	}()
+	status, lines, err = runPlan(t, "wait,exit0", nil, ctx)
+	if err != nil || status != ExitStopped || len(lines) != 1 {
+		t.Fatalf("cancelled Run: status %d, %v, %q", status, err, lines)
+	}
+	// With ctx done already, the first is sent SIGTERM at once (dying of
+	// it if that comes before its handler), and the next is told to stop.
+	status, lines, err = runPlan(t, "kill,exit0", nil, ctx)
+	if err != nil || status != ExitStopped || len(lines) == 0 || !strings.HasSuffix(lines[len(lines)-1], `"1"`) {
+		t.Fatalf("Run after a stop: status %d, %v, %q", status, err, lines)
+	}
+}
+
+// TestKeeperLocksWhatTheFileHolds locks the written runs of a sparse file
+// and allocates nothing for its holes.
+func TestKeeperLocksWhatTheFileHolds(t *testing.T) {
+	f, err := memfd.Create("keeper-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const size = 64 << 20
+	if err := f.Grow(size); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := f.Map(0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	for _, off := range []int{0, 4096, 10 << 20, size - 4096} {
+		mem[off] = 1
+	}
+	k, err := NewKeeper([]*memfd.File{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	held, err := k.Lock()
+	if err != nil {
+		t.Skipf("cannot lock here: %v", err)
+	}
+	if held != 4*4096 {
+		t.Fatalf("locked %d bytes, want 4 pages", held)
+	}
+	var n int64
+	f.Extents(func(_, m int64) bool { n += m; return true })
+	if n != 4*4096 {
+		t.Fatalf("after locking, the file holds %d bytes, want 4 pages", n)
+	}
+}
