@@ -6,7 +6,7 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
 export CGO_ENABLED := 1
 
-.PHONY: all build run test test-unit test-race vet bench bench-e2e test-e2e ptx install clean
+.PHONY: all build run test test-unit test-race vet bench bench-e2e test-e2e test-systemd test-systemd-mutants ptx install clean
 
 all: build
 
@@ -36,6 +36,17 @@ test: vet test-unit test-race
 
 test-e2e: build
 	./test/e2e/run.sh
+
+# The unit under a real systemd: a Debian 12 guest whose init is systemd,
+# in QEMU, installs gzramd as the README says and checks start, watchdog,
+# swap, stop and reboot (test/e2e/README.md). Minutes, so not in test-e2e.
+test-systemd: build
+	./test/e2e/systemd.sh
+
+# The same with each broken unit in test/e2e/systemd/mutants: each must fail
+# at the check its file names.
+test-systemd-mutants: build
+	for m in test/e2e/systemd/mutants/*.conf; do E2E_SYSTEMD_DROPIN=$$m ./test/e2e/systemd.sh || exit 1; done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./...
