@@ -53,6 +53,9 @@ func TestUnitPromises(t *testing.T) {
 		"Type=notify", "WatchdogSec=", "LimitMEMLOCK=infinity", "OOMScoreAdjust=-1000",
 		"SendSIGKILL=no", "RuntimeDirectory=gzramd", "EnvironmentFile=-/etc/gzramd/gzramd.env",
 		"CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_RESOURCE CAP_SYS_NICE CAP_SYS_ADMIN\n", "RestrictRealtime=no\n", "TimeoutStopSec=30min",
+		// After a missed watchdog ping systemd waits TimeoutAbortSec, then
+		// sends SIGTERM: gzramd would turn swap off (test/e2e/systemd.sh).
+		"WatchdogSignal=SIGUSR1\n", "TimeoutAbortSec=infinity\n",
 		"ExecStart=/usr/local/bin/gzramd serve\n",
 	} {
 		if !strings.Contains(unit, want) {

@@ -193,7 +193,6 @@ check_hog() {
 	[ "$out" -gt 0 ] || fail "hog: the hog never swapped out (pswpout did not grow): the test proved nothing"
 	peak=$(awk -v d="$DEV" '$1 == d { print $4 }' "$RUN/peak.swaps" 2>/dev/null)
 	[ "${peak:-0}" -gt 0 ] || fail "hog: nothing was in $DEV at the hog's peak"
-	[ "$(prop ActiveState)" = active ] || fail "hog: the unit is $(prop ActiveState) after the hog"
 	pass "hog: $hog_mib MiB written and verified twice; $out pages swapped out and $in in, $((peak >> 10)) MiB in $DEV at the peak"
 }
 
@@ -212,6 +211,10 @@ check_watchdog() {
 		sleep "$left"
 	fi
 	prop WatchdogTimestampMonotonic >>"$RUN/watchdog"
+	# A missed ping makes systemd count the unit failed: it leaves
+	# "active" for "deactivating (stop-watchdog)" with Result=watchdog.
+	[ "$(prop ActiveState)" = active ] && [ "$(prop Result)" = success ] ||
+		fail "watchdog: the unit is $(prop ActiveState) ($(prop SubState)), Result=$(prop Result)"
 	pings=$(grep -v '^0$' "$RUN/watchdog" | sort -u | wc -l)
 	last=$(prop WatchdogTimestampMonotonic)
 	[ "$pings" -ge 3 ] || fail "watchdog: systemd's WatchdogTimestamp took $pings values over $((($(now_us) - enter) / 1000000)) s"
@@ -222,7 +225,6 @@ check_watchdog() {
 	! grep -qE 'SIGUSR1|health check failed' <<<"$log" || fail "watchdog: $(grep -m1 -E 'SIGUSR1|health check failed' <<<"$log")"
 	journal=$(journalctl -q -b -u "$UNIT" --no-pager)
 	! grep -qi 'watchdog timeout' <<<"$journal" || fail "watchdog: systemd logged a watchdog timeout"
-	[ "$(prop ActiveState)" = active ] || fail "watchdog: the unit is $(prop ActiveState)"
 	pass "watchdog: WatchdogSec=${wd_s}s, $pings distinct WatchdogTimestamps over $((($(now_us) - enter) / 1000000)) s active, last ping $((($(now_us) - last) / 1000000)) s ago, no timeout"
 }
 
