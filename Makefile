@@ -58,10 +58,11 @@ bench-e2e: build
 ptx:
 	$(MAKE) -C kernels
 
+# The env file is the user's settings: installed once, never overwritten.
 install: build
 	install -D -m 0755 $(BIN)/gzramd $(DESTDIR)/usr/local/bin/gzramd
 	install -D -m 0644 deploy/systemd/gzramd.service $(DESTDIR)/etc/systemd/system/gzramd.service
-	install -D -m 0644 deploy/systemd/gzramd.env $(DESTDIR)/etc/gzramd/gzramd.env
+	[ -e $(DESTDIR)/etc/gzramd/gzramd.env ] || install -D -m 0644 deploy/systemd/gzramd.env $(DESTDIR)/etc/gzramd/gzramd.env
 
 clean:
 	rm -rf $(BIN)
