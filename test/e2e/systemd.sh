@@ -24,6 +24,8 @@
 #
 # Environment:
 #   E2E_SYSTEMD_MEM, E2E_SYSTEMD_HOG_MIB  guest RAM (512M) and hog (640 MiB)
+#   E2E_SYSTEMD_HOLD_MIB, E2E_SYSTEMD_PUSH_MIB  the data held in swap across
+#                        the reboot (128) and the hog that pushes it there (320)
 #   E2E_SYSTEMD_TIMEOUT  seconds for both boots before the guest counts as
 #                        hung (1800)
 #   E2E_SYSTEMD_DROPIN   a file installed in the guest as a drop-in of
@@ -49,6 +51,8 @@ SUITE=${E2E_SYSTEMD_SUITE:-bookworm}
 MIRROR=${E2E_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 GUEST_MEM=${E2E_SYSTEMD_MEM:-512M}
 HOG_MIB=${E2E_SYSTEMD_HOG_MIB:-640}
+HOLD_MIB=${E2E_SYSTEMD_HOLD_MIB:-128}
+PUSH_MIB=${E2E_SYSTEMD_PUSH_MIB:-320}
 TIMEOUT=${E2E_SYSTEMD_TIMEOUT:-1800}
 EXPECT_FAIL=${E2E_SYSTEMD_EXPECT_FAIL:-}
 DROPIN=${E2E_SYSTEMD_DROPIN:-}
@@ -178,7 +182,10 @@ image_build() {
 		install -D -m 0644 "$DROPIN" "$root/etc/systemd/system/gzramd.service.d/e2e-mutant.conf"
 	fi
 	IMG=$WORK/disk.img
-	mkfs.ext4 -q -F -L gzramd-e2e -d "$root" "$IMG" "${E2E_SYSTEMD_DISK:-2G}" || die "mkfs.ext4 -d $root"
+	mkfs.ext4 -q -F -L gzramd-e2e -d "$root" "$IMG" "${E2E_SYSTEMD_DISK:-2G}" >"$WORK/mkfs.log" 2>&1 || {
+		cat "$WORK/mkfs.log" >&2
+		die "mkfs.ext4 -d $root"
+	}
 	rm -rf "$root"
 }
 
@@ -200,7 +207,7 @@ log "kernel $KVER, accel $ACCEL, Debian $SUITE with systemd $(chroot "$SYSROOT" 
 CONSOLE=$WORK/console
 GUEST_INITRD=$INITRD
 QEMU_REBOOT=1
-qemu_cmd "$GUEST_MEM" 2 "root=/dev/vda e2e.hog=$HOG_MIB e2e.seed=$RANDOM" \
+qemu_cmd "$GUEST_MEM" 2 "root=/dev/vda e2e.hog=$HOG_MIB e2e.hold=$HOLD_MIB e2e.push=$PUSH_MIB e2e.seed=$RANDOM" \
 	-drive "file=$IMG,format=raw,if=virtio"
 log "systemd: booting (boot 1 installs and checks, then reboots; boot 2 checks)"
 ok=0

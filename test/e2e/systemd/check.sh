@@ -13,7 +13,9 @@
 # Each check prints "E2E-CHECK: PASS|FAIL name: detail" on the console. The
 # first failure ends the run ("E2E-RESULT: FAIL ...", with the unit's
 # status and journal); boot 2 ends it with "E2E-RESULT: PASS".
-# Parameters come on the kernel command line: e2e.hog=MIB, e2e.seed=N.
+# Parameters come on the kernel command line: e2e.hog=MIB (the hog),
+# e2e.hold=MIB and e2e.push=MIB (the holder and the hog that pushes it
+# into swap), e2e.seed=N.
 set -euo pipefail
 
 UNIT=gzramd.service
