@@ -12,7 +12,7 @@ LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_v
 	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
 TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-unit test-race vet lz4-oracle test-nodeps bench bench-e2e test-e2e ptx install clean
+.PHONY: all build run test test-unit test-race vet lz4-oracle test-nodeps bench bench-e2e test-e2e test-systemd test-systemd-mutants ptx install clean
 
 all: build
 
@@ -62,6 +62,17 @@ test-nodeps:
 test-e2e: build
 	./test/e2e/run.sh
 
+# The unit under a real systemd: a Debian 12 guest whose init is systemd,
+# in QEMU, installs gzramd as the README says and checks start, watchdog,
+# swap, stop and reboot (test/e2e/README.md). Minutes, so not in test-e2e.
+test-systemd: build
+	./test/e2e/systemd.sh
+
+# The same with each broken unit in test/e2e/systemd/mutants: each must fail
+# at the check its file names.
+test-systemd-mutants: build
+	for m in test/e2e/systemd/mutants/*.conf; do E2E_SYSTEMD_DROPIN=$$m ./test/e2e/systemd.sh || exit 1; done
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./...
 
@@ -72,10 +83,11 @@ bench-e2e: build
 ptx:
 	$(MAKE) -C kernels
 
+# The env file is the user's settings: installed once, never overwritten.
 install: build
 	install -D -m 0755 $(BIN)/gzramd $(DESTDIR)/usr/local/bin/gzramd
 	install -D -m 0644 deploy/systemd/gzramd.service $(DESTDIR)/etc/systemd/system/gzramd.service
-	install -D -m 0644 deploy/systemd/gzramd.env $(DESTDIR)/etc/gzramd/gzramd.env
+	[ -e $(DESTDIR)/etc/gzramd/gzramd.env ] || install -D -m 0644 deploy/systemd/gzramd.env $(DESTDIR)/etc/gzramd/gzramd.env
 
 clean:
 	rm -rf $(BIN)

@@ -53,11 +53,60 @@ func TestUnitPromises(t *testing.T) {
 		"Type=notify", "WatchdogSec=", "LimitMEMLOCK=infinity", "OOMScoreAdjust=-1000",
 		"SendSIGKILL=no", "RuntimeDirectory=gzramd", "EnvironmentFile=-/etc/gzramd/gzramd.env",
 		"CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_RESOURCE CAP_SYS_NICE CAP_SYS_ADMIN\n", "RestrictRealtime=no\n", "TimeoutStopSec=30min",
+		// After a missed watchdog ping systemd waits TimeoutAbortSec, then
+		// sends SIGTERM: gzramd would turn swap off (test/e2e/systemd.sh).
+		"WatchdogSignal=SIGUSR1\n", "TimeoutAbortSec=infinity\n",
 		"ExecStart=/usr/local/bin/gzramd serve\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("gzramd.service lacks %q", want)
 		}
+	}
+}
+
+// TestUnitLeavesDevicesOpen: gzramd opens /dev/nbdN (its self-test, then
+// mkswap and swapon) and the GPU's /dev/nvidia*, so the unit must not
+// restrict device access. ProtectClock=yes did so before systemd 253: it
+// implied DeviceAllow=char-rtc r, which closes every other device, and
+// under Debian 11's systemd 247 the unit failed at start with "open
+// /dev/nbd0: operation not permitted" (test/e2e/systemd.sh). The clock is
+// protected by the capability bounding set and a system call filter
+// instead.
+func TestUnitLeavesDevicesOpen(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(unitDir, "gzramd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "[") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok {
+			settings[k] = strings.TrimSpace(v)
+		}
+	}
+	for k, v := range settings {
+		switch k {
+		case "DeviceAllow":
+			t.Errorf("gzramd.service sets DeviceAllow=%s: any allow list closes /dev/nbdN and /dev/nvidia*", v)
+		case "DevicePolicy":
+			if v != "auto" {
+				t.Errorf("gzramd.service sets DevicePolicy=%s: /dev/nbdN and /dev/nvidia* must stay open", v)
+			}
+		case "PrivateDevices", "ProtectClock":
+			if v != "no" && v != "false" && v != "0" && v != "off" {
+				t.Errorf("gzramd.service sets %s=%s, which closes /dev/nbdN (and /dev/nvidia*)", k, v)
+			}
+		}
+	}
+	if caps := settings["CapabilityBoundingSet"]; strings.Contains(caps, "CAP_SYS_TIME") || strings.Contains(caps, "CAP_WAKE_ALARM") {
+		t.Errorf("CapabilityBoundingSet=%s lets gzramd set the clock", caps)
+	}
+	if settings["SystemCallFilter"] != "~@clock" || settings["SystemCallErrorNumber"] != "EPERM" {
+		t.Errorf("gzramd.service must filter @clock with EPERM (not a SIGSYS that kills the swap daemon): SystemCallFilter=%q SystemCallErrorNumber=%q",
+			settings["SystemCallFilter"], settings["SystemCallErrorNumber"])
 	}
 }
 

@@ -2,7 +2,8 @@
 # Installs the Debian packages the end-to-end test and benchmark need.
 # Runs apt-get update at most once, and only when something is missing,
 # so a second run on a prepared machine costs nothing. Without root it
-# only reports what is missing.
+# only reports what is missing. Arguments COMMAND=PACKAGE add what one
+# scenario alone needs (test/e2e/systemd.sh: debootstrap).
 set -euo pipefail
 
 # command → package providing it
@@ -20,6 +21,9 @@ declare -A need=(
 	[dpkg-deb]=dpkg
 	[apt-get]=apt
 )
+for arg in "$@"; do
+	need[${arg%%=*}]=${arg#*=}
+done
 # files → package (no command on PATH to probe)
 declare -A need_files=(
 	[/bin/busybox]=busybox-static

@@ -7,10 +7,13 @@
  * Usage: hog MIB SEED [RANDOM_EVERY]   (default 8; 0: no random pages)
  * With HOG_PEAK_CMD set, runs it with /bin/sh once every page is written
  * (the moment most of the hog is in swap), e.g. to scrape metrics.
+ * With HOG_HOLD set, holds the pages written until SIGTERM and verifies
+ * them then: data kept in swap across something (a reboot's shutdown).
  * Prints "HOG-PASS" or "HOG-FAIL ..." and exits 0 or 1.
  * Built with gcc -static so the initramfs needs no libc for it.
  */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +95,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	const char *hold = getenv("HOG_HOLD");
+	sigset_t term;
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	/* Blocked from the start: a SIGTERM while writing waits its turn. */
+	if (hold && *hold)
+		sigprocmask(SIG_BLOCK, &term, NULL);
 	volatile uint64_t *mem = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE,
 				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (mem == MAP_FAILED) {
@@ -117,6 +127,12 @@ int main(int argc, char **argv)
 			waitpid(pid, &status, 0);
 		else
 			perror("hog: HOG_PEAK_CMD");
+	}
+	if (hold && *hold) {
+		int sig;
+		printf("HOG-HOLDING %" PRIu64 " MiB until SIGTERM\n", mib);
+		sigwait(&term, &sig);
+		printf("hog: SIGTERM: verifying what was held (%.1f s)\n", now() - t0);
 	}
 	uint64_t total = 0;
 	for (int pass = 1; pass <= 2; pass++) {

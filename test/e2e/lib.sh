@@ -100,11 +100,28 @@ copy_with_libs() {
 	done
 }
 
+# modules_copy ROOT LIST NAME...: copies the named modules of the kernel
+# in $KROOT, and the modules they depend on, into ROOT under the same
+# paths, and appends each one's path to the file ROOT/LIST in load order.
+modules_copy() {
+	local root=$1 list=$2 m mod
+	shift 2
+	for m in $(for name in "$@"; do
+		modprobe -C /dev/null -d "$KROOT" -S "$KVER" --show-depends "$name" |
+			awk '$1 == "insmod" { print $2 }'
+	done); do
+		mod=${m#"$KROOT"}
+		[ -e "$root$mod" ] && continue
+		install -D -m 0644 "$m" "$root$mod"
+		echo "$mod" >>"$root$list"
+	done
+}
+
 # initramfs_base: the guest without gzramd (busybox, nbd-client, hog, httpget,
 # modules, /init). Cached by the versions and sources that go into it.
 # Sets INITRD.
 initramfs_base() {
-	local key root mod m
+	local key root
 	key=$( {
 		echo "$KVER"
 		dpkg-query -W busybox-static nbd-client libc6 2>/dev/null
@@ -125,15 +142,7 @@ initramfs_base() {
 	copy_with_libs "$root" "$(command -v nbd-client)" /sbin/nbd-client
 	# The modules the guest needs, in load order, with their dependencies.
 	: >"$root/etc/e2e-modules"
-	for m in $(for name in nbd virtio_pci virtio_net; do
-		modprobe -C /dev/null -d "$KROOT" -S "$KVER" --show-depends "$name" |
-			awk '$1 == "insmod" { print $2 }'
-	done); do
-		mod=${m#"$KROOT"}
-		[ -e "$root$mod" ] && continue
-		install -D -m 0644 "$m" "$root$mod"
-		echo "$mod" >>"$root/etc/e2e-modules"
-	done
+	modules_copy "$root" /etc/e2e-modules nbd virtio_pci virtio_net
 	grep -q '/nbd.ko' "$root/etc/e2e-modules" ||
 		grep -q '^CONFIG_BLK_DEV_NBD=y' "$KROOT/boot/config-$KVER" ||
 		die "kernel $KVER has no nbd driver"
@@ -228,21 +237,27 @@ accel_pick() {
 	rm -f "$plog" "$plog.qemu"
 }
 
-# qemu_args MEM SMP APPEND: the command line for one guest run. The
+# qemu_cmd MEM SMP APPEND [QEMU-ARG...]: the command line for one guest
+# run, in QEMU; further arguments are added as they are (a disk). The
 # serial console goes to $CONSOLE; -no-reboot with panic=-1 makes a
-# kernel panic end QEMU at once.
+# kernel panic end QEMU at once. QEMU_REBOOT=1 leaves -no-reboot out, for
+# a guest that reboots in place (the same kernel and initramfs boot
+# again, and the console file goes on): a panic then reboots too, which
+# guest_run catches on the console.
 qemu_cmd() {
-	local mem=$1 smp=$2 append=$3 accel_args
+	local mem=$1 smp=$2 append=$3 accel_args no_reboot=(-no-reboot)
+	shift 3
 	if [ "$ACCEL" = kvm ]; then
 		accel_args=(-accel kvm -cpu host)
 	else
 		accel_args=(-accel "tcg,thread=${E2E_TCG_THREAD:-single}" -cpu max)
 	fi
+	[ "${QEMU_REBOOT:-0}" = 1 ] && no_reboot=()
 	QEMU=(qemu-system-x86_64 "${accel_args[@]}" -m "$mem" -smp "$smp"
 		-kernel "$KROOT/boot/vmlinuz-$KVER" -initrd "$GUEST_INITRD"
 		-append "console=ttyS0 panic=-1 oops=panic zswap.enabled=0 sysrq_always_enabled=1 $append"
-		-display none -monitor "unix:$CONSOLE.monitor,server,nowait" -serial "file:$CONSOLE" -no-reboot
-		-nic "user,model=virtio-net-pci")
+		-display none -monitor "unix:$CONSOLE.monitor,server,nowait" -serial "file:$CONSOLE" "${no_reboot[@]}"
+		-nic "user,model=virtio-net-pci" "$@")
 }
 
 # sysrq MONITOR KEY...: presses Alt-SysRq-KEY in the guest through QEMU's
@@ -311,7 +326,7 @@ guest_run() {
 		return 0
 	fi
 	echo "---- guest steps ----" >&2
-	grep -aE '^(E2E-STEP|E2E-SWAP|hog: |HOG-)' "$CONSOLE" | tr -d '\r' >&2 || true
+	grep -aE '^(E2E-STEP|E2E-CHECK|E2E-SWAP|hog: |HOG-)' "$CONSOLE" | tr -d '\r' >&2 || true
 	# The daemon's warnings and errors and the kernel's nbd and I/O
 	# messages, wherever they are in the console: the tail alone may have
 	# scrolled past the first failure.

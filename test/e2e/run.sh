@@ -9,6 +9,9 @@
 #           attaches, mkswaps and swapons itself; a clean stop must swapoff.
 #           Skipped (with a message) while the binary has no --swap flag,
 #           unless E2E_REQUIRE_GUEST=1.
+#   systemd deploy/systemd/gzramd.service under a real systemd: a Debian
+#           guest with systemd as init (test/e2e/systemd.sh, its own
+#           runner). Slow, so not among the defaults (make test-systemd).
 # Environment:
 #   E2E_SERVER=gzramd|nbdkit   the host-side server (default gzramd)
 #   E2E_EXPECT_FAIL=1          the server corrupts data on purpose (e.g.
@@ -249,6 +252,15 @@ for s in $SCENARIOS; do
 	host-1) run_host host-1 1 1 ;;
 	host-2) run_host host-2 2 2 ;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
+	systemd)
+		if [ "$EXPECT_FAIL" = 1 ]; then
+			log "systemd: skipped under E2E_EXPECT_FAIL"
+			continue
+		fi
+		t=$SECONDS
+		"$E2E_DIR/systemd.sh" || die "systemd: see its output above"
+		passed+=("systemd:$((SECONDS - t))s")
+		;;
 	*) die "unknown scenario $s" ;;
 	esac
 done
