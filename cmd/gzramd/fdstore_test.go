@@ -3,6 +3,7 @@ package main
 import (
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -68,47 +69,35 @@ func TestStateThroughSystemdsStore(t *testing.T) {
 		}
 		names = append(names, name)
 	}
-	// Passed in reverse order: the names, not the order, say which is which.
-	high := 100
-	for i := len(fds) - 1; i >= 0; i-- {
-		if err := unix.Dup2(fds[i], high); err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(fds[i])
-		fds[i] = high
-		high++
-	}
-	base := 3
-	saved := make([]int, len(fds))
-	for i := range fds {
-		// Keep whatever the test binary has at 3.. to put it back.
-		saved[i], _ = unix.FcntlInt(uintptr(base+i), unix.F_DUPFD_CLOEXEC, 200)
-	}
-	defer func() {
-		for i, s := range saved {
-			if s >= 0 {
-				unix.Dup2(s, base+i)
-				unix.Close(s)
-			}
-		}
-	}()
+	// systemd passes them to the next process from descriptor 3 on, in
+	// any order (reversed here): the names say which is which.
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStateFromSystemdChild$", "-test.v")
 	var passedNames []string
-	for i := range fds {
-		j := len(fds) - 1 - i
-		if err := unix.Dup2(fds[j], base+i); err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(fds[j])
-		passedNames = append(passedNames, names[j])
+	for i := len(fds) - 1; i >= 0; i-- {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(fds[i]), names[i]))
+		passedNames = append(passedNames, names[i])
+	}
+	cmd.Env = append(os.Environ(), "GZRAMD_TEST_LISTEN_FDS="+strconv.Itoa(len(fds)), "LISTEN_FDNAMES="+strings.Join(passedNames, ":"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestStateFromSystemdChild") {
+		t.Fatalf("the next process: %v\n%s", err, out)
+	}
+}
+
+// TestStateFromSystemdChild is the process TestStateThroughSystemdsStore
+// passes the state to, as systemd would.
+func TestStateFromSystemdChild(t *testing.T) {
+	n := os.Getenv("GZRAMD_TEST_LISTEN_FDS")
+	if n == "" {
+		t.Skip("run by TestStateThroughSystemdsStore")
 	}
 	t.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
-	t.Setenv("LISTEN_FDS", strconv.Itoa(len(fds)))
-	t.Setenv("LISTEN_FDNAMES", strings.Join(passedNames, ":"))
+	t.Setenv("LISTEN_FDS", n)
 	back, err := stateFromSystemd()
 	if err != nil || back == nil {
 		t.Fatalf("state from systemd: %v, %v", back, err)
 	}
-	mem, err = back.Header.Map(0, 4096)
+	mem, err := back.Header.Map(0, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
