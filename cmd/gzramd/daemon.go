@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/supervise"
 	"github.com/gzramd/gzramd/pkg/swapctl"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
@@ -39,12 +41,21 @@ type daemon struct {
 	accel   *accelerator
 	pipe    *pipeline.Pipeline
 	dev     *device.Device // pipe.Device
-	srv     *nbd.Server
-	tracker swapctl.Tracker
-	host    swapctl.Host // the kernel's swap list and block devices
-	httpSrv *http.Server
-	reg     *prometheus.Registry
-	trace   *iolog.Recorder // --record-trace
+	// recovered is what the data path was taken over with, when a
+	// serving process before this one died; nil when it started empty.
+	recovered *device.Recovered
+	// takeovers counts them over the state's life; diedAt is when the
+	// last serving process died (zero if unknown), pause how long the
+	// device went without a server then (set once this one serves).
+	takeovers uint64
+	diedAt    time.Time
+	pause     atomic.Int64
+	srv       *nbd.Server
+	tracker   swapctl.Tracker
+	host      swapctl.Host // the kernel's swap list and block devices
+	httpSrv   *http.Server
+	reg       *prometheus.Registry
+	trace     *iolog.Recorder // --record-trace
 
 	listeners []net.Listener
 	reserve   *swapsafe.HeapReserve // topped up before serving swap
@@ -57,7 +68,7 @@ type daemon struct {
 // storeArenaSize is the page store's mapping step in the daemon.
 const storeArenaSize = 8 << 20
 
-func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
+func newDaemon(cfg *serveConfig, st *pipeline.State, log *slog.Logger) (_ *daemon, err error) {
 	d := &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier()}
 	defer func() {
 		if err != nil {
@@ -88,8 +99,9 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	if d.accel.gpu != nil {
 		batchObs.Track(d.accel.name())
 	}
-	if d.pipe, err = pipeline.New(pipeline.Config{
-		Size: int64(cfg.size), Algorithm: cfg.algorithm,
+	if d.pipe, d.recovered, err = pipeline.Open(pipeline.Config{
+		State: st,
+		Size:  int64(cfg.size), Algorithm: cfg.algorithm,
 		MemLimit: int64(cfg.memLimit), Prefault: int64(cfg.prefault),
 		// Under mlockall each arena is populated when mapped: map it in
 		// small steps, ahead of need (Prefault), not 64 MiB at a time.
@@ -101,6 +113,15 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 		Observer: batchObs, Logger: log,
 	}); err != nil {
 		return nil, err
+	}
+	info, _ := st.Info()
+	d.takeovers = info.Takeovers
+	if ns, err := strconv.ParseInt(os.Getenv(supervise.EnvDiedAt), 10, 64); err == nil {
+		d.diedAt = time.Unix(0, ns)
+	}
+	if d.recovered != nil {
+		log.Warn("took the device over from a serving process that died", "found", d.recovered.String(),
+			"takeovers", info.Takeovers, "state", info.ID)
 	}
 	d.dev = d.pipe.Device
 	var rec nbd.Recorder // stays nil, not a nil *iolog.Recorder, unless recording
@@ -123,7 +144,10 @@ func newDaemon(cfg *serveConfig, log *slog.Logger) (_ *daemon, err error) {
 	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
 		Version: version, Export: cfg.export, Algorithm: cfg.algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.size),
-	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings)}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
+	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings),
+		metrics.NewTakeover(func() metrics.Takeovers {
+			return metrics.Takeovers{Count: d.takeovers, LastPause: time.Duration(d.pause.Load())}
+		})}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
 	}
@@ -292,8 +316,18 @@ func (d *daemon) run(ctx context.Context) error {
 	} else {
 		d.log.Info("gzramd ready", "version", version, "size", d.cfg.size.String(), "algorithm", d.cfg.algorithm,
 			"backend", d.accel.name(), "mem_limit", d.cfg.memLimit.String())
+		if d.recovered != nil && !d.diedAt.IsZero() {
+			pause := time.Since(d.diedAt)
+			d.pause.Store(int64(pause))
+			d.log.Warn("serving again after the takeover", "pause", pause.Round(time.Millisecond), "takeovers", d.takeovers)
+		}
 		if err := d.notify.notify("READY=1\nSTATUS=serving " + d.cfg.export); err != nil {
 			d.log.Warn("sd_notify READY=1 failed", "err", err)
+		}
+		if os.Getenv(supervise.EnvStopping) != "" {
+			// A stop was asked for while no serving process ran.
+			d.log.Info("stopping as the supervisor asked")
+			sigs <- syscall.SIGTERM
 		}
 		serveErr = d.wait(ctx, sigs, dump, errc)
 	}

@@ -41,7 +41,7 @@ func testServingDoesNotFault(t *testing.T, args ...string) *daemonProc {
 	if !strings.Contains(d.log.String(), "msg=hardening step=mlockall done=") {
 		t.Skip("mlockall fails on this machine: page faults are not locked-memory faults here")
 	}
-	pid := d.cmd.Process.Pid
+	pid := d.servingPID()
 	conns := []net.Conn{dialRaw(t, d.socket).nc, dialRaw(t, d.socket).nc}
 	load := func(seed uint64, inFlight, maxShift int) {
 		var wg sync.WaitGroup

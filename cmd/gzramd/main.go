@@ -35,6 +35,10 @@ GPU when one is present (LZ4 block format) and on the CPU otherwise.`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 	root.AddCommand(newServeCmd(), newStatusCmd(), newBenchCmd(), newVersionCmd())
 	if err := root.Execute(); err != nil {
+		var status exitStatus
+		if errors.As(err, &status) {
+			os.Exit(int(status))
+		}
 		fmt.Fprintln(os.Stderr, "gzramd:", err)
 		os.Exit(exitCode(err))
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,6 +68,17 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// servingPID is the process that serves: the supervisor's child, or the
+// daemon itself with --supervise=false.
+func (d *daemonProc) servingPID() int {
+	m := regexp.MustCompile(`msg="serving process started".*? pid=([0-9]+)`).FindAllStringSubmatch(d.log.String(), -1)
+	if len(m) == 0 {
+		return d.cmd.Process.Pid
+	}
+	pid, _ := strconv.Atoi(m[len(m)-1][1])
+	return pid
 }
 
 // daemonProc is a gzramd serve started by a test.

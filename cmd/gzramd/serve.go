@@ -23,6 +23,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/supervise"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
@@ -63,6 +64,7 @@ type serveConfig struct {
 	gcPercent        int
 
 	recordTrace string
+	supervise   bool
 
 	// plan is what the daemon holds ahead of need on this machine.
 	plan swapsafe.Plan
@@ -166,6 +168,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 		"or on a block device with --ioengine=libaio --direct=1 --replay_redirect=/dev/DEVICE; bench/trace.sh replays one on gzramd, kernel zram and nbdkit. "+
 		"The file is replaced, and closed with fio's close line on SIGTERM. Recording never makes a request wait: requests arriving while the writer is a whole ring (64Ki requests) behind are left out, "+
 		"counted in gzramd_trace_dropped_records_total and logged")
+	f.BoolVar(&cfg.supervise, "supervise", true, "run the serving process under a small supervisor that holds the device's memory (in memfds, locked) and, when the serving process dies, starts another that takes the memory and the kernel device over: swapped pages survive a crash. Off, the device's memory goes with the process")
 	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around a 32MiB heap reserve kept resident, else the runtime's")
 	return cmd
 }
@@ -276,6 +279,10 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	if err := cfg.validate(); err != nil {
 		return usageErr(err)
 	}
+	if cfg.supervise && os.Getenv(supervise.EnvServing) == "" {
+		level, _ := parseLevel(cfg.logLevel)
+		return runSupervisor(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	}
 	// Before anything else starts: on success this does not return, and
 	// the process starts again with every thread an IO flusher.
 	var reexecErr error
@@ -288,13 +295,23 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	if err != nil {
 		return err
 	}
+	if gone, err := supervise.ParentDeath(); err != nil {
+		log.Warn("the serving process will not hear of its supervisor's death", "err", err)
+	} else if gone {
+		return errors.New("the supervisor died before the serving process started")
+	}
 	defer reserve.KeepAlive()
 	stopProfile, err := startCPUProfile()
 	if err != nil {
 		return err
 	}
 	defer stopProfile()
-	d, err := newDaemon(cfg, log)
+	st, err := servingState(cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	d, err := newDaemon(cfg, st, log)
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,8 @@ func Create(name string) (*File, error) {
 }
 
 // Open takes over descriptor fd, which must be a memfd (one inherited or
-// received from another process); the File owns it from then on.
+// received from another process); the File owns it from then on, and
+// makes it close-on-exec.
 func Open(fd int) (*File, error) {
 	target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
 	if err != nil {
@@ -46,6 +47,7 @@ func Open(fd int) (*File, error) {
 		return nil, fmt.Errorf("memfd: descriptor %d is %s, not a memfd", fd, target)
 	}
 	name := strings.TrimSuffix(strings.TrimPrefix(target, "/"), " (deleted)")
+	unix.CloseOnExec(fd)
 	return &File{f: os.NewFile(uintptr(fd), name)}, nil
 }
 

@@ -30,40 +30,41 @@ import (
 // holes frees locked pages too).
 type Keeper struct {
 	files []*memfd.File
-	maps  [][]byte // each file's mapping, reserve bytes long
+	maps  [][]byte // each file's mapping, as long as the file was at the last Lock
 }
 
-// keeperReserve is the address space mapped for each file: the largest it
-// may grow to (the store's arenas grow with what is stored).
-const keeperReserve = 1 << 40
-
-// NewKeeper maps files for locking.
-func NewKeeper(files []*memfd.File) (*Keeper, error) {
-	k := &Keeper{files: files}
-	for _, f := range files {
-		// Mapped beyond the file's end too, so that it may grow; only
-		// runs within it are ever touched.
-		mem, err := unix.Mmap(f.Fd(), 0, keeperReserve, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_NORESERVE)
-		if err != nil {
-			k.Close()
-			return nil, fmt.Errorf("supervise: mapping %s to keep it locked: %w", f.Name(), err)
-		}
-		k.maps = append(k.maps, mem)
-	}
-	return k, nil
+// NewKeeper returns a Keeper of files; it maps them at the first Lock.
+func NewKeeper(files []*memfd.File) *Keeper {
+	return &Keeper{files: files, maps: make([][]byte, len(files))}
 }
 
 // Lock locks every run of the files that holds pages, and returns how
-// many bytes that is.
+// many bytes that is. A file that grew since the last Lock is mapped
+// again, whole.
 func (k *Keeper) Lock() (int64, error) {
 	var held int64
 	var errs []error
 	for i, f := range k.files {
-		mem := k.maps[i]
-		err := f.Extents(func(off, n int64) bool {
-			if off+n > int64(len(mem)) {
-				n = int64(len(mem)) - off
+		size, err := f.Size()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if int64(len(k.maps[i])) < size {
+			if k.maps[i] != nil {
+				unix.Munmap(k.maps[i])
+				k.maps[i] = nil
 			}
+			mem, err := unix.Mmap(f.Fd(), 0, int(size), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_NORESERVE)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("supervise: mapping %s to keep it locked: %w", f.Name(), err))
+				continue
+			}
+			k.maps[i] = mem
+		}
+		mem := k.maps[i]
+		err = f.Extents(func(off, n int64) bool {
+			n = min(n, int64(len(mem))-off)
 			if n <= 0 {
 				return false
 			}
@@ -83,7 +84,9 @@ func (k *Keeper) Lock() (int64, error) {
 func (k *Keeper) Close() error {
 	var errs []error
 	for _, mem := range k.maps {
-		errs = append(errs, unix.Munmap(mem))
+		if mem != nil {
+			errs = append(errs, unix.Munmap(mem))
+		}
 	}
 	k.maps = nil
 	return errors.Join(errs...)

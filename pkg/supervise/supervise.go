@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gzramd/gzramd/internal/memfd"
 )
 
@@ -38,6 +40,12 @@ const (
 	// EnvStopping asks the serving process to stop as soon as it can
 	// (turning swap off first): a stop was asked for while none ran.
 	EnvStopping = "GZRAMD_STOPPING"
+	// EnvParentDeath is the signal (a number) the serving process gets
+	// when the supervisor dies; it sets it again after an exec of its own
+	// (see ParentDeath).
+	EnvParentDeath = "GZRAMD_PARENT_DEATH_SIGNAL"
+	// EnvSupervisor is the supervisor's process ID.
+	EnvSupervisor = "GZRAMD_SUPERVISOR_PID"
 )
 
 // Exit statuses a serving process ends with on its own; any other end is
@@ -66,8 +74,18 @@ type Config struct {
 	// process after a death: it doubles while each dies within
 	// StableAfter of its start, from MinDelay.
 	MinDelay, MaxDelay, StableAfter time.Duration
+	// ParentDeath is the signal a serving process gets when the
+	// supervisor dies (0: none): SIGTERM to stop it in order where nothing
+	// else holds the state, SIGKILL where systemd keeps the state for the
+	// next supervisor, whose serving process takes it over.
+	ParentDeath syscall.Signal
 	// Started, if not nil, is told of each serving process started.
 	Started func(pid, takeovers int)
+	// GiveUp, if not nil, is asked after each death within StableAfter of
+	// its start, with how many came so in a row: true ends Run with
+	// ExitFailed (a state that holds nothing need not be served by a
+	// process that cannot start). Without it, Run never gives up.
+	GiveUp func(quickDeaths int) bool
 }
 
 // Run starts the serving process, and another each time one dies, until
@@ -91,15 +109,21 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	takeovers := 0
 	var diedAt time.Time
 	delay := cfg.MinDelay
+	quick := 0
 	ctxDone := ctx.Done()
 	for {
 		cmd := exec.Command(cfg.Path, cfg.Args...)
-		cmd.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], EnvServing+"=1", EnvTakeovers+"="+strconv.Itoa(takeovers))
+		cmd.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], EnvServing+"=1", EnvTakeovers+"="+strconv.Itoa(takeovers),
+			EnvSupervisor+"="+strconv.Itoa(os.Getpid()))
 		if !diedAt.IsZero() {
 			cmd.Env = append(cmd.Env, EnvDiedAt+"="+strconv.FormatInt(diedAt.UnixNano(), 10))
 		}
 		if stopping {
 			cmd.Env = append(cmd.Env, EnvStopping+"=1")
+		}
+		if cfg.ParentDeath != 0 {
+			cmd.Env = append(cmd.Env, EnvParentDeath+"="+strconv.Itoa(int(cfg.ParentDeath)))
+			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: cfg.ParentDeath}
 		}
 		for _, f := range cfg.Files {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
@@ -150,7 +174,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			}()
 		}
 		if lived >= cfg.StableAfter {
-			delay = cfg.MinDelay
+			delay, quick = cfg.MinDelay, 0
+		} else if quick++; cfg.GiveUp != nil && cfg.GiveUp(quick) {
+			log.Error("the serving process keeps dying as it starts; giving up", "deaths", quick,
+				"how", describeExit(cmd.ProcessState, err))
+			return ExitFailed, fmt.Errorf("supervise: the serving process died %d times in a row within %v of its start", quick, cfg.StableAfter)
 		}
 		log.Error("the serving process died; starting another to take its state over",
 			"pid", cmd.Process.Pid, "how", describeExit(cmd.ProcessState, err), "lived", lived.Round(time.Millisecond),
@@ -165,6 +193,21 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			delay = min(2*delay, cfg.MaxDelay)
 		}
 	}
+}
+
+// ParentDeath has a serving process get the signal its supervisor asked
+// for (EnvParentDeath) when the supervisor dies: an exec of the process's
+// own (a binary with file capabilities) clears it. It reports whether the
+// supervisor died already.
+func ParentDeath() (supervisorGone bool, err error) {
+	n, err := strconv.Atoi(os.Getenv(EnvParentDeath))
+	if err != nil || n <= 0 {
+		return false, nil
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(n), 0, 0, 0); err != nil {
+		return false, fmt.Errorf("supervise: prctl(PR_SET_PDEATHSIG): %w", err)
+	}
+	return strconv.Itoa(os.Getppid()) != os.Getenv(EnvSupervisor), nil
 }
 
 // exitOf says how a serving process ended: on its own with a status, or
@@ -194,7 +237,7 @@ func describeExit(ps *os.ProcessState, err error) string {
 		return fmt.Sprint(err)
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return "killed by " + ws.Signal().String()
+		return "killed by " + unix.SignalName(ws.Signal())
 	}
 	return fmt.Sprintf("exit status %d", ps.ExitCode())
 }

@@ -63,6 +63,10 @@ func child(plan string) int {
 }
 
 func runPlan(t *testing.T, plan string, signals <-chan os.Signal, ctx context.Context) (int, []string, error) {
+	return runPlanGivingUp(t, plan, signals, ctx, nil)
+}
+
+func runPlanGivingUp(t *testing.T, plan string, signals <-chan os.Signal, ctx context.Context, giveUp func(int) bool) (int, []string, error) {
 	t.Helper()
 	f, err := memfd.Create("supervise-test")
 	if err != nil {
@@ -73,8 +77,9 @@ func runPlan(t *testing.T, plan string, signals <-chan os.Signal, ctx context.Co
 	status, err := Run(ctx, Config{
 		Path: os.Args[0], Env: append(os.Environ(), "SUPERVISE_TEST_CHILD="+plan),
 		Files: []*memfd.File{f}, Stdout: io.Discard, Stderr: io.Discard,
-		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
-		Signals:  signals, MinDelay: time.Millisecond, MaxDelay: 4 * time.Millisecond,
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		Signals: signals, MinDelay: time.Millisecond, MaxDelay: 4 * time.Millisecond,
+		GiveUp: giveUp,
 	})
 	size, _ := f.Size()
 	var lines []string
@@ -104,6 +109,10 @@ func TestRestartsUntilExit(t *testing.T) {
 	}
 	if status, _, err := runPlan(t, "exit0", nil, context.Background()); status != ExitStopped || err != nil {
 		t.Fatalf("a process that stops: status %d, %v", status, err)
+	}
+	status, lines, err = runPlanGivingUp(t, "panic", nil, context.Background(), func(n int) bool { return n >= 3 })
+	if err == nil || status != ExitFailed || len(lines) != 3 {
+		t.Fatalf("giving up after 3 deaths: status %d, %v, %d processes", status, err, len(lines))
 	}
 }
 
@@ -161,10 +170,7 @@ func TestKeeperLocksWhatTheFileHolds(t *testing.T) {
 	for _, off := range []int{0, 4096, 10 << 20, size - 4096} {
 		mem[off] = 1
 	}
-	k, err := NewKeeper([]*memfd.File{f})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := NewKeeper([]*memfd.File{f})
 	defer k.Close()
 	held, err := k.Lock()
 	if err != nil {

@@ -1,0 +1,133 @@
+// `gzramd serve` as the supervisor of the serving process (pkg/supervise).
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/gzramd/gzramd/internal/memfd"
+	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/supervise"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
+)
+
+// exitStatus ends gzramd with a status and no message: the serving
+// process has said why already.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// runSupervisor is `gzramd serve` with --supervise: it holds the state
+// (from systemd's file descriptor store, or new) and runs the serving
+// process — this binary again, with the same arguments — over it, and
+// another whenever one dies.
+func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
+	log = log.With("role", "supervisor")
+	adj := -1000
+	for _, s := range swapsafe.Apply(swapsafe.Options{LockMemory: cfg.harden, OOMScoreAdj: oomAdj(cfg, &adj)}) {
+		if s.Err != nil {
+			log.Warn("supervisor hardening step failed", "step", s.Name, "err", s.Err, "hint", s.Hint)
+		}
+	}
+	st, err := stateFromSystemd()
+	if err != nil {
+		return err
+	}
+	// Where systemd keeps the state, the next supervisor's serving process
+	// takes it over: this one's is killed with it. Elsewhere the state
+	// lives only while a process holds it, so the serving process stops in
+	// order (swap off) if the supervisor dies.
+	parentDeath := syscall.SIGTERM
+	if st != nil {
+		parentDeath = syscall.SIGKILL
+		info, _ := st.Info()
+		log.Info("state handed back by systemd's file descriptor store", "id", info.ID, "holds_data", info.Sealed, "takeovers", info.Takeovers)
+	} else {
+		if st, err = pipeline.NewState("gzramd-" + cfg.export); err != nil {
+			return err
+		}
+		n := &notifier{addr: os.Getenv("NOTIFY_SOCKET")}
+		if err := n.storeState(st); err != nil {
+			log.Warn("the state is not in systemd's file descriptor store: if the supervisor dies, the serving process stops in order", "err", err)
+		} else if n.enabled() {
+			parentDeath = syscall.SIGKILL
+		}
+	}
+	defer st.Close()
+	keeper := supervise.NewKeeper(st.Files())
+	defer keeper.Close()
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1)
+	defer signal.Stop(sigs)
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding gzramd's executable to run the serving process: %w", err)
+	}
+	status, err := supervise.Run(ctx, supervise.Config{
+		Path: exe, Args: os.Args[1:], Env: childEnv(),
+		Files: st.Files(), Keeper: keeper, Stdout: os.Stdout, Stderr: os.Stderr,
+		Logger: log, Signals: sigs, ParentDeath: parentDeath,
+		Started: func(pid, takeovers int) {
+			log.Info("serving process started", "pid", pid, "takeovers", takeovers)
+		},
+		GiveUp: func(int) bool {
+			// A state that holds nothing loses nothing: a process that
+			// cannot start (a bad GPU, a busy socket) is an error to
+			// report, not to retry for ever.
+			info, err := st.Info()
+			return err == nil && !info.Sealed
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if status != supervise.ExitStopped {
+		return exitStatus(status)
+	}
+	return nil
+}
+
+// childEnv is the serving process's environment: the supervisor's, but
+// for WATCHDOG_PID (systemd's watchdog is for the serving process, which
+// pings it once it checked it serves).
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WATCHDOG_PID=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func oomAdj(cfg *serveConfig, adj *int) *int {
+	if cfg.harden {
+		return adj
+	}
+	return nil
+}
+
+// servingState is the state a serving process serves: the supervisor's,
+// passed as descriptors 3 on, or a new one of its own without a
+// supervisor.
+func servingState(cfg *serveConfig) (*pipeline.State, error) {
+	if os.Getenv(supervise.EnvServing) == "" {
+		return pipeline.NewState("gzramd-" + cfg.export)
+	}
+	files := make([]*memfd.File, len(pipeline.StateFileNames))
+	for i, name := range pipeline.StateFileNames {
+		f, err := memfd.Open(listenFDsStart + i)
+		if err != nil {
+			return nil, fmt.Errorf("the state's %s from the supervisor: %w", name, err)
+		}
+		files[i] = f
+	}
+	return pipeline.StateFrom(files)
+}
