@@ -203,6 +203,9 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 			t.Logf("accelerator faults: %+v", f.router.Stats())
 		}()
 	}
+	// The compactor stops before the final checks: while it moves an
+	// object, the store holds it twice.
+	stopCompactor := func() {}
 	if opts.compact {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -210,11 +213,12 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 			f.dev.RunCompactor(cctx, CompactPolicy{Interval: 100 * time.Microsecond, MinWaste: 1, MaxOverhead: 1.0001})
 			close(done)
 		}()
-		defer func() {
+		stopCompactor = sync.OnceFunc(func() {
 			cancel()
 			<-done
 			t.Logf("pages compacted: %d", f.dev.Stats().PagesCompacted)
-		}()
+		})
+		defer stopCompactor()
 	}
 
 	var wg sync.WaitGroup
@@ -275,6 +279,7 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 		}()
 	}
 	wg.Wait()
+	stopCompactor()
 	close(errc)
 	for err := range errc {
 		t.Fatal(err)
