@@ -440,3 +440,52 @@ func TestKernelSwapLive(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestConnectAttrsBackendID(t *testing.T) {
+	got := connectAttrs(connectRequest{index: AnyDevice, size: 8192, blockSize: 4096, backendID: "nbd+unix:///x?socket=/s", fds: []int{3}})
+	attrs, err := parseAttrs(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range attrs {
+		if a.typ == nbdAttrBackendIdentifier {
+			if string(a.data) != "nbd+unix:///x?socket=/s\x00" {
+				t.Errorf("backend identifier %q, want it NUL-terminated", a.data)
+			}
+			return
+		}
+	}
+	t.Fatal("no NBD_ATTR_BACKEND_IDENTIFIER")
+}
+
+func TestKernelOptionsDefaults(t *testing.T) {
+	o := KernelOptions{Network: "unix", Address: "/run/g.sock", Export: "gzram0"}
+	if err := o.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if o.DeadConnTimeout != DefaultDeadConnTimeout || o.netlinkTimeout() != DefaultKernelTimeout || o.Timeout != 0 {
+		t.Errorf("defaults: dead %v, netlink timeout %v, timeout %v", o.DeadConnTimeout, o.netlinkTimeout(), o.Timeout)
+	}
+	if o.BackendID != "nbd+unix:///gzram0?socket=/run/g.sock" {
+		t.Errorf("backend %q", o.BackendID)
+	}
+	if id := DefaultBackendID("tcp", "127.0.0.1:10809", "e"); id != "nbd://127.0.0.1:10809/e" {
+		t.Errorf("tcp backend %q", id)
+	}
+	neg := KernelOptions{Timeout: -1, DeadConnTimeout: -1}
+	if err := neg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if seconds(neg.netlinkTimeout()) != 0 || seconds(neg.DeadConnTimeout) != 0 {
+		t.Errorf("negative timeouts must reach the kernel as 0 (none)")
+	}
+	for d, want := range map[time.Duration]uint64{1500 * time.Millisecond: 2, time.Nanosecond: 1, 30 * time.Second: 30, 0: 0, -time.Second: 0} {
+		if got := seconds(d); got != want {
+			t.Errorf("seconds(%v) = %d, want %d", d, got, want)
+		}
+	}
+	bad := KernelOptions{BackendID: "a\nb"}
+	if err := bad.setDefaults(); err == nil || !strings.Contains(err.Error(), "backend") {
+		t.Errorf("backend identifier with a newline: %v", err)
+	}
+}

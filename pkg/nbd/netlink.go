@@ -28,6 +28,9 @@ const (
 	nbdAttrClientFlags     = 6
 	nbdAttrSockets         = 7
 	nbdAttrDeadConnTimeout = 8
+	// Linux 5.14; older kernels ignore it (their policy ends at 9 and
+	// the family does not validate strictly).
+	nbdAttrBackendIdentifier = 10
 
 	nbdSockItem = 1
 	nbdSockFD   = 1
@@ -77,6 +80,7 @@ type connectRequest struct {
 	deadConnSec uint64 // 0: omitted
 	serverFlags uint64
 	clientFlags uint64
+	backendID   string // "": omitted
 	fds         []int
 }
 
@@ -98,8 +102,15 @@ func connectAttrs(r connectRequest) []byte {
 	if r.deadConnSec != 0 {
 		b = appendU64Attr(b, nbdAttrDeadConnTimeout, r.deadConnSec)
 	}
+	if r.backendID != "" {
+		b = appendAttr(b, nbdAttrBackendIdentifier, append([]byte(r.backendID), 0))
+	}
+	return appendSockets(b, r.fds)
+}
+
+func appendSockets(b []byte, fds []int) []byte {
 	var socks []byte
-	for _, fd := range r.fds {
+	for _, fd := range fds {
 		socks = appendNested(socks, nbdSockItem, appendU32Attr(nil, nbdSockFD, uint32(fd)))
 	}
 	return appendNested(b, nbdAttrSockets, socks)
