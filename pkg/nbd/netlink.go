@@ -17,8 +17,9 @@ const (
 	nbdGenlFamily  = "nbd"
 	nbdGenlVersion = 1
 
-	nbdCmdConnect    = 1
-	nbdCmdDisconnect = 2
+	nbdCmdConnect     = 1
+	nbdCmdDisconnect  = 2
+	nbdCmdReconfigure = 3
 
 	nbdAttrIndex           = 1
 	nbdAttrSizeBytes       = 2
@@ -114,6 +115,36 @@ func appendSockets(b []byte, fds []int) []byte {
 		socks = appendNested(socks, nbdSockItem, appendU32Attr(nil, nbdSockFD, uint32(fd)))
 	}
 	return appendNested(b, nbdAttrSockets, socks)
+}
+
+// reconfigureRequest describes one NBD_CMD_RECONFIGURE. It carries no
+// size and no client flags on purpose: a size resizes the device under
+// its users, and client flags are rewritten whole, not merged.
+type reconfigureRequest struct {
+	index int
+	// Both timeouts are always sent (0: none), so that the device ends
+	// up with exactly these whatever it had.
+	timeoutSec  uint64
+	deadConnSec uint64
+	backendID   string // must repeat the one given at connect, if any
+	fds         []int
+}
+
+// reconfigureAttrs encodes the attributes of NBD_CMD_RECONFIGURE. The
+// kernel applies the timeouts before it looks at the sockets, so a
+// socket it keeps already has the new request timeout as its send
+// timeout (which is how Reconnect tells kept sockets from dropped ones).
+func reconfigureAttrs(r reconfigureRequest) []byte {
+	b := appendU32Attr(nil, nbdAttrIndex, uint32(r.index))
+	b = appendU64Attr(b, nbdAttrTimeout, r.timeoutSec)
+	b = appendU64Attr(b, nbdAttrDeadConnTimeout, r.deadConnSec)
+	if r.backendID != "" {
+		b = appendAttr(b, nbdAttrBackendIdentifier, append([]byte(r.backendID), 0))
+	}
+	if len(r.fds) > 0 {
+		b = appendSockets(b, r.fds)
+	}
+	return b
 }
 
 // genlMessage frames a generic-netlink request.
@@ -337,6 +368,35 @@ func netlinkDisconnect(index int) error {
 		return fmt.Errorf("NBD_CMD_DISCONNECT /dev/nbd%d: %w", index, err)
 	}
 	return nil
+}
+
+// netlinkReconfigure runs NBD_CMD_RECONFIGURE. Success says little about
+// the sockets: the kernel drops, without an error, every socket for which
+// it has no dead connection slot (see Reconnect).
+func netlinkReconfigure(r reconfigureRequest) error {
+	g, err := dialGenl()
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	family, err := g.resolveFamily(nbdGenlFamily)
+	if err != nil {
+		return err
+	}
+	if _, err := g.request(family, nbdCmdReconfigure, nbdGenlVersion, reconfigureAttrs(r)); err != nil {
+		return fmt.Errorf("NBD_CMD_RECONFIGURE /dev/nbd%d (%d sockets): %w%s", r.index, len(r.fds), err, reconfigureHint(err))
+	}
+	return nil
+}
+
+func reconfigureHint(err error) string {
+	switch {
+	case errors.Is(err, unix.EINVAL):
+		return " (device not connected through netlink, or its backend identifier differs)"
+	case errors.Is(err, unix.EPERM):
+		return " (needs CAP_SYS_ADMIN)"
+	}
+	return ""
 }
 
 // isNetlinkUnavailable reports whether err means netlink control of nbd

@@ -18,7 +18,7 @@ E2E_ROOT=$(cd "$here/../../.." && pwd)
 trap e2e_cleanup EXIT
 trap 'exit 130' INT TERM
 
-tests='TestKernelAttachLive|TestGenlResolve|TestAttachKernelErrors'
+tests=${NBDVM_TESTS:-'TestKernelAttachLive|TestGenlResolve|TestAttachKernelErrors|TestKernelReconnectLive|TestKernelIoctlNotSurvivable'}
 mem=512M
 if [ "${1:-}" = swap ]; then
 	tests=TestKernelSwapLive
