@@ -56,6 +56,7 @@ func TestConnectAttrsEncoding(t *testing.T) {
 		uint16(12), uint16(nbdAttrBlockSizeBytes), uint64(4096),
 		uint16(12), uint16(nbdAttrServerFlags), uint64(serverFlags),
 		uint16(12), uint16(nbdAttrTimeout), uint64(30),
+		uint16(12), uint16(nbdAttrDeadConnTimeout), uint64(0),
 		// NBD_ATTR_SOCKETS { NBD_SOCK_ITEM { NBD_SOCK_FD 7 }, NBD_SOCK_ITEM { NBD_SOCK_FD 9 } }
 		uint16(4+2*12), uint16(nbdAttrSockets|unix.NLA_F_NESTED),
 		uint16(12), uint16(nbdSockItem|unix.NLA_F_NESTED), uint16(8), uint16(nbdSockFD), uint32(7),
@@ -65,7 +66,8 @@ func TestConnectAttrsEncoding(t *testing.T) {
 		t.Fatalf("NBD_CMD_CONNECT attributes\n got %x\nwant %x", got, want)
 	}
 
-	// No index: the kernel picks the device; optional attributes omitted.
+	// No index: the kernel picks the device; optional attributes omitted,
+	// but not the timeouts, whose absence would keep the last ones.
 	got = connectAttrs(connectRequest{index: AnyDevice, size: 8192, blockSize: 4096, fds: []int{5}})
 	attrs, err := parseAttrs(got)
 	if err != nil {
@@ -75,10 +77,10 @@ func TestConnectAttrsEncoding(t *testing.T) {
 	for _, a := range attrs {
 		types = append(types, a.typ)
 	}
-	if want := []uint16{nbdAttrSizeBytes, nbdAttrBlockSizeBytes, nbdAttrServerFlags, nbdAttrSockets}; !slices.Equal(types, want) {
+	if want := []uint16{nbdAttrSizeBytes, nbdAttrBlockSizeBytes, nbdAttrServerFlags, nbdAttrTimeout, nbdAttrDeadConnTimeout, nbdAttrSockets}; !slices.Equal(types, want) {
 		t.Fatalf("attribute types %v, want %v", types, want)
 	}
-	items, _ := parseAttrs(attrs[3].data)
+	items, _ := parseAttrs(attrs[5].data)
 	fd, _ := parseAttrs(items[0].data)
 	if len(items) != 1 || items[0].typ != nbdSockItem || fd[0].typ != nbdSockFD || ne.Uint32(fd[0].data) != 5 {
 		t.Fatalf("sockets nest: %+v / %+v", items, fd)

@@ -74,11 +74,16 @@ func appendNested(b []byte, typ uint16, inner []byte) []byte {
 
 // connectRequest describes one NBD_CMD_CONNECT.
 type connectRequest struct {
-	index       int // -1: let the kernel choose
-	size        uint64
-	blockSize   uint64
-	timeoutSec  uint64 // 0: omitted (kernel default)
-	deadConnSec uint64 // 0: omitted
+	index     int // -1: let the kernel choose
+	size      uint64
+	blockSize uint64
+	// Both timeouts are always sent (0: none). A device keeps its
+	// queue's request timer from its previous connection unless
+	// NBD_ATTR_TIMEOUT resets it (nbd_config_put clears only the tag
+	// set's timeout), so leaving the attribute out does not give the
+	// kernel's default.
+	timeoutSec  uint64
+	deadConnSec uint64
 	serverFlags uint64
 	clientFlags uint64
 	backendID   string // "": omitted
@@ -97,12 +102,8 @@ func connectAttrs(r connectRequest) []byte {
 	if r.clientFlags != 0 {
 		b = appendU64Attr(b, nbdAttrClientFlags, r.clientFlags)
 	}
-	if r.timeoutSec != 0 {
-		b = appendU64Attr(b, nbdAttrTimeout, r.timeoutSec)
-	}
-	if r.deadConnSec != 0 {
-		b = appendU64Attr(b, nbdAttrDeadConnTimeout, r.deadConnSec)
-	}
+	b = appendU64Attr(b, nbdAttrTimeout, r.timeoutSec)
+	b = appendU64Attr(b, nbdAttrDeadConnTimeout, r.deadConnSec)
 	if r.backendID != "" {
 		b = appendAttr(b, nbdAttrBackendIdentifier, append([]byte(r.backendID), 0))
 	}
