@@ -370,14 +370,14 @@ func TestCollectRepliesAcrossReceives(t *testing.T) {
 			return n, nil
 		}
 	}
-	replies, err := collectReplies(5, script(stale, reply, ack))
+	replies, err := collectReplies(5, make([]byte, nlRecvBufSize), script(stale, reply, ack))
 	if err != nil || len(replies) != 1 || len(replies[0]) != 1 || ne.Uint32(replies[0][0].data) != 3 {
 		t.Fatalf("replies %+v, %v; want one reply with index 3", replies, err)
 	}
-	if _, err := collectReplies(5, script(nack)); !errors.Is(err, unix.EBUSY) {
+	if _, err := collectReplies(5, make([]byte, nlRecvBufSize), script(nack)); !errors.Is(err, unix.EBUSY) {
 		t.Fatalf("negative ack: %v, want EBUSY", err)
 	}
-	if _, err := collectReplies(5, script(append(reply, ack...))); err != nil {
+	if _, err := collectReplies(5, make([]byte, nlRecvBufSize), script(append(reply, ack...))); err != nil {
 		t.Fatalf("reply and ack in one receive: %v", err)
 	}
 }

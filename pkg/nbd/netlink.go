@@ -184,6 +184,7 @@ func parseAttrs(b []byte) ([]nlAttr, error) {
 type genlConn struct {
 	fd  int
 	seq uint32
+	buf []byte // for receiving; allocated on first use, then reused
 }
 
 func dialGenl() (*genlConn, error) {
@@ -209,7 +210,10 @@ func (g *genlConn) request(family uint16, cmd, version uint8, attrs []byte) ([][
 	if err := unix.Sendto(g.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("netlink send: %w", err)
 	}
-	return collectReplies(g.seq, func(buf []byte) (int, error) {
+	if g.buf == nil {
+		g.buf = make([]byte, nlRecvBufSize)
+	}
+	return collectReplies(g.seq, g.buf, func(buf []byte) (int, error) {
 		for {
 			n, _, err := unix.Recvfrom(g.fd, buf, 0)
 			if !errors.Is(err, unix.EINTR) {
@@ -219,12 +223,11 @@ func (g *genlConn) request(family uint16, cmd, version uint8, attrs []byte) ([][
 	})
 }
 
-// collectReplies receives messages with recv until the kernel's
+// collectReplies receives messages into buf with recv until the kernel's
 // acknowledgement of request seq, and returns the attributes of each reply
 // before it. A negative acknowledgement becomes a syscall.Errno.
-func collectReplies(seq uint32, recv func([]byte) (int, error)) ([][]nlAttr, error) {
+func collectReplies(seq uint32, buf []byte, recv func([]byte) (int, error)) ([][]nlAttr, error) {
 	var replies [][]nlAttr
-	buf := make([]byte, nlRecvBufSize)
 	for {
 		n, err := recv(buf)
 		if err != nil {
@@ -371,23 +374,47 @@ func netlinkDisconnect(index int) error {
 	return nil
 }
 
-// netlinkReconfigure runs NBD_CMD_RECONFIGURE. Success says little about
-// the sockets: the kernel drops, without an error, every socket for which
-// it has no dead connection slot (see Reconnect).
-func netlinkReconfigure(r reconfigureRequest) error {
+// nbdGenl is a generic-netlink socket with the nbd family resolved, for a
+// caller that sends many requests (Takeover, polling for dead
+// connections).
+type nbdGenl struct {
+	g      *genlConn
+	family uint16
+}
+
+func dialNBDGenl() (*nbdGenl, error) {
 	g, err := dialGenl()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer g.Close()
 	family, err := g.resolveFamily(nbdGenlFamily)
 	if err != nil {
-		return err
+		g.Close()
+		return nil, err
 	}
-	if _, err := g.request(family, nbdCmdReconfigure, nbdGenlVersion, reconfigureAttrs(r)); err != nil {
+	return &nbdGenl{g: g, family: family}, nil
+}
+
+func (n *nbdGenl) Close() error { return n.g.Close() }
+
+// reconfigure runs NBD_CMD_RECONFIGURE. Success says little about the
+// sockets: the kernel drops, without an error, every socket for which it
+// has no dead connection slot (see Takeover).
+func (n *nbdGenl) reconfigure(r reconfigureRequest) error {
+	if _, err := n.g.request(n.family, nbdCmdReconfigure, nbdGenlVersion, reconfigureAttrs(r)); err != nil {
 		return fmt.Errorf("NBD_CMD_RECONFIGURE /dev/nbd%d (%d sockets): %w%s", r.index, len(r.fds), err, reconfigureHint(err))
 	}
 	return nil
+}
+
+// netlinkReconfigure runs one NBD_CMD_RECONFIGURE on a socket of its own.
+func netlinkReconfigure(r reconfigureRequest) error {
+	n, err := dialNBDGenl()
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	return n.reconfigure(r)
 }
 
 func reconfigureHint(err error) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -122,180 +123,267 @@ func deviceSize(index int) (uint64, error) {
 }
 
 // ReattachKernel takes over a /dev/nbdN that an earlier server process
-// attached with AttachKernel and that is waiting for its server: the one
-// at opts.Index, or, with AnyDevice, the one FindKernelDevice finds for
-// opts.BackendID. It dials the export as often as the device has
-// connections, checks that its size is the device's, and hands the
-// sockets over with Reconnect. opts must be the ones the device was
-// attached with (BackendID especially: the kernel refuses another);
-// Connections is ignored. ctx bounds the whole, Reconnect's retries
-// included: give it a deadline. The error wraps ErrNoKernelDevice when
-// there is no such device to reattach.
+// attached with AttachKernel and that is waiting for its server: it is
+// PrepareReattach and Takeover.Complete, for a process that starts after
+// the old one is gone. ctx bounds the whole: give it a deadline. The error
+// wraps ErrNoKernelDevice when there is no such device to reattach.
 func ReattachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error) {
-	d, _, err := reattachKernel(ctx, opts)
-	return d, err
+	t, err := PrepareReattach(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer t.Close()
+	return t.Complete(ctx)
 }
 
-// reattachKernel is ReattachKernel, also returning how many
-// NBD_CMD_RECONFIGURE it took (for tests).
-func reattachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, int, error) {
+// Takeover is a handover of new sockets to a kernel device, prepared
+// ahead: the device found and the export dialed and negotiated on every
+// socket, so that Complete only has to hand them over. A standby server
+// prepares one while the active server still serves, and calls Complete
+// to take over as soon as the kernel finds the active server's sockets
+// dead; preparing first also leaves the new server's connections set up
+// (their memory allocated) before the device depends on it, which matters
+// when the device is swap and memory is short.
+type Takeover struct {
+	d      *KernelDevice
+	conns  []net.Conn
+	files  []*os.File // blocking duplicates of conns, for the kernel
+	nl     *nbdGenl
+	req    reconfigureRequest
+	tries  int // NBD_CMD_RECONFIGURE sent
+	closed bool
+}
+
+// PrepareReattach prepares the takeover of a /dev/nbdN that an earlier
+// server process attached with AttachKernel: the one at opts.Index, or,
+// with AnyDevice, the one FindKernelDevice finds for opts.BackendID. It
+// dials the export as often as the device has connections (the kernel
+// cannot add any; opts.Connections is ignored) and checks that its size is
+// the device's. opts must be the ones the device was attached with
+// (BackendID especially: the kernel refuses another). The error wraps
+// ErrNoKernelDevice when there is no such device.
+func PrepareReattach(ctx context.Context, opts KernelOptions) (*Takeover, error) {
 	if err := opts.setDefaults(); err != nil {
-		return nil, 0, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, fmt.Errorf("nbd: reattach: %w", err)
 	}
 	index := opts.Index
 	if index == AnyDevice {
 		var err error
 		if index, err = FindKernelDevice(opts.BackendID); err != nil {
-			return nil, 0, fmt.Errorf("nbd: reattach: %w", err)
+			return nil, fmt.Errorf("nbd: reattach: %w", err)
 		}
 	}
 	path := devicePath(index)
 	busy, err := DeviceInUse(index)
 	if err != nil {
-		return nil, 0, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, fmt.Errorf("nbd: reattach: %w", err)
 	}
 	if !busy {
-		return nil, 0, fmt.Errorf("nbd: reattach %s: %w: it is not connected", path, ErrNoKernelDevice)
+		return nil, fmt.Errorf("nbd: reattach %s: %w: it is not connected", path, ErrNoKernelDevice)
 	}
 	id, ok, err := readBackendID(index)
 	if err != nil {
-		return nil, 0, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, fmt.Errorf("nbd: reattach: %w", err)
 	}
 	// An empty identifier: attached without one, or by a kernel before
-	// 5.14; the kernel then checks nothing, and neither can we.
+	// 5.14; the kernel then checks nothing, and neither can we. No file:
+	// not attached through netlink (or before 5.14), which
+	// NBD_CMD_RECONFIGURE finds out.
 	if ok && id != "" && id != opts.BackendID {
-		return nil, 0, fmt.Errorf("nbd: reattach %s: its backend is %q, not %q", path, id, opts.BackendID)
-	}
-	if !ok {
-		// Only netlink-attached devices have the file (from 5.14 on);
-		// Reconnect's NBD_CMD_RECONFIGURE tells an ioctl device apart.
-		id = ""
+		return nil, fmt.Errorf("nbd: reattach %s: its backend is %q, not %q", path, id, opts.BackendID)
 	}
 	size, err := deviceSize(index)
 	if err != nil {
-		return nil, 0, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, fmt.Errorf("nbd: reattach: %w", err)
 	}
 	conns, err := deviceConnections(index)
 	if err != nil {
-		return nil, 0, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, fmt.Errorf("nbd: reattach: %w", err)
 	}
 	opts.Index, opts.Connections = index, conns
 	d := &KernelDevice{Index: index, Path: path, Size: size, Netlink: true, BackendID: id, opts: opts, connections: conns}
-	tries, err := d.reconnect(ctx, conns)
-	if err != nil {
-		return nil, tries, err
-	}
-	return d, tries, nil
+	return d.prepare(ctx, conns)
 }
 
-// Reconnect dials the export n more times (n <= 0: as many as the device
-// has connections), negotiates, and hands the sockets to the device with
-// NBD_CMD_RECONFIGURE, repeating its timeouts and backend identifier. The
-// kernel puts each socket into a connection it has found dead; a socket
-// for which it has no dead connection (the old server's socket is still
-// open, or closed so recently that the kernel has not noticed) it drops
-// without an error. So Reconnect checks which sockets the kernel kept, and
-// offers the others again until it has kept all n or ctx ends (give it a
-// deadline): the error then says how many it kept. A device attached
-// with the ioctl interface, or without a request timeout, cannot be
-// reconnected: the error wraps ErrNotSurvivable.
+// Reconnect hands the device n new sockets (n <= 0: as many as it has
+// connections), as a server that lost its sockets (or some of them) does:
+// it is a Takeover prepared and completed at once. The kernel puts each
+// socket into a connection it has found dead and silently drops the
+// others, so Reconnect offers the dropped ones again until all are kept
+// or ctx ends: give it a deadline. A device attached with the ioctl
+// interface, or without a request timeout, cannot be reconnected: the
+// error wraps ErrNotSurvivable.
 func (d *KernelDevice) Reconnect(ctx context.Context, n int) error {
-	_, err := d.reconnect(ctx, n)
+	t, err := d.prepare(ctx, n)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	_, err = t.Complete(ctx)
 	return err
 }
 
-// reconnectBackoff bounds the wait between offers of sockets the kernel
-// dropped. The kernel notices a closed socket within a scheduling delay,
-// so the first retries come quickly.
-const (
-	reconnectFirstWait = 2 * time.Millisecond
-	reconnectMaxWait   = 100 * time.Millisecond
-)
-
-func (d *KernelDevice) reconnect(ctx context.Context, n int) (tries int, err error) {
+func (d *KernelDevice) prepare(ctx context.Context, n int) (*Takeover, error) {
 	// Without a dead-connection timeout the device can still take new
 	// sockets; only its I/O in the gap fails.
 	if !d.Netlink || d.opts.Timeout < 0 {
-		return 0, fmt.Errorf("nbd: reconnect: %w", d.SurvivesRestart())
+		return nil, fmt.Errorf("nbd: reconnect: %w", d.SurvivesRestart())
 	}
 	if n <= 0 {
 		n = d.connections
 	}
 	opts := d.opts
 	opts.Connections = n
-	conns, info, err := dialKernelConns(ctx, opts)
-	if err != nil {
-		return 0, fmt.Errorf("nbd: reconnect %s: %w", d.Path, err)
-	}
-	// The kernel holds its own reference to each socket it keeps; the
-	// ones it dropped close here, and their server sees end-of-file.
+	t := &Takeover{d: d}
+	ok := false
 	defer func() {
-		for _, c := range conns {
-			c.Close()
+		if !ok {
+			t.Close()
 		}
 	}()
-	if info.Size != d.Size {
-		return 0, fmt.Errorf("nbd: reconnect %s: export %q is %d bytes, the device %d: not the export it was attached to", d.Path, opts.Export, info.Size, d.Size)
+	var info ExportInfo
+	var err error
+	if t.conns, info, err = dialKernelConns(ctx, opts); err != nil {
+		return nil, fmt.Errorf("nbd: reconnect %s: %w", d.Path, err)
 	}
-	files := make([]*os.File, n)
-	for i, c := range conns {
+	if info.Size != d.Size {
+		return nil, fmt.Errorf("nbd: reconnect %s: export %q is %d bytes, the device %d: not the export it was attached to", d.Path, opts.Export, info.Size, d.Size)
+	}
+	for i, c := range t.conns {
 		f, err := socketFile(c)
 		if err != nil {
-			return 0, fmt.Errorf("nbd: reconnect %s: connection %d: %w", d.Path, i, err)
+			return nil, fmt.Errorf("nbd: reconnect %s: connection %d: %w", d.Path, i, err)
 		}
-		defer f.Close()
+		t.files = append(t.files, f)
 		// The kernel sets a kept socket's send timeout to the request
 		// timeout; start from none, so that a send timeout means kept.
 		if err := unix.SetsockoptTimeval(int(f.Fd()), unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{}); err != nil {
-			return 0, fmt.Errorf("nbd: reconnect %s: connection %d: clearing SO_SNDTIMEO: %w", d.Path, i, err)
+			return nil, fmt.Errorf("nbd: reconnect %s: connection %d: clearing SO_SNDTIMEO: %w", d.Path, i, err)
 		}
-		files[i] = f
 	}
-	req := reconfigureRequest{
+	if t.nl, err = dialNBDGenl(); err != nil {
+		return nil, fmt.Errorf("nbd: reconnect %s: %w", d.Path, err)
+	}
+	t.req = reconfigureRequest{
 		index:       d.Index,
 		timeoutSec:  seconds(opts.netlinkTimeout()),
 		deadConnSec: seconds(opts.DeadConnTimeout),
 		backendID:   d.BackendID,
+		fds:         make([]int, 0, n),
 	}
-	if req.backendID == "" {
+	if t.req.backendID == "" {
 		// The kernel checks it only against an identifier it holds;
 		// sending ours costs nothing where it holds none.
-		req.backendID = opts.BackendID
+		t.req.backendID = opts.BackendID
 	}
-	pending := files
+	ok = true
+	return t, nil
+}
+
+// The wait between offers of sockets the kernel dropped. The kernel
+// notices a closed socket within a scheduling delay, so the first retries
+// come quickly; a standby waiting for the active server to go polls at
+// the longest.
+const (
+	reconnectFirstWait = 2 * time.Millisecond
+	reconnectMaxWait   = 100 * time.Millisecond
+)
+
+// Complete hands the prepared sockets to the device with
+// NBD_CMD_RECONFIGURE, repeating its timeouts and backend identifier, and
+// returns the device once the kernel has kept every one. The kernel puts
+// a socket only into a connection it has found dead; one it has no such
+// connection for (the old server's socket is still open, or closed so
+// recently that the kernel has not noticed) it drops without an error. So
+// Complete checks which sockets it kept and offers the others again, at
+// most reconnectMaxWait apart, until it has kept all of them or ctx ends:
+// the error then says how many it kept. A kept socket stays with the
+// device whatever happens after.
+func (t *Takeover) Complete(ctx context.Context) (*KernelDevice, error) {
+	d := t.d
+	if t.closed {
+		return nil, fmt.Errorf("nbd: reconnect %s: takeover closed", d.Path)
+	}
 	wait := reconnectFirstWait
 	start := time.Now()
 	for {
-		tries++
-		req.fds = req.fds[:0]
+		pending := t.pending()
+		if len(pending) == 0 {
+			return d, nil
+		}
+		t.req.fds = t.req.fds[:0]
 		for _, f := range pending {
-			req.fds = append(req.fds, int(f.Fd()))
+			t.req.fds = append(t.req.fds, int(f.Fd()))
 		}
-		if err := netlinkReconfigure(req); err != nil {
-			return tries, fmt.Errorf("nbd: reconnect %s: %w", d.Path, err)
+		t.tries++
+		if err := t.nl.reconfigure(t.req); err != nil {
+			return nil, fmt.Errorf("nbd: reconnect %s: %w", d.Path, err)
 		}
-		var dropped []*os.File
 		for _, f := range pending {
 			kept, err := kernelKept(f)
 			if err != nil {
-				return tries, fmt.Errorf("nbd: reconnect %s: %w", d.Path, err)
+				return nil, fmt.Errorf("nbd: reconnect %s: %w", d.Path, err)
 			}
-			if !kept {
-				dropped = append(dropped, f)
+			if kept {
+				t.release(f)
 			}
 		}
-		pending = dropped
-		if len(pending) == 0 {
-			return tries, nil
+		if len(t.pending()) == 0 {
+			return d, nil
 		}
 		select {
 		case <-ctx.Done():
-			return tries, fmt.Errorf("nbd: reconnect %s: the kernel kept %d of %d sockets in %d tries over %v: it has no dead connection for the others (is the old server still connected?): %w",
-				d.Path, n-len(pending), n, tries, time.Since(start).Round(time.Millisecond), ctx.Err())
+			n := len(t.files)
+			return nil, fmt.Errorf("nbd: reconnect %s: the kernel kept %d of %d sockets in %d tries over %v: it has no dead connection for the others (is the old server still connected?): %w",
+				d.Path, n-len(t.pending()), n, t.tries, time.Since(start).Round(time.Millisecond), ctx.Err())
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, reconnectMaxWait)
 	}
+}
+
+// pending returns the sockets the kernel has not kept yet.
+func (t *Takeover) pending() []*os.File {
+	var p []*os.File
+	for _, f := range t.files {
+		if f != nil {
+			p = append(p, f)
+		}
+	}
+	return p
+}
+
+// release closes our copies of a socket the kernel kept: it holds its own
+// reference.
+func (t *Takeover) release(f *os.File) {
+	for i, g := range t.files {
+		if g == f {
+			f.Close()
+			t.conns[i].Close()
+			t.files[i], t.conns[i] = nil, nil
+		}
+	}
+}
+
+// Close gives up the sockets the kernel has not kept (their server sees
+// end-of-file) and the netlink socket. It is safe after Complete.
+func (t *Takeover) Close() error {
+	t.closed = true
+	for i, c := range t.conns {
+		if c != nil {
+			c.Close()
+		}
+		if i < len(t.files) && t.files[i] != nil {
+			t.files[i].Close()
+		}
+		t.conns[i] = nil
+	}
+	t.files = nil
+	if t.nl != nil {
+		t.nl.Close()
+		t.nl = nil
+	}
+	return nil
 }
 
 // kernelKept reports whether the kernel kept a socket handed to it by

@@ -27,16 +27,32 @@ func needKernelNBD(t *testing.T) {
 	}
 }
 
-// dropServerConns closes the server's side of every connection, as a
-// server that loses its sockets would: the kernel reads end-of-file and
-// marks the connections dead.
-func dropServerConns(ts *testServer) int {
+// dropServerConns closes the server's side of every connection but those
+// in keep, as a server that loses its sockets would: the kernel reads
+// end-of-file and marks the connections dead.
+func dropServerConns(ts *testServer, keep ...map[*conn]bool) int {
 	ts.srv.mu.Lock()
 	defer ts.srv.mu.Unlock()
+	n := 0
 	for c := range ts.srv.conns {
+		if len(keep) > 0 && keep[0][c] {
+			continue
+		}
 		c.nc.Close()
+		n++
 	}
-	return len(ts.srv.conns)
+	return n
+}
+
+// serverConns returns the server's connections now.
+func serverConns(ts *testServer) map[*conn]bool {
+	ts.srv.mu.Lock()
+	defer ts.srv.mu.Unlock()
+	m := make(map[*conn]bool)
+	for c := range ts.srv.conns {
+		m[c] = true
+	}
+	return m
 }
 
 // alignedBuf returns n bytes aligned for O_DIRECT.
@@ -216,7 +232,7 @@ func TestKernelReconnectLive(t *testing.T) {
 	// have noticed yet, which Reconnect must ride out.
 	dropServerConns(ts)
 	rctx, cancel = context.WithTimeout(ctx, 20*time.Second)
-	tries, err = d2.reconnect(rctx, 0)
+	tries, err = reconnectTries(rctx, d2, 0)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -225,6 +241,73 @@ func TestKernelReconnectLive(t *testing.T) {
 	if _, err := f.ReadAt(buf, 8<<20); err != nil || !bytes.Equal(buf, want) {
 		t.Fatalf("read after reconnecting: %v (or wrong data)", err)
 	}
+
+	// A standby: prepared while the connections are alive, it offers its
+	// sockets until the kernel finds the old ones dead, and no sooner.
+	before := serverConns(ts)
+	tk, err := PrepareReattach(ctx, KernelOptions{Network: "unix", Address: ts.sock, Export: "r", Index: AnyDevice,
+		Timeout: timeout, DeadConnTimeout: time.Minute, BackendID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tk.Close()
+	took := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := tk.Complete(cctx)
+		took <- err
+	}()
+	select {
+	case err := <-took:
+		t.Fatalf("standby took over while every connection was alive: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	// The old connections go; the standby's own stay.
+	standby := serverConns(ts)
+	for c := range before {
+		delete(standby, c)
+	}
+	dropServerConns(ts, standby)
+	select {
+	case err := <-took:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("standby did not take over")
+	}
+	if tk.tries < 2 {
+		t.Errorf("standby took over in %d NBD_CMD_RECONFIGURE; the ones before the drop must have been refused", tk.tries)
+	}
+	t.Logf("standby took over in %d NBD_CMD_RECONFIGURE", tk.tries)
+	if _, err := f.ReadAt(buf, 8<<20); err != nil || !bytes.Equal(buf, want) {
+		t.Fatalf("read after the standby took over: %v (or wrong data)", err)
+	}
+}
+
+// reattachKernel is ReattachKernel, also returning how many
+// NBD_CMD_RECONFIGURE it took.
+func reattachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, int, error) {
+	t, err := PrepareReattach(ctx, opts)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer t.Close()
+	d, err := t.Complete(ctx)
+	return d, t.tries, err
+}
+
+// reconnectTries is KernelDevice.Reconnect, also returning how many
+// NBD_CMD_RECONFIGURE it took.
+func reconnectTries(ctx context.Context, d *KernelDevice, n int) (int, error) {
+	t, err := d.prepare(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	defer t.Close()
+	_, err = t.Complete(ctx)
+	return t.tries, err
 }
 
 // TestKernelIoctlNotSurvivable: the ioctl fallback says it cannot survive
