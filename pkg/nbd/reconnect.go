@@ -25,7 +25,17 @@ import (
 //
 // Every request may therefore reach a server twice, or reach the next
 // server after the first one died running it: the Backend must make each
-// safe to repeat.
+// safe to repeat. A request timeout also fires on a server that is merely
+// slow: the kernel then shuts that connection down and sends the request
+// again on another while the server may still be running the first copy,
+// which must not land after a later write to the same blocks.
+//
+// The kernel can also shut down a socket it has just kept: a connection
+// found dead by a failed send or a request timeout keeps its receive
+// worker until that worker reads the old socket's end, and the worker then
+// marks the connection dead again, whatever socket it holds by then
+// (recv_work, nbd_mark_nsock_dead). A server must replace the connections
+// it loses for as long as it serves, not only when it starts.
 
 // ErrNotSurvivable says a kernel device fails its I/O when its server
 // goes, so that a restart of the server loses whatever is swapped to it.
