@@ -19,28 +19,129 @@ import (
 // AnyDevice asks AttachKernel for any free /dev/nbdN.
 const AnyDevice = -1
 
-// KernelOptions configure AttachKernel.
+// KernelOptions configure AttachKernel and ReattachKernel.
 type KernelOptions struct {
 	// Network and Address reach the server ("unix" and a socket path, or
 	// "tcp" and host:port); Export names the export ("" is the default).
 	Network, Address, Export string
 	// Index picks /dev/nbdN; AnyDevice lets the kernel (netlink) or
-	// FindFreeDevice (ioctl) choose.
+	// FindFreeDevice (ioctl) choose, or, for ReattachKernel, finds the
+	// device by BackendID.
 	Index int
 	// Connections is the number of sockets the kernel spreads requests
 	// over (default 1). The ioctl fallback supports only one.
+	// ReattachKernel ignores it: the kernel cannot add connections to a
+	// device, so a reattach replaces as many as the device has.
 	Connections int
 	// BlockSize is the device's logical block size (default 4096).
 	BlockSize uint32
-	// Timeout is the kernel's per-request timeout; 0 leaves the kernel's
-	// default. Whole seconds.
+	// Timeout is the kernel's per-request timeout, in whole seconds
+	// (rounded up). A request that has had no reply for this long makes
+	// the kernel shut its socket down and queue the request again, to go
+	// out whole on whatever socket replaces it: this is what re-sends the
+	// requests that were in flight when a server died, and what a request
+	// slower than Timeout costs (its connection). 0 means
+	// DefaultKernelTimeout with netlink, and no timeout with the ioctl
+	// interface (whose device cannot wait for a new socket, so a timeout
+	// there only turns a slow request into an I/O error). Negative means
+	// no timeout: the kernel then re-sends requests in flight at its
+	// 30-second check for stuck requests, and Reconnect refuses to run.
 	Timeout time.Duration
-	// DeadConnTimeout is how long the kernel waits for a dead connection
-	// to be replaced before failing requests; 0 leaves it unset.
+	// DeadConnTimeout is how long the kernel holds requests while no
+	// connection of the device is alive, waiting for Reconnect, before it
+	// fails them with EIO (whole seconds, rounded up). 0 means
+	// DefaultDeadConnTimeout; negative means none: I/O fails as soon as
+	// the server goes. Netlink only.
 	DeadConnTimeout time.Duration
+	// BackendID names the export to the kernel, which shows it in
+	// /sys/block/nbdN/backend (Linux 5.14 on; older kernels ignore it). A
+	// later process finds its device by it (FindKernelDevice), and the
+	// kernel refuses a reconfigure that names another. "" means
+	// DefaultBackendID. Netlink only.
+	BackendID string
 	// DialTimeout bounds dialing and negotiating each connection
 	// (default 10s).
 	DialTimeout time.Duration
+}
+
+// DefaultKernelTimeout is the request timeout of a netlink-attached
+// device. Requests in flight when the server dies are re-sent this long
+// after they went out, so it bounds the pause a server restart causes
+// them. Shorter makes a request that is merely slow (a swap-in queued
+// behind a storm of swap-outs on a busy machine) cost its connection,
+// which then has to be reconnected while its requests wait.
+const DefaultKernelTimeout = 10 * time.Second
+
+// DefaultDeadConnTimeout is how long a netlink-attached device holds its
+// I/O while its server is away. Long enough for a supervisor to restart
+// the daemon (and for a person to start it by hand) before processes with
+// pages in swap are killed by the I/O errors; finite, so that a server
+// that is never coming back does not hang the machine for good.
+const DefaultDeadConnTimeout = 5 * time.Minute
+
+// DefaultBackendID is the backend identifier AttachKernel gives a device
+// when KernelOptions.BackendID is empty: the export's NBD URI.
+func DefaultBackendID(network, address, export string) string {
+	if network == "unix" {
+		return "nbd+unix:///" + export + "?socket=" + address
+	}
+	return "nbd://" + address + "/" + export
+}
+
+// maxBackendID bounds a backend identifier: the kernel takes any length,
+// but it is a name for sysfs, not a payload.
+const maxBackendID = 1024
+
+// setDefaults fills in KernelOptions' defaults and checks what it can
+// without the kernel.
+func (o *KernelOptions) setDefaults() error {
+	if o.Connections == 0 {
+		o.Connections = 1
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = PreferredBlockSize
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.DeadConnTimeout == 0 {
+		o.DeadConnTimeout = DefaultDeadConnTimeout
+	}
+	if o.BackendID == "" {
+		o.BackendID = DefaultBackendID(o.Network, o.Address, o.Export)
+	}
+	if o.Connections < 1 || o.Connections > 256 {
+		return fmt.Errorf("%d connections: want 1..256", o.Connections)
+	}
+	if bs := o.BlockSize; bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
+		// The kernel's blk_validate_block_size: a power of two from
+		// 512 up to the page size (64 KiB at most on any arch).
+		return fmt.Errorf("block size %d: want a power of two from 512 to the page size", bs)
+	}
+	if o.Index < AnyDevice {
+		return fmt.Errorf("device index %d: want >= 0 or AnyDevice", o.Index)
+	}
+	if len(o.BackendID) > maxBackendID || strings.ContainsFunc(o.BackendID, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return fmt.Errorf("backend identifier %.40q...: want at most %d bytes and no control characters", o.BackendID, maxBackendID)
+	}
+	return nil
+}
+
+// seconds converts a timeout to the kernel's whole seconds, rounding up
+// so that a positive timeout never becomes 0 (which means none).
+func seconds(d time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	return uint64((d + time.Second - 1) / time.Second)
+}
+
+// netlinkTimeout is the request timeout a netlink-attached device gets.
+func (o *KernelOptions) netlinkTimeout() time.Duration {
+	if o.Timeout == 0 {
+		return DefaultKernelTimeout
+	}
+	return o.Timeout
 }
 
 // KernelDevice is a /dev/nbdN attached to an export.
@@ -49,6 +150,16 @@ type KernelDevice struct {
 	Path    string // /dev/nbdN
 	Size    uint64 // bytes, as negotiated
 	Netlink bool   // attached with netlink (false: the ioctl interface)
+	// BackendID is what /sys/block/nbdN/backend showed after attaching:
+	// "" where the kernel keeps none (before 5.14, or the ioctl
+	// interface).
+	BackendID string
+
+	// opts are the options the device was attached (or reattached) with,
+	// defaults applied: Reconnect repeats them. connections is the
+	// number of sockets the device has.
+	opts        KernelOptions
+	connections int
 
 	// ioctl attachment: the open device and NBD_DO_IT's result.
 	dev  *os.File
@@ -58,31 +169,17 @@ type KernelDevice struct {
 // AttachKernel connects a kernel /dev/nbdN to an export: it dials
 // Connections sockets to the server, negotiates the export on each
 // (NBD_OPT_GO), and hands them to the kernel with generic netlink
-// (NBD_CMD_CONNECT). Where the kernel has no nbd netlink family it falls
-// back to the ioctl interface with one connection. It needs CAP_SYS_ADMIN
-// and the nbd module. Errors name the step and the errno.
+// (NBD_CMD_CONNECT), with a request timeout, a dead-connection timeout and
+// a backend identifier, so that the device waits for a restarted server
+// (ReattachKernel, Reconnect) instead of failing its I/O. Where the kernel
+// has no nbd netlink family it falls back to the ioctl interface with one
+// connection, whose device does not survive its server: SurvivesRestart
+// says so. It needs CAP_SYS_ADMIN and the nbd module. Errors name the step
+// and the errno.
 func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error) {
-	if opts.Connections == 0 {
-		opts.Connections = 1
+	if err := opts.setDefaults(); err != nil {
+		return nil, fmt.Errorf("nbd: attach: %w", err)
 	}
-	if opts.BlockSize == 0 {
-		opts.BlockSize = PreferredBlockSize
-	}
-	if opts.DialTimeout <= 0 {
-		opts.DialTimeout = 10 * time.Second
-	}
-	if opts.Connections < 1 || opts.Connections > 256 {
-		return nil, fmt.Errorf("nbd: attach: %d connections: want 1..256", opts.Connections)
-	}
-	if bs := opts.BlockSize; bs < 512 || bs > 65536 || bs&(bs-1) != 0 {
-		// The kernel's blk_validate_block_size: a power of two from
-		// 512 up to the page size (64 KiB at most on any arch).
-		return nil, fmt.Errorf("nbd: attach: block size %d: want a power of two from 512 to the page size", bs)
-	}
-	if opts.Index < AnyDevice {
-		return nil, fmt.Errorf("nbd: attach: device index %d: want >= 0 or AnyDevice", opts.Index)
-	}
-
 	conns, info, err := dialKernelConns(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -111,9 +208,10 @@ func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error
 		index:       opts.Index,
 		size:        info.Size,
 		blockSize:   uint64(opts.BlockSize),
-		timeoutSec:  uint64(opts.Timeout / time.Second),
-		deadConnSec: uint64(opts.DeadConnTimeout / time.Second),
+		timeoutSec:  seconds(opts.netlinkTimeout()),
+		deadConnSec: seconds(opts.DeadConnTimeout),
 		serverFlags: uint64(info.Flags),
+		backendID:   opts.BackendID,
 		fds:         fds,
 	}
 	if forceIoctl {
@@ -121,12 +219,17 @@ func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error
 	}
 	index, err := netlinkConnect(req)
 	if err == nil {
-		d := &KernelDevice{Index: index, Path: devicePath(index), Size: info.Size, Netlink: true}
+		d := &KernelDevice{Index: index, Path: devicePath(index), Size: info.Size, Netlink: true,
+			opts: opts, connections: len(conns)}
 		// The kernel connects the device before acknowledging; check,
 		// rather than trust an acknowledgement that changed nothing.
 		if busy, err := DeviceInUse(index); err != nil || !busy {
 			d.Detach()
 			return nil, fmt.Errorf("nbd: attach via netlink: NBD_CMD_CONNECT acknowledged but %s is not connected (in use %v, %v)", d.Path, busy, err)
+		}
+		// A kernel before 5.14 ignores the identifier and shows none.
+		if id, ok, err := readBackendID(index); err == nil && ok {
+			d.BackendID = id
 		}
 		return d, nil
 	}
@@ -249,6 +352,20 @@ func DeviceInUse(index int) (bool, error) {
 	return sectors != 0, nil
 }
 
+// readBackendID reads /sys/block/nbdN/backend; ok is false where the file
+// does not exist (the device is not connected through netlink, or the
+// kernel predates 5.14).
+func readBackendID(index int) (id string, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(sysBlock, "nbd"+strconv.Itoa(index), "backend"))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("nbd: /dev/nbd%d backend: %w", index, err)
+	}
+	return strings.TrimSuffix(string(b), "\n"), true, nil
+}
+
 // FindFreeDevice returns the lowest N whose /dev/nbdN is not in use.
 func FindFreeDevice() (int, error) {
 	entries, err := os.ReadDir(sysBlock)
@@ -312,7 +429,7 @@ func attachIoctl(opts KernelOptions, info ExportInfo, sockFD int) (*KernelDevice
 		{"NBD_SET_BLKSIZE", ioctlSetBlkSize, uint64(opts.BlockSize)},
 		{"NBD_SET_SIZE_BLOCKS", ioctlSetSizeBlocks, info.Size / uint64(opts.BlockSize)},
 		{"NBD_SET_FLAGS", ioctlSetFlags, uint64(info.Flags)},
-		{"NBD_SET_TIMEOUT", ioctlSetTimeout, uint64(opts.Timeout / time.Second)},
+		{"NBD_SET_TIMEOUT", ioctlSetTimeout, seconds(opts.Timeout)},
 		{"NBD_SET_SOCK", ioctlSetSock, uint64(sockFD)},
 	}
 	for _, s := range steps {
@@ -322,7 +439,7 @@ func attachIoctl(opts KernelOptions, info ExportInfo, sockFD int) (*KernelDevice
 			return nil, fmt.Errorf("%s %s (%d): %w", path, s.name, s.arg, errno)
 		}
 	}
-	d := &KernelDevice{Index: index, Path: path, Size: info.Size, dev: dev, doIt: make(chan error, 1)}
+	d := &KernelDevice{Index: index, Path: path, Size: info.Size, opts: opts, connections: 1, dev: dev, doIt: make(chan error, 1)}
 	go d.runDoIt()
 	// NBD_DO_IT fails at once if the configuration was refused; give it a
 	// moment to do so, then wait for the device to show its size.

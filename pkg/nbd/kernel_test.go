@@ -56,6 +56,7 @@ func TestConnectAttrsEncoding(t *testing.T) {
 		uint16(12), uint16(nbdAttrBlockSizeBytes), uint64(4096),
 		uint16(12), uint16(nbdAttrServerFlags), uint64(serverFlags),
 		uint16(12), uint16(nbdAttrTimeout), uint64(30),
+		uint16(12), uint16(nbdAttrDeadConnTimeout), uint64(0),
 		// NBD_ATTR_SOCKETS { NBD_SOCK_ITEM { NBD_SOCK_FD 7 }, NBD_SOCK_ITEM { NBD_SOCK_FD 9 } }
 		uint16(4+2*12), uint16(nbdAttrSockets|unix.NLA_F_NESTED),
 		uint16(12), uint16(nbdSockItem|unix.NLA_F_NESTED), uint16(8), uint16(nbdSockFD), uint32(7),
@@ -65,7 +66,8 @@ func TestConnectAttrsEncoding(t *testing.T) {
 		t.Fatalf("NBD_CMD_CONNECT attributes\n got %x\nwant %x", got, want)
 	}
 
-	// No index: the kernel picks the device; optional attributes omitted.
+	// No index: the kernel picks the device; optional attributes omitted,
+	// but not the timeouts, whose absence would keep the last ones.
 	got = connectAttrs(connectRequest{index: AnyDevice, size: 8192, blockSize: 4096, fds: []int{5}})
 	attrs, err := parseAttrs(got)
 	if err != nil {
@@ -75,10 +77,10 @@ func TestConnectAttrsEncoding(t *testing.T) {
 	for _, a := range attrs {
 		types = append(types, a.typ)
 	}
-	if want := []uint16{nbdAttrSizeBytes, nbdAttrBlockSizeBytes, nbdAttrServerFlags, nbdAttrSockets}; !slices.Equal(types, want) {
+	if want := []uint16{nbdAttrSizeBytes, nbdAttrBlockSizeBytes, nbdAttrServerFlags, nbdAttrTimeout, nbdAttrDeadConnTimeout, nbdAttrSockets}; !slices.Equal(types, want) {
 		t.Fatalf("attribute types %v, want %v", types, want)
 	}
-	items, _ := parseAttrs(attrs[3].data)
+	items, _ := parseAttrs(attrs[5].data)
 	fd, _ := parseAttrs(items[0].data)
 	if len(items) != 1 || items[0].typ != nbdSockItem || fd[0].typ != nbdSockFD || ne.Uint32(fd[0].data) != 5 {
 		t.Fatalf("sockets nest: %+v / %+v", items, fd)
@@ -368,14 +370,14 @@ func TestCollectRepliesAcrossReceives(t *testing.T) {
 			return n, nil
 		}
 	}
-	replies, err := collectReplies(5, script(stale, reply, ack))
+	replies, err := collectReplies(5, make([]byte, nlRecvBufSize), script(stale, reply, ack))
 	if err != nil || len(replies) != 1 || len(replies[0]) != 1 || ne.Uint32(replies[0][0].data) != 3 {
 		t.Fatalf("replies %+v, %v; want one reply with index 3", replies, err)
 	}
-	if _, err := collectReplies(5, script(nack)); !errors.Is(err, unix.EBUSY) {
+	if _, err := collectReplies(5, make([]byte, nlRecvBufSize), script(nack)); !errors.Is(err, unix.EBUSY) {
 		t.Fatalf("negative ack: %v, want EBUSY", err)
 	}
-	if _, err := collectReplies(5, script(append(reply, ack...))); err != nil {
+	if _, err := collectReplies(5, make([]byte, nlRecvBufSize), script(append(reply, ack...))); err != nil {
 		t.Fatalf("reply and ack in one receive: %v", err)
 	}
 }
@@ -438,5 +440,54 @@ func TestKernelSwapLive(t *testing.T) {
 	run("swapoff", d.Path)
 	if err := d.Detach(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestConnectAttrsBackendID(t *testing.T) {
+	got := connectAttrs(connectRequest{index: AnyDevice, size: 8192, blockSize: 4096, backendID: "nbd+unix:///x?socket=/s", fds: []int{3}})
+	attrs, err := parseAttrs(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range attrs {
+		if a.typ == nbdAttrBackendIdentifier {
+			if string(a.data) != "nbd+unix:///x?socket=/s\x00" {
+				t.Errorf("backend identifier %q, want it NUL-terminated", a.data)
+			}
+			return
+		}
+	}
+	t.Fatal("no NBD_ATTR_BACKEND_IDENTIFIER")
+}
+
+func TestKernelOptionsDefaults(t *testing.T) {
+	o := KernelOptions{Network: "unix", Address: "/run/g.sock", Export: "gzram0"}
+	if err := o.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if o.DeadConnTimeout != DefaultDeadConnTimeout || o.netlinkTimeout() != DefaultKernelTimeout || o.Timeout != 0 {
+		t.Errorf("defaults: dead %v, netlink timeout %v, timeout %v", o.DeadConnTimeout, o.netlinkTimeout(), o.Timeout)
+	}
+	if o.BackendID != "nbd+unix:///gzram0?socket=/run/g.sock" {
+		t.Errorf("backend %q", o.BackendID)
+	}
+	if id := DefaultBackendID("tcp", "127.0.0.1:10809", "e"); id != "nbd://127.0.0.1:10809/e" {
+		t.Errorf("tcp backend %q", id)
+	}
+	neg := KernelOptions{Timeout: -1, DeadConnTimeout: -1}
+	if err := neg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if seconds(neg.netlinkTimeout()) != 0 || seconds(neg.DeadConnTimeout) != 0 {
+		t.Errorf("negative timeouts must reach the kernel as 0 (none)")
+	}
+	for d, want := range map[time.Duration]uint64{1500 * time.Millisecond: 2, time.Nanosecond: 1, 30 * time.Second: 30, 0: 0, -time.Second: 0} {
+		if got := seconds(d); got != want {
+			t.Errorf("seconds(%v) = %d, want %d", d, got, want)
+		}
+	}
+	bad := KernelOptions{BackendID: "a\nb"}
+	if err := bad.setDefaults(); err == nil || !strings.Contains(err.Error(), "backend") {
+		t.Errorf("backend identifier with a newline: %v", err)
 	}
 }

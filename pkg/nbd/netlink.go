@@ -17,8 +17,9 @@ const (
 	nbdGenlFamily  = "nbd"
 	nbdGenlVersion = 1
 
-	nbdCmdConnect    = 1
-	nbdCmdDisconnect = 2
+	nbdCmdConnect     = 1
+	nbdCmdDisconnect  = 2
+	nbdCmdReconfigure = 3
 
 	nbdAttrIndex           = 1
 	nbdAttrSizeBytes       = 2
@@ -28,6 +29,9 @@ const (
 	nbdAttrClientFlags     = 6
 	nbdAttrSockets         = 7
 	nbdAttrDeadConnTimeout = 8
+	// Linux 5.14; older kernels ignore it (their policy ends at 9 and
+	// the family does not validate strictly).
+	nbdAttrBackendIdentifier = 10
 
 	nbdSockItem = 1
 	nbdSockFD   = 1
@@ -70,13 +74,19 @@ func appendNested(b []byte, typ uint16, inner []byte) []byte {
 
 // connectRequest describes one NBD_CMD_CONNECT.
 type connectRequest struct {
-	index       int // -1: let the kernel choose
-	size        uint64
-	blockSize   uint64
-	timeoutSec  uint64 // 0: omitted (kernel default)
-	deadConnSec uint64 // 0: omitted
+	index     int // -1: let the kernel choose
+	size      uint64
+	blockSize uint64
+	// Both timeouts are always sent (0: none). A device keeps its
+	// queue's request timer from its previous connection unless
+	// NBD_ATTR_TIMEOUT resets it (nbd_config_put clears only the tag
+	// set's timeout), so leaving the attribute out does not give the
+	// kernel's default.
+	timeoutSec  uint64
+	deadConnSec uint64
 	serverFlags uint64
 	clientFlags uint64
+	backendID   string // "": omitted
 	fds         []int
 }
 
@@ -92,17 +102,50 @@ func connectAttrs(r connectRequest) []byte {
 	if r.clientFlags != 0 {
 		b = appendU64Attr(b, nbdAttrClientFlags, r.clientFlags)
 	}
-	if r.timeoutSec != 0 {
-		b = appendU64Attr(b, nbdAttrTimeout, r.timeoutSec)
+	b = appendU64Attr(b, nbdAttrTimeout, r.timeoutSec)
+	b = appendU64Attr(b, nbdAttrDeadConnTimeout, r.deadConnSec)
+	if r.backendID != "" {
+		b = appendAttr(b, nbdAttrBackendIdentifier, append([]byte(r.backendID), 0))
 	}
-	if r.deadConnSec != 0 {
-		b = appendU64Attr(b, nbdAttrDeadConnTimeout, r.deadConnSec)
-	}
+	return appendSockets(b, r.fds)
+}
+
+func appendSockets(b []byte, fds []int) []byte {
 	var socks []byte
-	for _, fd := range r.fds {
+	for _, fd := range fds {
 		socks = appendNested(socks, nbdSockItem, appendU32Attr(nil, nbdSockFD, uint32(fd)))
 	}
 	return appendNested(b, nbdAttrSockets, socks)
+}
+
+// reconfigureRequest describes one NBD_CMD_RECONFIGURE. It carries no
+// size and no client flags on purpose: a size resizes the device under
+// its users, and client flags are rewritten whole, not merged.
+type reconfigureRequest struct {
+	index int
+	// Both timeouts are always sent (0: none), so that the device ends
+	// up with exactly these whatever it had.
+	timeoutSec  uint64
+	deadConnSec uint64
+	backendID   string // must repeat the one given at connect, if any
+	fds         []int
+}
+
+// reconfigureAttrs encodes the attributes of NBD_CMD_RECONFIGURE. The
+// kernel applies the timeouts before it looks at the sockets, so a
+// socket it keeps already has the new request timeout as its send
+// timeout (which is how Reconnect tells kept sockets from dropped ones).
+func reconfigureAttrs(r reconfigureRequest) []byte {
+	b := appendU32Attr(nil, nbdAttrIndex, uint32(r.index))
+	b = appendU64Attr(b, nbdAttrTimeout, r.timeoutSec)
+	b = appendU64Attr(b, nbdAttrDeadConnTimeout, r.deadConnSec)
+	if r.backendID != "" {
+		b = appendAttr(b, nbdAttrBackendIdentifier, append([]byte(r.backendID), 0))
+	}
+	if len(r.fds) > 0 {
+		b = appendSockets(b, r.fds)
+	}
+	return b
 }
 
 // genlMessage frames a generic-netlink request.
@@ -141,6 +184,7 @@ func parseAttrs(b []byte) ([]nlAttr, error) {
 type genlConn struct {
 	fd  int
 	seq uint32
+	buf []byte // for receiving; allocated on first use, then reused
 }
 
 func dialGenl() (*genlConn, error) {
@@ -166,7 +210,10 @@ func (g *genlConn) request(family uint16, cmd, version uint8, attrs []byte) ([][
 	if err := unix.Sendto(g.fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("netlink send: %w", err)
 	}
-	return collectReplies(g.seq, func(buf []byte) (int, error) {
+	if g.buf == nil {
+		g.buf = make([]byte, nlRecvBufSize)
+	}
+	return collectReplies(g.seq, g.buf, func(buf []byte) (int, error) {
 		for {
 			n, _, err := unix.Recvfrom(g.fd, buf, 0)
 			if !errors.Is(err, unix.EINTR) {
@@ -176,12 +223,11 @@ func (g *genlConn) request(family uint16, cmd, version uint8, attrs []byte) ([][
 	})
 }
 
-// collectReplies receives messages with recv until the kernel's
+// collectReplies receives messages into buf with recv until the kernel's
 // acknowledgement of request seq, and returns the attributes of each reply
 // before it. A negative acknowledgement becomes a syscall.Errno.
-func collectReplies(seq uint32, recv func([]byte) (int, error)) ([][]nlAttr, error) {
+func collectReplies(seq uint32, buf []byte, recv func([]byte) (int, error)) ([][]nlAttr, error) {
 	var replies [][]nlAttr
-	buf := make([]byte, nlRecvBufSize)
 	for {
 		n, err := recv(buf)
 		if err != nil {
@@ -326,6 +372,59 @@ func netlinkDisconnect(index int) error {
 		return fmt.Errorf("NBD_CMD_DISCONNECT /dev/nbd%d: %w", index, err)
 	}
 	return nil
+}
+
+// nbdGenl is a generic-netlink socket with the nbd family resolved, for a
+// caller that sends many requests (Takeover, polling for dead
+// connections).
+type nbdGenl struct {
+	g      *genlConn
+	family uint16
+}
+
+func dialNBDGenl() (*nbdGenl, error) {
+	g, err := dialGenl()
+	if err != nil {
+		return nil, err
+	}
+	family, err := g.resolveFamily(nbdGenlFamily)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	return &nbdGenl{g: g, family: family}, nil
+}
+
+func (n *nbdGenl) Close() error { return n.g.Close() }
+
+// reconfigure runs NBD_CMD_RECONFIGURE. Success says little about the
+// sockets: the kernel drops, without an error, every socket for which it
+// has no dead connection slot (see Takeover).
+func (n *nbdGenl) reconfigure(r reconfigureRequest) error {
+	if _, err := n.g.request(n.family, nbdCmdReconfigure, nbdGenlVersion, reconfigureAttrs(r)); err != nil {
+		return fmt.Errorf("NBD_CMD_RECONFIGURE /dev/nbd%d (%d sockets): %w%s", r.index, len(r.fds), err, reconfigureHint(err))
+	}
+	return nil
+}
+
+// netlinkReconfigure runs one NBD_CMD_RECONFIGURE on a socket of its own.
+func netlinkReconfigure(r reconfigureRequest) error {
+	n, err := dialNBDGenl()
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	return n.reconfigure(r)
+}
+
+func reconfigureHint(err error) string {
+	switch {
+	case errors.Is(err, unix.EINVAL):
+		return " (device not connected through netlink, or its backend identifier differs)"
+	case errors.Is(err, unix.EPERM):
+		return " (needs CAP_SYS_ADMIN)"
+	}
+	return ""
 }
 
 // isNetlinkUnavailable reports whether err means netlink control of nbd
