@@ -63,6 +63,9 @@ type daemon struct {
 	// from the HTTP server's goroutines.
 	kernel atomic.Pointer[nbd.KernelDevice]
 	swapOn bool // we ran swapon on kernel.Path
+	// stopKeeping stops replacing the kernel's closed connections
+	// (keepConnected), before the device is detached.
+	stopKeeping func()
 }
 
 // storeArenaSize is the page store's mapping step in the daemon.

@@ -49,6 +49,9 @@ type serveConfig struct {
 	swapPriority  int
 	kernelConns   int
 	kernelTimeout time.Duration
+	// kernelDeadTimeout: how long the kernel device holds its I/O while
+	// no serving process is connected.
+	kernelDeadTimeout time.Duration
 	force         bool
 
 	gpuDevice   int
@@ -152,7 +155,8 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.BoolVar(&cfg.swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
 	f.IntVar(&cfg.swapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
 	f.IntVar(&cfg.kernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
-	f.DurationVar(&cfg.kernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0 keeps the kernel's default)")
+	f.DurationVar(&cfg.kernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0: "+nbd.DefaultKernelTimeout.String()+"): a request in flight when the serving process dies is sent again to the next one after this long, and a request slower than this costs its connection (gzramd replaces it)")
+	f.DurationVar(&cfg.kernelDeadTimeout, "kernel-dead-timeout", nbd.DefaultDeadConnTimeout, "how long the kernel device holds its I/O while no serving process is connected (after a crash, until the supervisor's next one takes over) before failing it; -1s fails it at once, losing what is swapped there")
 	f.BoolVar(&cfg.force, "force", false, "stop on SIGTERM even while the export is active swap that gzramd did not turn on (the swapped memory is lost)")
 
 	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
@@ -222,6 +226,8 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("invalid --kernel-connections %d: want 1 to 16", c.kernelConns)
 	case c.kernelTimeout < 0 || c.kernelTimeout%time.Second != 0:
 		return fmt.Errorf("invalid --kernel-timeout %v: want whole seconds, e.g. 120s, or 0", c.kernelTimeout)
+	case c.kernelDeadTimeout%time.Second != 0 || (c.kernelDeadTimeout < 0 && c.kernelDeadTimeout != -time.Second):
+		return fmt.Errorf("invalid --kernel-dead-timeout %v: want whole seconds, e.g. 5m, or -1s for none", c.kernelDeadTimeout)
 	case c.goMemoryLimit < 0:
 		return fmt.Errorf("invalid --go-memory-limit %s: want a size such as 512MiB, or 0", c.goMemoryLimit.String())
 	case c.goMemoryLimit > 0 && c.goMemoryLimit < 32<<20:

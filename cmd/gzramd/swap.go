@@ -37,6 +37,10 @@ const swapoffTimeout = 30 * time.Minute
 var sysModuleNBD = "/sys/module/nbd"
 
 // attach connects the kernel device (--device) and makes it swap (--swap).
+// A serving process that took the data path over from one that died
+// takes its kernel device over too: the device has been holding its I/O
+// for a new server (and re-sends what was in flight), and it is swap
+// already, with pages in it; it gets no self-test.
 func (d *daemon) attach(ctx context.Context) error {
 	if d.cfg.device == "" {
 		d.topUpHeap()
@@ -47,32 +51,109 @@ func (d *daemon) attach(ctx context.Context) error {
 		return fmt.Errorf("--device %s: the kernel's nbd module is not loaded (run modprobe nbd; it ships with the kernel)", d.cfg.device)
 	}
 	opts := nbd.KernelOptions{
-		Export: d.cfg.export, Index: index, Connections: d.cfg.kernelConns, Timeout: d.cfg.kernelTimeout,
+		Export: d.cfg.export, Index: index, Connections: d.cfg.kernelConns,
+		Timeout: d.cfg.kernelTimeout, DeadConnTimeout: d.cfg.kernelDeadTimeout,
 	}
 	if d.cfg.socket != "" {
 		opts.Network, opts.Address = "unix", d.cfg.socket
 	} else {
 		opts.Network, opts.Address = "tcp", tcpAddr(d.cfg.tcp)
 	}
+	if d.recovered != nil {
+		taken, err := d.reattach(ctx, opts)
+		if err != nil {
+			return err
+		}
+		if taken {
+			return nil
+		}
+	}
 	kd, err := nbd.AttachKernel(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("--device %s: %w", d.cfg.device, err)
 	}
 	d.kernel.Store(kd)
-	d.log.Info("kernel device attached", "device", kd.Path, "netlink", kd.Netlink, "size", kd.Size)
-	if d.cfg.harden {
-		// Requests up to the sizes of the buffers each connection keeps
-		// resident (connBufferReserve): larger ones would allocate.
-		if err := kd.LimitRequests(maxKernelRequest); err != nil {
-			d.log.Warn("kernel requests not limited: requests over the reserved buffer sizes will allocate while serving", "err", err)
-		} else {
-			d.log.Info("kernel requests limited", "device", kd.Path, "max_sectors_kb", maxKernelRequest>>10)
-		}
+	d.log.Info("kernel device attached", "device", kd.Path, "netlink", kd.Netlink, "size", kd.Size,
+		"request_timeout", kd.Timeout(), "dead_connection_timeout", kd.DeadConnTimeout(), "backend", kd.BackendID)
+	if err := kd.SurvivesRestart(); err != nil {
+		d.log.Warn("the kernel device will not survive a restart of the serving process: what is swapped to it is lost if gzramd dies", "err", err)
 	}
+	d.limitRequests(kd)
 	if !d.cfg.swap {
 		d.topUpHeap()
+		d.keepConnected(kd)
 		return nil
 	}
+	if err := d.makeSwap(ctx, kd); err != nil {
+		return err
+	}
+	d.keepConnected(kd)
+	return nil
+}
+
+// reattach takes over the kernel device a serving process before this one
+// attached, if one waits for this export. It reports false, and no
+// error, when none does: the device was never attached, or was detached.
+func (d *daemon) reattach(ctx context.Context, opts nbd.KernelOptions) (bool, error) {
+	opts.Index = nbd.AnyDevice // the one whose backend is this export, whatever --device says
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, reattachTimeout)
+	kd, err := nbd.ReattachKernel(rctx, opts)
+	cancel()
+	if errors.Is(err, nbd.ErrNoKernelDevice) {
+		d.log.Warn("no kernel device waits for this export; attaching one afresh", "why", err)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("--device %s: taking over the kernel device of the serving process before this one: %w", d.cfg.device, err)
+	}
+	d.kernel.Store(kd)
+	swap := d.host.IsSwap(kd.Path)
+	d.log.Warn("kernel device taken over: its held and re-sent requests go to this process", "device", kd.Path,
+		"connections", kd.Connections(), "swap", swap, "took", time.Since(start).Round(time.Millisecond))
+	d.limitRequests(kd)
+	switch {
+	case swap:
+		// Swap the process before this one turned on (the command line is
+		// the same): it is ours to turn off at stop.
+		d.swapOn = d.cfg.swap
+		d.topUpHeap()
+	case d.cfg.swap:
+		// The process before this one died before swapon: nothing is
+		// swapped there yet, and the device is checked as a fresh one is.
+		if err := d.makeSwap(ctx, kd); err != nil {
+			return true, err
+		}
+	default:
+		d.topUpHeap()
+	}
+	d.keepConnected(kd)
+	return true, nil
+}
+
+// reattachTimeout bounds taking a waiting kernel device over: dialing the
+// export for each connection and waiting for the kernel to find the dead
+// process's sockets gone, which it does as soon as their last reference
+// closes.
+const reattachTimeout = 30 * time.Second
+
+// limitRequests keeps the kernel's requests within the buffers each
+// connection holds resident (connBufferReserve): larger ones would
+// allocate while serving.
+func (d *daemon) limitRequests(kd *nbd.KernelDevice) {
+	if !d.cfg.harden {
+		return
+	}
+	if err := kd.LimitRequests(maxKernelRequest); err != nil {
+		d.log.Warn("kernel requests not limited: requests over the reserved buffer sizes will allocate while serving", "err", err)
+	} else {
+		d.log.Info("kernel requests limited", "device", kd.Path, "max_sectors_kb", maxKernelRequest>>10)
+	}
+}
+
+// makeSwap checks the device with a write, read back and discard, and
+// turns swap on.
+func (d *daemon) makeSwap(ctx context.Context, kd *nbd.KernelDevice) error {
 	start := time.Now()
 	if err := swapctl.SelfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.kernelConns, 16)); err != nil {
 		return fmt.Errorf("%s: not making it swap: %w", kd.Path, err)
@@ -86,6 +167,58 @@ func (d *daemon) attach(ctx context.Context) error {
 	d.swapOn = true
 	d.log.Info("swap on", "device", kd.Path, "priority", d.cfg.swapPriority, "discard", true)
 	return nil
+}
+
+// keepConnected replaces the kernel's connections that close while this
+// process serves: the kernel shuts a connection down when a request on it
+// outlasts the request timeout (and may shut down a socket it has just
+// taken, see pkg/nbd's reconnect.go), and a device with no connection left
+// fails its I/O once the dead-connection timeout passes. The kernel's
+// connections are the ones this process dialed itself, which only a Unix
+// socket tells (the peer's pid).
+func (d *daemon) keepConnected(kd *nbd.KernelDevice) {
+	if kd.SurvivesRestart() != nil {
+		return
+	}
+	if d.cfg.socket == "" {
+		d.log.Warn("kernel connections that close are not replaced over TCP (the server cannot tell them from other clients); use --socket", "device", kd.Path)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	d.stopKeeping = func() {
+		cancel()
+		<-done
+	}
+	go func() {
+		defer close(done)
+		self := os.Getpid()
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			missing := kd.Connections() - d.tracker.CountFrom(self)
+			if missing <= 0 {
+				continue
+			}
+			start := time.Now()
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			err := kd.Reconnect(rctx, missing)
+			rcancel()
+			if err != nil {
+				if ctx.Err() == nil {
+					d.log.Error("replacing kernel connections that closed", "device", kd.Path, "missing", missing, "err", err)
+				}
+				continue
+			}
+			d.log.Warn("replaced kernel connections that closed", "device", kd.Path, "connections", missing,
+				"took", time.Since(start).Round(time.Millisecond))
+		}
+	}()
 }
 
 // topUpHeap faults in the heap's free pages once start-up is done (see
@@ -151,6 +284,9 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 // closes the endpoints.
 func (d *daemon) stop() {
 	_ = d.notify.notify("STOPPING=1")
+	if d.stopKeeping != nil {
+		d.stopKeeping()
+	}
 	if kd := d.kernel.Load(); kd != nil {
 		if err := kd.Detach(); err != nil {
 			d.log.Error("detaching the kernel device", "device", kd.Path, "err", err)

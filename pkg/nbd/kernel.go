@@ -166,6 +166,27 @@ type KernelDevice struct {
 	doIt chan error
 }
 
+// Connections returns the number of sockets the device spreads its
+// requests over.
+func (d *KernelDevice) Connections() int { return d.connections }
+
+// Timeout returns the device's request timeout (0: none).
+func (d *KernelDevice) Timeout() time.Duration {
+	if !d.Netlink {
+		return max(d.opts.Timeout, 0)
+	}
+	return max(d.opts.netlinkTimeout(), 0)
+}
+
+// DeadConnTimeout returns how long the device holds its I/O while no
+// server is connected (0: not at all).
+func (d *KernelDevice) DeadConnTimeout() time.Duration {
+	if !d.Netlink {
+		return 0
+	}
+	return max(d.opts.DeadConnTimeout, 0)
+}
+
 // AttachKernel connects a kernel /dev/nbdN to an export: it dials
 // Connections sockets to the server, negotiates the export on each
 // (NBD_OPT_GO), and hands them to the kernel with generic netlink

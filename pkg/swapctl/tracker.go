@@ -84,6 +84,20 @@ func (t *Tracker) Peers() (pids map[int]bool, unknown int) {
 	return pids, unknown
 }
 
+// CountFrom returns the number of open connections whose peer is process
+// pid (Unix sockets only).
+func (t *Tracker) CountFrom(pid int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for c := range t.conns {
+		if c.peerPID == pid {
+			n++
+		}
+	}
+	return n
+}
+
 // Count returns the number of open connections.
 func (t *Tracker) Count() int {
 	t.mu.Lock()
