@@ -226,7 +226,11 @@ func (d *daemon) status() statusReport {
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
 		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.Count(),
 		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
-		Holdings: d.holdings(),
+		Holdings: d.holdings(), Takeovers: d.takeovers, LastTakeoverPause: time.Duration(d.pause.Load()).Seconds(),
+		LostPages: st.LostPages,
+	}
+	if os.Getenv(supervise.EnvServing) != "" {
+		r.SupervisorPID = os.Getppid()
 	}
 	if kd := d.kernel.Load(); kd != nil {
 		r.Device = kd.Path

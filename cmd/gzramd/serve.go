@@ -52,7 +52,7 @@ type serveConfig struct {
 	// kernelDeadTimeout: how long the kernel device holds its I/O while
 	// no serving process is connected.
 	kernelDeadTimeout time.Duration
-	force         bool
+	force             bool
 
 	gpuDevice   int
 	gpuMinPages int

@@ -112,7 +112,7 @@ func TestStatusMatchesMetrics(t *testing.T) {
 		t.Errorf("status backend/algorithm/export %q/%q/%q disagree with gzramd_info", rep.Backend, rep.Algorithm, rep.Export)
 	}
 	table, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
-	if code != 0 || lines(table) != 2 {
+	if code != 0 || lines(table) != 3 || !strings.HasPrefix(strings.Split(table, "\n")[2], "serving process ") {
 		t.Fatalf("status: exit status %d, output:\n%s", code, table)
 	}
 	row := strings.Fields(strings.Split(table, "\n")[1])
@@ -306,7 +306,7 @@ func TestStopRefusedWhileExportIsSwap(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 
 	out, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
-	if code != 0 || !strings.Contains(out, "/dev/nbd7") || !strings.HasSuffix(strings.TrimSpace(out), "yes") {
+	if code != 0 || !strings.Contains(out, "/dev/nbd7") || !strings.HasSuffix(strings.Split(out, "\n")[1], "yes") {
 		t.Errorf("status does not show /dev/nbd7 as swap:\n%s", out)
 	}
 	if err := d.cmd.Process.Signal(sigterm); err != nil {

@@ -20,26 +20,36 @@ import (
 // statusReport is what /status serves and `gzramd status` prints: the
 // figures zramctl shows, taken from the same snapshots as /metrics.
 type statusReport struct {
-	Version        string   `json:"version"`
-	PID            int      `json:"pid"`
-	Export         string   `json:"export"`
-	Socket         string   `json:"socket,omitempty"`
-	TCP            string   `json:"tcp,omitempty"`
-	Device         string   `json:"device,omitempty"` // /dev/nbdN gzramd attached itself
-	SwapDevices    []string `json:"swap_devices"`     // active swap backed by this export
-	Algorithm      string   `json:"algorithm"`
-	Backend        string   `json:"backend"`
-	GPU            string   `json:"gpu,omitempty"`
-	DiskSize       int64    `json:"disksize_bytes"`
-	OrigDataBytes  int64    `json:"orig_data_bytes"`
-	ComprDataBytes int64    `json:"compr_data_bytes"`
-	MemUsedBytes   int64    `json:"mem_used_bytes"`
-	MemLimitBytes  int64    `json:"mem_limit_bytes"`
-	SamePages      int64    `json:"same_pages"`
-	HugePages      int64    `json:"huge_pages"`
-	StoredPages    int64    `json:"stored_pages"`
-	Connections    int      `json:"connections"`
-	UptimeSeconds  float64  `json:"uptime_seconds"`
+	Version string `json:"version"`
+	PID     int    `json:"pid"` // the serving process
+	// SupervisorPID is the process that holds the state and restarts the
+	// serving process when it dies; 0 without one (--supervise=false).
+	SupervisorPID int `json:"supervisor_pid,omitempty"`
+	// Takeovers counts serving processes that took the state over from
+	// one that died; LastTakeoverPause is how long the device went
+	// unserved then (0 if unknown); LostPages are pages a takeover could
+	// not trust, which read as I/O errors until rewritten.
+	Takeovers         uint64   `json:"takeovers"`
+	LastTakeoverPause float64  `json:"last_takeover_pause_seconds,omitempty"`
+	LostPages         int64    `json:"lost_pages"`
+	Export            string   `json:"export"`
+	Socket            string   `json:"socket,omitempty"`
+	TCP               string   `json:"tcp,omitempty"`
+	Device            string   `json:"device,omitempty"` // /dev/nbdN gzramd attached itself
+	SwapDevices       []string `json:"swap_devices"`     // active swap backed by this export
+	Algorithm         string   `json:"algorithm"`
+	Backend           string   `json:"backend"`
+	GPU               string   `json:"gpu,omitempty"`
+	DiskSize          int64    `json:"disksize_bytes"`
+	OrigDataBytes     int64    `json:"orig_data_bytes"`
+	ComprDataBytes    int64    `json:"compr_data_bytes"`
+	MemUsedBytes      int64    `json:"mem_used_bytes"`
+	MemLimitBytes     int64    `json:"mem_limit_bytes"`
+	SamePages         int64    `json:"same_pages"`
+	HugePages         int64    `json:"huge_pages"`
+	StoredPages       int64    `json:"stored_pages"`
+	Connections       int      `json:"connections"`
+	UptimeSeconds     float64  `json:"uptime_seconds"`
 	// Holdings is what the daemon holds ahead of need (docs/DESIGN.md).
 	Holdings []swapsafe.Holding `json:"holdings"`
 }
@@ -138,7 +148,25 @@ func printStatus(w io.Writer, r *statusReport) error {
 		dev, r.Export, r.Algorithm, humanBytes(r.DiskSize), humanBytes(r.OrigDataBytes),
 		humanBytes(r.ComprDataBytes), humanBytes(r.MemUsedBytes), strconv.FormatFloat(r.Ratio(), 'f', 2, 64),
 		r.Backend, gpu, swap)
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Who serves, and whether it ever had to be replaced.
+	serving := fmt.Sprintf("serving process %d", r.PID)
+	if r.SupervisorPID != 0 {
+		serving += fmt.Sprintf(", supervisor %d", r.SupervisorPID)
+	} else {
+		serving += ", no supervisor (--supervise=false): a crash loses what is swapped here"
+	}
+	serving += fmt.Sprintf("; takeovers %d", r.Takeovers)
+	if r.Takeovers > 0 && r.LastTakeoverPause > 0 {
+		serving += fmt.Sprintf(" (the last paused the device %s)", time.Duration(r.LastTakeoverPause*float64(time.Second)).Round(time.Millisecond))
+	}
+	if r.LostPages > 0 {
+		serving += fmt.Sprintf("; %d pages lost in a takeover read as I/O errors", r.LostPages)
+	}
+	_, err := fmt.Fprintln(w, serving)
+	return err
 }
 
 // humanBytes formats like zramctl: 1024-based units with one decimal.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"regexp"
@@ -97,6 +98,12 @@ func TestServingProcessDiesAndIsReplaced(t *testing.T) {
 	}
 	if v, _ := f.Value("gzramd_takeovers_total"); v != 1 {
 		t.Errorf("gzramd_takeovers_total = %v, want 1", v)
+	}
+	// gzramd status names both processes and the takeover.
+	table, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
+	want := fmt.Sprintf("serving process %d, supervisor %d; takeovers 1 (the last paused the device ", d.servingPID(), d.cmd.Process.Pid)
+	if code != 0 || !strings.Contains(table, want) {
+		t.Errorf("gzramd status (exit %d) does not say %q:\n%s", code, want, table)
 	}
 	if code := d.stop(sigterm); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
