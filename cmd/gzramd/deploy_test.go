@@ -57,6 +57,11 @@ func TestUnitPromises(t *testing.T) {
 		// sends SIGTERM: gzramd would turn swap off (test/e2e/systemd.sh).
 		"WatchdogSignal=SIGUSR1\n", "TimeoutAbortSec=infinity\n",
 		"ExecStart=/usr/local/bin/gzramd serve\n",
+		// Crash survival (README "Surviving a crash"): the serving process,
+		// a child, notifies; the state outlives the supervisor in the
+		// file descriptor store, kept across Restart= and never dropped by
+		// the start rate limit.
+		"NotifyAccess=all\n", "FileDescriptorStoreMax=16\n", "Restart=always\n", "StartLimitIntervalSec=0\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("gzramd.service lacks %q", want)

@@ -13,6 +13,11 @@
 #   stop       `systemctl stop` turns swap off, detaches, exits 0
 #   restart    `systemctl start` makes swap again
 #   hold       a holder's data, stopped only after gzramd, is in swap
+#   crash      SIGKILL the serving process: the supervisor's next one takes
+#              the data and the kernel device over, the same device stays swap
+#   crash-supervisor  SIGKILL the supervisor: Restart= starts the unit again,
+#              the state comes back from the file descriptor store and is
+#              taken over; no I/O error in the kernel log
 #   reboot     after a real `systemctl reboot` the enabled unit is swap again
 #   shutdown   and that reboot stopped gzramd cleanly (boot 1's journal):
 #              swapoff read the holder's pages back, and they verify
@@ -57,7 +62,7 @@ TIMEOUT=${E2E_SYSTEMD_TIMEOUT:-1800}
 EXPECT_FAIL=${E2E_SYSTEMD_EXPECT_FAIL:-}
 DROPIN=${E2E_SYSTEMD_DROPIN:-}
 GZRAMD=${GZRAMD:-}
-CHECKS=(install start hardening hog watchdog stop restart hold reboot shutdown)
+CHECKS=(install start hardening hog watchdog stop restart hold crash crash-supervisor reboot shutdown)
 # Beyond minbase: systemd as init, udev (the nbd device units), kmod
 # (modprobe@nbd.service), util-linux (mkswap, swapon, swapoff: gzramd runs
 # them), procps (free), e2fsprogs.

@@ -123,6 +123,26 @@ owner() {
 	awk '$1 == "Tgid:" { print $2 }' "/proc/$tid/status" 2>/dev/null || echo "gone:$tid"
 }
 
+# ppid PID: the parent of process PID.
+ppid() { awk '$1 == "PPid:" { print $2 }' "/proc/$1/status" 2>/dev/null; }
+# serving_pid: the serving process, the child of gzramd's supervisor (the
+# unit's main process).
+serving_pid() { pgrep -P "$(prop MainPID)" | head -1; }
+# gz_log_wait_for SECONDS INVOCATION PATTERN: gz_log_wait with a limit.
+gz_log_wait_for() {
+	local i log
+	for i in $(seq $(($1 * 2))); do
+		log=$(gz_log "$2")
+		grep -q -- "$3" <<<"$log" && return 0
+		sleep 0.5
+	done
+	return 1
+}
+# io_errors: what the kernel logged this boot about failed block or swap
+# I/O (the nbd driver's own lines about dead connections are expected
+# while no server runs).
+io_errors() { dmesg | grep -E 'I/O error|Read-error on swap|Write-error on swap|Buffer I/O' || true; }
+
 check_install() {
 	local f path mode version
 	for f in /usr/local/bin/gzramd:755 /etc/systemd/system/gzramd.service:644 /etc/gzramd/gzramd.env:644; do
@@ -147,8 +167,10 @@ check_start() {
 	dev=$(nbd_swap)
 	[ "$state" = active ] || fail "start: systemctl enable --now returned with the unit $state"
 	[ -n "$dev" ] || fail "start: the unit is active but no nbd device is swap yet (swapon --show: '${swaps:-nothing}'): READY came before swapon"
+	# The supervisor (MainPID) runs the serving process, which connects
+	# the device.
 	pid=$(prop MainPID)
-	[ "$(owner "$dev")" = "$pid" ] || fail "start: $dev is swap but its NBD connection is pid $(owner "$dev"), not gzramd's $pid"
+	[ "$(ppid "$(owner "$dev")")" = "$pid" ] || fail "start: $dev is swap but its NBD connection is pid $(owner "$dev"), not the serving process under gzramd's supervisor $pid"
 	status=$(prop StatusText)
 	[ "$status" = "serving gzram0" ] || fail "start: STATUS is '$status', not what gzramd's READY=1 sends"
 	[ "$(systemctl is-enabled "$UNIT")" = enabled ] || fail "start: the unit is not enabled"
@@ -285,6 +307,51 @@ check_hold() {
 	pass "hold: $swapped MiB of the holder's $hold_mib MiB in swap, $used MiB of $DEV used, before the reboot"
 }
 
+# Crashes with the holder's pages in swap: the serving process killed
+# (the supervisor starts another, which takes the data and the kernel
+# device over), then the supervisor itself (systemd's Restart= starts a
+# new one, which gets the data back from the file descriptor store). The
+# same device stays swap throughout, the kernel logs no I/O error, and the
+# holder verifies its pages at the reboot (check_shutdown).
+check_crash() {
+	local main inv serving log pause1 pause2 t0 i
+	main=$(prop MainPID) inv=$(prop InvocationID)
+	serving=$(serving_pid)
+	[ -n "$serving" ] || fail "crash: no serving process under gzramd's supervisor $main"
+	step "crash: SIGKILL the serving process $serving (supervisor $main)"
+	kill -KILL "$serving"
+	gz_log_wait_for 60 "$inv" 'msg="serving again after the takeover"' ||
+		fail "crash: no serving process took over within 60 s of the kill"
+	log=$(gz_log "$inv")
+	grep -q 'msg="kernel device taken over' <<<"$log" || fail "crash: the next serving process did not take the kernel device over"
+	[ "$(prop MainPID)" = "$main" ] && [ "$(prop ActiveState)" = active ] ||
+		fail "crash: the unit is $(prop ActiveState) with MainPID $(prop MainPID) after the serving process died (was $main)"
+	[ "$(nbd_swap)" = "$DEV" ] || fail "crash: $DEV is no longer swap after the takeover"
+	pause1=$(grep -o 'msg="serving again after the takeover" pause=[^ ]*' <<<"$log" | tail -1 | sed 's/.*pause=//')
+	pass "crash: the serving process killed; serving process $(serving_pid) took over under the same supervisor after $pause1, $DEV still swap"
+
+	step "crash: SIGKILL the supervisor $main"
+	t0=$SECONDS
+	kill -KILL "$main"
+	for i in $(seq 240); do
+		[ "$(prop MainPID)" != "$main" ] && [ "$(prop MainPID)" != 0 ] && [ "$(prop ActiveState)" = active ] && break
+		sleep 0.5
+	done
+	[ "$(prop ActiveState)" = active ] && [ "$(prop MainPID)" != "$main" ] ||
+		fail "crash-supervisor: after the supervisor's death the unit is $(prop ActiveState) ($(prop SubState)), MainPID $(prop MainPID)"
+	inv=$(prop InvocationID)
+	gz_log_wait_for 60 "$inv" 'msg="serving again after the takeover"' ||
+		fail "crash-supervisor: the restarted unit's serving process did not take over"
+	log=$(gz_log "$inv")
+	grep -q 'msg="state handed back by systemd' <<<"$log" || fail "crash-supervisor: the restarted supervisor did not get the state from systemd's file descriptor store"
+	grep -q 'msg="took the device over from a serving process that died"' <<<"$log" || fail "crash-supervisor: the restarted unit started with an empty device"
+	grep -q 'msg="kernel device taken over' <<<"$log" || fail "crash-supervisor: the restarted unit did not take the kernel device over"
+	[ "$(nbd_swap)" = "$DEV" ] || fail "crash-supervisor: $DEV is no longer swap after the restart"
+	[ -z "$(io_errors)" ] || fail "crash-supervisor: the kernel logged I/O errors: $(io_errors | head -3)"
+	pause2=$(grep -o 'msg="serving again after the takeover" pause=[^ ]*' <<<"$log" | tail -1 | sed 's/.*pause=//')
+	pass "crash-supervisor: the supervisor killed; systemd restarted the unit (supervisor $(prop MainPID)) in $((SECONDS - t0)) s, its serving process took the state from the file descriptor store and $DEV over after $pause2; no I/O error in the kernel log; $(swapon --show=NAME,USED --noheadings)"
+}
+
 boot1() {
 	step "boot 1: gzramd installed by make install; the README's systemctl steps"
 	check_install
@@ -298,6 +365,7 @@ boot1() {
 	check_stop
 	check_restart
 	check_hold
+	check_crash
 	echo 1 >"$STATE/boot"
 	sync
 	step "rebooting: systemctl reboot, with gzramd serving swap"
@@ -317,7 +385,7 @@ check_reboot() {
 	[ "$state" = active ] || fail "reboot: the unit is $state after boot"
 	dev=$(nbd_swap)
 	[ -n "$dev" ] || fail "reboot: the unit is active but no nbd device is swap"
-	[ "$(owner "$dev")" = "$(prop MainPID)" ] || fail "reboot: $dev is not gzramd's"
+	[ "$(ppid "$(owner "$dev")")" = "$(prop MainPID)" ] || fail "reboot: $dev is not gzramd's"
 	me=$(systemctl show -P ExecMainStartTimestampMonotonic gzramd-e2e.service)
 	enter=$(prop ActiveEnterTimestampMonotonic)
 	[ "$enter" -lt "$me" ] || fail "reboot: gzramd became active after these checks started"
