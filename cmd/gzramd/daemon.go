@@ -269,6 +269,9 @@ func (d *daemon) run(ctx context.Context) error {
 	dump := make(chan os.Signal, 1)
 	signal.Notify(dump, syscall.SIGUSR1)
 	defer signal.Stop(dump)
+	upgrade := make(chan os.Signal, 1)
+	signal.Notify(upgrade, syscall.SIGHUP)
+	defer signal.Stop(upgrade)
 
 	if err := d.listen(); err != nil {
 		return err
@@ -336,15 +339,46 @@ func (d *daemon) run(ctx context.Context) error {
 			d.log.Info("stopping as the supervisor asked")
 			sigs <- syscall.SIGTERM
 		}
-		serveErr = d.wait(ctx, sigs, dump, errc)
+		serveErr = d.wait(ctx, sigs, dump, upgrade, errc)
+	}
+	if errors.Is(serveErr, errHandOver) {
+		d.handOver()
+		return serveErr
 	}
 	d.stop()
 	return serveErr
 }
 
+// errHandOver ends a serving process that hands over to the next for an
+// upgrade (SIGHUP; its supervisor starts the next at once).
+var errHandOver = exitStatus(supervise.ExitHandedOver)
+
+// handOver stops serving at a request boundary for the next serving
+// process: the requests in flight are answered, then the connections
+// close, and the kernel device is left attached, holding its I/O until
+// the next process hands it new sockets; swap stays on. What is staged is
+// committed as the data path closes (run's deferred close).
+func (d *daemon) handOver() {
+	_ = d.notify.notify("RELOADING=1\nSTATUS=handing over to the next serving process")
+	if d.stopKeeping != nil {
+		d.stopKeeping()
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.srv.Shutdown(ctx); err != nil {
+		d.log.Warn("NBD shutdown for the handover did not finish cleanly", "err", err)
+	}
+	if d.httpSrv != nil {
+		_ = d.httpSrv.Shutdown(ctx)
+	}
+	d.log.Info("handed over: requests in flight answered, connections closed, the kernel device left waiting",
+		"took", time.Since(start).Round(time.Millisecond))
+}
+
 // wait returns when the daemon should stop: a fatal serving error, or a
 // stop request that is safe to honour.
-func (d *daemon) wait(ctx context.Context, sigs, dump <-chan os.Signal, errc <-chan error) error {
+func (d *daemon) wait(ctx context.Context, sigs, dump, upgrade <-chan os.Signal, errc <-chan error) error {
 	var watchdog <-chan time.Time
 	if iv := watchdogInterval(); iv > 0 {
 		t := time.NewTicker(iv)
@@ -399,6 +433,13 @@ func (d *daemon) wait(ctx context.Context, sigs, dump <-chan os.Signal, errc <-c
 				continue
 			}
 			_ = d.notify.notify("WATCHDOG=1")
+		case <-upgrade:
+			if os.Getenv(supervise.EnvServing) == "" {
+				d.log.Warn("SIGHUP ignored: without a supervisor (--supervise=false) there is no next serving process to hand over to")
+				continue
+			}
+			d.log.Info("SIGHUP: handing over to a new serving process (an upgrade: the supervisor starts the executable as it is now)")
+			return errHandOver
 		case <-dump:
 			d.log.Warn("SIGUSR1: writing every goroutine's stack to stderr")
 			_, _ = os.Stderr.Write(goroutineStacks())

@@ -109,3 +109,57 @@ func TestServingProcessDiesAndIsReplaced(t *testing.T) {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
 	}
 }
+
+// TestUpgradeHandsOver: SIGHUP to the supervisor makes the serving process
+// answer what is in flight, close its connections and exit; the next one
+// (the executable as it is now) takes the state over at once, and every
+// acknowledged page reads back.
+func TestUpgradeHandsOver(t *testing.T) {
+	d := startDaemon(t, nil, append(hardeningOff, "--size", "64MiB")...)
+	first := d.servingPID()
+	c := dialRaw(t, d.socket)
+	r := rand.New(rand.NewPCG(5, 5))
+	const pages = 1024
+	data := make([]byte, pages*4096)
+	for i := range pages {
+		for j := range 512 {
+			data[i*4096+j] = byte(r.Uint32())
+		}
+	}
+	for i := 0; i < pages; i += 16 {
+		if errno, err := c.write(uint64(i)*4096, data[i*4096:(i+16)*4096]); err != nil || errno != 0 {
+			t.Fatalf("write %d: %v, errno %d", i, err, errno)
+		}
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(`msg="handed over: requests in flight answered`, 20*time.Second)
+	d.waitLog(`handed over; starting the next to take its state over`, 20*time.Second)
+	deadline := time.Now().Add(20 * time.Second)
+	for strings.Count(d.log.String(), "gzramd ready") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no second serving process became ready:\n%s", d.log.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if strings.Contains(d.log.String(), "the serving process died") {
+		t.Errorf("the handover was taken for a death:\n%s", d.log.String())
+	}
+	if second := d.servingPID(); second == first {
+		t.Fatalf("still the first serving process, %d", first)
+	}
+	c = dialRaw(t, d.socket)
+	for i := 0; i < pages; i += 32 {
+		got, errno, err := c.read(uint64(i)*4096, 32*4096)
+		if err != nil || errno != 0 {
+			t.Fatalf("read %d: %v, errno %d", i, err, errno)
+		}
+		if !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
+			t.Fatalf("pages %d-%d differ after the handover", i, i+31)
+		}
+	}
+	if code := d.stop(sigterm); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+}

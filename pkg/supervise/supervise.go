@@ -53,6 +53,11 @@ const (
 const (
 	ExitStopped = 0 // stopped as asked, swap off
 	ExitFailed  = 1 // failed, and cleaned up (never serving, or swap off)
+	// ExitHandedOver: stopped at a request boundary for an upgrade (asked
+	// with SIGHUP), the state sealed and the kernel device left waiting;
+	// the next serving process, from the executable at Path as it is now,
+	// starts at once and takes both over.
+	ExitHandedOver = 3
 )
 
 // Config describes the serving process.
@@ -158,21 +163,23 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			}
 		}
 		status, died := exitOf(cmd.ProcessState, err)
+		if !died && status == ExitHandedOver {
+			// An upgrade: no death, no wait. The state's memory is
+			// locked here until the next one maps and locks it.
+			diedAt = time.Now()
+			takeovers++
+			cfg.keep(log)
+			log.Info("the serving process handed over; starting the next to take its state over",
+				"pid", cmd.Process.Pid, "lived", diedAt.Sub(start).Round(time.Millisecond), "takeovers", takeovers)
+			continue
+		}
 		if !died {
 			return status, nil
 		}
 		diedAt = time.Now()
 		lived := diedAt.Sub(start)
 		takeovers++
-		if cfg.Keeper != nil {
-			go func() {
-				if held, err := cfg.Keeper.Lock(); err != nil {
-					log.Error("locking the state's memory after the serving process died", "err", err)
-				} else {
-					log.Info("state memory locked by the supervisor", "bytes", held)
-				}
-			}()
-		}
+		cfg.keep(log)
 		if lived >= cfg.StableAfter {
 			delay, quick = cfg.MinDelay, 0
 		} else if quick++; cfg.GiveUp != nil && cfg.GiveUp(quick) {
@@ -193,6 +200,20 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			delay = min(2*delay, cfg.MaxDelay)
 		}
 	}
+}
+
+// keep locks the state's memory while no serving process holds it.
+func (cfg *Config) keep(log *slog.Logger) {
+	if cfg.Keeper == nil {
+		return
+	}
+	go func() {
+		if held, err := cfg.Keeper.Lock(); err != nil {
+			log.Error("locking the state's memory after the serving process ended", "err", err)
+		} else {
+			log.Info("state memory locked by the supervisor", "bytes", held)
+		}
+	}()
 }
 
 // ParentDeath has a serving process get the signal its supervisor asked
@@ -225,7 +246,7 @@ func exitOf(ps *os.ProcessState, err error) (status int, died bool) {
 		return 0, true
 	}
 	switch s := ws.ExitStatus(); s {
-	case ExitStopped, ExitFailed:
+	case ExitStopped, ExitFailed, ExitHandedOver:
 		return s, false
 	default:
 		return s, true
