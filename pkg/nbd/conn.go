@@ -18,8 +18,9 @@ import (
 )
 
 var (
-	errStopped = errors.New("server shutting down")
-	errDisc    = errors.New("client sent NBD_CMD_DISC")
+	errStopped    = errors.New("server shutting down")
+	errDisc       = errors.New("client sent NBD_CMD_DISC")
+	errHandedOver = errors.New("connection handed over")
 )
 
 const (
@@ -50,6 +51,18 @@ type conn struct {
 	// writes too; stop wakes a handshake's blocked write, but never a
 	// transmission-phase reply.
 	inHandshake atomic.Bool
+
+	// Handing the connection over (Server.HandOver): handing asks the
+	// reader to stop at the next request boundary; idle says it waits
+	// for a request header, the only read a deadline may then interrupt.
+	// hmu orders the two, so that no deadline cuts a payload short.
+	hmu     sync.Mutex
+	handing bool
+	idle    bool
+	// export and unread, once the reader stopped for a handover: the
+	// export negotiated and the bytes read beyond the boundary.
+	export string
+	unread []byte
 
 	backend Backend
 	recv    WriteReceiver // backend, if it receives payloads itself
@@ -198,12 +211,24 @@ func (c *conn) serve() {
 	}
 	// Bytes the client sent early (it should wait for our reply, but may
 	// not) stay in front of the transmission-phase reader.
+	var early []byte
 	if n := c.br.Buffered(); n > 0 {
-		early, _ := c.br.Peek(n)
-		c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), c.sock), readBufferSize)
+		b, _ := c.br.Peek(n)
+		early = bytes.Clone(b)
+	}
+	c.transmission(e, early)
+}
+
+// transmission serves the transmission phase of export e, the client's
+// first bytes being early (then the socket's), and returns once the
+// connection is done with: closed, or stopped for a handover.
+func (c *conn) transmission(e *Export, early []byte) {
+	if len(early) > 0 {
+		c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(early), c.sock), readBufferSize)
 	} else {
 		c.br = bufio.NewReaderSize(c.sock, readBufferSize)
 	}
+	c.export = e.Name
 	c.backend = e.Backend
 	c.recv, _ = e.Backend.(WriteReceiver)
 	c.size = uint64(e.Backend.Size())
@@ -239,7 +264,7 @@ func (c *conn) serve() {
 	}
 	c.reserveBuffers(c.srv.reserveBuffers)
 
-	err = c.transmit()
+	err := c.transmit()
 
 	// Stop reading, let what was read finish and reply, then close. After
 	// a protocol error the connection is dropped at once (the spec's hard
@@ -247,7 +272,7 @@ func (c *conn) serve() {
 	// the replies still go out, within drainTimeout, so that a client
 	// that stopped reading cannot hold the workers forever.
 	switch {
-	case c.stopping.Load():
+	case c.stopping.Load(), err == errHandedOver:
 	case err == errDisc || errors.Is(err, io.EOF):
 		c.nc.SetWriteDeadline(time.Now().Add(drainTimeout))
 	default:
@@ -261,6 +286,10 @@ func (c *conn) serve() {
 		c.helpers.Wait()
 	}
 	c.releaseCache()
+	if err == errHandedOver {
+		c.srv.handedOver(c)
+		return
+	}
 	switch {
 	case err == errDisc, c.stopping.Load(), errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
 	case errors.Is(err, syscall.ECONNRESET):
@@ -279,7 +308,16 @@ func (c *conn) transmit() error {
 	var h [requestHeaderLen]byte
 	for {
 		c.flushUnless(requestHeaderLen)
-		if _, err := io.ReadFull(c.br, h[:]); err != nil {
+		if !c.waitHeader() {
+			c.stopAtBoundary(nil)
+			return errHandedOver
+		}
+		n, err := io.ReadFull(c.br, h[:])
+		if c.gotHeader() && err != nil && isTimeout(err) {
+			c.stopAtBoundary(h[:n])
+			return errHandedOver
+		}
+		if err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return fmt.Errorf("truncated request header: %w", err)
 			}

@@ -128,6 +128,8 @@ type Server struct {
 	reserveBuffers   int64
 	handshakeTimeout time.Duration
 	replyTimeout     time.Duration
+	// handed collects the connections HandOver stopped (under mu).
+	handed []HandedConn
 	bufs             *bufferPool
 	// bufBytes counts the pooled payload bytes held by requests across
 	// all connections: zero whenever nothing is in flight.
@@ -296,7 +298,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.stop()
 	}
 	s.mu.Unlock()
+	return s.drain(ctx)
+}
 
+// drain waits for the connections to end, and ends them if ctx ends
+// first.
+func (s *Server) drain(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.connWG.Wait()

@@ -1,0 +1,147 @@
+// Handing live connections to another process at a request boundary (an upgrade), and taking them on.
+
+package nbd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// HandedConn is a connection in the transmission phase that a server
+// stopped at a request boundary (HandOver), for another process to go on
+// serving (Adopt): its client never sees a disconnect.
+type HandedConn struct {
+	// File is the socket, a duplicate the caller must close.
+	File *os.File
+	// Export is the export the client negotiated.
+	Export string
+	// Pending are bytes read from the socket beyond the boundary: the
+	// start of the requests the client sent next. They go in front of
+	// the socket's.
+	Pending []byte
+	// Conn is the connection as the listener accepted it (closed now),
+	// for the caller to recognize its wrappers.
+	Conn net.Conn
+}
+
+// HandOver stops the server as Shutdown does, but for the connections in
+// the transmission phase: each stops reading at a request boundary, has
+// its requests in flight answered, and is returned open instead of
+// closed. Connections still negotiating are closed. If ctx ends first, the
+// connections not yet stopped are closed, and what was handed over so far
+// is returned with ctx's error.
+func (s *Server) HandOver(ctx context.Context) ([]HandedConn, error) {
+	s.mu.Lock()
+	s.closing = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	for c := range s.conns {
+		if c.inHandshake.Load() {
+			c.stop()
+		} else {
+			c.handOver()
+		}
+	}
+	s.mu.Unlock()
+	err := s.drain(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	handed := s.handed
+	s.handed = nil
+	return handed, err
+}
+
+// handedOver records connection c, stopped at a request boundary with its
+// replies written, as handed over: its socket is duplicated (the
+// connection's own descriptor closes as it ends).
+func (s *Server) handedOver(c *conn) {
+	f, err := socketFile(c.sock)
+	if err != nil {
+		s.log.Error("nbd: handing a connection over; dropping it", "remote", c.remote(), "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.handed = append(s.handed, HandedConn{File: f, Export: c.export, Pending: c.unread, Conn: c.nc})
+	s.mu.Unlock()
+}
+
+// Adopt serves nc, a connection another server handed over (HandOver), in
+// the transmission phase of export, reading pending before the socket.
+func (s *Server) Adopt(nc net.Conn, export string, pending []byte) error {
+	e := s.lookup(export)
+	if e == nil {
+		return fmt.Errorf("nbd: adopting a connection to export %q: no such export", export)
+	}
+	c := newConn(s, nc)
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.forget(c)
+		defer c.nc.Close()
+		c.transmission(e, pending)
+	}()
+	return nil
+}
+
+// handOver asks the connection's reader to stop at the next request
+// boundary: at once if it waits for a header.
+func (c *conn) handOver() {
+	c.hmu.Lock()
+	c.handing = true
+	if c.idle {
+		c.nc.SetReadDeadline(time.Now())
+	}
+	c.hmu.Unlock()
+}
+
+// waitHeader is the reader's step before it reads a request header: false
+// means stop here, for a handover.
+func (c *conn) waitHeader() bool {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if c.handing {
+		return false
+	}
+	c.idle = true
+	return true
+}
+
+// gotHeader is the reader's step once the header read returned; true
+// means a handover began meanwhile (its deadline, now cleared, may have
+// cut the read short).
+func (c *conn) gotHeader() bool {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	c.idle = false
+	if !c.handing {
+		return false
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	return true
+}
+
+// stopAtBoundary keeps what the reader read beyond the boundary: part of
+// a header, and whatever it buffered after.
+func (c *conn) stopAtBoundary(partial []byte) {
+	c.unread = append(c.unread[:0], partial...)
+	if n := c.br.Buffered(); n > 0 {
+		b, _ := c.br.Peek(n)
+		c.unread = append(c.unread, b...)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
