@@ -130,7 +130,7 @@ type Server struct {
 	replyTimeout     time.Duration
 	// handed collects the connections HandOver stopped (under mu).
 	handed []HandedConn
-	bufs             *bufferPool
+	bufs   *bufferPool
 	// bufBytes counts the pooled payload bytes held by requests across
 	// all connections: zero whenever nothing is in flight.
 	bufBytes atomic.Int64
