@@ -86,6 +86,11 @@ type Config struct {
 	ParentDeath syscall.Signal
 	// Started, if not nil, is told of each serving process started.
 	Started func(pid, takeovers int)
+	// Handover gives each serving process a handover socket (EnvHandover,
+	// the descriptor after Files): what one sends there (Send) before it
+	// ends with ExitHandedOver, the next receives (Receive); after any
+	// other end it is dropped.
+	Handover bool
 	// GiveUp, if not nil, is asked after each death within StableAfter of
 	// its start, with how many came so in a row: true ends Run with
 	// ExitFailed (a state that holds nothing need not be served by a
@@ -116,6 +121,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	delay := cfg.MinDelay
 	quick := 0
 	ctxDone := ctx.Done()
+	var relay []Message // what the last serving process handed over, for the next
 	for {
 		cmd := exec.Command(cfg.Path, cfg.Args...)
 		cmd.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], EnvServing+"=1", EnvTakeovers+"="+strconv.Itoa(takeovers),
@@ -133,12 +139,38 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		for _, f := range cfg.Files {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
 		}
+		var pair *handoverPair
+		if cfg.Handover {
+			var err error
+			if pair, err = newHandoverPair(); err != nil {
+				closeAll(relay)
+				return ExitFailed, err
+			}
+			cmd.Env = append(cmd.Env, EnvHandover+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+			cmd.ExtraFiles = append(cmd.ExtraFiles, pair.child)
+		}
 		cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
 		// Its own process group is not wanted: a terminal's ^C reaches
 		// both, and the supervisor forwards nothing twice (see below).
 		start := time.Now()
 		if err := cmd.Start(); err != nil {
+			closeAll(relay)
+			if pair != nil {
+				pair.close()
+			}
 			return ExitFailed, fmt.Errorf("supervise: starting the serving process: %w", err)
+		}
+		var given chan struct{}
+		if pair != nil {
+			pair.child.Close()
+			given = make(chan struct{})
+			go func(msgs []Message) {
+				defer close(given)
+				if err := pair.give(msgs); err != nil {
+					log.Warn("handing the last serving process's connections to the next failed; the kernel device reconnects instead", "err", err)
+				}
+			}(relay)
+			relay = nil
 		}
 		if cfg.Started != nil {
 			cfg.Started(cmd.Process.Pid, takeovers)
@@ -163,6 +195,15 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			}
 		}
 		status, died := exitOf(cmd.ProcessState, err)
+		if pair != nil {
+			<-given
+			if !died && status == ExitHandedOver {
+				relay = pair.taken()
+			} else {
+				closeAll(pair.taken())
+			}
+			pair.mine.Close()
+		}
 		if !died && status == ExitHandedOver {
 			// An upgrade: no death, no wait. The state's memory is
 			// locked here until the next one maps and locks it.

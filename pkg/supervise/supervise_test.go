@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if plan := os.Getenv("SUPERVISE_TEST_CHILD"); plan != "" {
 		os.Exit(child(plan))
 	}
+	if os.Getenv("SUPERVISE_TEST_HANDOVER") != "" {
+		os.Exit(handoverChild())
+	}
 	os.Exit(m.Run())
 }
 

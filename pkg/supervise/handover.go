@@ -1,0 +1,170 @@
+// The handover socket: live connections passed from a serving process to the next, through the supervisor.
+
+package supervise
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// EnvHandover is the descriptor of a serving process's handover socket
+// (Config.Handover).
+const EnvHandover = "GZRAMD_HANDOVER_FD"
+
+// maxMessage bounds a handover message: a connection's description and
+// the bytes read from it beyond its last request.
+const maxMessage = 256 << 10
+
+// A Message is what a serving process hands the next: a few bytes of its
+// own meaning and at most one descriptor.
+type Message struct {
+	Data []byte
+	File *os.File // nil for none
+}
+
+// HandoverSocket returns the serving process's handover socket, if its
+// supervisor gave it one.
+func HandoverSocket() (*os.File, bool) {
+	fd, err := strconv.Atoi(os.Getenv(EnvHandover))
+	if err != nil || fd < 3 {
+		return nil, false
+	}
+	unix.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), "handover"), true
+}
+
+// Send hands m to the next serving process. The caller keeps m.File, and
+// closes it.
+func Send(sock *os.File, m Message) error {
+	if len(m.Data) == 0 || len(m.Data) > maxMessage {
+		return fmt.Errorf("supervise: a handover message of %d bytes: want 1 to %d", len(m.Data), maxMessage)
+	}
+	var oob []byte
+	if m.File != nil {
+		oob = unix.UnixRights(int(m.File.Fd()))
+	}
+	if err := unix.Sendmsg(int(sock.Fd()), m.Data, oob, nil, 0); err != nil {
+		return fmt.Errorf("supervise: sending a handover message: %w", err)
+	}
+	return nil
+}
+
+// Receive returns what the serving process before this one handed over:
+// the supervisor ends the list with an empty message, which Receive waits
+// for until timeout.
+func Receive(sock *os.File, timeout time.Duration) ([]Message, error) {
+	fd := int(sock.Fd())
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return nil, fmt.Errorf("supervise: handover socket: %w", err)
+	}
+	var msgs []Message
+	for {
+		m, err := recv(fd, 0)
+		if err != nil {
+			closeAll(msgs)
+			return nil, fmt.Errorf("supervise: receiving what the last serving process handed over: %w", err)
+		}
+		if len(m.Data) == 0 {
+			return msgs, nil
+		}
+		msgs = append(msgs, m)
+	}
+}
+
+func recv(fd, flags int) (Message, error) {
+	buf := make([]byte, maxMessage)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, flags|unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return Message{}, err
+	}
+	m := Message{Data: buf[:n]}
+	if oobn > 0 {
+		cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil {
+			return Message{}, err
+		}
+		for _, c := range cmsgs {
+			fds, err := unix.ParseUnixRights(&c)
+			if err != nil {
+				continue
+			}
+			for i, f := range fds {
+				if i == 0 && m.File == nil {
+					m.File = os.NewFile(uintptr(f), "handed-over")
+				} else {
+					unix.Close(f)
+				}
+			}
+		}
+	}
+	return m, nil
+}
+
+func closeAll(msgs []Message) {
+	for _, m := range msgs {
+		if m.File != nil {
+			m.File.Close()
+		}
+	}
+}
+
+// handoverPair is one serving process's handover socket: the child's end
+// (its descriptor) and the supervisor's.
+type handoverPair struct {
+	child, mine *os.File
+}
+
+func newHandoverPair() (*handoverPair, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("supervise: handover socket: %w", err)
+	}
+	return &handoverPair{child: os.NewFile(uintptr(fds[0]), "handover"), mine: os.NewFile(uintptr(fds[1]), "handover")}, nil
+}
+
+// taken returns what the serving process on p sent before it ended,
+// without waiting.
+func (p *handoverPair) taken() []Message {
+	var msgs []Message
+	for {
+		m, err := recv(int(p.mine.Fd()), unix.MSG_DONTWAIT)
+		if err != nil {
+			if !errors.Is(err, unix.EAGAIN) {
+				closeAll(msgs)
+				return nil
+			}
+			return msgs
+		}
+		if len(m.Data) == 0 {
+			return msgs // the serving process's end is closed
+		}
+		msgs = append(msgs, m)
+	}
+}
+
+// give sends msgs, then the empty message that ends them, to the serving
+// process on p; it blocks while that process has not read them.
+func (p *handoverPair) give(msgs []Message) error {
+	defer closeAll(msgs)
+	for _, m := range msgs {
+		if err := Send(p.mine, m); err != nil {
+			return err
+		}
+	}
+	if err := unix.Sendmsg(int(p.mine.Fd()), nil, nil, nil, 0); err != nil {
+		return fmt.Errorf("supervise: ending the handover: %w", err)
+	}
+	return nil
+}
+
+func (p *handoverPair) close() {
+	p.child.Close()
+	p.mine.Close()
+}
