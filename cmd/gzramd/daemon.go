@@ -66,6 +66,13 @@ type daemon struct {
 	// stopKeeping stops replacing the kernel's closed connections
 	// (keepConnected), before the device is detached.
 	stopKeeping func()
+	// handover is the socket to the supervisor for the live connections
+	// at an upgrade (nil without one); adopt are the connections the
+	// serving process before this one handed over, until served, and
+	// adoptedKernel how many of them are the kernel device's.
+	handover      *os.File
+	adopt         []supervise.Message
+	adoptedKernel int
 }
 
 // storeArenaSize is the page store's mapping step in the daemon.
@@ -122,7 +129,11 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, log *slog.Logger) (_ *daemo
 	if ns, err := strconv.ParseInt(os.Getenv(supervise.EnvDiedAt), 10, 64); err == nil {
 		d.diedAt = time.Unix(0, ns)
 	}
-	if d.recovered != nil {
+	switch {
+	case d.recovered != nil && os.Getenv(supervise.EnvHandedOver) != "":
+		log.Info("took the device over from the serving process before this one, which handed it over (an upgrade)",
+			"found", d.recovered.String(), "takeovers", info.Takeovers, "state", info.ID)
+	case d.recovered != nil:
 		log.Warn("took the device over from a serving process that died", "found", d.recovered.String(),
 			"takeovers", info.Takeovers, "state", info.ID)
 	}
@@ -273,6 +284,7 @@ func (d *daemon) run(ctx context.Context) error {
 	signal.Notify(upgrade, syscall.SIGHUP)
 	defer signal.Stop(upgrade)
 
+	d.receiveHandover()
 	if err := d.listen(); err != nil {
 		return err
 	}
@@ -286,6 +298,7 @@ func (d *daemon) run(ctx context.Context) error {
 		}()
 		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.export)
 	}
+	d.adoptedKernel = d.adoptConnections()
 	// Trims and rewrites leave slabs sparse; give whole slabs back to the
 	// OS when the waste is worth the copying.
 	compactCtx, stopCompactor := context.WithCancel(context.Background())
@@ -354,10 +367,11 @@ func (d *daemon) run(ctx context.Context) error {
 var errHandOver = exitStatus(supervise.ExitHandedOver)
 
 // handOver stops serving at a request boundary for the next serving
-// process: the requests in flight are answered, then the connections
-// close, and the kernel device is left attached, holding its I/O until
-// the next process hands it new sockets; swap stays on. What is staged is
-// committed as the data path closes (run's deferred close).
+// process: the requests in flight are answered, and the live connections
+// go to the supervisor, for the next one (the kernel device keeps its
+// sockets and sees nothing; without a handover socket they close, and the
+// device waits for the next process to reconnect it). Swap stays on. What
+// is staged is committed as the data path closes (run's deferred close).
 func (d *daemon) handOver() {
 	_ = d.notify.notify("RELOADING=1\nSTATUS=handing over to the next serving process")
 	if d.stopKeeping != nil {
@@ -366,13 +380,13 @@ func (d *daemon) handOver() {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := d.srv.Shutdown(ctx); err != nil {
-		d.log.Warn("NBD shutdown for the handover did not finish cleanly", "err", err)
+	if err := d.handOverConnections(ctx); err != nil {
+		d.log.Warn("handing the connections over did not finish cleanly; the kernel device reconnects to the next serving process", "err", err)
 	}
 	if d.httpSrv != nil {
 		_ = d.httpSrv.Shutdown(ctx)
 	}
-	d.log.Info("handed over: requests in flight answered, connections closed, the kernel device left waiting",
+	d.log.Info("handed over: requests in flight answered, the next serving process gets the connections",
 		"took", time.Since(start).Round(time.Millisecond))
 }
 

@@ -111,9 +111,10 @@ func TestServingProcessDiesAndIsReplaced(t *testing.T) {
 }
 
 // TestUpgradeHandsOver: SIGHUP to the supervisor makes the serving process
-// answer what is in flight, close its connections and exit; the next one
-// (the executable as it is now) takes the state over at once, and every
-// acknowledged page reads back.
+// answer what is in flight and hand its live connections to the next one
+// (the executable as it is now), which takes the state over at once: a
+// connection open across the upgrade goes on as if nothing happened, and
+// every acknowledged page reads back.
 func TestUpgradeHandsOver(t *testing.T) {
 	d := startDaemon(t, nil, append(hardeningOff, "--size", "64MiB")...)
 	first := d.servingPID()
@@ -149,16 +150,20 @@ func TestUpgradeHandsOver(t *testing.T) {
 	if second := d.servingPID(); second == first {
 		t.Fatalf("still the first serving process, %d", first)
 	}
-	c = dialRaw(t, d.socket)
-	for i := 0; i < pages; i += 32 {
-		got, errno, err := c.read(uint64(i)*4096, 32*4096)
-		if err != nil || errno != 0 {
-			t.Fatalf("read %d: %v, errno %d", i, err, errno)
-		}
-		if !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
-			t.Fatalf("pages %d-%d differ after the handover", i, i+31)
+	// The connection open across the handover goes on, served by the
+	// next process; a new one works too.
+	for _, c := range []*rawClient{c, dialRaw(t, d.socket)} {
+		for i := 0; i < pages; i += 32 {
+			got, errno, err := c.read(uint64(i)*4096, 32*4096)
+			if err != nil || errno != 0 {
+				t.Fatalf("read %d: %v, errno %d", i, err, errno)
+			}
+			if !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
+				t.Fatalf("pages %d-%d differ after the handover", i, i+31)
+			}
 		}
 	}
+	d.waitLog(`msg="serving the connections the last serving process handed over" connections=1 kernel=0`, time.Second)
 	if code := d.stop(sigterm); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
 	}

@@ -59,6 +59,13 @@ func (d *daemon) attach(ctx context.Context) error {
 	} else {
 		opts.Network, opts.Address = "tcp", tcpAddr(d.cfg.tcp)
 	}
+	if d.recovered != nil && d.adoptedKernel > 0 {
+		kd, err := d.keptAttached(opts)
+		if err == nil {
+			return d.takeOver(ctx, kd, "kernel device kept its connections: handed over at a request boundary, no disconnect", time.Time{})
+		}
+		d.log.Warn("the handed-over connections' kernel device is not found; reattaching", "err", err)
+	}
 	if d.recovered != nil {
 		taken, err := d.reattach(ctx, opts)
 		if err != nil {
@@ -107,10 +114,19 @@ func (d *daemon) reattach(ctx context.Context, opts nbd.KernelOptions) (bool, er
 	if err != nil {
 		return false, fmt.Errorf("--device %s: taking over the kernel device of the serving process before this one: %w", d.cfg.device, err)
 	}
+	return true, d.takeOver(ctx, kd, "kernel device taken over: its held and re-sent requests go to this process", start)
+}
+
+// takeOver makes kd, the kernel device of the serving process before this
+// one, this one's: swap on it is ours to turn off at stop.
+func (d *daemon) takeOver(ctx context.Context, kd *nbd.KernelDevice, msg string, start time.Time) error {
 	d.kernel.Store(kd)
 	swap := d.host.IsSwap(kd.Path)
-	d.log.Warn("kernel device taken over: its held and re-sent requests go to this process", "device", kd.Path,
-		"connections", kd.Connections(), "swap", swap, "took", time.Since(start).Round(time.Millisecond))
+	args := []any{"device", kd.Path, "connections", kd.Connections(), "swap", swap}
+	if !start.IsZero() {
+		args = append(args, "took", time.Since(start).Round(time.Millisecond))
+	}
+	d.log.Warn(msg, args...)
 	d.limitRequests(kd)
 	switch {
 	case swap:
@@ -122,13 +138,13 @@ func (d *daemon) reattach(ctx context.Context, opts nbd.KernelOptions) (bool, er
 		// The process before this one died before swapon: nothing is
 		// swapped there yet, and the device is checked as a fresh one is.
 		if err := d.makeSwap(ctx, kd); err != nil {
-			return true, err
+			return err
 		}
 	default:
 		d.topUpHeap()
 	}
 	d.keepConnected(kd)
-	return true, nil
+	return nil
 }
 
 // reattachTimeout bounds taking a waiting kernel device over: dialing the

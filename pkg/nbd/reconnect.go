@@ -173,46 +173,67 @@ type Takeover struct {
 // (BackendID especially: the kernel refuses another). The error wraps
 // ErrNoKernelDevice when there is no such device.
 func PrepareReattach(ctx context.Context, opts KernelOptions) (*Takeover, error) {
-	if err := opts.setDefaults(); err != nil {
+	d, err := attached(opts)
+	if err != nil {
 		return nil, fmt.Errorf("nbd: reattach: %w", err)
+	}
+	return d.prepare(ctx, d.connections)
+}
+
+// FindAttached returns the /dev/nbdN an earlier server process attached
+// with AttachKernel (found as PrepareReattach finds it) whose sockets this
+// process serves already: they were handed over (Server.Adopt), and the
+// kernel kept its connections. Nothing is sent to the kernel.
+func FindAttached(opts KernelOptions) (*KernelDevice, error) {
+	d, err := attached(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nbd: %w", err)
+	}
+	return d, nil
+}
+
+// attached describes the connected device opts name, for a process that
+// did not attach it.
+func attached(opts KernelOptions) (*KernelDevice, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
 	}
 	index := opts.Index
 	if index == AnyDevice {
 		var err error
 		if index, err = FindKernelDevice(opts.BackendID); err != nil {
-			return nil, fmt.Errorf("nbd: reattach: %w", err)
+			return nil, err
 		}
 	}
 	path := devicePath(index)
 	busy, err := DeviceInUse(index)
 	if err != nil {
-		return nil, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, err
 	}
 	if !busy {
-		return nil, fmt.Errorf("nbd: reattach %s: %w: it is not connected", path, ErrNoKernelDevice)
+		return nil, fmt.Errorf("%s: %w: it is not connected", path, ErrNoKernelDevice)
 	}
 	id, ok, err := readBackendID(index)
 	if err != nil {
-		return nil, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, err
 	}
 	// An empty identifier: attached without one, or by a kernel before
 	// 5.14; the kernel then checks nothing, and neither can we. No file:
 	// not attached through netlink (or before 5.14), which
 	// NBD_CMD_RECONFIGURE finds out.
 	if ok && id != "" && id != opts.BackendID {
-		return nil, fmt.Errorf("nbd: reattach %s: its backend is %q, not %q", path, id, opts.BackendID)
+		return nil, fmt.Errorf("%s: its backend is %q, not %q", path, id, opts.BackendID)
 	}
 	size, err := deviceSize(index)
 	if err != nil {
-		return nil, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, err
 	}
 	conns, err := deviceConnections(index)
 	if err != nil {
-		return nil, fmt.Errorf("nbd: reattach: %w", err)
+		return nil, err
 	}
 	opts.Index, opts.Connections = index, conns
-	d := &KernelDevice{Index: index, Path: path, Size: size, Netlink: true, BackendID: id, opts: opts, connections: conns}
-	return d.prepare(ctx, conns)
+	return &KernelDevice{Index: index, Path: path, Size: size, Netlink: true, BackendID: id, opts: opts, connections: conns}, nil
 }
 
 // Reconnect hands the device n new sockets (n <= 0: as many as it has

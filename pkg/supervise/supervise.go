@@ -46,6 +46,9 @@ const (
 	EnvParentDeath = "GZRAMD_PARENT_DEATH_SIGNAL"
 	// EnvSupervisor is the supervisor's process ID.
 	EnvSupervisor = "GZRAMD_SUPERVISOR_PID"
+	// EnvHandedOver says the last serving process did not die but handed
+	// over (ExitHandedOver): this one is an upgrade.
+	EnvHandedOver = "GZRAMD_HANDED_OVER"
 )
 
 // Exit statuses a serving process ends with on its own; any other end is
@@ -122,6 +125,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	quick := 0
 	ctxDone := ctx.Done()
 	var relay []Message // what the last serving process handed over, for the next
+	handedOver := false
 	for {
 		cmd := exec.Command(cfg.Path, cfg.Args...)
 		cmd.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], EnvServing+"=1", EnvTakeovers+"="+strconv.Itoa(takeovers),
@@ -131,6 +135,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		}
 		if stopping {
 			cmd.Env = append(cmd.Env, EnvStopping+"=1")
+		}
+		if handedOver {
+			cmd.Env = append(cmd.Env, EnvHandedOver+"=1")
 		}
 		if cfg.ParentDeath != 0 {
 			cmd.Env = append(cmd.Env, EnvParentDeath+"="+strconv.Itoa(int(cfg.ParentDeath)))
@@ -204,7 +211,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			}
 			pair.mine.Close()
 		}
-		if !died && status == ExitHandedOver {
+		handedOver = !died && status == ExitHandedOver
+		if handedOver {
 			// An upgrade: no death, no wait. The state's memory is
 			// locked here until the next one maps and locks it.
 			diedAt = time.Now()

@@ -84,6 +84,28 @@ func (t *Tracker) Peers() (pids map[int]bool, unknown int) {
 	return pids, unknown
 }
 
+// Track tracks nc, a connection that came some other way than a
+// listener (handed over by another process), as one from process peerPID.
+func (t *Tracker) Track(nc net.Conn, peerPID int) net.Conn {
+	c := &trackedConn{Conn: nc, t: t, peerPID: peerPID}
+	t.mu.Lock()
+	if t.conns == nil {
+		t.conns = make(map[*trackedConn]struct{})
+	}
+	t.conns[c] = struct{}{}
+	t.mu.Unlock()
+	return c
+}
+
+// PeerOf returns the peer's pid of nc, a connection the tracker returned
+// (0 when unknown, or not one of its own).
+func (t *Tracker) PeerOf(nc net.Conn) int {
+	if c, ok := nc.(*trackedConn); ok && c.t == t {
+		return c.peerPID
+	}
+	return 0
+}
+
 // CountFrom returns the number of open connections whose peer is process
 // pid (Unix sockets only).
 func (t *Tracker) CountFrom(pid int) int {

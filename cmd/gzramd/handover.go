@@ -1,0 +1,130 @@
+// Handing the live connections to the next serving process at an upgrade, and taking them on.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/supervise"
+)
+
+// handedConn is one connection as the handover socket carries it: a flag
+// byte (the kernel's: dialed by a serving process to attach the device),
+// the export's name with its length before it, and the bytes read from
+// the socket beyond the last request.
+type handedConn struct {
+	kernel  bool
+	export  string
+	pending []byte
+}
+
+func (h handedConn) encode() []byte {
+	b := make([]byte, 0, 2+len(h.export)+len(h.pending))
+	flag := byte(0)
+	if h.kernel {
+		flag = 1
+	}
+	b = append(b, flag, byte(len(h.export)))
+	b = append(b, h.export...)
+	return append(b, h.pending...)
+}
+
+func decodeHanded(b []byte) (handedConn, error) {
+	if len(b) < 2 || len(b) < 2+int(b[1]) || b[0] > 1 {
+		return handedConn{}, errors.New("malformed handover message")
+	}
+	n := int(b[1])
+	return handedConn{kernel: b[0] == 1, export: string(b[2 : 2+n]), pending: b[2+n:]}, nil
+}
+
+// receiveHandover takes what the serving process before this one handed
+// over at an upgrade: its live connections.
+func (d *daemon) receiveHandover() {
+	sock, ok := supervise.HandoverSocket()
+	if !ok {
+		return
+	}
+	d.handover = sock
+	msgs, err := supervise.Receive(sock, 10*time.Second)
+	if err != nil {
+		d.log.Warn("the last serving process's connections did not arrive; the kernel device reconnects instead", "err", err)
+		return
+	}
+	d.adopt = msgs
+}
+
+// adoptConnections serves the connections handed over, without a
+// handshake: their clients never saw them close. It returns how many are
+// the kernel device's.
+func (d *daemon) adoptConnections() (kernel int) {
+	msgs := d.adopt
+	d.adopt = nil
+	for _, m := range msgs {
+		h, err := decodeHanded(m.Data)
+		if err != nil || m.File == nil {
+			d.log.Error("a handed-over connection cannot be served; dropping it", "err", err)
+			if m.File != nil {
+				m.File.Close()
+			}
+			continue
+		}
+		nc, err := net.FileConn(m.File)
+		m.File.Close()
+		if err != nil {
+			d.log.Error("a handed-over connection cannot be served; dropping it", "err", err)
+			continue
+		}
+		peer := 0
+		if h.kernel {
+			peer = os.Getpid() // the kernel's, whoever dialed it: keepConnected counts it
+		}
+		if err := d.srv.Adopt(d.tracker.Track(nc, peer), h.export, h.pending); err != nil {
+			d.log.Error("a handed-over connection cannot be served; dropping it", "err", err)
+			nc.Close()
+			continue
+		}
+		if h.kernel {
+			kernel++
+		}
+	}
+	if len(msgs) > 0 {
+		d.log.Info("serving the connections the last serving process handed over", "connections", len(msgs), "kernel", kernel)
+	}
+	return kernel
+}
+
+// handOverConnections stops serving at a request boundary and sends every
+// live connection to the next serving process; without a handover socket
+// the connections close (the kernel device then reconnects).
+func (d *daemon) handOverConnections(ctx context.Context) error {
+	if d.handover == nil {
+		return d.srv.Shutdown(ctx)
+	}
+	handed, err := d.srv.HandOver(ctx)
+	self := os.Getpid()
+	sent := 0
+	for _, h := range handed {
+		m := handedConn{kernel: d.tracker.PeerOf(h.Conn) == self, export: h.Export, pending: h.Pending}
+		if serr := supervise.Send(d.handover, supervise.Message{Data: m.encode(), File: h.File}); serr != nil {
+			err = errors.Join(err, fmt.Errorf("handing a connection over: %w", serr))
+		} else {
+			sent++
+		}
+		h.File.Close()
+	}
+	d.log.Info("connections handed over", "connections", sent)
+	return err
+}
+
+// keptAttached returns the kernel device whose connections were handed
+// over to this process: it kept them, and nothing is sent to it.
+func (d *daemon) keptAttached(opts nbd.KernelOptions) (*nbd.KernelDevice, error) {
+	opts.Index = nbd.AnyDevice
+	return nbd.FindAttached(opts)
+}
