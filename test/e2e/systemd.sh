@@ -13,6 +13,8 @@
 #   stop       `systemctl stop` turns swap off, detaches, exits 0
 #   restart    `systemctl start` makes swap again
 #   hold       a holder's data, stopped only after gzramd, is in swap
+#   reload     `systemctl reload` (an upgrade): the serving process hands its
+#              live connections to a new one; no nbd line in the kernel log
 #   crash      SIGKILL the serving process: the supervisor's next one takes
 #              the data and the kernel device over, the same device stays swap
 #   crash-supervisor  SIGKILL the supervisor: Restart= starts the unit again,
@@ -62,7 +64,7 @@ TIMEOUT=${E2E_SYSTEMD_TIMEOUT:-1800}
 EXPECT_FAIL=${E2E_SYSTEMD_EXPECT_FAIL:-}
 DROPIN=${E2E_SYSTEMD_DROPIN:-}
 GZRAMD=${GZRAMD:-}
-CHECKS=(install start hardening hog watchdog stop restart hold crash crash-supervisor reboot shutdown)
+CHECKS=(install start hardening hog watchdog stop restart hold reload crash crash-supervisor reboot shutdown)
 # Beyond minbase: systemd as init, udev (the nbd device units), kmod
 # (modprobe@nbd.service), util-linux (mkswap, swapon, swapoff: gzramd runs
 # them), procps (free), e2fsprogs.

@@ -307,6 +307,30 @@ check_hold() {
 	pass "hold: $swapped MiB of the holder's $hold_mib MiB in swap, $used MiB of $DEV used, before the reboot"
 }
 
+# An upgrade with the holder's pages in swap: `systemctl reload` makes the
+# serving process hand its live connections to a new one (the binary at
+# the unit's path, the same here), which takes the data over. The kernel
+# must see nothing: no line of the nbd driver's about a connection, the
+# same device swap, the unit active all along under the same supervisor.
+check_reload() {
+	local main inv serving before after log
+	main=$(prop MainPID) inv=$(prop InvocationID) serving=$(serving_pid)
+	before=$(dmesg | grep -c nbd || true)
+	systemctl reload "$UNIT" || fail "reload: systemctl reload failed"
+	gz_log_wait_for 60 "$inv" 'msg="kernel device kept its connections' ||
+		fail "reload: no serving process took the connections over within 60 s"
+	log=$(gz_log "$inv")
+	grep -q 'msg="took the device over from the serving process before this one, which handed it over' <<<"$log" ||
+		fail "reload: the next serving process did not take the data over as an upgrade"
+	after=$(dmesg | grep -c nbd || true)
+	[ "$after" = "$before" ] || fail "reload: the kernel logged about its nbd connections: $(dmesg | grep nbd | tail -n $((after - before)) | head -3)"
+	[ "$(prop MainPID)" = "$main" ] && [ "$(prop ActiveState)" = active ] ||
+		fail "reload: the unit is $(prop ActiveState) with MainPID $(prop MainPID) (was $main)"
+	[ "$(serving_pid)" != "$serving" ] || fail "reload: still the serving process $serving"
+	[ "$(nbd_swap)" = "$DEV" ] || fail "reload: $DEV is no longer swap"
+	pass "reload: the serving process $serving handed over to $(serving_pid) ($(grep -o 'msg="handed over[^"]*" took=[^ ]*' <<<"$log" | tail -1 | sed 's/.*took=//')); no nbd line in the kernel log, $DEV still swap"
+}
+
 # Crashes with the holder's pages in swap: the serving process killed
 # (the supervisor starts another, which takes the data and the kernel
 # device over), then the supervisor itself (systemd's Restart= starts a
@@ -365,6 +389,7 @@ boot1() {
 	check_stop
 	check_restart
 	check_hold
+	check_reload
 	check_crash
 	echo 1 >"$STATE/boot"
 	sync
