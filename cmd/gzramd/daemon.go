@@ -73,13 +73,21 @@ type daemon struct {
 	handover      *os.File
 	adopt         []supervise.Message
 	adoptedKernel int
+	// state is what the data path lives in; orphaned is set once the
+	// supervisor died and this process serves on (see orphan.go), until
+	// the next supervisor's serving process asks for the connections
+	// (successor: the socket to send them on, handoverTo once asked).
+	state      *pipeline.State
+	orphaned   bool
+	successor  chan *os.File
+	handoverTo *os.File
 }
 
 // storeArenaSize is the page store's mapping step in the daemon.
 const storeArenaSize = 8 << 20
 
 func newDaemon(cfg *serveConfig, st *pipeline.State, log *slog.Logger) (_ *daemon, err error) {
-	d := &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier()}
+	d := &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier(), state: st, successor: make(chan *os.File, 1)}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -283,6 +291,9 @@ func (d *daemon) run(ctx context.Context) error {
 	upgrade := make(chan os.Signal, 1)
 	signal.Notify(upgrade, syscall.SIGHUP)
 	defer signal.Stop(upgrade)
+	orphan := make(chan os.Signal, 1)
+	signal.Notify(orphan, supervisorGone)
+	defer signal.Stop(orphan)
 
 	d.receiveHandover()
 	if err := d.listen(); err != nil {
@@ -352,7 +363,7 @@ func (d *daemon) run(ctx context.Context) error {
 			d.log.Info("stopping as the supervisor asked")
 			sigs <- syscall.SIGTERM
 		}
-		serveErr = d.wait(ctx, sigs, dump, upgrade, errc)
+		serveErr = d.wait(ctx, sigs, dump, upgrade, orphan, errc)
 	}
 	if errors.Is(serveErr, errHandOver) {
 		d.handOver()
@@ -392,7 +403,7 @@ func (d *daemon) handOver() {
 
 // wait returns when the daemon should stop: a fatal serving error, or a
 // stop request that is safe to honour.
-func (d *daemon) wait(ctx context.Context, sigs, dump, upgrade <-chan os.Signal, errc <-chan error) error {
+func (d *daemon) wait(ctx context.Context, sigs, dump, upgrade, orphan <-chan os.Signal, errc <-chan error) error {
 	var watchdog <-chan time.Time
 	if iv := watchdogInterval(); iv > 0 {
 		t := time.NewTicker(iv)
@@ -447,6 +458,16 @@ func (d *daemon) wait(ctx context.Context, sigs, dump, upgrade <-chan os.Signal,
 				continue
 			}
 			_ = d.notify.notify("WATCHDOG=1")
+		case <-orphan:
+			if !d.orphaned {
+				d.orphaned = true
+				d.log.Warn("the supervisor died: serving on until the next supervisor's serving process takes over")
+				d.listenForSuccessor(d.state)
+			}
+		case f := <-d.successor:
+			d.log.Info("the next supervisor's serving process asks for the connections: handing over")
+			d.handoverTo = f
+			return errHandOver
 		case <-upgrade:
 			if os.Getenv(supervise.EnvServing) == "" {
 				d.log.Warn("SIGHUP ignored: without a supervisor (--supervise=false) there is no next serving process to hand over to")

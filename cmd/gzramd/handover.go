@@ -56,7 +56,7 @@ func (d *daemon) receiveHandover() {
 		d.log.Warn("the last serving process's connections did not arrive; the kernel device reconnects instead", "err", err)
 		return
 	}
-	d.adopt = msgs
+	d.adopt = append(d.adopt, msgs...)
 }
 
 // adoptConnections serves the connections handed over, without a
@@ -103,7 +103,11 @@ func (d *daemon) adoptConnections() (kernel int) {
 // live connection to the next serving process; without a handover socket
 // the connections close (the kernel device then reconnects).
 func (d *daemon) handOverConnections(ctx context.Context) error {
-	if d.handover == nil {
+	to := d.handover
+	if d.handoverTo != nil {
+		to = d.handoverTo // an orphan's successor, not through a supervisor
+	}
+	if to == nil {
 		return d.srv.Shutdown(ctx)
 	}
 	handed, err := d.srv.HandOver(ctx)
@@ -111,12 +115,16 @@ func (d *daemon) handOverConnections(ctx context.Context) error {
 	sent := 0
 	for _, h := range handed {
 		m := handedConn{kernel: d.tracker.PeerOf(h.Conn) == self, export: h.Export, pending: h.Pending}
-		if serr := supervise.Send(d.handover, supervise.Message{Data: m.encode(), File: h.File}); serr != nil {
+		if serr := supervise.Send(to, supervise.Message{Data: m.encode(), File: h.File}); serr != nil {
 			err = errors.Join(err, fmt.Errorf("handing a connection over: %w", serr))
 		} else {
 			sent++
 		}
 		h.File.Close()
+	}
+	if d.handoverTo != nil {
+		// The successor takes the state over once this process exits.
+		err = errors.Join(err, supervise.SendEnd(to))
 	}
 	d.log.Info("connections handed over", "connections", sent)
 	return err

@@ -317,10 +317,15 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 		return err
 	}
 	defer st.Close()
+	orphans, err := takeFromOrphan(st, log)
+	if err != nil {
+		return err
+	}
 	d, err := newDaemon(cfg, st, log)
 	if err != nil {
 		return err
 	}
+	d.adopt = orphans
 	if cfg.harden {
 		d.reserve = reserve
 	}

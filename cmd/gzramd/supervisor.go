@@ -17,6 +17,10 @@ import (
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
+// supervisorGone is the signal a serving process gets when its supervisor
+// dies while systemd keeps the state (PR_SET_PDEATHSIG).
+const supervisorGone = syscall.SIGUSR2
+
 // exitStatus ends gzramd with a status and no message: the serving
 // process has said why already.
 type exitStatus int
@@ -39,13 +43,13 @@ func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) erro
 	if err != nil {
 		return err
 	}
-	// Where systemd keeps the state, the next supervisor's serving process
-	// takes it over: this one's is killed with it. Elsewhere the state
-	// lives only while a process holds it, so the serving process stops in
-	// order (swap off) if the supervisor dies.
+	// Where systemd keeps the state, the serving process serves on when
+	// the supervisor dies, and hands over to the next supervisor's
+	// (orphan.go). Elsewhere the state lives only while a process holds
+	// it, so the serving process stops in order (swap off).
 	parentDeath := syscall.SIGTERM
 	if st != nil {
-		parentDeath = syscall.SIGKILL
+		parentDeath = supervisorGone
 		info, _ := st.Info()
 		log.Info("state handed back by systemd's file descriptor store", "id", info.ID, "holds_data", info.Sealed, "takeovers", info.Takeovers)
 	} else {
@@ -56,7 +60,7 @@ func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) erro
 		if err := n.storeState(st); err != nil {
 			log.Warn("the state is not in systemd's file descriptor store: if the supervisor dies, the serving process stops in order", "err", err)
 		} else if n.enabled() {
-			parentDeath = syscall.SIGKILL
+			parentDeath = supervisorGone
 		}
 	}
 	defer st.Close()

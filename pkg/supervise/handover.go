@@ -77,6 +77,25 @@ func Receive(sock *os.File, timeout time.Duration) ([]Message, error) {
 	}
 }
 
+// ReceiveOne returns the next message on sock, waiting until timeout.
+func ReceiveOne(sock *os.File, timeout time.Duration) (Message, error) {
+	fd := int(sock.Fd())
+	tv := unix.NsecToTimeval(timeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return Message{}, fmt.Errorf("supervise: handover socket: %w", err)
+	}
+	return recv(fd, 0)
+}
+
+// SendEnd ends a list of messages sent with Send, for a Receive that does
+// not go through a supervisor (which ends the list itself).
+func SendEnd(sock *os.File) error {
+	if err := unix.Sendmsg(int(sock.Fd()), nil, nil, nil, 0); err != nil {
+		return fmt.Errorf("supervise: ending the handover: %w", err)
+	}
+	return nil
+}
+
 func recv(fd, flags int) (Message, error) {
 	buf := make([]byte, maxMessage)
 	oob := make([]byte, unix.CmsgSpace(4*4))
@@ -158,10 +177,7 @@ func (p *handoverPair) give(msgs []Message) error {
 			return err
 		}
 	}
-	if err := unix.Sendmsg(int(p.mine.Fd()), nil, nil, nil, 0); err != nil {
-		return fmt.Errorf("supervise: ending the handover: %w", err)
-	}
-	return nil
+	return SendEnd(p.mine)
 }
 
 func (p *handoverPair) close() {
