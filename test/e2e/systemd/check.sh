@@ -338,7 +338,7 @@ check_reload() {
 # same device stays swap throughout, the kernel logs no I/O error, and the
 # holder verifies its pages at the reboot (check_shutdown).
 check_crash() {
-	local main inv serving log pause1 pause2 t0 i
+	local main inv serving log pause1 t0 i before after
 	main=$(prop MainPID) inv=$(prop InvocationID)
 	serving=$(serving_pid)
 	[ -n "$serving" ] || fail "crash: no serving process under gzramd's supervisor $main"
@@ -356,6 +356,8 @@ check_crash() {
 
 	step "crash: SIGKILL the supervisor $main"
 	t0=$SECONDS
+	serving=$(serving_pid)
+	before=$(dmesg | grep -c nbd || true)
 	kill -KILL "$main"
 	for i in $(seq 240); do
 		[ "$(prop MainPID)" != "$main" ] && [ "$(prop MainPID)" != 0 ] && [ "$(prop ActiveState)" = active ] && break
@@ -364,16 +366,21 @@ check_crash() {
 	[ "$(prop ActiveState)" = active ] && [ "$(prop MainPID)" != "$main" ] ||
 		fail "crash-supervisor: after the supervisor's death the unit is $(prop ActiveState) ($(prop SubState)), MainPID $(prop MainPID)"
 	inv=$(prop InvocationID)
-	gz_log_wait_for 60 "$inv" 'msg="serving again after the takeover"' ||
-		fail "crash-supervisor: the restarted unit's serving process did not take over"
+	gz_log_wait_for 60 "$inv" 'msg="gzramd ready"' || fail "crash-supervisor: the restarted unit's serving process did not become ready"
 	log=$(gz_log "$inv")
+	# The serving process served on (an orphan) while systemd started the
+	# unit again, then handed its connections to the new serving process.
 	grep -q 'msg="state handed back by systemd' <<<"$log" || fail "crash-supervisor: the restarted supervisor did not get the state from systemd's file descriptor store"
-	grep -q 'msg="took the device over from a serving process that died"' <<<"$log" || fail "crash-supervisor: the restarted unit started with an empty device"
-	grep -q 'msg="kernel device taken over' <<<"$log" || fail "crash-supervisor: the restarted unit did not take the kernel device over"
+	grep -q 'msg="the orphaned serving process handed over and exited"' <<<"$log" ||
+		fail "crash-supervisor: the new serving process did not take over from the old one, which served on"
+	grep -q 'msg="took the device over from a serving process' <<<"$log" || fail "crash-supervisor: the restarted unit started with an empty device"
+	grep -q 'msg="kernel device kept its connections' <<<"$log" || fail "crash-supervisor: the kernel device's connections were not handed over"
+	! kill -0 "$serving" 2>/dev/null || fail "crash-supervisor: the old serving process $serving still runs"
 	[ "$(nbd_swap)" = "$DEV" ] || fail "crash-supervisor: $DEV is no longer swap after the restart"
 	[ -z "$(io_errors)" ] || fail "crash-supervisor: the kernel logged I/O errors: $(io_errors | head -3)"
-	pause2=$(grep -o 'msg="serving again after the takeover" pause=[^ ]*' <<<"$log" | tail -1 | sed 's/.*pause=//')
-	pass "crash-supervisor: the supervisor killed; systemd restarted the unit (supervisor $(prop MainPID)) in $((SECONDS - t0)) s, its serving process took the state from the file descriptor store and $DEV over after $pause2; no I/O error in the kernel log; $(swapon --show=NAME,USED --noheadings)"
+	after=$(dmesg | grep -c nbd || true)
+	[ "$after" = "$before" ] || fail "crash-supervisor: the kernel logged about its nbd connections: $(dmesg | grep nbd | tail -n $((after - before)) | head -3)"
+	pass "crash-supervisor: the supervisor killed; its serving process $serving served on while systemd restarted the unit (supervisor $(prop MainPID), active in $((SECONDS - t0)) s), then handed its connections to the new serving process $(serving_pid), which took the state from the file descriptor store; no nbd or I/O error line in the kernel log; $(swapon --show=NAME,USED --noheadings)"
 }
 
 boot1() {
