@@ -12,7 +12,7 @@ LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_v
 	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
 TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-unit test-race vet lz4-oracle test-nodeps bench bench-e2e test-e2e test-systemd test-systemd-mutants ptx install clean
+.PHONY: all build run test test-unit test-race vet lz4-oracle test-nodeps bench bench-e2e bench-takeover test-e2e test-systemd test-systemd-mutants ptx install clean
 
 all: build
 
@@ -75,6 +75,11 @@ test-systemd-mutants: build
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./...
+
+# Kill the serving process 100 times: the pause from each kill to the first
+# request served again (median, 90th percentile, worst).
+bench-takeover:
+	GZRAMD_TAKEOVER_KILLS=$${KILLS:-100} $(GO) test -tags "$(TAGS)" -count=1 -run '^TestTakeoverPauseReport$$' -v ./cmd/gzramd | grep -E 'kills of|^(ok|FAIL|---)'
 
 bench-e2e: build
 	./bench/e2e.sh

@@ -310,6 +310,13 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.export)
 	}
 	d.adoptedKernel = d.adoptConnections()
+	if d.handover != nil {
+		// It serves: a death from now on is no crash at start, and the
+		// supervisor starts the next at once.
+		if err := supervise.Ready(d.handover); err != nil {
+			d.log.Warn("telling the supervisor this process serves", "err", err)
+		}
+	}
 	// Trims and rewrites leave slabs sparse; give whole slabs back to the
 	// OS when the waste is worth the copying.
 	compactCtx, stopCompactor := context.WithCancel(context.Background())
@@ -358,6 +365,7 @@ func (d *daemon) run(ctx context.Context) error {
 		if err := d.notify.notify("READY=1\nSTATUS=serving " + d.cfg.export); err != nil {
 			d.log.Warn("sd_notify READY=1 failed", "err", err)
 		}
+
 		if os.Getenv(supervise.EnvStopping) != "" {
 			// A stop was asked for while no serving process ran.
 			d.log.Info("stopping as the supervisor asked")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -289,6 +291,85 @@ func TestOrphanHandsOverToTheNextSupervisor(t *testing.T) {
 	readAll(c, "the connection open throughout")
 	readAll(dialRaw(t, d2.socket), "a new connection")
 	if code := d2.stop(sigterm); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+}
+
+// TestTakeoverPauseReport measures, over GZRAMD_TAKEOVER_KILLS kills of the
+// serving process (skipped unless set; `make bench-takeover` runs 100),
+// the time from the kill to the first request served again by the next
+// one (dialing again as a client must), and checks every page written
+// before reads back after each takeover. It reports the median and the
+// worst; it asserts no time.
+func TestTakeoverPauseReport(t *testing.T) {
+	kills, _ := strconv.Atoi(os.Getenv("GZRAMD_TAKEOVER_KILLS"))
+	if kills <= 0 {
+		t.Skip("GZRAMD_TAKEOVER_KILLS not set")
+	}
+	d := startDaemon(t, nil, append(hardeningOff, "--size", "256MiB")...)
+	c := dialRaw(t, d.socket)
+	const pages = 4096
+	data := make([]byte, pages*4096)
+	r := rand.New(rand.NewPCG(7, 7))
+	for i := range pages {
+		for j := range 1024 {
+			data[i*4096+j] = byte(r.Uint32())
+		}
+	}
+	for i := 0; i < pages; i += 32 {
+		if errno, err := c.write(uint64(i)*4096, data[i*4096:(i+32)*4096]); err != nil || errno != 0 {
+			t.Fatalf("write %d: %v, errno %d", i, err, errno)
+		}
+	}
+	var pauses []time.Duration
+	serving := d.servingPID()
+	for k := range kills {
+		start := time.Now()
+		if err := syscall.Kill(serving, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// The first read that succeeds, on a new connection.
+		page := k % pages
+		for {
+			if time.Since(start) > 60*time.Second {
+				t.Fatalf("kill %d: nothing served 60 s after it:\n%s", k, d.log.String())
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			nc, _, err := nbd.Dial(ctx, "unix", d.socket, "gzram0")
+			cancel()
+			if err != nil {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			c = &rawClient{nc: nc}
+			got, errno, err := c.read(uint64(page)*4096, 4096)
+			if err != nil || errno != 0 {
+				nc.Close()
+				continue
+			}
+			pauses = append(pauses, time.Since(start))
+			if !bytes.Equal(got, data[page*4096:(page+1)*4096]) {
+				t.Fatalf("kill %d: page %d differs after the takeover", k, page)
+			}
+			nc.Close()
+			break
+		}
+		for serving == d.servingPID() {
+			time.Sleep(time.Millisecond)
+		}
+		serving = d.servingPID()
+	}
+	c = dialRaw(t, d.socket)
+	for i := 0; i < pages; i += 32 {
+		got, errno, err := c.read(uint64(i)*4096, 32*4096)
+		if err != nil || errno != 0 || !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
+			t.Fatalf("after %d kills: pages %d-%d: %v, errno %d, or different", kills, i, i+31, err, errno)
+		}
+	}
+	slices.Sort(pauses)
+	t.Logf("%d kills of the serving process (256 MiB device, %d pages stored): kill to first request served again: median %v, 90th %v, worst %v",
+		kills, pages, pauses[len(pauses)/2].Round(time.Millisecond), pauses[len(pauses)*9/10].Round(time.Millisecond), pauses[len(pauses)-1].Round(time.Millisecond))
+	if code := d.stop(sigterm); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
 	}
 }

@@ -27,6 +27,15 @@ type Message struct {
 	File *os.File // nil for none
 }
 
+// readyMessage, on the handover socket, says the serving process served:
+// its death is no crash at start, and the next starts without backing off.
+const readyMessage = "\xffready"
+
+// Ready tells the supervisor the serving process serves (see readyMessage).
+func Ready(sock *os.File) error {
+	return Send(sock, Message{Data: []byte(readyMessage)})
+}
+
 // HandoverSocket returns the serving process's handover socket, if its
 // supervisor gave it one.
 func HandoverSocket() (*os.File, bool) {
@@ -138,6 +147,7 @@ func closeAll(msgs []Message) {
 // (its descriptor) and the supervisor's.
 type handoverPair struct {
 	child, mine *os.File
+	ready       bool // the serving process said it served (taken)
 }
 
 func newHandoverPair() (*handoverPair, error) {
@@ -163,6 +173,10 @@ func (p *handoverPair) taken() []Message {
 		}
 		if len(m.Data) == 0 {
 			return msgs // the serving process's end is closed
+		}
+		if string(m.Data) == readyMessage {
+			p.ready = true
+			continue
 		}
 		msgs = append(msgs, m)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +23,16 @@ func handoverChild() int {
 	sock, ok := HandoverSocket()
 	if !ok {
 		return 11
+	}
+	if os.Getenv("SUPERVISE_TEST_HANDOVER") == "ready" {
+		// Serves, then dies, twice; the third exits.
+		if _, err := Receive(sock, 5*time.Second); err != nil || Ready(sock) != nil {
+			return 12
+		}
+		if n, _ := strconv.Atoi(os.Getenv(EnvTakeovers)); n < 2 {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		return 0
 	}
 	got, err := Receive(sock, 5*time.Second)
 	if err != nil {
@@ -98,5 +109,32 @@ func TestHandoverRelaysConnections(t *testing.T) {
 	}
 	if got, want := string(mem), "first+live x*102400"; got != want {
 		t.Fatalf("the second serving process received %q, want %q", got, want)
+	}
+}
+
+// TestServedDeathRestartsAtOnce: a serving process that said it served
+// (Ready) and died is replaced without the crash-at-start backoff.
+func TestServedDeathRestartsAtOnce(t *testing.T) {
+	f, err := memfd.Create("ready-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	status, err := Run(context.Background(), Config{
+		Path: exe, Env: append(os.Environ(), "SUPERVISE_TEST_HANDOVER=ready"),
+		Files: []*memfd.File{f}, Stdout: os.Stdout, Stderr: os.Stderr,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Handover: true,
+		MinDelay: time.Hour, // a backoff would never end
+	})
+	if err != nil || status != ExitStopped {
+		t.Fatalf("Run: status %d, %v", status, err)
+	}
+	if n := strings.Count(logs.String(), "in=0s"); n != 2 {
+		t.Errorf("%d restarts at once, want 2:\n%s", n, logs.String())
 	}
 }

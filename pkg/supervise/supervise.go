@@ -80,7 +80,8 @@ type Config struct {
 	Signals <-chan os.Signal
 	// MinDelay and MaxDelay bound the wait before starting another
 	// process after a death: it doubles while each dies within
-	// StableAfter of its start, from MinDelay.
+	// StableAfter of its start without having said it served (Ready),
+	// from MinDelay.
 	MinDelay, MaxDelay, StableAfter time.Duration
 	// ParentDeath is the signal a serving process gets when the
 	// supervisor dies (0: none): SIGTERM to stop it in order where nothing
@@ -202,6 +203,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			}
 		}
 		status, died := exitOf(cmd.ProcessState, err)
+		served := false
 		if pair != nil {
 			<-given
 			if !died && status == ExitHandedOver {
@@ -209,6 +211,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			} else {
 				closeAll(pair.taken())
 			}
+			served = pair.ready
 			pair.mine.Close()
 		}
 		handedOver = !died && status == ExitHandedOver
@@ -229,23 +232,29 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		lived := diedAt.Sub(start)
 		takeovers++
 		cfg.keep(log)
-		if lived >= cfg.StableAfter {
+		if lived >= cfg.StableAfter || served {
+			// A process that served is no crash at start: the next
+			// starts at once, however soon this one died.
 			delay, quick = cfg.MinDelay, 0
 		} else if quick++; cfg.GiveUp != nil && cfg.GiveUp(quick) {
 			log.Error("the serving process keeps dying as it starts; giving up", "deaths", quick,
 				"how", describeExit(cmd.ProcessState, err))
 			return ExitFailed, fmt.Errorf("supervise: the serving process died %d times in a row within %v of its start", quick, cfg.StableAfter)
 		}
+		wait := delay
+		if served {
+			wait = 0 // the device waits for a server: no time to lose
+		}
 		log.Error("the serving process died; starting another to take its state over",
 			"pid", cmd.Process.Pid, "how", describeExit(cmd.ProcessState, err), "lived", lived.Round(time.Millisecond),
-			"takeovers", takeovers, "in", delay)
+			"takeovers", takeovers, "in", wait)
 		select {
-		case <-time.After(delay):
+		case <-time.After(wait):
 		case <-ctxDone:
 			ctxDone = nil
 			stopping = true
 		}
-		if lived < cfg.StableAfter {
+		if lived < cfg.StableAfter && !served {
 			delay = min(2*delay, cfg.MaxDelay)
 		}
 	}
