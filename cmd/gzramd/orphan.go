@@ -163,4 +163,3 @@ func ucred(c *net.UnixConn) *unix.Ucred {
 	})
 	return u
 }
-

@@ -61,20 +61,8 @@ func TestServingProcessDiesAndIsReplaced(t *testing.T) {
 		t.Fatalf("no serving process under a supervisor:\n%s", d.log.String())
 	}
 	c := dialRaw(t, d.socket)
-	r := rand.New(rand.NewPCG(4, 4))
 	const pages = 3008
-	data := make([]byte, pages*4096)
-	for i := range pages {
-		p := data[i*4096 : (i+1)*4096]
-		for j := range p[:1024] {
-			p[j] = byte(r.Uint32())
-		}
-	}
-	for i := 0; i < pages; i += 8 {
-		if errno, err := c.write(uint64(i)*4096, data[i*4096:(i+8)*4096]); err != nil || errno != 0 {
-			t.Fatalf("write %d: %v, errno %d", i, err, errno)
-		}
-	}
+	data := writePages(t, c, pages, 1024, 8, 4)
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -89,16 +77,7 @@ func TestServingProcessDiesAndIsReplaced(t *testing.T) {
 	if second := d.servingPID(); second == first {
 		t.Fatalf("still the first serving process, %d", first)
 	}
-	c = dialRaw(t, d.socket)
-	for i := 0; i < pages; i += 32 {
-		got, errno, err := c.read(uint64(i)*4096, 32*4096)
-		if err != nil || errno != 0 {
-			t.Fatalf("read %d: %v, errno %d", i, err, errno)
-		}
-		if !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
-			t.Fatalf("pages %d-%d differ after the takeover", i, i+31)
-		}
-	}
+	checkPages(t, dialRaw(t, d.socket), data, "after the takeover")
 	// The new serving process listens on a port of its own (--metrics
 	// 127.0.0.1:0 here).
 	urls := regexp.MustCompile(`msg="serving metrics" url=http://([0-9.:]+)/metrics`).FindAllStringSubmatch(d.log.String(), -1)
@@ -130,19 +109,8 @@ func TestUpgradeHandsOver(t *testing.T) {
 	d := startDaemon(t, nil, append(hardeningOff, "--size", "64MiB")...)
 	first := d.servingPID()
 	c := dialRaw(t, d.socket)
-	r := rand.New(rand.NewPCG(5, 5))
 	const pages = 1024
-	data := make([]byte, pages*4096)
-	for i := range pages {
-		for j := range 512 {
-			data[i*4096+j] = byte(r.Uint32())
-		}
-	}
-	for i := 0; i < pages; i += 16 {
-		if errno, err := c.write(uint64(i)*4096, data[i*4096:(i+16)*4096]); err != nil || errno != 0 {
-			t.Fatalf("write %d: %v, errno %d", i, err, errno)
-		}
-	}
+	data := writePages(t, c, pages, 512, 16, 5)
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -163,17 +131,8 @@ func TestUpgradeHandsOver(t *testing.T) {
 	}
 	// The connection open across the handover goes on, served by the
 	// next process; a new one works too.
-	for _, c := range []*rawClient{c, dialRaw(t, d.socket)} {
-		for i := 0; i < pages; i += 32 {
-			got, errno, err := c.read(uint64(i)*4096, 32*4096)
-			if err != nil || errno != 0 {
-				t.Fatalf("read %d: %v, errno %d", i, err, errno)
-			}
-			if !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
-				t.Fatalf("pages %d-%d differ after the handover", i, i+31)
-			}
-		}
-	}
+	checkPages(t, c, data, "the connection open across the upgrade")
+	checkPages(t, dialRaw(t, d.socket), data, "a new connection")
 	d.waitLog(`msg="serving the connections the last serving process handed over" connections=1 kernel=0`, time.Second)
 	if code := d.stop(sigterm); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
@@ -230,30 +189,10 @@ func TestOrphanHandsOverToTheNextSupervisor(t *testing.T) {
 		}
 	}
 	c := dialRaw(t, d1.socket)
-	const pages = 512
-	data := make([]byte, pages*4096)
-	r := rand.New(rand.NewPCG(6, 6))
-	for i := range pages {
-		for j := range 256 {
-			data[i*4096+j] = byte(r.Uint32())
-		}
-	}
-	for i := 0; i < pages; i += 16 {
-		if errno, err := c.write(uint64(i)*4096, data[i*4096:(i+16)*4096]); err != nil || errno != 0 {
-			t.Fatalf("write %d: %v, errno %d", i, err, errno)
-		}
-	}
+	data := writePages(t, c, 512, 256, 16, 6)
 	readAll := func(c *rawClient, when string) {
 		t.Helper()
-		for i := 0; i < pages; i += 32 {
-			got, errno, err := c.read(uint64(i)*4096, 32*4096)
-			if err != nil || errno != 0 {
-				t.Fatalf("%s: read %d: %v, errno %d", when, i, err, errno)
-			}
-			if !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
-				t.Fatalf("%s: pages %d-%d differ", when, i, i+31)
-			}
-		}
+		checkPages(t, c, data, when)
 	}
 	if err := d1.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -309,18 +248,7 @@ func TestTakeoverPauseReport(t *testing.T) {
 	d := startDaemon(t, nil, append(hardeningOff, "--size", "256MiB")...)
 	c := dialRaw(t, d.socket)
 	const pages = 4096
-	data := make([]byte, pages*4096)
-	r := rand.New(rand.NewPCG(7, 7))
-	for i := range pages {
-		for j := range 1024 {
-			data[i*4096+j] = byte(r.Uint32())
-		}
-	}
-	for i := 0; i < pages; i += 32 {
-		if errno, err := c.write(uint64(i)*4096, data[i*4096:(i+32)*4096]); err != nil || errno != 0 {
-			t.Fatalf("write %d: %v, errno %d", i, err, errno)
-		}
-	}
+	data := writePages(t, c, pages, 1024, 32, 7)
 	var pauses []time.Duration
 	serving := d.servingPID()
 	for k := range kills {
@@ -359,17 +287,45 @@ func TestTakeoverPauseReport(t *testing.T) {
 		}
 		serving = d.servingPID()
 	}
-	c = dialRaw(t, d.socket)
-	for i := 0; i < pages; i += 32 {
-		got, errno, err := c.read(uint64(i)*4096, 32*4096)
-		if err != nil || errno != 0 || !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
-			t.Fatalf("after %d kills: pages %d-%d: %v, errno %d, or different", kills, i, i+31, err, errno)
-		}
-	}
+	checkPages(t, dialRaw(t, d.socket), data, fmt.Sprintf("after %d kills", kills))
 	slices.Sort(pauses)
 	t.Logf("%d kills of the serving process (256 MiB device, %d pages stored): kill to first request served again: median %v, 90th %v, worst %v",
 		kills, pages, pauses[len(pauses)/2].Round(time.Millisecond), pauses[len(pauses)*9/10].Round(time.Millisecond), pauses[len(pauses)-1].Round(time.Millisecond))
 	if code := d.stop(sigterm); code != 0 {
 		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+}
+
+// writePages writes pages pages of half-random data (the first random
+// bytes of each, zeros after: they compress) through c, batch pages a
+// request, and returns what it wrote.
+func writePages(t *testing.T, c *rawClient, pages, random, batch int, seed uint64) []byte {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, seed))
+	data := make([]byte, pages*4096)
+	for i := range pages {
+		for j := range random {
+			data[i*4096+j] = byte(r.Uint32())
+		}
+	}
+	for i := 0; i < pages; i += batch {
+		if errno, err := c.write(uint64(i)*4096, data[i*4096:(i+batch)*4096]); err != nil || errno != 0 {
+			t.Fatalf("write %d: %v, errno %d", i, err, errno)
+		}
+	}
+	return data
+}
+
+// checkPages reads data's pages back through c, 32 a request.
+func checkPages(t *testing.T, c *rawClient, data []byte, when string) {
+	t.Helper()
+	for i := 0; i < len(data)/4096; i += 32 {
+		got, errno, err := c.read(uint64(i)*4096, 32*4096)
+		if err != nil || errno != 0 {
+			t.Fatalf("%s: read %d: %v, errno %d", when, i, err, errno)
+		}
+		if !bytes.Equal(got, data[i*4096:(i+32)*4096]) {
+			t.Fatalf("%s: pages %d-%d differ", when, i, i+31)
+		}
 	}
 }
