@@ -343,7 +343,14 @@ check_crash() {
 	serving=$(serving_pid)
 	[ -n "$serving" ] || fail "crash: no serving process under gzramd's supervisor $main"
 	step "crash: SIGKILL the serving process $serving (supervisor $main)"
+	# The reload before took over too: count this one's lines.
+	local n0
+	n0=$(gz_log "$inv" | grep -c 'msg="kernel device taken over' || true)
 	kill -KILL "$serving"
+	for i in $(seq 120); do
+		[ "$(gz_log "$inv" | grep -c 'msg="kernel device taken over' || true)" -gt "$n0" ] && break
+		sleep 0.5
+	done
 	gz_log_wait_for 60 "$inv" 'msg="serving again after the takeover"' ||
 		fail "crash: no serving process took over within 60 s of the kill"
 	log=$(gz_log "$inv")
