@@ -62,10 +62,16 @@ func TestUnitPromises(t *testing.T) {
 		// file descriptor store, kept across Restart= and never dropped by
 		// the start rate limit.
 		"NotifyAccess=all\n", "FileDescriptorStoreMax=16\n", "Restart=always\n", "StartLimitIntervalSec=0\n",
+		"RuntimeDirectoryPreserve=restart\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("gzramd.service lacks %q", want)
 		}
+	}
+	// A private /tmp cannot be set up again while the serving process of a
+	// dead supervisor still serves in the unit: the restart fails (EBUSY).
+	if strings.Contains(unit, "\nPrivateTmp=yes") {
+		t.Error("gzramd.service sets PrivateTmp=yes")
 	}
 }
 
