@@ -295,7 +295,6 @@ func (d *daemon) run(ctx context.Context) error {
 	signal.Notify(orphan, supervisorGone)
 	defer signal.Stop(orphan)
 
-	d.receiveHandover()
 	if err := d.listen(); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -43,20 +44,30 @@ func decodeHanded(b []byte) (handedConn, error) {
 	return handedConn{kernel: b[0] == 1, export: string(b[2 : 2+n]), pending: b[2+n:]}, nil
 }
 
-// receiveHandover takes what the serving process before this one handed
-// over at an upgrade: its live connections.
-func (d *daemon) receiveHandover() {
+// receiveHandover waits for the supervisor's go: at once for a serving
+// process started after another ended, for as long as it takes for a
+// standby (started ahead, its start-up done, until a serving process
+// dies). It returns the handover socket (nil without a supervisor that
+// gives one) and the live connections the process before handed over.
+func receiveHandover(log *slog.Logger) (*os.File, []supervise.Message) {
 	sock, ok := supervise.HandoverSocket()
 	if !ok {
-		return
+		return nil, nil
 	}
-	d.handover = sock
-	msgs, err := supervise.Receive(sock, 10*time.Second)
+	timeout := 10 * time.Second
+	if os.Getenv(supervise.EnvStandby) != "" {
+		log.Info("standby: started ahead and hardened; waiting to take over when the serving process ends")
+		timeout = 0
+	}
+	msgs, err := supervise.Receive(sock, timeout)
 	if err != nil {
-		d.log.Warn("the last serving process's connections did not arrive; the kernel device reconnects instead", "err", err)
-		return
+		log.Warn("the last serving process's connections did not arrive; the kernel device reconnects instead", "err", err)
+		return sock, nil
 	}
-	d.adopt = append(d.adopt, msgs...)
+	if os.Getenv(supervise.EnvStandby) != "" {
+		log.Warn("standby: taking over")
+	}
+	return sock, msgs
 }
 
 // adoptConnections serves the connections handed over, without a

@@ -68,6 +68,7 @@ type serveConfig struct {
 
 	recordTrace string
 	supervise   bool
+	standby     bool
 
 	// plan is what the daemon holds ahead of need on this machine.
 	plan swapsafe.Plan
@@ -173,6 +174,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 		"The file is replaced, and closed with fio's close line on SIGTERM. Recording never makes a request wait: requests arriving while the writer is a whole ring (64Ki requests) behind are left out, "+
 		"counted in gzramd_trace_dropped_records_total and logged")
 	f.BoolVar(&cfg.supervise, "supervise", true, "run the serving process under a small supervisor that holds the device's memory (in memfds, locked) and, when the serving process dies, starts another that takes the memory and the kernel device over: swapped pages survive a crash. Off, the device's memory goes with the process")
+	f.BoolVar(&cfg.standby, "standby", true, "with --supervise, keep the next serving process started ahead, hardened and its memory locked, so that a crash is taken over by a process that needs no memory at the moment the kernel's reclaim is stuck on the device")
 	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around a 32MiB heap reserve kept resident, else the runtime's")
 	return cmd
 }
@@ -317,6 +319,7 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 		return err
 	}
 	defer st.Close()
+	handover, handed := receiveHandover(log)
 	orphans, err := takeFromOrphan(st, log)
 	if err != nil {
 		return err
@@ -325,7 +328,7 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	d.adopt = orphans
+	d.handover, d.adopt = handover, append(handed, orphans...)
 	if cfg.harden {
 		d.reserve = reserve
 	}

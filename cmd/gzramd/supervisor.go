@@ -77,7 +77,7 @@ func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) erro
 	status, err := supervise.Run(ctx, supervise.Config{
 		Path: exe, Args: os.Args[1:], Env: childEnv(),
 		Files: st.Files(), Keeper: keeper, Stdout: os.Stdout, Stderr: os.Stderr,
-		Logger: log, Signals: sigs, ParentDeath: parentDeath, Handover: true,
+		Logger: log, Signals: sigs, ParentDeath: parentDeath, Handover: true, Standby: cfg.standby,
 		Started: func(pid, takeovers int) {
 			log.Info("serving process started", "pid", pid, "takeovers", takeovers)
 		},

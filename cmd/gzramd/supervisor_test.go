@@ -63,9 +63,12 @@ func TestServingProcessDiesAndIsReplaced(t *testing.T) {
 	c := dialRaw(t, d.socket)
 	const pages = 3008
 	data := writePages(t, c, pages, 1024, 8, 4)
+	// The next serving process is started ahead (--standby).
+	d.waitLog(`standby: started ahead and hardened; waiting to take over`, 20*time.Second)
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	d.waitLog(`the standby serving process takes over`, 20*time.Second)
 	d.waitLog(`took the device over from a serving process that died" found="(\d+) pages stored`, 20*time.Second)
 	deadline := time.Now().Add(20 * time.Second)
 	for strings.Count(d.log.String(), "gzramd ready") < 2 {

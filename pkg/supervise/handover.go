@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -63,9 +64,15 @@ func Send(sock *os.File, m Message) error {
 	return nil
 }
 
+// envMessage starts a message of the supervisor's: the serving process's
+// start environment, a variable a line, which Receive sets.
+const envMessage = "\xffenv\n"
+
 // Receive returns what the serving process before this one handed over:
 // the supervisor ends the list with an empty message, which Receive waits
-// for until timeout.
+// for until timeout (0: for ever, as a standby waits). The variables the
+// supervisor sends with it (EnvTakeovers, EnvDiedAt, ...) are set in the
+// process's environment.
 func Receive(sock *os.File, timeout time.Duration) ([]Message, error) {
 	fd := int(sock.Fd())
 	tv := unix.NsecToTimeval(timeout.Nanoseconds())
@@ -81,6 +88,14 @@ func Receive(sock *os.File, timeout time.Duration) ([]Message, error) {
 		}
 		if len(m.Data) == 0 {
 			return msgs, nil
+		}
+		if env, ok := strings.CutPrefix(string(m.Data), envMessage); ok {
+			for _, kv := range strings.Split(env, "\n") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					os.Setenv(k, v)
+				}
+			}
+			continue
 		}
 		msgs = append(msgs, m)
 	}

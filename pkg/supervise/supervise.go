@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,6 +50,9 @@ const (
 	// EnvHandedOver says the last serving process did not die but handed
 	// over (ExitHandedOver): this one is an upgrade.
 	EnvHandedOver = "GZRAMD_HANDED_OVER"
+	// EnvStandby marks a standby serving process: it waits on its handover
+	// socket, having done its start-up, until a serving process dies.
+	EnvStandby = "GZRAMD_STANDBY"
 )
 
 // Exit statuses a serving process ends with on its own; any other end is
@@ -90,6 +94,11 @@ type Config struct {
 	ParentDeath syscall.Signal
 	// Started, if not nil, is told of each serving process started.
 	Started func(pid, takeovers int)
+	// Standby keeps the next serving process started ahead (see Run); it
+	// needs Handover. StandbyAfter is how long a serving process serves
+	// before its standby starts (default 2s).
+	Standby      bool
+	StandbyAfter time.Duration
 	// Handover gives each serving process a handover socket (EnvHandover,
 	// the descriptor after Files): what one sends there (Send) before it
 	// ends with ExitHandedOver, the next receives (Receive); after any
@@ -105,6 +114,12 @@ type Config struct {
 // Run starts the serving process, and another each time one dies, until
 // one exits on its own; it returns that one's exit status. When ctx ends,
 // the serving process is sent SIGTERM, and Run goes on until it exits.
+//
+// With Standby, the next serving process is started ahead, once the
+// current one has served for StandbyAfter, and waits on its handover
+// socket: at a death it is told to go on at once, having done all its
+// start-up (hardening, memory locked) while memory was plentiful, not at
+// the moment the kernel's reclaim is stuck on the device it is to serve.
 func Run(ctx context.Context, cfg Config) (int, error) {
 	if cfg.MinDelay <= 0 {
 		cfg.MinDelay = 100 * time.Millisecond
@@ -114,6 +129,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	if cfg.StableAfter <= 0 {
 		cfg.StableAfter = 30 * time.Second
+	}
+	if cfg.StandbyAfter <= 0 {
+		cfg.StandbyAfter = 2 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -127,85 +145,92 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	ctxDone := ctx.Done()
 	var relay []Message // what the last serving process handed over, for the next
 	handedOver := false
-	for {
-		cmd := exec.Command(cfg.Path, cfg.Args...)
-		cmd.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], EnvServing+"=1", EnvTakeovers+"="+strconv.Itoa(takeovers),
-			EnvSupervisor+"="+strconv.Itoa(os.Getpid()))
+	var standby *child
+	defer func() {
+		if standby != nil {
+			standby.discard()
+		}
+	}()
+	startEnv := func() []string {
+		env := []string{EnvTakeovers + "=" + strconv.Itoa(takeovers)}
 		if !diedAt.IsZero() {
-			cmd.Env = append(cmd.Env, EnvDiedAt+"="+strconv.FormatInt(diedAt.UnixNano(), 10))
+			env = append(env, EnvDiedAt+"="+strconv.FormatInt(diedAt.UnixNano(), 10))
 		}
 		if stopping {
-			cmd.Env = append(cmd.Env, EnvStopping+"=1")
+			env = append(env, EnvStopping+"=1")
 		}
 		if handedOver {
-			cmd.Env = append(cmd.Env, EnvHandedOver+"=1")
+			env = append(env, EnvHandedOver+"=1")
 		}
-		if cfg.ParentDeath != 0 {
-			cmd.Env = append(cmd.Env, EnvParentDeath+"="+strconv.Itoa(int(cfg.ParentDeath)))
-			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: cfg.ParentDeath}
-		}
-		for _, f := range cfg.Files {
-			cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
-		}
-		var pair *handoverPair
-		if cfg.Handover {
+		return env
+	}
+	var active *child
+	for {
+		if standby != nil && standby.alive() {
+			active, standby = standby, nil
+			active.start = time.Now()
+			log.Info("the standby serving process takes over", "pid", active.cmd.Process.Pid, "takeovers", takeovers)
+		} else {
+			if standby != nil {
+				standby.discard()
+				standby = nil
+			}
 			var err error
-			if pair, err = newHandoverPair(); err != nil {
+			if active, err = cfg.spawn(startEnv(), false); err != nil {
 				closeAll(relay)
 				return ExitFailed, err
 			}
-			cmd.Env = append(cmd.Env, EnvHandover+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
-			cmd.ExtraFiles = append(cmd.ExtraFiles, pair.child)
 		}
-		cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
-		// Its own process group is not wanted: a terminal's ^C reaches
-		// both, and the supervisor forwards nothing twice (see below).
-		start := time.Now()
-		if err := cmd.Start(); err != nil {
-			closeAll(relay)
-			if pair != nil {
-				pair.close()
-			}
-			return ExitFailed, fmt.Errorf("supervise: starting the serving process: %w", err)
-		}
-		var given chan struct{}
-		if pair != nil {
-			pair.child.Close()
-			given = make(chan struct{})
-			go func(msgs []Message) {
-				defer close(given)
-				if err := pair.give(msgs); err != nil {
-					log.Warn("handing the last serving process's connections to the next failed; the kernel device reconnects instead", "err", err)
-				}
-			}(relay)
-			relay = nil
-		}
+		active.release(relay, startEnv(), log)
+		relay = nil
 		if cfg.Started != nil {
-			cfg.Started(cmd.Process.Pid, takeovers)
+			cfg.Started(active.cmd.Process.Pid, takeovers)
 		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
+		var standbyDue <-chan time.Time
+		if cfg.Standby && cfg.Handover {
+			standbyDue = time.After(cfg.StandbyAfter)
+		}
 		var err error
 	wait:
 		for {
+			var standbyExited <-chan error
+			if standby != nil {
+				standbyExited = standby.exited
+			}
 			select {
-			case err = <-exited:
+			case err = <-active.exited:
 				break wait
+			case <-standbyDue:
+				standbyDue = nil
+				if standby, err = cfg.spawn(nil, true); err != nil {
+					log.Warn("starting a standby serving process", "err", err)
+					standby = nil
+				} else {
+					log.Info("standby serving process started", "pid", standby.cmd.Process.Pid)
+				}
+			case err := <-standbyExited:
+				log.Warn("the standby serving process ended while it waited; starting another later", "pid", standby.cmd.Process.Pid,
+					"how", describeExit(standby.cmd.ProcessState, err))
+				standby.exited = closedErr(err)
+				standby.discard()
+				standby = nil
+				standbyDue = time.After(cfg.StableAfter)
 			case sig := <-cfg.Signals:
 				if sig == syscall.SIGINT || sig == syscall.SIGTERM {
 					stopping = true
 				}
-				_ = cmd.Process.Signal(sig)
+				_ = active.cmd.Process.Signal(sig)
 			case <-ctxDone:
 				ctxDone = nil
 				stopping = true
-				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_ = active.cmd.Process.Signal(syscall.SIGTERM)
 			}
 		}
+		cmd, start := active.cmd, active.start
 		status, died := exitOf(cmd.ProcessState, err)
 		served := false
-		if pair != nil {
-			<-given
+		if pair := active.pair; pair != nil {
+			<-active.given
 			if !died && status == ExitHandedOver {
 				relay = pair.taken()
 			} else {
@@ -217,7 +242,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		handedOver = !died && status == ExitHandedOver
 		if handedOver {
 			// An upgrade: no death, no wait. The state's memory is
-			// locked here until the next one maps and locks it.
+			// locked here until the next one maps and locks it. The
+			// standby is of the old executable: the next is not.
+			if standby != nil {
+				standby.discard()
+				standby = nil
+			}
 			diedAt = time.Now()
 			takeovers++
 			cfg.keep(log)
@@ -242,21 +272,121 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			return ExitFailed, fmt.Errorf("supervise: the serving process died %d times in a row within %v of its start", quick, cfg.StableAfter)
 		}
 		wait := delay
-		if served {
+		if served || (standby != nil && standby.alive()) {
 			wait = 0 // the device waits for a server: no time to lose
 		}
 		log.Error("the serving process died; starting another to take its state over",
 			"pid", cmd.Process.Pid, "how", describeExit(cmd.ProcessState, err), "lived", lived.Round(time.Millisecond),
-			"takeovers", takeovers, "in", wait)
-		select {
-		case <-time.After(wait):
-		case <-ctxDone:
-			ctxDone = nil
-			stopping = true
+			"takeovers", takeovers, "in", wait, "standby", standby != nil)
+		if wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-ctxDone:
+				ctxDone = nil
+				stopping = true
+			}
 		}
 		if lived < cfg.StableAfter && !served {
 			delay = min(2*delay, cfg.MaxDelay)
 		}
+	}
+}
+
+func closedErr(err error) chan error {
+	c := make(chan error, 1)
+	c <- err
+	return c
+}
+
+// child is a serving process: started, and, once released, serving.
+type child struct {
+	cmd    *exec.Cmd
+	pair   *handoverPair // nil without Config.Handover
+	start  time.Time
+	exited chan error
+	given  chan struct{} // closed once release's messages are taken
+}
+
+// spawn starts a serving process with env added to Config.Env. It waits on
+// its handover socket (if any) until release; a standby gets no start
+// environment but the supervisor's (release sends the rest).
+func (cfg *Config) spawn(env []string, standby bool) (*child, error) {
+	cmd := exec.Command(cfg.Path, cfg.Args...)
+	cmd.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], EnvServing+"=1", EnvSupervisor+"="+strconv.Itoa(os.Getpid()))
+	cmd.Env = append(cmd.Env, env...)
+	if standby {
+		cmd.Env = append(cmd.Env, EnvStandby+"=1")
+	}
+	if cfg.ParentDeath != 0 {
+		cmd.Env = append(cmd.Env, EnvParentDeath+"="+strconv.Itoa(int(cfg.ParentDeath)))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: cfg.ParentDeath}
+	}
+	for _, f := range cfg.Files {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
+	}
+	c := &child{cmd: cmd}
+	if cfg.Handover {
+		var err error
+		if c.pair, err = newHandoverPair(); err != nil {
+			return nil, err
+		}
+		cmd.Env = append(cmd.Env, EnvHandover+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, c.pair.child)
+	}
+	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
+	// Its own process group is not wanted: a terminal's ^C reaches
+	// both, and the supervisor forwards nothing twice (see Run).
+	c.start = time.Now()
+	if err := cmd.Start(); err != nil {
+		if c.pair != nil {
+			c.pair.close()
+		}
+		return nil, fmt.Errorf("supervise: starting the serving process: %w", err)
+	}
+	if c.pair != nil {
+		c.pair.child.Close()
+	}
+	c.exited = make(chan error, 1)
+	go func() { c.exited <- cmd.Wait() }()
+	return c, nil
+}
+
+// release lets the serving process go on: the connections handed over, and
+// its start environment (for a standby, which was started without it).
+func (c *child) release(msgs []Message, env []string, log *slog.Logger) {
+	c.given = make(chan struct{})
+	if c.pair == nil {
+		closeAll(msgs)
+		close(c.given)
+		return
+	}
+	msgs = append([]Message{{Data: []byte(envMessage + strings.Join(env, "\n"))}}, msgs...)
+	go func() {
+		defer close(c.given)
+		if err := c.pair.give(msgs); err != nil {
+			log.Warn("handing the last serving process's connections to the next failed; the kernel device reconnects instead", "err", err)
+		}
+	}()
+}
+
+// alive reports whether the process has not exited yet.
+func (c *child) alive() bool {
+	select {
+	case err := <-c.exited:
+		c.exited = closedErr(err)
+		return false
+	default:
+		return true
+	}
+}
+
+// discard ends a standby that will not serve.
+func (c *child) discard() {
+	_ = c.cmd.Process.Kill()
+	<-c.exited
+	if c.pair != nil {
+		closeAll(c.pair.taken())
+		c.pair.mine.Close()
 	}
 }
 

@@ -24,7 +24,7 @@ import (
 // binary: SUPERVISE_TEST_CHILD says how it ends, by the takeover count.
 func TestMain(m *testing.M) {
 	if plan := os.Getenv("SUPERVISE_TEST_CHILD"); plan != "" {
-		os.Exit(child(plan))
+		os.Exit(testChild(plan))
 	}
 	if os.Getenv("SUPERVISE_TEST_HANDOVER") != "" {
 		os.Exit(handoverChild())
@@ -32,11 +32,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// child ends as the plan's field for its takeover count says: "kill"
+// testChild ends as the plan's field for its takeover count says: "kill"
 // (SIGKILL itself), "panic", "exit0", "exit1", "exit7", or "wait" (for
 // SIGTERM, then exit 0). It first appends a line to the file on fd 3:
 // its takeover count, died-at and stopping variables.
-func child(plan string) int {
+func testChild(plan string) int {
 	n, _ := strconv.Atoi(os.Getenv(EnvTakeovers))
 	steps := strings.Split(plan, ",")
 	f, err := memfd.Open(3)
