@@ -62,7 +62,7 @@ func TestUnitPromises(t *testing.T) {
 		// file descriptor store, kept across Restart= and never dropped by
 		// the start rate limit.
 		"NotifyAccess=all\n", "FileDescriptorStoreMax=16\n", "Restart=always\n", "StartLimitIntervalSec=0\n",
-		"RuntimeDirectoryPreserve=restart\n",
+		"RuntimeDirectoryPreserve=restart\n", "KillMode=process\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("gzramd.service lacks %q", want)
