@@ -257,7 +257,7 @@ run_survive() {
 	local name=$1 kills maxk kmin kmax every earlymax hog limit args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}
 	case "$name" in
 	survive)
-		kills=${E2E_SURVIVE_KILLS:-20} kmin=${E2E_SURVIVE_MIN_S:-3} kmax=${E2E_SURVIVE_MAX_S:-12}
+		kills=${E2E_SURVIVE_KILLS:-20} kmin=${E2E_SURVIVE_MIN_S:-2} kmax=${E2E_SURVIVE_MAX_S:-6}
 		every=${E2E_SURVIVE_EARLY_EVERY:-5} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-1500}
 		;;
@@ -285,10 +285,30 @@ run_survive() {
 	CONSOLE=$WORK/$name.console
 	GUEST_INITRD=$WORK/$name.cpio.gz
 	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
-	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-320M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_GUEST_MIN_FREE_KB:-16384} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1}${root}"
+	qemu_cmd "${E2E_SURVIVE_MEM:-384M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_SURVIVE_MIN_FREE_KB:-65536} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1}${root}"
 	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap inside the guest, killed $kills-$maxk times, $kmin-$kmax s apart, every ${every}th during a takeover; daemon args ${args//,/ })"
+	# A takeover that does not end is the failure to explain: once the
+	# last kill is E2E_SURVIVE_STALL_S (120) old with no serving process
+	# serving since, the kernel is asked for its blocked tasks and memory
+	# (sysrq w, m) while the guest goes on to its verdict.
+	STALL_S=${E2E_SURVIVE_STALL_S:-120} STALL_KILL= STALL_SINCE=0
+	guest_watch() {
+		local kill
+		kill=$(grep -ac '^E2E-KILL ' "$CONSOLE" 2>/dev/null || true)
+		if [ "$kill" != "$STALL_KILL" ]; then
+			STALL_KILL=$kill STALL_SINCE=$1
+		elif [ "$kill" != 0 ] && (($1 - STALL_SINCE > STALL_S)) &&
+			! tac "$CONSOLE" | tr -d '\r' | sed '/^E2E-KILL /q' | grep -aqE 'msg="(serving again after the takeover|gzramd ready)"'; then
+			log "$name: no serving process serves $STALL_S s after kill $kill: asking the guest for sysrq w, m"
+			echo "E2E-HOST: stalled: no serving process serves $STALL_S s after kill $kill" >>"$CONSOLE.host"
+			sysrq "$CONSOLE.monitor" w m
+			STALL_SINCE=$((1 << 30))
+		fi
+	}
 	local ok=0
 	guest_run "$limit" || ok=$?
+	unset -f guest_watch
+	[ ! -s "$CONSOLE.host" ] || cat "$CONSOLE.host" >&2
 	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-SURVIVE|E2E-DMESG)' "$CONSOLE" | tr -d '\r' >&2
 	if [ "$name" = survive-control ]; then
 		# The device must have failed I/O when its server died: the guest
