@@ -57,6 +57,9 @@ func TestUnitPromises(t *testing.T) {
 		// sends SIGTERM: gzramd would turn swap off (test/e2e/systemd.sh).
 		"WatchdogSignal=SIGUSR1\n", "TimeoutAbortSec=infinity\n",
 		"ExecStart=/usr/local/bin/gzramd serve\n",
+		// The supervisor's Keeper locks the state's pages only after a
+		// serving process died; until then they must not go to swap.
+		"MemorySwapMax=0\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("gzramd.service lacks %q", want)
