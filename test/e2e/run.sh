@@ -9,6 +9,12 @@
 #           attaches, mkswaps and swapons itself; a clean stop must swapoff.
 #           Skipped (with a message) while the binary has no --swap flag,
 #           unless E2E_REQUIRE_GUEST=1.
+#   survive gzramd inside the guest as in guest, its serving process
+#           SIGKILLed >= 20 times while the hog runs (killer.c); every kill
+#           must be taken over with nothing lost (survive.py, README.md).
+#           survive-fast: 3-6 kills; survive-control: survival off
+#           (--kernel-dead-timeout=-1s), must fail. Not among the defaults
+#           (make test-survive).
 #   systemd deploy/systemd/gzramd.service under a real systemd: a Debian
 #           guest with systemd as init (test/e2e/systemd.sh, its own
 #           runner). Slow, so not among the defaults (make test-systemd).
