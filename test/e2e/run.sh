@@ -309,12 +309,19 @@ run_survive() {
 			echo "E2E-HOST: stalled: no serving process serves $STALL_S s after kill $kill" >>"$CONSOLE.host"
 			sysrq "$CONSOLE.monitor" w m
 			STALL_SINCE=$((1 << 30))
+			# The guest would hang on until the dead-connection timeout
+			# (5 min) fails its swap I/O; E2E_SURVIVE_STALL_END=0 waits.
+			# ($qpid is guest_run's QEMU.)
+			[ "${E2E_SURVIVE_STALL_END:-1}" = 0 ] || kill "$qpid" 2>/dev/null || true
 		fi
 	}
 	local ok=0
 	guest_run "$limit" || ok=$?
 	unset -f guest_watch
-	[ ! -s "$CONSOLE.host" ] || cat "$CONSOLE.host" >&2
+	if [ -s "$CONSOLE.host" ]; then
+		cat "$CONSOLE.host" >&2
+		[ "${E2E_SURVIVE_STALL_END:-1}" = 0 ] || GUEST_VERDICT="$(sed 's/^E2E-HOST: //' "$CONSOLE.host") (sysrq w, m in the console)"
+	fi
 	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-SURVIVE|E2E-DMESG)' "$CONSOLE" | tr -d '\r' >&2
 	if [ "$name" = survive-control ]; then
 		# The device must have failed I/O when its server died: the guest
