@@ -279,7 +279,7 @@ run_survive() {
 		args=$args,${E2E_SURVIVE_CONTROL_ARGS:---kernel-dead-timeout=-1s}
 		;;
 	esac
-	maxk=${E2E_SURVIVE_MAX_KILLS:-$((2 * kills))}
+	maxk=${E2E_SURVIVE_MAX_KILLS:-$((kills < 5 ? 10 : 2 * kills))}
 	# The initramfs is the guest's root: on tmpfs (the kernel's default) its
 	# files, gzramd's binary and libraries among them, are swapped out to
 	# /dev/nbd0 like anything else, and a serving process started while
