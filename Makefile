@@ -64,7 +64,8 @@ test-e2e: build
 
 # Crash survival with a real kernel (test/e2e/README.md): gzramd serves the
 # guest's swap while its serving process is SIGKILLed at least 20 times,
-# then the negative control (survival off) must fail. About 12 minutes.
+# then the negative control (survival off) must fail. About 8 minutes
+# under TCG when it passes (test/e2e/README.md: it does not always, yet).
 test-survive: build
 	E2E_SCENARIOS="survive survive-control" ./test/e2e/run.sh
 
