@@ -63,6 +63,9 @@ func TestUnitPromises(t *testing.T) {
 		// the start rate limit.
 		"NotifyAccess=all\n", "FileDescriptorStoreMax=16\n", "Restart=always\n", "StartLimitIntervalSec=0\n",
 		"RuntimeDirectoryPreserve=restart\n", "KillMode=process\n",
+		// The supervisor's Keeper locks the state's pages only after a
+		// serving process died; until then they must not go to swap.
+		"MemorySwapMax=0\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("gzramd.service lacks %q", want)

@@ -34,7 +34,7 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
 	log = log.With("role", "supervisor")
 	adj := -1000
-	for _, s := range swapsafe.Apply(swapsafe.Options{LockMemory: cfg.harden, OOMScoreAdj: oomAdj(cfg, &adj)}) {
+	for _, s := range swapsafe.Apply(supervisorHardening(cfg, &adj)) {
 		if s.Err != nil {
 			log.Warn("supervisor hardening step failed", "step", s.Name, "err", s.Err, "hint", s.Hint)
 		}
@@ -109,6 +109,21 @@ func childEnv() []string {
 		}
 	}
 	return env
+}
+
+// supervisorHardening is what the supervisor applies to itself: its
+// memory locked, never OOM-killed, and real-time when the serving process
+// will be (--realtime). Real-time from the start matters after a crash: a
+// serving process started while the kernel device waits for a server is
+// real-time from its first instruction (the policy is inherited across
+// fork and exec), so its start-up may allocate below the min watermark,
+// where everyone else's reclaim is stuck on swap writes to that very
+// device; so may the supervisor, which locks the state's pages then (its
+// page tables). Without it, a guest swapping onto gzramd hung at the
+// first kill, the new process and the supervisor in direct reclaim
+// (test/e2e survive).
+func supervisorHardening(cfg *serveConfig, adj *int) swapsafe.Options {
+	return swapsafe.Options{LockMemory: cfg.harden, OOMScoreAdj: oomAdj(cfg, adj), Realtime: cfg.harden && cfg.wantRealtime()}
 }
 
 func oomAdj(cfg *serveConfig, adj *int) *int {

@@ -332,3 +332,35 @@ func checkPages(t *testing.T, c *rawClient, data []byte, when string) {
 		}
 	}
 }
+
+// TestSupervisorRealtimeAsServing: the supervisor runs real-time exactly
+// when its serving process will (--harden with --realtime on, or auto with
+// a kernel device), so that a serving process started after a crash is
+// real-time from its first instruction.
+func TestSupervisorRealtimeAsServing(t *testing.T) {
+	for _, c := range []struct {
+		harden   bool
+		realtime string
+		swap     bool
+		want     bool
+	}{
+		{true, "auto", true, true},
+		{true, "auto", false, false},
+		{true, "on", false, true},
+		{true, "off", true, false},
+		{false, "on", true, false},
+	} {
+		cfg := &serveConfig{harden: c.harden, realtime: c.realtime, swap: c.swap}
+		adj := -1000
+		opts := supervisorHardening(cfg, &adj)
+		if opts.Realtime != c.want {
+			t.Errorf("harden=%v realtime=%s swap=%v: supervisor real-time %v, want %v", c.harden, c.realtime, c.swap, opts.Realtime, c.want)
+		}
+		if opts.Realtime != (cfg.harden && cfg.wantRealtime()) {
+			t.Errorf("harden=%v realtime=%s swap=%v: supervisor real-time %v, the serving process %v", c.harden, c.realtime, c.swap, opts.Realtime, cfg.harden && cfg.wantRealtime())
+		}
+		if opts.LockMemory != c.harden {
+			t.Errorf("harden=%v: LockMemory %v", c.harden, opts.LockMemory)
+		}
+	}
+}

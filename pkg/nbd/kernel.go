@@ -332,9 +332,25 @@ func (d *KernelDevice) Detach() error {
 // LimitRequests caps the requests the kernel sends the device at n bytes
 // (its queue's max_sectors_kb, rounded down to KiB). Reads and writes
 // larger than that are split by the block layer.
+//
+// A limit already in place is not written again. On Linux 6.12 a write
+// to max_sectors_kb freezes the queue (queue_attr_store,
+// queue_limits_commit_update_frozen) and waits, uninterruptibly, for
+// every request in flight; after a takeover those include requests
+// the dead server left, which only this process can complete. If the
+// process is killed there (SIGKILL ends its other threads, the NBD server
+// among them, but not the one waiting), the queue never drains, the
+// process never exits, and no other can take over: the device stalls
+// until the dead-connection timeout fails its I/O (seen on 6.12 with
+// test/e2e's survive scenario). The limit belongs to the device, so the
+// serving process before this one has set it already.
 func (d *KernelDevice) LimitRequests(n int) error {
 	path := filepath.Join(sysBlock, "nbd"+strconv.Itoa(d.Index), "queue", "max_sectors_kb")
-	if err := os.WriteFile(path, []byte(strconv.Itoa(n>>10)), 0); err != nil {
+	want := strconv.Itoa(n >> 10)
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == want {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(want), 0); err != nil {
 		return fmt.Errorf("nbd: limiting %s's requests to %d KiB: %w", d.Path, n>>10, err)
 	}
 	return nil

@@ -169,3 +169,33 @@ func TestKernelKept(t *testing.T) {
 		t.Fatalf("socket with a send timeout: kept %v, %v", kept, err)
 	}
 }
+
+// TestLimitRequestsLeavesALimitInPlace: a limit the device already has is
+// not written again (on Linux 6.11+ the write freezes the queue until the
+// requests in flight complete, which a serving process that just took the
+// device over must not wait for: test/e2e survive), and a different one
+// is written.
+func TestLimitRequestsLeavesALimitInPlace(t *testing.T) {
+	dir := fakeSys(t)
+	q := filepath.Join(dir, "nbd3", "queue")
+	if err := os.MkdirAll(q, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(q, "max_sectors_kb")
+	d := &KernelDevice{Index: 3, Path: "/dev/nbd3"}
+	for _, c := range []struct{ had, want string }{
+		{"128\n", "128\n"}, // as the kernel shows it: left alone
+		{"1280\n", "128"},  // written
+	} {
+		if err := os.WriteFile(path, []byte(c.had), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.LimitRequests(128 << 10); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(path)
+		if string(got) != c.want {
+			t.Errorf("max_sectors_kb %q, limited to 128 KiB: file now %q, want %q", c.had, got, c.want)
+		}
+	}
+}

@@ -11,6 +11,14 @@ export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu:/lib64
 
 mode=client port=10809 export=gzram0 conns=1 hog=200 seed=1 random=8 kconns=1 minfree=16384 size=512MiB host=10.0.2.2 metrics=
+# survive: at least `kills` SIGKILLs of the serving process (at most
+# `maxkills`), each `kmin`..`kmax` seconds after that process started;
+# every `early`-th one during its takeover instead: 0..`earlymax` seconds
+# after it took the state over (its gzramd-heaplock thread runs), before it
+# serves again.
+kills=20 maxkills=40 kmin=3 kmax=12 early=5 earlymax=0.2
+# daemon, survive: 1 runs gzramd in a cgroup with memory.swap.max=0.
+swapmax0=0
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.*=*) kv=${arg#e2e.}; eval "${kv%%=*}='${kv#*=}'" ;;
@@ -59,7 +67,7 @@ ip route add default via 10.0.2.2
 sysctl -w vm.min_free_kbytes="$minfree" >/dev/null || fail "sysctl vm.min_free_kbytes=$minfree"
 
 daemon_pid=
-[ "$mode" = daemon ] && metrics=127.0.0.1:9829
+case "$mode" in daemon | survive) metrics=127.0.0.1:9829 ;; esac
 daemon_args=$(echo "${daemon_args:-}" | tr ',' ' ')
 case "$mode" in
 client)
@@ -69,12 +77,26 @@ client)
 	mkswap /dev/nbd0 >/dev/null || fail "mkswap"
 	swapon -d /dev/nbd0 || fail "swapon -d"
 	;;
-daemon)
+daemon | survive)
 	# The daemon logs straight to the console: a pipe or a file in tmpfs
 	# would hide its last words when the guest freezes.
 	step "gzramd serve --swap --device /dev/nbd0 --size $size --kernel-connections $kconns $daemon_args"
 	mkdir -p /run/gzramd
-	PATH=/usr/local/sbin:$PATH gzramd serve --swap --device /dev/nbd0 --size "$size" \
+	cg=
+	if [ "$swapmax0" = 1 ]; then
+		# As the systemd unit's MemorySwapMax=0: a cgroup whose pages,
+		# the state's memfds included, are never swapped out (to the
+		# device they back, which stalls while its server is replaced).
+		mkdir -p /sys/fs/cgroup
+		mount -t cgroup2 cgroup2 /sys/fs/cgroup || fail "mount cgroup2"
+		echo +memory >/sys/fs/cgroup/cgroup.subtree_control || fail "cgroup: +memory"
+		mkdir -p /sys/fs/cgroup/gzramd
+		echo 0 >/sys/fs/cgroup/gzramd/memory.swap.max || fail "cgroup: memory.swap.max=0"
+		cg=/sys/fs/cgroup/gzramd/cgroup.procs
+		step "gzramd in a cgroup with memory.swap.max=0"
+	fi
+	PATH=/usr/local/sbin:$PATH cg=$cg sh -c '[ -z "$cg" ] || echo $$ >"$cg" || exit 99; exec "$@"' gzramd \
+		gzramd serve --swap --device /dev/nbd0 --size "$size" \
 		--socket /run/gzramd/gzramd.sock --metrics 127.0.0.1:9829 --kernel-connections "$kconns" $daemon_args \
 		>/dev/console 2>&1 &
 	daemon_pid=$!
@@ -96,6 +118,98 @@ grep -q '^/dev/nbd0 ' /proc/swaps || fail "/dev/nbd0 is not swap"
 cat /proc/swaps
 free
 out0=$(vmstat_get pswpout) in0=$(vmstat_get pswpin)
+
+# survive: the hog runs while a killer SIGKILLs the serving process (the
+# supervisor's child, never the supervisor) again and again; each time the
+# supervisor starts another that must take the state and the kernel device
+# over with nothing lost. The verdict names every check that failed.
+if [ "$mode" = survive ]; then
+	echo 0 >/tmp/kills
+	rm -f /tmp/hog.done
+	out0=$(vmstat_get pswpout) in0=$(vmstat_get pswpin)
+	step "survive: hog $hog MiB seed $seed; killing the serving process at least $kills times (at most $maxkills), $kmin-$kmax s after each start, every kill number divisible by $early during its takeover (0-$earlymax s after it took the state)"
+	# A static helper (killer.c), locked in memory and real-time: a shell
+	# loop was too slow to catch a takeover.
+	killer "$daemon_pid" "$maxkills" "$kmin" "$kmax" "$early" "$earlymax" /tmp/hog.done /tmp/kills &
+	killer_pid=$!
+	hog "$hog" "$seed" "$random"
+	hog_rc=$?
+	touch /tmp/hog.done
+	wait "$killer_pid"
+	n=$(cat /tmp/kills)
+	out=$(($(vmstat_get pswpout) - out0)) in=$(($(vmstat_get pswpin) - in0))
+	echo "E2E-SWAP pswpout=$out pswpin=$in"
+	echo "E2E-SURVIVE kills=$n"
+	why=
+	bad() { why="${why:+$why; }$*"; }
+	[ "$hog_rc" -eq 0 ] || bad "hog failed (exit $hog_rc)"
+	[ "$out" -gt 0 ] || bad "the hog never swapped out (pswpout=0): the test proved nothing"
+	[ "$n" -ge "$kills" ] || bad "only $n kills while the hog ran, want $kills (shorter intervals: E2E_SURVIVE_MAX_S)"
+	# The metrics of the serving process now (after the last kill it may
+	# still be taking over).
+	i=0
+	until httpget "$metrics" /metrics >/tmp/metrics 2>/dev/null && grep -q '^gzramd_takeovers_total ' /tmp/metrics; do
+		i=$((i + 1))
+		[ "$i" -gt 240 ] && break
+		sleep 0.5
+	done
+	takeovers=$(awk '$1 == "gzramd_takeovers_total" { print $2 }' /tmp/metrics 2>/dev/null)
+	lost=$(awk '$1 == "gzramd_lost_pages" { print $2 }' /tmp/metrics 2>/dev/null)
+	pause=$(awk '$1 == "gzramd_takeover_pause_seconds" { print $2 }' /tmp/metrics 2>/dev/null)
+	grep -E '^gzramd_(takeover|lost_pages|stored_pages|nbd_requests_total)' /tmp/metrics 2>/dev/null | sed 's/^/E2E-METRIC end /'
+	echo "E2E-SURVIVE takeovers_total=${takeovers:-none} lost_pages=${lost:-none} last_pause_seconds=${pause:-none}"
+	if [ -z "$takeovers" ]; then
+		bad "no gzramd_takeovers_total: no serving process answered /metrics 120 s after the hog ended"
+	elif ! awk -v t="$takeovers" -v n="$n" 'BEGIN { exit !(t + 0 == n + 0) }'; then
+		bad "gzramd_takeovers_total=$takeovers but $n kills"
+	fi
+	[ -n "$lost" ] && awk -v l="$lost" 'BEGIN { exit !(l + 0 == 0) }' || bad "gzramd_lost_pages=${lost:-none}, want 0"
+	# The kernel's log since boot (its first line proves none scrolled
+	# away): no I/O error anywhere, and nothing from nbd but what a server
+	# that dies and is replaced makes it say (test/e2e/README.md).
+	# What the kernel says when the server of a netlink-attached device with
+	# request and dead-connection timeouts dies and another takes over
+	# (drivers/block/nbd.c): the dead server's sockets fail (recv_work,
+	# sends on them: EPIPE, ECONNRESET), requests wait for a connection
+	# (find_fallback) or time out and are requeued (nbd_xmit_timeout), and
+	# the new server's sockets are taken (nbd_reconnect_socket). Plus the
+	# driver's load, the attach and swapon.
+	nbd_expected='^nbd: registered device at major 43$'
+	nbd_expected="$nbd_expected"'|^nbd0: detected capacity change from 0 to [0-9]+$'
+	nbd_expected="$nbd_expected"'|^Adding [0-9]+k swap on /dev/nbd0\.'
+	nbd_expected="$nbd_expected"'|^block nbd0: Receive control failed \(result -(32|104)\)$'
+	nbd_expected="$nbd_expected"'|^block nbd0: Send (control|data) failed \(result -(32|104)\)$'
+	nbd_expected="$nbd_expected"'|^block nbd0: Request send failed, requeueing$'
+	nbd_expected="$nbd_expected"'|^block nbd0: Dead connection, failed to find a fallback$'
+	nbd_expected="$nbd_expected"'|^block nbd0: Connection timed out, retrying \([0-9]+/[0-9]+ alive\)$'
+	nbd_expected="$nbd_expected"'|^block nbd0: reconnected socket$'
+	nbd_expected="$nbd_expected"'|^[a-z_]*nbd[a-z_]*: [0-9]+ callbacks suppressed$'
+	dmesg >/tmp/dmesg
+	grep -q 'Linux version' /tmp/dmesg || bad "dmesg no longer starts at boot: its buffer overflowed, the check cannot be made"
+	grep -iE 'nbd|I/O error|Read-error|Write-error|critical|blk_update_request|Buffer I/O' /tmp/dmesg |
+		sed 's/^\[[ 0-9.]*\] //; s/(result -\{0,1\}[0-9]*)/(result N)/; s/([0-9]*\/[0-9]* alive)/(N\/M alive)/' |
+		sort | uniq -c | sed 's/^ */E2E-DMESG /'
+	grep -iE 'I/O error|Read-error|Write-error|critical|blk_update_request|Buffer I/O' /tmp/dmesg >/tmp/dmesg.io
+	[ -s /tmp/dmesg.io ] && bad "kernel I/O errors: $(wc -l </tmp/dmesg.io) lines, first: $(head -1 /tmp/dmesg.io | sed 's/^\[[ 0-9.]*\] //')"
+	grep -i 'nbd' /tmp/dmesg | sed 's/^\[[ 0-9.]*\] //' | grep -vE "$nbd_expected" >/tmp/dmesg.nbd
+	[ -s /tmp/dmesg.nbd ] && bad "unexpected nbd kernel messages: $(wc -l </tmp/dmesg.nbd) lines, first: $(head -1 /tmp/dmesg.nbd)"
+	step "stopping"
+	kill -TERM "$daemon_pid"
+	i=0
+	while kill -0 "$daemon_pid" 2>/dev/null; do
+		i=$((i + 1))
+		[ "$i" -gt 240 ] && { bad "gzramd still running 120 s after SIGTERM"; break; }
+		sleep 0.5
+	done
+	if ! kill -0 "$daemon_pid" 2>/dev/null; then
+		wait "$daemon_pid"
+		rc=$?
+		[ "$rc" -eq 0 ] || bad "gzramd exited $rc after SIGTERM"
+		grep -q '^/dev/nbd0 ' /proc/swaps && bad "gzramd stopped but /dev/nbd0 is still swap"
+	fi
+	[ -z "$why" ] || fail "$why"
+	result PASS
+fi
 
 step "hog $hog MiB seed $seed"
 # At the hog's peak, most of it is in swap: the moment to see pages stored.

@@ -125,7 +125,7 @@ initramfs_base() {
 	key=$( {
 		echo "$KVER"
 		dpkg-query -W busybox-static nbd-client libc6 2>/dev/null
-		cat "$E2E_DIR/init.sh" "$E2E_DIR/hog.c" "$E2E_DIR/httpget.c" "$E2E_DIR/lib.sh"
+		cat "$E2E_DIR/init.sh" "$E2E_DIR/hog.c" "$E2E_DIR/httpget.c" "$E2E_DIR/killer.c" "$E2E_DIR/lib.sh"
 	} | sha256sum | cut -c1-16)
 	INITRD=$E2E_CACHE/initramfs/base-$KVER-$key.cpio.gz
 	[ -s "$INITRD" ] && return 0
@@ -139,6 +139,7 @@ initramfs_base() {
 	install -m 0755 "$E2E_DIR/init.sh" "$root/init"
 	gcc -O2 -static -Wall -o "$root/bin/hog" "$E2E_DIR/hog.c" || die "gcc -static hog.c (needs libc6-dev)"
 	gcc -O2 -static -Wall -o "$root/bin/httpget" "$E2E_DIR/httpget.c" || die "gcc -static httpget.c"
+	gcc -O2 -static -Wall -o "$root/bin/killer" "$E2E_DIR/killer.c" || die "gcc -static killer.c"
 	copy_with_libs "$root" "$(command -v nbd-client)" /sbin/nbd-client
 	# The modules the guest needs, in load order, with their dependencies.
 	: >"$root/etc/e2e-modules"
@@ -303,6 +304,11 @@ guest_run() {
 		if [ "$exited" = 1 ]; then
 			verdict="QEMU exited without a verdict: $(cat "$CONSOLE.qemu")"
 			break
+		fi
+		# A scenario may watch the console as it grows (guest_watch: e.g.
+		# to ask for a dump of the blocked tasks while a guest stalls).
+		if declare -F guest_watch >/dev/null; then
+			guest_watch $((SECONDS - start))
 		fi
 		if ((SECONDS - start > limit)); then
 			verdict="timeout: no verdict after $limit s (guest hung?)"

@@ -9,6 +9,12 @@
 #           attaches, mkswaps and swapons itself; a clean stop must swapoff.
 #           Skipped (with a message) while the binary has no --swap flag,
 #           unless E2E_REQUIRE_GUEST=1.
+#   survive gzramd inside the guest as in guest, its serving process
+#           SIGKILLed >= 20 times while the hog runs (killer.c); every kill
+#           must be taken over with nothing lost (survive.py, README.md).
+#           survive-fast: 3-6 kills; survive-control: survival off
+#           (--kernel-dead-timeout=-1s), must fail. Not among the defaults
+#           (make test-survive).
 #   systemd deploy/systemd/gzramd.service under a real systemd: a Debian
 #           guest with systemd as init (test/e2e/systemd.sh, its own
 #           runner). Slow, so not among the defaults (make test-systemd).
@@ -247,11 +253,116 @@ run_guest() {
 	passed+=("guest:${GUEST_WALL}s")
 }
 
+# run_survive NAME: gzramd serves the guest's swap as in `guest` while the
+# guest's killer SIGKILLs the serving process again and again (init.sh);
+# the guest judges the hog, the kernel's log and the metrics, and
+# survive.py the console. survive-control runs it with a device that
+# fails its I/O as soon as its server dies (--kernel-dead-timeout=-1s):
+# it passes only when the guest fails for that reason.
+run_survive() {
+	local name=$1 kills maxk kmin kmax every earlymax hog limit args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}
+	case "$name" in
+	survive)
+		kills=${E2E_SURVIVE_KILLS:-20} kmin=${E2E_SURVIVE_MIN_S:-2} kmax=${E2E_SURVIVE_MAX_S:-6}
+		every=${E2E_SURVIVE_EARLY_EVERY:-5} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
+		limit=${E2E_SURVIVE_TIMEOUT:-1500}
+		;;
+	survive-fast)
+		kills=${E2E_SURVIVE_KILLS:-3} kmin=${E2E_SURVIVE_MIN_S:-3} kmax=${E2E_SURVIVE_MAX_S:-8}
+		every=${E2E_SURVIVE_EARLY_EVERY:-2} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
+		limit=${E2E_SURVIVE_TIMEOUT:-900}
+		;;
+	survive-control)
+		kills=${E2E_SURVIVE_KILLS:-1} kmin=${E2E_SURVIVE_MIN_S:-5} kmax=${E2E_SURVIVE_MAX_S:-10}
+		every=0 hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
+		limit=${E2E_SURVIVE_TIMEOUT:-900}
+		args=$args,${E2E_SURVIVE_CONTROL_ARGS:---kernel-dead-timeout=-1s}
+		;;
+	esac
+	maxk=${E2E_SURVIVE_MAX_KILLS:-$((kills < 5 ? 10 : 2 * kills))}
+	# The initramfs is the guest's root: on tmpfs (the kernel's default) its
+	# files, gzramd's binary and libraries among them, are swapped out to
+	# /dev/nbd0 like anything else, and a serving process started while
+	# no server runs cannot be executed (its execve faults on a swapped-out
+	# page of the binary: seen, 2026-11-23). On ramfs they stay in memory,
+	# as a disk's files stay readable.
+	local root=" rootfstype=${E2E_SURVIVE_ROOTFS:-ramfs}"
+	earlymax=${E2E_SURVIVE_EARLY_MAX_S:-0.2}
+	CONSOLE=$WORK/$name.console
+	GUEST_INITRD=$WORK/$name.cpio.gz
+	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
+	qemu_cmd "${E2E_SURVIVE_MEM:-384M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_SURVIVE_MIN_FREE_KB:-65536} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1}${root}"
+	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap inside the guest, killed $kills-$maxk times, $kmin-$kmax s apart, every ${every}th during a takeover; daemon args ${args//,/ })"
+	# A takeover that does not end is the failure to explain: once the
+	# last kill is E2E_SURVIVE_STALL_S (120) old with no serving process
+	# serving since, the kernel is asked for its blocked tasks and memory
+	# (sysrq w, m) while the guest goes on to its verdict.
+	STALL_S=${E2E_SURVIVE_STALL_S:-120} STALL_KILL= STALL_SINCE=0
+	guest_watch() {
+		local kill
+		kill=$(grep -ac '^E2E-KILL ' "$CONSOLE" 2>/dev/null || true)
+		if [ "$kill" != "$STALL_KILL" ]; then
+			STALL_KILL=$kill STALL_SINCE=$1
+		elif [ "$kill" != 0 ] && (($1 - STALL_SINCE > STALL_S)) &&
+			! tac "$CONSOLE" | tr -d '\r' | sed '/^E2E-KILL /q' | grep -aqE 'msg="(serving again after the takeover|gzramd ready)"'; then
+			log "$name: no serving process serves $STALL_S s after kill $kill: asking the guest for sysrq w, m"
+			echo "E2E-HOST: stalled: no serving process serves $STALL_S s after kill $kill" >>"$CONSOLE.host"
+			sysrq "$CONSOLE.monitor" w m
+			STALL_SINCE=$((1 << 30))
+			# The guest would hang on until the dead-connection timeout
+			# (5 min) fails its swap I/O; E2E_SURVIVE_STALL_END=0 waits.
+			# ($qpid is guest_run's QEMU.)
+			[ "${E2E_SURVIVE_STALL_END:-1}" = 0 ] || kill "$qpid" 2>/dev/null || true
+		fi
+	}
+	local ok=0
+	guest_run "$limit" || ok=$?
+	unset -f guest_watch
+	if [ -s "$CONSOLE.host" ]; then
+		cat "$CONSOLE.host" >&2
+		[ "${E2E_SURVIVE_STALL_END:-1}" = 0 ] || GUEST_VERDICT="$(sed 's/^E2E-HOST: //' "$CONSOLE.host") (sysrq w, m in the console)"
+	fi
+	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-SURVIVE|E2E-DMESG)' "$CONSOLE" | tr -d '\r' >&2
+	if [ "$name" = survive-control ]; then
+		# The device must have failed I/O when its server died: the guest
+		# fails on the kernel's I/O errors or a hog that lost data (or the
+		# kernel kills init, whose pages it could not read back).
+		[ "$ok" -ne 0 ] || die "$name: passed: with survival off the test did not notice the lost server"
+		case "$GUEST_VERDICT" in
+		*"kernel I/O errors"* | *"hog failed"*) ;;
+		*"Attempted to kill init"*)
+			grep -aqE 'Read-error on swap-device|I/O error' "$CONSOLE" ||
+				die "$name: init died without a swap read error: $GUEST_VERDICT"
+			;;
+		*) die "$name: failed, but not for losing the server: $GUEST_VERDICT" ;;
+		esac
+		grep -aq 'E2E-KILL 1 ' "$CONSOLE" || die "$name: failed before the first kill: $GUEST_VERDICT"
+		log "$name: failed as expected ($GUEST_WALL s): $GUEST_VERDICT"
+		passed+=("$name(expected-fail):${GUEST_WALL}s")
+		return
+	fi
+	python3 "$E2E_DIR/survive.py" "$CONSOLE" "$kills" "$every" >&2 || ok=1
+	[ "$ok" -eq 0 ] || {
+		[ "${E2E_KEEP:-0}" = 1 ] || cp "$CONSOLE" "$E2E_CACHE/$name.console.failed" 2>/dev/null || true
+		die "$name: $GUEST_VERDICT (console kept in $E2E_CACHE/$name.console.failed)"
+	}
+	[ "${E2E_SURVIVE_KEEP_CONSOLE:-}" = "" ] || cp "$CONSOLE" "$E2E_SURVIVE_KEEP_CONSOLE"
+	log "$name: PASS ($GUEST_WALL s)"
+	passed+=("$name:${GUEST_WALL}s")
+}
+
 for s in $SCENARIOS; do
 	case "$s" in
 	host-1) run_host host-1 1 1 ;;
 	host-2) run_host host-2 2 2 ;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
+	survive | survive-fast | survive-control)
+		if [ "$EXPECT_FAIL" = 1 ]; then
+			log "$s: skipped under E2E_EXPECT_FAIL"
+			continue
+		fi
+		run_survive "$s"
+		;;
 	systemd)
 		if [ "$EXPECT_FAIL" = 1 ]; then
 			log "systemd: skipped under E2E_EXPECT_FAIL"

@@ -1,0 +1,202 @@
+/*
+ * killer: the `survive` scenario's killer (test/e2e/README.md). SIGKILLs
+ * the serving process of a gzramd supervisor (its child, never the
+ * supervisor itself) again and again while the hog runs.
+ *
+ * Usage: killer SUPERVISOR_PID MAX_KILLS KMIN KMAX EARLY EARLYMAX STOPFILE COUNTFILE
+ * Each serving process is killed KMIN..KMAX seconds (uniformly random, to
+ * the millisecond) after it appeared; every EARLY-th kill (0: none) is
+ * made during the takeover instead: 0..EARLYMAX seconds after the process
+ * took the state over (its gzramd-heaplock thread runs: pipeline.Open is
+ * done, the kernel device not yet taken over). Stops after MAX_KILLS, when
+ * STOPFILE exists (the hog ended) or when the supervisor is gone; writes
+ * the number of kills to COUNTFILE after each. Prints one line per kill:
+ *   E2E-KILL N pid=PID after=SECONDSs uptime=UPTIME (serving|takeover)
+ *
+ * A shell loop did this first, and saw a new process take the state over
+ * 6 s late: while the device waits for a server the shell's swapped-out
+ * pages cannot come back, and gzramd's start-up runs real-time. So this is
+ * locked in memory and real-time itself (SCHED_RR 2, above gzramd's 1),
+ * and polls /proc every 5 ms without forking. Built with gcc -static.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *stopfile;
+static int supervisor;
+
+static int stopped(void)
+{
+	return access(stopfile, F_OK) == 0 || kill(supervisor, 0) != 0;
+}
+
+static void nap(double s)
+{
+	struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* sleep_unless_stopped sleeps s seconds in 5 ms steps; 1 if told to stop. */
+static int sleep_unless_stopped(double s)
+{
+	while (s > 0) {
+		if (stopped())
+			return 1;
+		double d = s < 0.005 ? s : 0.005;
+		nap(d);
+		s -= d;
+	}
+	return stopped();
+}
+
+static double uniform(double a, double b)
+{
+	uint16_t r = 0;
+	int fd = open("/dev/urandom", O_RDONLY);
+	if (fd >= 0) {
+		if (read(fd, &r, sizeof r) != sizeof r)
+			r = (uint16_t)rand();
+		close(fd);
+	}
+	return a + (b - a) * r / 65535.0;
+}
+
+static int read_line(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return -1;
+	ssize_t got = read(fd, buf, n - 1);
+	close(fd);
+	if (got < 0)
+		return -1;
+	buf[got] = 0;
+	return 0;
+}
+
+/* child_of returns a child of ppid other than skip, or 0. */
+static int child_of(int ppid, int skip)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	char path[64], buf[512];
+	int found = 0;
+	if (!d)
+		return 0;
+	while (!found && (e = readdir(d))) {
+		int pid = atoi(e->d_name);
+		if (pid <= 0 || pid == skip)
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/stat", pid);
+		if (read_line(path, buf, sizeof buf) != 0)
+			continue;
+		char *p = strrchr(buf, ')'); /* after "pid (comm)" */
+		char state;
+		int parent;
+		if (p && sscanf(p + 1, " %c %d", &state, &parent) == 2 && parent == ppid && state != 'Z')
+			found = pid;
+	}
+	closedir(d);
+	return found;
+}
+
+/* has_thread reports whether pid has a thread named name. */
+static int has_thread(int pid, const char *name)
+{
+	char path[320], buf[64];
+	snprintf(path, sizeof path, "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int found = 0;
+	if (!d)
+		return 0;
+	while (!found && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/proc/%d/task/%s/comm", pid, e->d_name);
+		if (read_line(path, buf, sizeof buf) == 0) {
+			buf[strcspn(buf, "\n")] = 0;
+			found = strcmp(buf, name) == 0;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 9) {
+		fprintf(stderr, "usage: killer SUPERVISOR_PID MAX_KILLS KMIN KMAX EARLY EARLYMAX STOPFILE COUNTFILE\n");
+		return 2;
+	}
+	supervisor = atoi(argv[1]);
+	int max = atoi(argv[2]), early = atoi(argv[5]);
+	double kmin = atof(argv[3]), kmax = atof(argv[4]), earlymax = atof(argv[6]);
+	stopfile = argv[7];
+	const char *countfile = argv[8];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
+		perror("killer: mlockall");
+	struct sched_param sp = {.sched_priority = 2};
+	if (sched_setscheduler(0, SCHED_RR, &sp) != 0)
+		perror("killer: SCHED_RR");
+	int n = 0, prev = 0;
+	while (n < max) {
+		int c;
+		while (!(c = child_of(supervisor, prev))) {
+			if (stopped())
+				return 0;
+			nap(0.005);
+		}
+		int is_early = early > 0 && (n + 1) % early == 0;
+		const char *what = "serving";
+		double d;
+		if (is_early) {
+			what = "takeover";
+			for (int i = 0; !has_thread(c, "gzramd-heaplock"); i++) {
+				if (stopped())
+					return 0;
+				if (kill(c, 0) != 0)
+					break; /* died on its own: the supervisor says so */
+				if (i > 12000) {
+					what = "takeover (no gzramd-heaplock thread after 60 s)";
+					break;
+				}
+				nap(0.005);
+			}
+			d = uniform(0, earlymax);
+		} else {
+			d = uniform(kmin, kmax);
+		}
+		if (sleep_unless_stopped(d))
+			return 0;
+		if (kill(c, SIGKILL) != 0) {
+			printf("E2E-KILLER: pid %d is gone before kill %d\n", c, n + 1);
+			prev = c;
+			continue;
+		}
+		n++;
+		char up[64] = "?";
+		read_line("/proc/uptime", up, sizeof up);
+		up[strcspn(up, " ")] = 0;
+		printf("E2E-KILL %d pid=%d after=%.3fs uptime=%s (%s)\n", n, c, d, up, what);
+		FILE *f = fopen(countfile, "w");
+		if (f) {
+			fprintf(f, "%d\n", n);
+			fclose(f);
+		}
+		prev = c;
+	}
+	return 0;
+}
