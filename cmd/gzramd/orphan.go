@@ -3,11 +3,13 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -126,16 +128,34 @@ func (d *daemon) listenForSuccessor(st *pipeline.State) {
 	}()
 }
 
-// waitGone waits for process pid to exit.
+// waitGone waits for process pid to exit. An exited process not yet
+// reaped counts as gone: its parent, once the supervisor died, is init,
+// which may itself be waiting for a page from the very device this
+// process is about to serve.
 func waitGone(pid int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) || exited(pid) {
 			return nil
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	return fmt.Errorf("process %d still runs after %v", pid, limit)
+}
+
+// exited reports whether process pid is a zombie (or being reaped).
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	// pid (comm) state ...: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return false
+	}
+	state := b[i+2]
+	return state == 'Z' || state == 'X'
 }
 
 func peerCred(c *net.UnixConn) int {
