@@ -294,6 +294,12 @@ func (d *daemon) run(ctx context.Context) error {
 	orphan := make(chan os.Signal, 1)
 	signal.Notify(orphan, supervisorGone)
 	defer signal.Stop(orphan)
+	if sup := os.Getenv(supervise.EnvSupervisor); sup != "" && sup != strconv.Itoa(os.Getppid()) &&
+		os.Getenv(supervise.EnvParentDeath) == strconv.Itoa(int(supervisorGone)) {
+		// The supervisor died while this process started, and its signal
+		// came before anything listened for it (Go ignores SIGUSR2 then).
+		orphan <- supervisorGone
+	}
 
 	if err := d.listen(); err != nil {
 		return err

@@ -49,25 +49,32 @@ func decodeHanded(b []byte) (handedConn, error) {
 // standby (started ahead, its start-up done, until a serving process
 // dies). It returns the handover socket (nil without a supervisor that
 // gives one) and the live connections the process before handed over.
-func receiveHandover(log *slog.Logger) (*os.File, []supervise.Message) {
+func receiveHandover(log *slog.Logger) (*os.File, []supervise.Message, error) {
 	sock, ok := supervise.HandoverSocket()
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
+	standby := os.Getenv(supervise.EnvStandby) != ""
 	timeout := 10 * time.Second
-	if os.Getenv(supervise.EnvStandby) != "" {
+	if standby {
 		log.Info("standby: started ahead and hardened; waiting to take over when the serving process ends")
 		timeout = 0
 	}
 	msgs, err := supervise.Receive(sock, timeout)
+	if standby && os.Getenv(supervise.EnvTakeovers) == "" {
+		// No go (which carries the start environment): the socket
+		// closed, the supervisor died. The serving process serves on,
+		// and the next supervisor starts a standby of its own.
+		return nil, nil, errors.New("standby: the supervisor died before this process was needed")
+	}
 	if err != nil {
 		log.Warn("the last serving process's connections did not arrive; the kernel device reconnects instead", "err", err)
-		return sock, nil
+		return sock, nil, nil
 	}
-	if os.Getenv(supervise.EnvStandby) != "" {
+	if standby {
 		log.Warn("standby: taking over")
 	}
-	return sock, msgs
+	return sock, msgs, nil
 }
 
 // adoptConnections serves the connections handed over, without a

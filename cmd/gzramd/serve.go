@@ -319,7 +319,10 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 		return err
 	}
 	defer st.Close()
-	handover, handed := receiveHandover(log)
+	handover, handed, err := receiveHandover(log)
+	if err != nil {
+		return err
+	}
 	orphans, err := takeFromOrphan(st, log)
 	if err != nil {
 		return err
