@@ -122,6 +122,12 @@ func (d *daemon) reattach(ctx context.Context, opts nbd.KernelOptions) (bool, er
 func (d *daemon) takeOver(ctx context.Context, kd *nbd.KernelDevice, msg string, start time.Time) error {
 	d.kernel.Store(kd)
 	swap := d.host.IsSwap(kd.Path)
+	if !swap && swapctl.InUse(kd.Path) {
+		// Held open exclusively, as swap is, though /proc/swaps names
+		// it some other way: it holds pages; nothing here may write it.
+		d.log.Warn("the kernel device taken over is in use though /proc/swaps does not name it; treating it as the swap it was", "device", kd.Path)
+		swap = true
+	}
 	args := []any{"device", kd.Path, "connections", kd.Connections(), "swap", swap}
 	if !start.IsZero() {
 		args = append(args, "took", time.Since(start).Round(time.Millisecond))
@@ -269,7 +275,9 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 			d.log.Info("turning swap off before stopping; the kernel reads the swapped pages back", "device", s.Path, "used_bytes", s.Used)
 			_ = d.notify.notify("STATUS=swapoff " + s.Path)
 			sctx, cancel := context.WithTimeout(ctx, swapoffTimeout)
-			err := swapctl.Disable(sctx, s.Path)
+			// Our path, not the list's: the list's may be another
+			// mount namespace's (swapctl.SameFile).
+			err := swapctl.Disable(sctx, own)
 			cancel()
 			if err == nil {
 				d.swapOn = false

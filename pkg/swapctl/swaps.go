@@ -6,12 +6,15 @@ package swapctl
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Area is one active swap area: a line of /proc/swaps.
@@ -116,14 +119,45 @@ func (h Host) Ours(own string, tracker *Tracker) ([]Area, error) {
 	return ours, nil
 }
 
-// SameFile reports whether a and b name the same file.
+// SameFile reports whether a and b name the same file. A path the kernel
+// lists for a swap area is resolved in the mount namespace of whoever
+// turned it on: once that namespace is gone (a systemd unit's, after the
+// process that ran swapon and everything else in it ended), /proc/swaps
+// shows only the device's name under the root ("/nbd0" for /dev/nbd0),
+// which then matches by name.
 func SameFile(a, b string) bool {
 	if a == b {
 		return true
 	}
 	fa, err1 := os.Stat(a)
 	fb, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+	if err1 == nil && err2 == nil {
+		return os.SameFile(fa, fb)
+	}
+	return detachedName(a, b) || detachedName(b, a)
+}
+
+// detachedName reports whether listed is a swap path whose mount is gone
+// ("/nbd0", not found) naming the device dev ("/dev/nbd0").
+func detachedName(listed, dev string) bool {
+	if filepath.Dir(listed) != "/" || !strings.HasPrefix(dev, "/dev/") {
+		return false
+	}
+	if _, err := os.Stat(listed); !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	return filepath.Base(listed) == filepath.Base(dev)
+}
+
+// InUse reports whether block device dev is held open exclusively (as
+// active swap is, and a mounted file system), whatever /proc/swaps says.
+func InUse(dev string) bool {
+	fd, err := unix.Open(dev, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errors.Is(err, unix.EBUSY)
+	}
+	unix.Close(fd)
+	return false
 }
 
 // IsSwap reports whether dev is listed as active swap (true when that

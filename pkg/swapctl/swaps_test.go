@@ -105,3 +105,22 @@ func TestIsSwap(t *testing.T) {
 		t.Error("an unreadable swap list counts as not swap")
 	}
 }
+
+// TestSameFileDetachedName: /proc/swaps lists "/nbd0" once the mount
+// namespace that turned swap on is gone; it is /dev/nbd0 still.
+func TestSameFileDetachedName(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"/nbd0", "/dev/nbd0", true},
+		{"/dev/nbd0", "/nbd0", true},
+		{"/nbd1", "/dev/nbd0", false},
+		{"/nbd0", "/tmp/nbd0", false},
+		{"/x/nbd0", "/dev/nbd0", false},
+	} {
+		if got := SameFile(c.a, c.b); got != c.want {
+			t.Errorf("SameFile(%q, %q) = %v, want %v", c.a, c.b, got, c.want)
+		}
+	}
+}

@@ -75,7 +75,9 @@ evidence() {
 prop() { systemctl show -P "$1" "$UNIT"; }
 # nbd_swap: the NBD device that is active swap, if any (the guest has no
 # other swap).
-nbd_swap() { awk 'NR > 1 && $1 ~ "^/dev/nbd" { print $1; exit }' /proc/swaps; }
+# /proc/swaps names it as seen from the mount namespace that turned it on:
+# once that (a unit's) is gone, "/nbd0" stands for /dev/nbd0.
+nbd_swap() { awk 'NR > 1 && $1 ~ "^(/dev)?/nbd[0-9]+$" { sub("^(/dev)?/", "/dev/", $1); print $1; exit }' /proc/swaps; }
 vmstat_get() { awk -v k="$1" '$1 == k { print $2 }' /proc/vmstat; }
 # now_us: CLOCK_MONOTONIC in µs, the clock of systemd's *Monotonic
 # timestamps (/proc/uptime counts suspend too; this guest never suspends).
