@@ -2,7 +2,7 @@
 # End-to-end test: Debian's kernel in QEMU swaps through an NBD server and a
 # memory hog verifies every word it wrote, twice.
 #
-# Scenarios (E2E_SCENARIOS, space-separated, default "host-1 host-2 guest"):
+# Scenarios (E2E_SCENARIOS, space-separated, default "host-1 host-2 guest survive-fast"):
 #   host-1  server on the host, guest nbd-client -swap, 1 vCPU, 1 connection
 #   host-2  the same with 2 vCPUs and nbd-client -C 2
 #   guest   gzramd inside the guest: `gzramd serve --swap --device /dev/nbd0`
@@ -59,7 +59,7 @@ if [ -n "${E2E_BUNDLE:-}" ]; then
 	[[ " $SCENARIOS " != *" guest "* ]] ||
 		die "the guest scenario cannot run from a bundle (E2E_SCENARIOS=\"host-1 host-2\")"
 else
-	SCENARIOS=${E2E_SCENARIOS:-host-1 host-2 guest}
+	SCENARIOS=${E2E_SCENARIOS:-host-1 host-2 guest survive-fast}
 fi
 GUEST_MEM=${E2E_GUEST_MEM:-128M}
 HOG_MIB=${E2E_HOG_MIB:-200}
