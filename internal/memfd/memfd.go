@@ -180,3 +180,29 @@ func Populate(mem []byte) {
 		atomic.AddUint32((*uint32)(unsafe.Pointer(&mem[off])), 0)
 	}
 }
+
+// CreateAll creates one file for each suffix, named prefix-suffix, or
+// none (an error closes those made).
+func CreateAll(prefix string, suffixes ...string) ([]*File, error) {
+	files := make([]*File, 0, len(suffixes))
+	for _, s := range suffixes {
+		f, err := Create(prefix + "-" + s)
+		if err != nil {
+			CloseAll(files...)
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// CloseAll closes every file that is not nil.
+func CloseAll(files ...*File) error {
+	var errs []error
+	for _, f := range files {
+		if f != nil {
+			errs = append(errs, f.Close())
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -24,29 +24,15 @@ type Files struct {
 
 // NewFiles makes empty files for a device; name prefixes theirs.
 func NewFiles(name string) (Files, error) {
-	table, err := memfd.Create(name + "-table")
+	fs, err := memfd.CreateAll(name, "table", "staging")
 	if err != nil {
 		return Files{}, err
 	}
-	staging, err := memfd.Create(name + "-staging")
-	if err != nil {
-		table.Close()
-		return Files{}, err
-	}
-	return Files{Table: table, Staging: staging}, nil
+	return Files{Table: fs[0], Staging: fs[1]}, nil
 }
 
 // Close closes both files.
-func (f Files) Close() error {
-	var errs []error
-	if f.Table != nil {
-		errs = append(errs, f.Table.Close())
-	}
-	if f.Staging != nil {
-		errs = append(errs, f.Staging.Close())
-	}
-	return errors.Join(errs...)
-}
+func (f Files) Close() error { return memfd.CloseAll(f.Table, f.Staging) }
 
 // mapFiles maps the table and the staging area, making the files when the
 // caller gave none; fresh says the table must be empty.

@@ -26,29 +26,15 @@ type Files struct {
 
 // NewFiles makes empty files for a store; name prefixes theirs.
 func NewFiles(name string) (Files, error) {
-	arenas, err := memfd.Create(name + "-arenas")
+	fs, err := memfd.CreateAll(name, "arenas", "slabs")
 	if err != nil {
 		return Files{}, err
 	}
-	slabs, err := memfd.Create(name + "-slabs")
-	if err != nil {
-		arenas.Close()
-		return Files{}, err
-	}
-	return Files{Arenas: arenas, Slabs: slabs}, nil
+	return Files{Arenas: fs[0], Slabs: fs[1]}, nil
 }
 
 // Close closes both files.
-func (f Files) Close() error {
-	var errs []error
-	if f.Arenas != nil {
-		errs = append(errs, f.Arenas.Close())
-	}
-	if f.Slabs != nil {
-		errs = append(errs, f.Slabs.Close())
-	}
-	return errors.Join(errs...)
-}
+func (f Files) Close() error { return memfd.CloseAll(f.Arenas, f.Slabs) }
 
 // The slab file starts with a header where record 0 would be (slab 0 is
 // never used): what a later process must agree on to read the rest.
