@@ -16,6 +16,7 @@ import (
 
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/supervise"
+	"github.com/gzramd/gzramd/pkg/swapctl"
 )
 
 // Where systemd keeps the state, a supervisor that dies is started again
@@ -59,7 +60,10 @@ func takeFromOrphan(st *pipeline.State, log *slog.Logger) ([]supervise.Message, 
 		return nil, nil // no orphan
 	}
 	defer c.Close()
-	pid := peerCred(c)
+	pid := 0
+	if cred := swapctl.PeerCred(c); cred != nil {
+		pid = int(cred.Pid)
+	}
 	log.Warn("a serving process of an earlier supervisor serves on; asking it to hand over", "pid", pid)
 	f, err := c.File()
 	if err != nil {
@@ -108,7 +112,11 @@ func (d *daemon) listenForSuccessor(st *pipeline.State) {
 			if err != nil {
 				return
 			}
-			if uid := peerUID(c); uid != os.Geteuid() {
+			uid := -1
+			if cred := swapctl.PeerCred(c); cred != nil {
+				uid = int(cred.Uid)
+			}
+			if uid != os.Geteuid() {
 				d.log.Warn("refusing a handover request from another user", "uid", uid)
 				c.Close()
 				continue
@@ -156,30 +164,4 @@ func exited(pid int) bool {
 	}
 	state := b[i+2]
 	return state == 'Z' || state == 'X'
-}
-
-func peerCred(c *net.UnixConn) int {
-	if u := ucred(c); u != nil {
-		return int(u.Pid)
-	}
-	return 0
-}
-
-func peerUID(c *net.UnixConn) int {
-	if u := ucred(c); u != nil {
-		return int(u.Uid)
-	}
-	return -1
-}
-
-func ucred(c *net.UnixConn) *unix.Ucred {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	var u *unix.Ucred
-	_ = raw.Control(func(fd uintptr) {
-		u, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	return u
 }

@@ -128,19 +128,26 @@ func (t *Tracker) Count() int {
 }
 
 func peerPID(nc net.Conn) int {
+	if cred := PeerCred(nc); cred != nil {
+		return int(cred.Pid)
+	}
+	return 0
+}
+
+// PeerCred returns the credentials of a Unix socket's peer, as of its
+// connect (SO_PEERCRED); nil for other connections.
+func PeerCred(nc net.Conn) *unix.Ucred {
 	uc, ok := nc.(*net.UnixConn)
 	if !ok {
-		return 0
+		return nil
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return 0
+		return nil
 	}
-	pid := 0
+	var cred *unix.Ucred
 	_ = raw.Control(func(fd uintptr) {
-		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
-			pid = int(cred.Pid)
-		}
+		cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	})
-	return pid
+	return cred
 }
