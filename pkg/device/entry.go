@@ -26,8 +26,8 @@ const (
 	// stateFill: filled with one 8-byte word other than zero, kept in an
 	// object of fillLength bytes.
 	stateFill = 5
-	// stateLost: Recover found the entry naming an object the store does
-	// not hold; reads fail with EIO until the page is written again.
+	// stateLost: a staged page Recover could not store; reads fail with
+	// EIO until the page is written again.
 	stateLost = 6
 
 	stateShift  = 61

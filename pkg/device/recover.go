@@ -9,14 +9,17 @@ import (
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
+// ErrCorrupt: the files taken over hold a page table the store does not
+// back; they are left as they were.
+var ErrCorrupt = errors.New("the page table does not match the page store (the state is corrupt); it was left untouched")
+
 // Recovered says what Recover found in the table.
 type Recovered struct {
 	Stored int64 // pages held compressed or raw in the store
 	Same   int64 // same-filled pages
 	Staged int64 // pages left staged, compressed and stored by Recover
-	// Lost pages: entries naming an object the store does not hold, or
-	// nothing a device writes, and staged pages Recover could not store.
-	// Each reads as EIO until written again.
+	// Lost pages: staged pages Recover could not store (the store failed
+	// to take them). Each reads as EIO until written again.
 	Lost int64
 	// FirstLost is the first lost page, for the log; valid when Lost > 0.
 	FirstLost uint32
@@ -30,11 +33,14 @@ type Recovered struct {
 // Every write the dead process acknowledged was in the table or staged, so
 // all of them read back.
 //
-// An entry the store disagrees with is not trusted: its page is marked
-// lost (reads fail with EIO, writes replace it), counted, and the rest of
-// the device goes on; a failed read kills one process, not every process
-// with pages in the device. cfg.Store is ignored: Recover returns the
-// store it rebuilt, which the caller closes after the device.
+// The table and the store must agree on every page: an entry naming a
+// slot outside the arenas, an object tagged for another page or size, a
+// staging page beyond the staging file, or a state no device writes means
+// the files are not what a device of this layout left, and Recover refuses
+// them (ErrCorrupt, naming the first such page and counting them) before
+// anything in them changes, so they can be examined or tried again.
+// cfg.Store is ignored: Recover returns the store it rebuilt, which the
+// caller closes after the device.
 func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Recovered, error) {
 	var rep Recovered
 	if cfg.Files == nil {
@@ -53,26 +59,47 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 		}
 		rep.Lost++
 	}
+	// Only Keep's bookkeeping, which Done alone writes back, changes
+	// until every entry is known good.
+	var bad int
+	var firstBad error
 	for i := range d.table {
 		idx, e := uint32(i), d.table[i]
+		var err error
 		switch e.state() {
 		case stateEmpty:
 		case stateSame:
 			if e != zeroEntry {
-				lose(idx)
+				err = fmt.Errorf("a same-filled entry %#x with stray bits", uint64(e))
 			}
 		case stateStored, stateHuge, stateFill:
-			if !validLength(e) || rc.Keep(e.handle(), idx, e.length()) != nil {
-				lose(idx)
+			if !validLength(e) {
+				err = fmt.Errorf("an object of %d bytes in state %d", e.length(), e.state())
+			} else {
+				err = rc.Keep(e.handle(), idx, e.length())
 			}
 		case stateStaged:
 			if e.stagingPage() >= stagingPages {
-				lose(idx)
+				err = fmt.Errorf("staging page %d of %d", e.stagingPage(), stagingPages)
 			}
-		default: // lost before, or nothing a device writes
-			lose(idx)
+		case stateLost: // lost in an earlier takeover, until written again
+		default:
+			err = fmt.Errorf("state %d, which no device writes", e.state())
 		}
-		d.count(d.table[idx], +1)
+		if err != nil {
+			if bad == 0 {
+				firstBad = fmt.Errorf("page %d: %w", idx, err)
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		d.unmap()
+		return nil, nil, rep, fmt.Errorf("device: %d entries of the page table disagree with the store, the first at %w: %w",
+			bad, firstBad, ErrCorrupt)
+	}
+	for _, e := range d.table {
+		d.count(e, +1)
 	}
 	store, err := rc.Done()
 	if err != nil {

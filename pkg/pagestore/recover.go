@@ -21,14 +21,17 @@ import (
 // counts, free lists) is rebuilt, so a writer killed halfway through any
 // change leaves nothing to misread. Keep checks each object's tag against
 // the owner and size the caller names. Until Done, nothing in the files
-// changes that a later Recover would trust: a Recovery given up with
-// Close can be tried again.
+// changes: a Recovery given up with Close leaves them as they were, to be
+// examined or tried again.
 type Recovery struct {
 	s *Store
 	// kept marks the slots named by Keep: slab id's slots are bits
 	// [first[id], first[id]+slots) of kept.
 	kept  []uint64
 	first []uint32
+	// live and bump count and bound slab id's kept slots; Done writes
+	// them to the slab's record.
+	live, bump []uint16
 }
 
 // Recover maps the store in cfg.Files, written by an earlier store with
@@ -87,11 +90,10 @@ func (rc *Recovery) load() error {
 		if slots > 1<<32-1 {
 			return fmt.Errorf("slab %d: more than 2^32 slots: %w", id, syscall.EUCLEAN)
 		}
-		r.prev, r.next, r.bump, r.live, r.freeHead, r.touched, r.warm = 0, 0, 0, 0, 0, 0, false
-		r.state = slabActive
 	}
 	s.nslabs.Store(id)
 	rc.kept = make([]uint64, (slots+63)/64)
+	rc.live, rc.bump = make([]uint16, id), make([]uint16, id)
 	for k := 0; k <= lastArena; k++ {
 		mem, err := s.mapArena(k)
 		if err != nil {
@@ -127,8 +129,8 @@ func (rc *Recovery) Keep(h Handle, o uint32, size int) error {
 		return fmt.Errorf("pagestore: recovering %#x (owner %d): named twice: %w", h, o, syscall.EUCLEAN)
 	}
 	rc.kept[bit/64] |= 1 << (bit % 64)
-	r.live++
-	r.bump = max(r.bump, uint16(slot+1))
+	rc.live[id]++
+	rc.bump[id] = max(rc.bump[id], uint16(slot+1))
 	return nil
 }
 
@@ -138,6 +140,8 @@ func (rc *Recovery) Done() (*Store, error) {
 	s := rc.s
 	for id := uint32(1); id < s.nslabs.Load(); id++ {
 		r := s.rec(id)
+		r.prev, r.next, r.freeHead, r.touched, r.warm = 0, 0, 0, 0, false
+		r.live, r.bump, r.state = rc.live[id], rc.bump[id], slabActive
 		c, g := &s.classes[r.class], &s.geo[r.class]
 		mem := s.slabMem(r, g)
 		if r.live == 0 {
@@ -181,7 +185,7 @@ func (rc *Recovery) Done() (*Store, error) {
 		}
 	}
 	s.memUsedMax.Store(s.memUsed.Load())
-	rc.kept, rc.first = nil, nil
+	rc.kept, rc.first, rc.live, rc.bump = nil, nil, nil, nil
 	s.start()
 	return s, nil
 }

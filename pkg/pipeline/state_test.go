@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"syscall"
+	"strings"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/memfd"
+	"github.com/gzramd/gzramd/pkg/device"
 )
 
 func newTestState(t *testing.T) *State {
@@ -76,10 +79,11 @@ func TestOpenChecksTheHeader(t *testing.T) {
 	p.Close()
 }
 
-// TestTakeoverMarksUntrustedEntriesLost: an entry naming an object the
-// store does not hold reads as EIO, is counted, and is replaced by the
-// next write; the other pages are untouched.
-func TestTakeoverMarksUntrustedEntriesLost(t *testing.T) {
+// TestTakeoverRefusesACorruptTable: a page table that names slots
+// outside the arenas, objects of another page or size, or states no device
+// writes is refused with ErrCorrupt, and neither the table nor the arenas
+// change; once the table is right again the state is taken over whole.
+func TestTakeoverRefusesACorruptTable(t *testing.T) {
 	st := newTestState(t)
 	cfg := Config{Size: 1 << 20, State: st, Logger: quietLogger()}
 	p, _, err := Open(cfg)
@@ -95,33 +99,72 @@ func TestTakeoverMarksUntrustedEntriesLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Close()
-	// Point page 1's entry at page 2's object: its tag names page 2.
 	table, unmap := mapTable(t, st)
-	table[1] = table[2]
-	unmap()
+	defer unmap()
+	good := table[1]
+	const handleBits = 1<<48 - 1 // the handle: the entry's low 48 bits
+	for _, c := range []struct {
+		name  string
+		entry uint64
+	}{
+		{"a slot outside the arenas", good | handleBits},
+		{"another page's object", table[2]},
+		{"another size", good + 1<<48},
+		{"a state no device writes", good&^(7<<61) | 7<<61},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			table[1] = c.entry
+			tableBefore := append([]uint64(nil), table...)
+			arenasBefore, slabsBefore := fileBytes(t, st.Store.Arenas), fileBytes(t, st.Store.Slabs)
+			p, _, err := Open(cfg)
+			if err == nil {
+				p.Close()
+				t.Fatal("a corrupt table was taken over")
+			}
+			if !errors.Is(err, device.ErrCorrupt) || !strings.Contains(err.Error(), "page 1:") {
+				t.Fatalf("Open: %v, want ErrCorrupt naming page 1", err)
+			}
+			if !slicesEqual(table, tableBefore) || !bytes.Equal(fileBytes(t, st.Store.Arenas), arenasBefore) ||
+				!bytes.Equal(fileBytes(t, st.Store.Slabs), slabsBefore) {
+				t.Fatal("a refused takeover changed the state")
+			}
+		})
+	}
+	table[1] = good
 	p, rec, err := Open(cfg)
+	if err != nil || rec.Stored != 4 {
+		t.Fatalf("Open of the repaired state: %v, %v", rec, err)
+	}
+	defer p.Close()
+	got := make([]byte, len(pages))
+	if err := p.Device.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, pages) {
+		t.Fatalf("reading back after the refusals: %v", err)
+	}
+}
+
+func fileBytes(t *testing.T, f *memfd.File) []byte {
+	t.Helper()
+	size, err := f.Size()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
-	if rec.Lost != 1 || rec.FirstLost != 1 || p.Device.Stats().LostPages != 1 {
-		t.Fatalf("recovered %v, stats %+v", rec, p.Device.Stats())
-	}
-	got := make([]byte, pageBytes)
-	if err := p.Device.ReadAt(ctx, got, pageBytes); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("reading the lost page: %v, want EIO", err)
-	}
-	for _, i := range []int{0, 2, 3} {
-		if err := p.Device.ReadAt(ctx, got, int64(i)*pageBytes); err != nil || !bytes.Equal(got, pages[i*pageBytes:(i+1)*pageBytes]) {
-			t.Fatalf("page %d: %v", i, err)
-		}
-	}
-	if err := p.Device.WriteAt(ctx, pages[:pageBytes], pageBytes, false); err != nil {
+	b := make([]byte, size)
+	if _, err := unix.Pread(f.Fd(), b, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Device.ReadAt(ctx, got, pageBytes); err != nil || p.Device.Stats().LostPages != 0 {
-		t.Fatalf("after rewriting the lost page: %v, %+v", err, p.Device.Stats())
+	return b
+}
+
+func slicesEqual(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
 	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func mapTable(t *testing.T, st *State) ([]uint64, func()) {

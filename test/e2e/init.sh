@@ -17,6 +17,10 @@ mode=client port=10809 export=gzram0 conns=1 hog=200 seed=1 random=8 kconns=1 mi
 # after it took the state over (its gzramd-heaplock thread runs), before it
 # serves again.
 kills=20 maxkills=40 kmin=3 kmax=12 early=5 earlymax=0.2
+# survive: at least `upgrades` planned upgrades (systemctl reload's
+# SIGHUP), before kill 1 and every `upgrade_every` kills after, each once
+# the serving process has served `quiet` seconds (killer.c).
+upgrades=0 upgrade_every=0 quiet=13
 # daemon, survive: 1 runs gzramd in a cgroup with memory.swap.max=0.
 swapmax0=0
 for arg in $(cat /proc/cmdline); do
@@ -130,21 +134,23 @@ if [ "$mode" = survive ]; then
 	step "survive: hog $hog MiB seed $seed; killing the serving process at least $kills times (at most $maxkills), $kmin-$kmax s after each start, every kill number divisible by $early during its takeover (0-$earlymax s after it took the state)"
 	# A static helper (killer.c), locked in memory and real-time: a shell
 	# loop was too slow to catch a takeover.
-	killer "$daemon_pid" "$maxkills" "$kmin" "$kmax" "$early" "$earlymax" /tmp/hog.done /tmp/kills &
+	echo 0 >/tmp/upgrades
+	killer "$daemon_pid" "$maxkills" "$kmin" "$kmax" "$early" "$earlymax" /tmp/hog.done /tmp/kills "$upgrade_every" "$quiet" /tmp/upgrades &
 	killer_pid=$!
 	hog "$hog" "$seed" "$random"
 	hog_rc=$?
 	touch /tmp/hog.done
 	wait "$killer_pid"
-	n=$(cat /tmp/kills)
+	n=$(cat /tmp/kills) u=$(cat /tmp/upgrades)
 	out=$(($(vmstat_get pswpout) - out0)) in=$(($(vmstat_get pswpin) - in0))
 	echo "E2E-SWAP pswpout=$out pswpin=$in"
-	echo "E2E-SURVIVE kills=$n"
+	echo "E2E-SURVIVE kills=$n upgrades=$u"
 	why=
 	bad() { why="${why:+$why; }$*"; }
 	[ "$hog_rc" -eq 0 ] || bad "hog failed (exit $hog_rc)"
 	[ "$out" -gt 0 ] || bad "the hog never swapped out (pswpout=0): the test proved nothing"
 	[ "$n" -ge "$kills" ] || bad "only $n kills while the hog ran, want $kills (shorter intervals: E2E_SURVIVE_MAX_S)"
+	[ "$u" -ge "$upgrades" ] || bad "only $u planned upgrades while the hog ran, want $upgrades"
 	# The metrics of the serving process now (after the last kill it may
 	# still be taking over).
 	i=0
@@ -160,8 +166,8 @@ if [ "$mode" = survive ]; then
 	echo "E2E-SURVIVE takeovers_total=${takeovers:-none} lost_pages=${lost:-none} last_pause_seconds=${pause:-none}"
 	if [ -z "$takeovers" ]; then
 		bad "no gzramd_takeovers_total: no serving process answered /metrics 120 s after the hog ended"
-	elif ! awk -v t="$takeovers" -v n="$n" 'BEGIN { exit !(t + 0 == n + 0) }'; then
-		bad "gzramd_takeovers_total=$takeovers but $n kills"
+	elif ! awk -v t="$takeovers" -v n="$((n + u))" 'BEGIN { exit !(t + 0 == n + 0) }'; then
+		bad "gzramd_takeovers_total=$takeovers but $n kills and $u upgrades"
 	fi
 	[ -n "$lost" ] && awk -v l="$lost" 'BEGIN { exit !(l + 0 == 0) }' || bad "gzramd_lost_pages=${lost:-none}, want 0"
 	# The kernel's log since boot (its first line proves none scrolled

@@ -4,6 +4,7 @@
  * supervisor itself) again and again while the hog runs.
  *
  * Usage: killer SUPERVISOR_PID MAX_KILLS KMIN KMAX EARLY EARLYMAX STOPFILE COUNTFILE
+ *               [UPGRADE_EVERY QUIET UPGRADEFILE]
  * Each serving process is killed KMIN..KMAX seconds (uniformly random, to
  * the millisecond) after it appeared; every EARLY-th kill (0: none) is
  * made during the takeover instead: 0..EARLYMAX seconds after the process
@@ -85,8 +86,8 @@ static int read_line(const char *path, char *buf, size_t n)
 	return 0;
 }
 
-/* child_of returns a child of ppid other than skip, or 0. */
-static int child_of(int ppid, int skip)
+/* child_not returns a child of ppid not among the nskip pids of skip, or 0. */
+static int child_not(int ppid, const int *skip, int nskip)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *e;
@@ -95,8 +96,10 @@ static int child_of(int ppid, int skip)
 	if (!d)
 		return 0;
 	while (!found && (e = readdir(d))) {
-		int pid = atoi(e->d_name);
-		if (pid <= 0 || pid == skip)
+		int pid = atoi(e->d_name), skipped = 0;
+		for (int i = 0; i < nskip; i++)
+			skipped |= pid == skip[i];
+		if (pid <= 0 || skipped)
 			continue;
 		snprintf(path, sizeof path, "/proc/%d/stat", pid);
 		if (read_line(path, buf, sizeof buf) != 0)
@@ -109,6 +112,12 @@ static int child_of(int ppid, int skip)
 	}
 	closedir(d);
 	return found;
+}
+
+/* child_of returns a child of ppid other than skip, or 0. */
+static int child_of(int ppid, int skip)
+{
+	return child_not(ppid, &skip, 1);
 }
 
 /* has_thread reports whether pid has a thread named name. */
@@ -134,12 +143,108 @@ static int has_thread(int pid, const char *name)
 	return found;
 }
 
+/* nbd_lines counts the kernel log's records that mention nbd. */
+static int nbd_lines(void)
+{
+	int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK);
+	char rec[8192];
+	int n = 0;
+	if (fd < 0)
+		return -1;
+	for (;;) {
+		ssize_t got = read(fd, rec, sizeof rec - 1);
+		if (got < 0) {
+			if (errno == EPIPE) /* overwritten while read: go on */
+				continue;
+			break; /* EAGAIN: the end */
+		}
+		rec[got] = 0;
+		char *text = strchr(rec, ';');
+		if (text && strstr(text, "nbd"))
+			n++;
+	}
+	close(fd);
+	return n;
+}
+
+static long vmstat(const char *name)
+{
+	char buf[16384], *p;
+	size_t len = strlen(name);
+	if (read_line("/proc/vmstat", buf, sizeof buf) != 0)
+		return -1;
+	for (p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+		if (strncmp(p, name, len) == 0 && p[len] == ' ')
+			return atol(p + len + 1);
+	return -1;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int alive(int pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", pid);
+	if (read_line(path, buf, sizeof buf) != 0)
+		return 0;
+	char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] != 'Z';
+}
+
+/*
+ * upgrade asks the supervisor to replace the serving process c, whose
+ * start the killer saw at seen; it returns the next serving process, or
+ * 0 when told to stop first.
+ */
+static int upgrade(int n, int c, double seen, int first, double quiet, double kmin, double kmax)
+{
+	if (first) {
+		while (vmstat("pswpout") <= 0)
+			if (sleep_unless_stopped(0.1))
+				return 0;
+		if (sleep_unless_stopped(uniform(kmin, kmax)))
+			return 0;
+	} else if (sleep_unless_stopped(seen + quiet - now())) {
+		return 0;
+	}
+	/* The next serving process is a child started after the signal: the
+	 * standby there now is of the old executable, and is discarded. */
+	int old[8] = {c}, nold = 1;
+	while (nold < 8 && (old[nold] = child_not(supervisor, old, nold)))
+		nold++;
+	int before = nbd_lines();
+	double t0 = now();
+	kill(supervisor, SIGHUP);
+	int next = 0;
+	while (alive(c) || !(next = child_not(supervisor, old, nold))) {
+		if (kill(supervisor, 0) != 0)
+			return 0;
+		if (now() - t0 > 60) {
+			printf("E2E-UPGRADE %d old=%d new=none took=60s (no next serving process)\n", n, c);
+			return 0;
+		}
+		nap(0.005);
+	}
+	double took = now() - t0;
+	nap(1);
+	printf("E2E-UPGRADE %d old=%d new=%d took=%.3fs kernel_nbd_lines=%d\n", n, c, next, took, nbd_lines() - before);
+	return next;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 9) {
-		fprintf(stderr, "usage: killer SUPERVISOR_PID MAX_KILLS KMIN KMAX EARLY EARLYMAX STOPFILE COUNTFILE\n");
+	if (argc != 9 && argc != 12) {
+		fprintf(stderr, "usage: killer SUPERVISOR_PID MAX_KILLS KMIN KMAX EARLY EARLYMAX STOPFILE COUNTFILE [UPGRADE_EVERY QUIET UPGRADEFILE]\n");
 		return 2;
 	}
+	int upgrade_every = argc == 12 ? atoi(argv[9]) : 0, upgrades = 0;
+	double quiet = argc == 12 ? atof(argv[10]) : 0;
+	const char *upgradefile = argc == 12 ? argv[11] : NULL;
 	supervisor = atoi(argv[1]);
 	int max = atoi(argv[2]), early = atoi(argv[5]);
 	double kmin = atof(argv[3]), kmax = atof(argv[4]), earlymax = atof(argv[6]);
@@ -158,6 +263,17 @@ int main(int argc, char **argv)
 			if (stopped())
 				return 0;
 			nap(0.005);
+		}
+		double seen = now();
+		if (upgrade_every > 0 && n % upgrade_every == 0 && upgrades == n / upgrade_every) {
+			if (!(c = upgrade(upgrades + 1, c, seen, upgrades == 0, quiet, kmin, kmax)))
+				return 0;
+			upgrades++;
+			FILE *f = fopen(upgradefile, "w");
+			if (f) {
+				fprintf(f, "%d\n", upgrades);
+				fclose(f);
+			}
 		}
 		int is_early = early > 0 && (n + 1) % early == 0;
 		const char *what = "serving";

@@ -260,17 +260,19 @@ run_guest() {
 # fails its I/O as soon as its server dies (--kernel-dead-timeout=-1s):
 # it passes only when the guest fails for that reason.
 run_survive() {
-	local name=$1 kills maxk kmin kmax every earlymax hog limit args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}
+	local name=$1 kills maxk kmin kmax every earlymax hog limit args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu} upgrades=0 uevery=0
 	case "$name" in
 	survive)
 		kills=${E2E_SURVIVE_KILLS:-20} kmin=${E2E_SURVIVE_MIN_S:-2} kmax=${E2E_SURVIVE_MAX_S:-6}
 		every=${E2E_SURVIVE_EARLY_EVERY:-5} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-1500}
+		upgrades=${E2E_SURVIVE_UPGRADES:-2} uevery=10
 		;;
 	survive-fast)
 		kills=${E2E_SURVIVE_KILLS:-3} kmin=${E2E_SURVIVE_MIN_S:-3} kmax=${E2E_SURVIVE_MAX_S:-8}
 		every=${E2E_SURVIVE_EARLY_EVERY:-2} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-900}
+		upgrades=${E2E_SURVIVE_UPGRADES:-1} uevery=1000
 		;;
 	survive-control)
 		kills=${E2E_SURVIVE_KILLS:-1} kmin=${E2E_SURVIVE_MIN_S:-5} kmax=${E2E_SURVIVE_MAX_S:-10}
@@ -291,8 +293,8 @@ run_survive() {
 	CONSOLE=$WORK/$name.console
 	GUEST_INITRD=$WORK/$name.cpio.gz
 	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
-	qemu_cmd "${E2E_SURVIVE_MEM:-384M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_SURVIVE_MIN_FREE_KB:-65536} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1}${root}"
-	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap inside the guest, killed $kills-$maxk times, $kmin-$kmax s apart, every ${every}th during a takeover; daemon args ${args//,/ })"
+	qemu_cmd "${E2E_SURVIVE_MEM:-384M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_SURVIVE_MIN_FREE_KB:-65536} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1} e2e.upgrades=$upgrades e2e.upgrade_every=$uevery${root}"
+	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap inside the guest, killed $kills-$maxk times, $kmin-$kmax s apart, every ${every}th during a takeover; $upgrades+ planned upgrades; daemon args ${args//,/ })"
 	# A takeover that does not end is the failure to explain: once the
 	# last kill is E2E_SURVIVE_STALL_S (120) old with no serving process
 	# serving since, the kernel is asked for its blocked tasks and memory
@@ -322,7 +324,7 @@ run_survive() {
 		cat "$CONSOLE.host" >&2
 		[ "${E2E_SURVIVE_STALL_END:-1}" = 0 ] || GUEST_VERDICT="$(sed 's/^E2E-HOST: //' "$CONSOLE.host") (sysrq w, m in the console)"
 	fi
-	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-SURVIVE|E2E-DMESG)' "$CONSOLE" | tr -d '\r' >&2
+	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-UPGRADE|E2E-SURVIVE|E2E-DMESG)' "$CONSOLE" | tr -d '\r' >&2
 	if [ "$name" = survive-control ]; then
 		# The device must have failed I/O when its server died: the guest
 		# fails on the kernel's I/O errors or a hog that lost data (or the
@@ -341,7 +343,7 @@ run_survive() {
 		passed+=("$name(expected-fail):${GUEST_WALL}s")
 		return
 	fi
-	python3 "$E2E_DIR/survive.py" "$CONSOLE" "$kills" "$every" >&2 || ok=1
+	python3 "$E2E_DIR/survive.py" "$CONSOLE" "$kills" "$every" "$upgrades" >&2 || ok=1
 	[ "$ok" -eq 0 ] || {
 		[ "${E2E_KEEP:-0}" = 1 ] || cp "$CONSOLE" "$E2E_CACHE/$name.console.failed" 2>/dev/null || true
 		die "$name: $GUEST_VERDICT (console kept in $E2E_CACHE/$name.console.failed)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the console of a `survive` guest (test/e2e/README.md) from the host.
 
-Usage: survive.py CONSOLE MIN_KILLS EARLY_EVERY
+Usage: survive.py CONSOLE MIN_KILLS EARLY_EVERY [MIN_UPGRADES]
 
 The guest judged the hog, the kernel's log and the metrics; this reads what
 only the console shows: gzramd's own log lines, interleaved with the
@@ -14,7 +14,11 @@ killer's (E2E-KILL) and the hog's. It checks that
     X logged neither "gzramd ready" nor "serving again after the takeover"
     (required when EARLY_EVERY > 0 and MIN_KILLS >= EARLY_EVERY);
   - kills fell in the hog's write phase and in its verify phase (before and
-    after "hog: wrote M of M MiB"; required when MIN_KILLS >= 2).
+    after "hog: wrote M of M MiB"; required when MIN_KILLS >= 2);
+  - at least MIN_UPGRADES planned upgrades (E2E-UPGRADE lines), each taken
+    over as an upgrade ("which handed it over") and with no kernel nbd log
+    line between the signal and 1 s after the next process took over: the
+    kernel saw no disconnect.
 It prints one E2E-SURVIVE-SUMMARY line (kills, takeovers, pauses) and exits
 1 naming every check that failed.
 """
@@ -33,6 +37,7 @@ def seconds(go_duration):
 
 def main():
     console, min_kills, early = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    min_upgrades = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     with open(console, 'rb') as f:
         lines = f.read().decode('utf-8', 'replace').replace('\r', '').split('\n')
 
@@ -41,6 +46,8 @@ def main():
     current = None
     phase = 'before-hog'
     took_over = 0
+    upgrades = []  # (n, took seconds, kernel nbd lines)
+    handed = 0
     pauses = []
     guest_kills = None
     started = 0
@@ -53,6 +60,11 @@ def main():
             continue
         if 'msg="took the device over from a serving process that died"' in line:
             took_over += 1
+        if 'which handed it over (an upgrade)' in line:
+            handed += 1
+        m = re.match(r'E2E-UPGRADE (\d+) .*took=(\S+)s(?: kernel_nbd_lines=(-?\d+))?', line)
+        if m:
+            upgrades.append((int(m.group(1)), float(m.group(2)), None if m.group(3) is None else int(m.group(3))))
         if 'msg="gzramd ready"' in line and current:
             served[current] = True
         if 'msg="serving again after the takeover"' in line:
@@ -94,13 +106,21 @@ def main():
     if min_kills >= 2 and (phases['write'] == 0 or phases['verify'] == 0):
         bad.append(f'kills by the hog\'s phase: {phases}; want some in each')
 
+    if len(upgrades) < min_upgrades:
+        bad.append(f'{len(upgrades)} planned upgrades, want at least {min_upgrades}')
+    if handed != len(upgrades):
+        bad.append(f'{handed} "handed it over (an upgrade)" lines for {len(upgrades)} upgrades')
+    noisy = [u for u in upgrades if u[2] != 0]
+    if noisy:
+        bad.append(f'upgrades the kernel noticed (nbd log lines, or no next process): {noisy}')
     pause = 'none'
     if pauses:
         pause = (f'{len(pauses)} served again, pause min {min(pauses):.1f} s, median '
                  f'{statistics.median(pauses):.1f} s, max {max(pauses):.1f} s')
     print(f'E2E-SURVIVE-SUMMARY kills={n} (write {phases["write"]}, verify {phases["verify"]}, '
           f'in takeover {len(in_takeover)}: {[k[0] for k in in_takeover]}) '
-          f'serving processes started={started} took-over lines={took_over}; {pause}')
+          f'serving processes started={started} took-over lines={took_over}; {pause}; '
+          f'upgrades={len(upgrades)} took {[u[1] for u in upgrades]} s')
     for b in bad:
         print(f'survive check FAILED: {b}')
     return 1 if bad else 0
