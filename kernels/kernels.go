@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// LZ4 is the PTX of lz4.cu: gz_lz4_compress, gz_lz4_decompress and gz_spin.
+// LZ4 is the PTX of lz4.cu: gz_lz4_compress and gz_lz4_decompress.
 //
 //go:embed lz4.ptx
 var LZ4 []byte

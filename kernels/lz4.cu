@@ -478,14 +478,3 @@ gz_lz4_decompress(const uint8_t *__restrict__ in, const unsigned int *__restrict
 #pragma unroll
 	for (int i = 0; i < PAGE_SIZE / 16 / 32; i++) dst[lane + 32 * i] = sout4[w][lane + 32 * i];
 }
-
-// gz_spin keeps the stream busy for ns nanoseconds. The backend's fault
-// injection launches it to simulate a hung kernel, so that the watchdog and
-// the quarantine of a slot still owned by the device are tested for real.
-extern "C" __global__ void gz_spin(unsigned long long ns) {
-	unsigned long long start, now;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-	do {
-		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-	} while (now - start < ns);
-}

@@ -169,7 +169,12 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, log *slog.Logger) (_ *daemo
 	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings),
 		metrics.NewTakeover(func() metrics.Takeovers {
 			return metrics.Takeovers{Count: d.takeovers, LastPause: time.Duration(d.pause.Load())}
-		})}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gzramd_nbd_payload_buffers_allocated_total",
+			Help: "NBD payload buffers allocated: the reserve made at start, then any request that needed more (an allocation on the request path).",
+		}, func() float64 { return float64(d.srv.PayloadBuffersAllocated()) }),
+	}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
 	}

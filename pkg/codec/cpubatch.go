@@ -1,3 +1,6 @@
+// Compressing a batch on CPU cores: the CPU backend, and the fallback for
+// every batch an accelerator does not finish.
+
 package codec
 
 import (

@@ -1,3 +1,6 @@
+// The LZ4 codec: pages to standard LZ4 blocks and back, in C (lz4page.c,
+// lz4dec.c) called through cgo.
+
 package codec
 
 /*

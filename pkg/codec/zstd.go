@@ -1,3 +1,5 @@
+// The zstd codec: pages to standard zstd frames and back, with libzstd.
+
 package codec
 
 import "github.com/DataDog/zstd"

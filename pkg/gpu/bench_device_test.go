@@ -174,7 +174,7 @@ func cpuPerCall(runs int, f func()) time.Duration {
 func e2e(t *testing.T, pages []byte, slots, batch, workers int, fallback, decompress bool) (float64, int64) {
 	c := testConfig(t)
 	c.Slots, c.MaxBatchPages = slots, batch
-	g, err := Open(c)
+	g, err := open(c, testPTX(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,27 +133,13 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, ds
 	if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {
 		return 0, err
 	}
-	if err := g.fault(FaultUpload); err != nil {
-		return 0, err
-	}
 	if err := dr.htod(s.dPages, pages, s.stream); err != nil {
-		return 0, err
-	}
-	if g.cfg.Faults != nil && g.cfg.Faults.Fault(FaultHang) != nil {
-		if err := dr.launchSpin(g.fSpin, s.stream, uint64(g.cfg.HangFor)); err != nil {
-			return 0, err
-		}
-	}
-	if err := g.fault(FaultKernel); err != nil {
 		return 0, err
 	}
 	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+m))
 	grid := (n + compressWarps - 1) / compressWarps
 	if err := dr.launchCompress(g.fComp, grid, 32*compressWarps, s.stream, s.dPages, n,
 		s.dScratch, s.dPacked, s.dMeta, offs, lens); err != nil {
-		return 0, err
-	}
-	if err := g.fault(FaultDownload); err != nil {
 		return 0, err
 	}
 	// The header and offsets, then the lengths: one copy each.

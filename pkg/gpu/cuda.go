@@ -19,7 +19,6 @@ typedef void *CUcontext;
 typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
-typedef void *CUevent;
 typedef unsigned long long CUdeviceptr;
 
 enum {
@@ -32,7 +31,6 @@ enum {
 	GZ_CU_MEMHOSTREGISTER_PORTABLE = 1,
 	GZ_CU_CTX_SCHED_BLOCKING_SYNC = 4,
 	GZ_CU_STREAM_NON_BLOCKING = 1,
-	GZ_CU_EVENT_DEFAULT = 0,
 };
 
 typedef struct {
@@ -65,11 +63,6 @@ typedef struct {
 	CUresult (*streamQuery)(CUstream);
 	CUresult (*launchKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
 		unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
-	CUresult (*eventCreate)(CUevent *, unsigned int);
-	CUresult (*eventDestroy)(CUevent);
-	CUresult (*eventRecord)(CUevent, CUstream);
-	CUresult (*eventSynchronize)(CUevent);
-	CUresult (*eventElapsedTime)(float *, CUevent, CUevent);
 	CUresult (*getErrorName)(CUresult, const char **);
 } gz_cuda;
 
@@ -120,11 +113,6 @@ static gz_cuda *gz_cuda_open(char *err, int errlen) {
 	SYM(streamSynchronize, "cuStreamSynchronize")
 	SYM(streamQuery, "cuStreamQuery")
 	SYM(launchKernel, "cuLaunchKernel")
-	SYM(eventCreate, "cuEventCreate")
-	SYM2(eventDestroy, "cuEventDestroy_v2", "cuEventDestroy")
-	SYM(eventRecord, "cuEventRecord")
-	SYM(eventSynchronize, "cuEventSynchronize")
-	SYM2(eventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime")
 	SYM(getErrorName, "cuGetErrorName")
 #undef SYM
 #undef SYM2
@@ -174,12 +162,6 @@ static CUresult gz_stream_create(gz_cuda *d, CUcontext c, CUstream *s) { CTX(d, 
 static CUresult gz_stream_destroy(gz_cuda *d, CUcontext c, CUstream s) { CTX(d, c); return d->streamDestroy(s); }
 static CUresult gz_stream_sync(gz_cuda *d, CUcontext c, CUstream s) { CTX(d, c); return d->streamSynchronize(s); }
 static CUresult gz_stream_query(gz_cuda *d, CUcontext c, CUstream s) { CTX(d, c); return d->streamQuery(s); }
-static CUresult gz_event_create(gz_cuda *d, CUcontext c, CUevent *e) { CTX(d, c); return d->eventCreate(e, GZ_CU_EVENT_DEFAULT); }
-static CUresult gz_event_destroy(gz_cuda *d, CUcontext c, CUevent e) { CTX(d, c); return d->eventDestroy(e); }
-static CUresult gz_event_record(gz_cuda *d, CUcontext c, CUevent e, CUstream s) { CTX(d, c); return d->eventRecord(e, s); }
-static CUresult gz_event_sync(gz_cuda *d, CUcontext c, CUevent e) { CTX(d, c); return d->eventSynchronize(e); }
-static CUresult gz_event_elapsed(gz_cuda *d, CUcontext c, float *ms, CUevent a, CUevent b) { CTX(d, c); return d->eventElapsedTime(ms, a, b); }
-
 static CUresult gz_launch_compress(gz_cuda *d, CUcontext c, CUfunction f, unsigned int grid, unsigned int block, CUstream s,
 		CUdeviceptr in, int n, CUdeviceptr scratch, CUdeviceptr packed, CUdeviceptr packed_size, CUdeviceptr offsets, CUdeviceptr lens) {
 	CTX(d, c);
@@ -194,11 +176,6 @@ static CUresult gz_launch_decompress(gz_cuda *d, CUcontext c, CUfunction f, unsi
 	return d->launchKernel(f, grid, 1, 1, block, 1, 1, 0, s, args, NULL);
 }
 
-static CUresult gz_launch_spin(gz_cuda *d, CUcontext c, CUfunction f, CUstream s, unsigned long long ns) {
-	CTX(d, c);
-	void *args[] = {&ns};
-	return d->launchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
-}
 */
 import "C"
 
@@ -221,6 +198,31 @@ func (e *cudaError) Error() string {
 
 // errNotReady is cuStreamQuery's "still running".
 var errNotReady = errors.New("gpu: stream not ready")
+
+// cuda is what Backend asks of the CUDA driver: driver in production, a
+// wrapper that fails or stalls chosen calls in the GPU tests (go-nvml's
+// mockable driver, without a test hook in Backend or Config).
+type cuda interface {
+	close()
+	loadModule(ptx []byte) (module, error)
+	unloadModule(m module) error
+	function(m module, name string) (function, error)
+	memAlloc(n int) (devicePtr, error)
+	memFree(p devicePtr) error
+	hostAlloc(n int) ([]byte, error)
+	hostFree(b []byte) error
+	hostRegister(b []byte) error
+	hostUnregister(b []byte) error
+	htod(dst devicePtr, src []byte, s stream) error
+	dtoh(dst []byte, src devicePtr, s stream) error
+	memset32(dst devicePtr, v uint32, words int, s stream) error
+	streamCreate() (stream, error)
+	streamDestroy(s stream) error
+	streamSync(s stream) error
+	streamQuery(s stream) error
+	launchCompress(f function, grid, block int, s stream, in devicePtr, n int, scratch, packed, packedSize, offsets, lens devicePtr) error
+	launchDecompress(f function, grid, block int, s stream, in, offsets, lens devicePtr, n int, out, status devicePtr) error
+}
 
 // driver is a loaded libcuda with one device's primary context current on
 // every call.
@@ -314,7 +316,6 @@ type (
 	stream    = C.CUstream
 	function  = C.CUfunction
 	module    = C.CUmodule
-	event     = C.CUevent
 )
 
 func (dr *driver) loadModule(ptx []byte) (module, error) {
@@ -407,30 +408,6 @@ func (dr *driver) streamQuery(s stream) error {
 	return dr.check("cuStreamQuery", C.gz_stream_query(dr.d, dr.ctx, s))
 }
 
-func (dr *driver) eventCreate() (event, error) {
-	var e event
-	return e, dr.check("cuEventCreate", C.gz_event_create(dr.d, dr.ctx, &e))
-}
-
-func (dr *driver) eventDestroy(e event) error {
-	return dr.check("cuEventDestroy", C.gz_event_destroy(dr.d, dr.ctx, e))
-}
-
-func (dr *driver) eventRecord(e event, s stream) error {
-	return dr.check("cuEventRecord", C.gz_event_record(dr.d, dr.ctx, e, s))
-}
-
-func (dr *driver) eventSync(e event) error {
-	return dr.check("cuEventSynchronize", C.gz_event_sync(dr.d, dr.ctx, e))
-}
-
-// elapsed returns the milliseconds between two recorded events.
-func (dr *driver) elapsed(a, b event) (float64, error) {
-	var ms C.float
-	err := dr.check("cuEventElapsedTime", C.gz_event_elapsed(dr.d, dr.ctx, &ms, a, b))
-	return float64(ms), err
-}
-
 func (dr *driver) launchCompress(f function, grid, block int, s stream, in devicePtr, n int,
 	scratch, packed, packedSize, offsets, lens devicePtr) error {
 	return dr.check("cuLaunchKernel(gz_lz4_compress)", C.gz_launch_compress(dr.d, dr.ctx, f, C.uint(grid), C.uint(block), s,
@@ -441,8 +418,4 @@ func (dr *driver) launchDecompress(f function, grid, block int, s stream, in, of
 	out, status devicePtr) error {
 	return dr.check("cuLaunchKernel(gz_lz4_decompress)", C.gz_launch_decompress(dr.d, dr.ctx, f, C.uint(grid), C.uint(block), s,
 		in, offsets, lens, C.int(n), out, status))
-}
-
-func (dr *driver) launchSpin(f function, s stream, ns uint64) error {
-	return dr.check("cuLaunchKernel(gz_spin)", C.gz_launch_spin(dr.d, dr.ctx, f, s, C.ulonglong(ns)))
 }

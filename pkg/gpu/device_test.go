@@ -21,26 +21,40 @@ import (
 	"github.com/gzramd/gzramd/internal/batchtest"
 	sharedcorpus "github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/lz4oracle"
+	"github.com/gzramd/gzramd/kernels"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/route"
 )
 
 func testConfig(t testing.TB) Config {
+	return Config{Logger: quiet}
+}
+
+// testPTX is $GZRAMD_PTX (a kernel variant being measured), or the
+// embedded kernels.
+func testPTX(t testing.TB) []byte {
 	t.Helper()
-	c := Config{Logger: quiet}
-	if p := os.Getenv("GZRAMD_PTX"); p != "" {
-		ptx, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatalf("GZRAMD_PTX: %v", err)
-		}
-		c.PTX = ptx
+	p := os.Getenv("GZRAMD_PTX")
+	if p == "" {
+		return kernels.LZ4
 	}
-	return c
+	ptx, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("GZRAMD_PTX: %v", err)
+	}
+	return ptx
 }
 
 func openGPU(t testing.TB, c Config) *Backend {
 	t.Helper()
-	g, err := Open(c)
+	return openWrapped(t, c, nil)
+}
+
+// openWrapped opens a Backend on the test kernels whose driver calls go
+// through wrap (see wrapFaults).
+func openWrapped(t testing.TB, c Config, wrap func(cuda) cuda) *Backend {
+	t.Helper()
+	g, err := open(c, testPTX(t), wrap)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -350,9 +364,8 @@ func TestGPUFaultInjection(t *testing.T) {
 		t.Run(string(p), func(t *testing.T) {
 			plan := NewFaultPlan(map[FaultPoint][]int{p: {2}})
 			c := testConfig(t)
-			c.Faults = plan
 			c.Slots = 2
-			g := openGPU(t, c)
+			g := openWrapped(t, c, wrapFaults(plan, 0))
 			r := newRouter(t, g, route.Config{MinBackoff: time.Millisecond})
 			b, err := g.NewBatch(300)
 			if err != nil {
@@ -372,9 +385,8 @@ func TestGPUFaultInjection(t *testing.T) {
 		})
 	}
 	t.Run("alloc", func(t *testing.T) {
-		c := testConfig(t)
-		c.Faults = NewFaultPlan(map[FaultPoint][]int{FaultAlloc: {1}})
-		if _, err := Open(c); !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrInjected) {
+		plan := NewFaultPlan(map[FaultPoint][]int{FaultAlloc: {1}})
+		if _, err := open(testConfig(t), testPTX(t), wrapFaults(plan, 0)); !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrInjected) {
 			t.Fatalf("Open with an allocation fault: %v", err)
 		}
 	})
@@ -386,10 +398,8 @@ func TestGPUFaultInjection(t *testing.T) {
 func TestGPUHangQuarantine(t *testing.T) {
 	pages := batchtest.Pages(256, 13)
 	c := testConfig(t)
-	c.Faults = NewFaultPlan(map[FaultPoint][]int{FaultHang: {1}})
-	c.HangFor = 400 * time.Millisecond
 	c.Slots = 2
-	g := openGPU(t, c)
+	g := openWrapped(t, c, wrapFaults(NewFaultPlan(map[FaultPoint][]int{FaultHang: {1}}), 400*time.Millisecond))
 	r := newRouter(t, g, route.Config{Watchdog: 50 * time.Millisecond, MinBackoff: time.Millisecond})
 	b, _ := g.NewBatch(256)
 	copy(b.Pages, pages)
@@ -497,7 +507,7 @@ func TestGPUOversizeBatch(t *testing.T) {
 func TestGPUCloseReleasesWaiters(t *testing.T) {
 	c := testConfig(t)
 	c.Slots = 1
-	g, err := Open(c)
+	g, err := open(c, testPTX(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

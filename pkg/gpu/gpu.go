@@ -40,8 +40,7 @@ var errClosed = errors.New("gpu: backend closed")
 // Launch geometry of the kernels in kernels/lz4.cu (C_WARPS, D_WARPS):
 // one warp per page.
 const (
-	compressWarps   = 4
-	decompressWarps = 4
+	compressWarps = 4
 )
 
 // Config selects and sizes the GPU backend.
@@ -54,13 +53,6 @@ type Config struct {
 	Slots int
 	// MaxBatchPages is the largest batch a slot holds (default 1024).
 	MaxBatchPages int
-	// PTX overrides the embedded kernels (tests).
-	PTX []byte
-	// Faults, if set, makes the backend fail at chosen points (tests).
-	Faults FaultInjector
-	// HangFor is how long an injected FaultHang keeps the stream busy
-	// (default 2s).
-	HangFor time.Duration
 	// Logger receives setup and quarantine messages (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -71,12 +63,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatchPages == 0 {
 		c.MaxBatchPages = 1024
-	}
-	if c.PTX == nil {
-		c.PTX = kernels.LZ4
-	}
-	if c.HangFor == 0 {
-		c.HangFor = 2 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -118,14 +104,12 @@ func metaWords(maxPages int) int { return metaHeaderWords + 3*maxPages }
 // Backend is the CUDA batch compressor. It implements codec.BatchCompressor
 // and codec.BatchAllocator and is safe for concurrent use.
 type Backend struct {
-	dr     *driver
+	dr     cuda
 	info   DeviceInfo
 	cfg    Config
 	log    *slog.Logger
 	mod    module
 	fComp  function
-	fDec   function
-	fSpin  function
 	slots  []*slot
 	free   chan *slot
 	closed atomic.Bool
@@ -138,6 +122,13 @@ type Backend struct {
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates
 // every buffer. Every error wraps ErrUnavailable.
 func Open(cfg Config) (*Backend, error) {
+	return open(cfg, kernels.LZ4, nil)
+}
+
+// open is Open with the kernels given as PTX, and the driver wrapped by
+// wrap when it is not nil (the GPU tests: kernel variants, injected
+// faults).
+func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -146,8 +137,12 @@ func Open(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Backend{dr: dr, info: info, cfg: cfg, log: cfg.Logger, free: make(chan *slot, cfg.Slots), done: make(chan struct{})}
-	if err := g.setup(); err != nil {
+	var api cuda = dr
+	if wrap != nil {
+		api = wrap(dr)
+	}
+	g := &Backend{dr: api, info: info, cfg: cfg, log: cfg.Logger, free: make(chan *slot, cfg.Slots), done: make(chan struct{})}
+	if err := g.setup(ptx); err != nil {
 		g.teardown()
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, info.Name, err)
 	}
@@ -156,21 +151,12 @@ func Open(cfg Config) (*Backend, error) {
 	return g, nil
 }
 
-func (g *Backend) setup() error {
+func (g *Backend) setup(ptx []byte) error {
 	var err error
-	if g.mod, err = g.dr.loadModule(g.cfg.PTX); err != nil {
+	if g.mod, err = g.dr.loadModule(ptx); err != nil {
 		return err
 	}
 	if g.fComp, err = g.dr.function(g.mod, "gz_lz4_compress"); err != nil {
-		return err
-	}
-	if g.fDec, err = g.dr.function(g.mod, "gz_lz4_decompress"); err != nil {
-		return err
-	}
-	if g.fSpin, err = g.dr.function(g.mod, "gz_spin"); err != nil {
-		return err
-	}
-	if err := g.fault(FaultAlloc); err != nil {
 		return err
 	}
 	n := g.cfg.MaxBatchPages
@@ -263,15 +249,5 @@ func (*Backend) Name() string { return "gpu" }
 // Info describes the device.
 func (g *Backend) Info() DeviceInfo { return g.info }
 
-// MaxBatchPages is the largest batch CompressBatch and DecompressBatch take.
+// MaxBatchPages is the largest batch CompressBatch takes.
 func (g *Backend) MaxBatchPages() int { return g.cfg.MaxBatchPages }
-
-func (g *Backend) fault(p FaultPoint) error {
-	if g.cfg.Faults == nil {
-		return nil
-	}
-	if err := g.cfg.Faults.Fault(p); err != nil {
-		return fmt.Errorf("gpu: injected fault at %s: %w", p, err)
-	}
-	return nil
-}

@@ -73,9 +73,6 @@ func (g *Backend) release(s *slot) {
 // case the synchronization goes on in the background (s.pending) and the
 // slot must be released, which quarantines it.
 func (g *Backend) wait(ctx context.Context, s *slot) error {
-	if err := g.fault(FaultSync); err != nil {
-		return err
-	}
 	if ctx.Done() == nil {
 		return g.dr.streamSync(s.stream)
 	}

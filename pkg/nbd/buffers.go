@@ -149,7 +149,7 @@ func (c *conn) releaseCache() {
 type bufferPool struct {
 	kept  [numClasses]*freelist.List[*[]byte]
 	large [numClasses]sync.Pool
-	made  atomic.Int64 // buffers allocated, for tests
+	made  atomic.Int64 // buffers allocated: Server.PayloadBuffersAllocated
 }
 
 const (

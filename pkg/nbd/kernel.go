@@ -1,3 +1,6 @@
+// Attaching the export to the kernel's NBD client (/dev/nbdN): options,
+// timeouts, and the choice between netlink and the ioctl fallback.
+
 package nbd
 
 import (

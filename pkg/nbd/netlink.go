@@ -1,3 +1,6 @@
+// The kernel NBD driver's generic-netlink family: the messages that
+// connect, reconfigure, query and disconnect a device.
+
 package nbd
 
 import (

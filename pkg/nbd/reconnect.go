@@ -1,3 +1,6 @@
+// Keeping a kernel device across a server's death: finding the device a
+// dead server left, and handing it the next server's sockets.
+
 package nbd
 
 import (

@@ -324,3 +324,9 @@ func (s *Server) drain(ctx context.Context) error {
 	<-done
 	return ctx.Err()
 }
+
+// PayloadBuffersAllocated counts the payload buffers the server has
+// allocated since it started: the reserve made at start, then any a
+// request needed beyond it (a request path that allocates, which a swap
+// device should not: see Options.ReserveBuffers).
+func (s *Server) PayloadBuffersAllocated() int64 { return s.bufs.made.Load() }
