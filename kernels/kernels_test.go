@@ -3,6 +3,7 @@ package kernels
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -15,12 +16,10 @@ func TestPTXFresh(t *testing.T) {
 		source string
 		ptx    []byte
 	}{{"lz4.cu", LZ4}} {
-		src, err := os.ReadFile(k.source)
+		want, err := sourceHashOf(k.source)
 		if err != nil {
-			t.Fatalf("read %s: %v", k.source, err)
+			t.Fatal(err)
 		}
-		sum := sha256.Sum256(src)
-		want := hex.EncodeToString(sum[:])
 		got := SourceHash(k.ptx)
 		if got == "" {
 			t.Fatalf("PTX for %s records no source hash; rebuild it with build-ptx.sh", k.source)
@@ -29,6 +28,30 @@ func TestPTXFresh(t *testing.T) {
 			t.Errorf("PTX for %s is stale: built from source %s, source is now %s; run `make ptx` and commit kernels/*.ptx", k.source, got, want)
 		}
 	}
+}
+
+// sourceHashOf is build-ptx.sh's source hash: sha256 of the .cu and then
+// each header it includes with #include "...", in order.
+func sourceHashOf(cu string) (string, error) {
+	src, err := os.ReadFile(cu)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	h.Write(src)
+	for _, line := range strings.Split(string(src), "\n") {
+		rest, ok := strings.CutPrefix(line, `#include "`)
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, `"`)
+		hdr, err := os.ReadFile(name)
+		if err != nil {
+			return "", fmt.Errorf("%s includes %s: %w", cu, name, err)
+		}
+		h.Write(hdr)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func TestPTXDeclaresKernels(t *testing.T) {
