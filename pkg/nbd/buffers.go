@@ -10,6 +10,20 @@ import (
 	"github.com/gzramd/gzramd/internal/freelist"
 )
 
+// payloadBudget is a connection's payload buffers: what its requests hold,
+// against its budget, and the idle buffers it keeps.
+type payloadBudget struct {
+	mu   sync.Mutex
+	cond sync.Cond // signalled when a buffer comes back
+	// Bytes of buffers held by requests, those served from the reserve
+	// (Options.ReserveBuffers) apart.
+	used, reserveUsed int64
+	// cache holds idle buffers by size class, up to retainBytes.
+	cache       [numClasses][]*[]byte
+	cached      int64
+	retainBytes int64
+}
+
 // takeBuffer gives r a payload buffer of r.length bytes, from the
 // connection's own cache where it can, waiting while the connection's
 // buffers exceed its budget.
@@ -17,20 +31,20 @@ func (c *conn) takeBuffer(r *request) {
 	class := sizeClass(r.length)
 	// Requests the reserve's buffers can serve count against the reserve
 	// alone: within it, they never wait for a buffer to be allocated.
-	used, limit := &c.budgetUsed, c.srv.maxInFlightBytes
+	used, limit := &c.payload.used, c.srv.maxInFlightBytes
 	r.reserved = c.srv.reserveBuffers > 0 && r.length <= ReserveBufferMax
 	if r.reserved {
-		used, limit = &c.reserveUsed, c.srv.reserveBuffers
+		used, limit = &c.payload.reserveUsed, c.srv.reserveBuffers
 	}
 	var b *[]byte
 	var n int64
-	c.budgetMu.Lock()
+	c.payload.mu.Lock()
 	for {
 		// The smallest free buffer that fits, so that a reserve of
 		// large buffers serves every size up to theirs. The budget
 		// counts the buffer's size, not the request's.
 		k := class
-		for k < numClasses && len(c.cache[k]) == 0 {
+		for k < numClasses && len(c.payload.cache[k]) == 0 {
 			k++
 		}
 		if k == numClasses {
@@ -38,25 +52,25 @@ func (c *conn) takeBuffer(r *request) {
 		}
 		n = 1 << (k + minClassShift)
 		if *used == 0 || *used+n <= limit {
-			if l := c.cache[k]; len(l) > 0 {
+			if l := c.payload.cache[k]; len(l) > 0 {
 				b = l[len(l)-1]
 				l[len(l)-1] = nil
-				c.cache[k] = l[:len(l)-1]
-				c.cached -= n
+				c.payload.cache[k] = l[:len(l)-1]
+				c.payload.cached -= n
 			}
 			break
 		}
 		if len(c.held) > 0 || len(c.queued) > 0 {
 			// Inline: the buffers to wait for are our own held replies'.
-			c.budgetMu.Unlock()
+			c.payload.mu.Unlock()
 			c.flushHeld()
-			c.budgetMu.Lock()
+			c.payload.mu.Lock()
 			continue
 		}
-		c.budgetCond.Wait()
+		c.payload.cond.Wait()
 	}
 	*used += n
-	c.budgetMu.Unlock()
+	c.payload.mu.Unlock()
 	c.srv.bufBytes.Add(n)
 	if b == nil {
 		b = c.srv.bufs.get(class)
@@ -77,22 +91,22 @@ func (c *conn) putRequest(r *request) {
 		r.buf, r.data = nil, nil
 		n := int64(cap(*b))
 		c.srv.bufBytes.Add(-n)
-		c.budgetMu.Lock()
+		c.payload.mu.Lock()
 		if r.reserved {
-			c.reserveUsed -= n
+			c.payload.reserveUsed -= n
 		} else {
-			c.budgetUsed -= n
+			c.payload.used -= n
 		}
 		// A reserve buffer always goes back to the reserve (reserved
 		// requests never allocate, so these are never more than it).
-		keep := c.cached+n <= c.retainBytes || r.reserved && n == ReserveBufferMax
+		keep := c.payload.cached+n <= c.payload.retainBytes || r.reserved && n == ReserveBufferMax
 		if keep {
 			class := sizeClass(uint32(n))
-			c.cache[class] = append(c.cache[class], b)
-			c.cached += n
+			c.payload.cache[class] = append(c.payload.cache[class], b)
+			c.payload.cached += n
 		}
-		c.budgetMu.Unlock()
-		c.budgetCond.Signal()
+		c.payload.mu.Unlock()
+		c.payload.cond.Signal()
 		if !keep {
 			c.srv.bufs.put(b)
 		}
@@ -113,31 +127,31 @@ func (c *conn) reserveBuffers(n int64) {
 	if n <= 0 {
 		return
 	}
-	c.retainBytes += n
+	c.payload.retainBytes += n
 	class := sizeClass(ReserveBufferMax)
-	c.budgetMu.Lock()
-	defer c.budgetMu.Unlock()
+	c.payload.mu.Lock()
+	defer c.payload.mu.Unlock()
 	for range max(1, n/ReserveBufferMax) {
 		b := make([]byte, ReserveBufferMax)
 		for i := 0; i < len(b); i += 4096 {
 			b[i] = 0
 		}
-		c.cache[class] = append(c.cache[class], &b)
-		c.cached += ReserveBufferMax
+		c.payload.cache[class] = append(c.payload.cache[class], &b)
+		c.payload.cached += ReserveBufferMax
 	}
 }
 
 // releaseCache hands the connection's cached buffers to the server pool.
 func (c *conn) releaseCache() {
-	c.budgetMu.Lock()
-	defer c.budgetMu.Unlock()
-	for class, l := range c.cache {
+	c.payload.mu.Lock()
+	defer c.payload.mu.Unlock()
+	for class, l := range c.payload.cache {
 		for _, b := range l {
 			c.srv.bufs.put(b)
 		}
-		c.cache[class] = nil
+		c.payload.cache[class] = nil
 	}
-	c.cached = 0
+	c.payload.cached = 0
 }
 
 // bufferPool hands out payload buffers in power-of-two size classes from

@@ -68,27 +68,9 @@ type conn struct {
 	recv    WriteReceiver // backend, if it receives payloads itself
 	size    uint64
 
-	// wmu guards the reply queue. After the first write error (or a
-	// backend panic) dead is set and further replies are dropped.
-	wmu     sync.Mutex
-	pending []*request // replies waiting for the writer
-	writing bool       // a worker is writing replies
-	dead    bool
-	// Owned by the worker that is writing.
-	batch []*request
-	iovs  [][]byte // backing array of iov, 2 per request
-	iov   net.Buffers
+	replies replyQueue
 
-	// The payload budgets: bytes of pooled buffers held by requests,
-	// those served from the reserve (Options.ReserveBuffers) apart.
-	budgetMu    sync.Mutex
-	budgetCond  sync.Cond
-	budgetUsed  int64
-	reserveUsed int64
-	// cache holds idle payload buffers by size class, up to retainBytes.
-	cache       [numClasses][]*[]byte
-	cached      int64
-	retainBytes int64
+	payload payloadBudget
 
 	// held are requests run inline whose replies wait to go out together
 	// (Options.Inline); only the reader touches it.
@@ -232,16 +214,16 @@ func (c *conn) transmission(e *Export, early []byte) {
 	c.backend = e.Backend
 	c.recv, _ = e.Backend.(WriteReceiver)
 	c.size = uint64(e.Backend.Size())
-	c.budgetCond.L = &c.budgetMu
+	c.payload.cond.L = &c.payload.mu
 	c.work = make(chan *request, c.srv.maxInFlight)
 	c.free = make(chan *request, c.srv.maxInFlight)
-	c.pending = make([]*request, 0, c.srv.maxInFlight)
-	c.batch = make([]*request, 0, c.srv.maxInFlight)
-	c.iovs = make([][]byte, 0, 2*c.srv.maxInFlight)
+	c.replies.pending = make([]*request, 0, c.srv.maxInFlight)
+	c.replies.batch = make([]*request, 0, c.srv.maxInFlight)
+	c.replies.iovs = make([][]byte, 0, 2*c.srv.maxInFlight)
 	// Twice the in-flight bound: a mix of sizes in flight changes over
 	// time, and a cache that drops the buffers of one mix to keep those of
 	// the last allocates all the while.
-	c.retainBytes = min(2*c.srv.maxInFlightBytes, maxRetainBytes)
+	c.payload.retainBytes = min(2*c.srv.maxInFlightBytes, maxRetainBytes)
 	// Every request struct and worker exists from the start, so that
 	// serving (swap) I/O later allocates nothing, not even a stack.
 	for range c.srv.maxInFlight {

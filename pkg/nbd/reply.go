@@ -4,9 +4,26 @@ package nbd
 
 import (
 	"errors"
+	"net"
 	"os"
+	"sync"
 	"time"
 )
+
+// replyQueue is a connection's replies waiting to be written, and the
+// buffers of the one worker writing them.
+type replyQueue struct {
+	// mu guards pending, writing and dead. After the first write error (or
+	// a backend panic) dead is set and further replies are dropped.
+	mu      sync.Mutex
+	pending []*request // replies waiting for the writer
+	writing bool       // a worker is writing replies
+	dead    bool
+	// Owned by the worker that is writing.
+	batch []*request
+	iovs  [][]byte // backing array of iov, 2 per request
+	iov   net.Buffers
+}
 
 // reply queues the requests' simple replies and releases each once it is
 // written. The first worker to find no write under way becomes the
@@ -21,31 +38,31 @@ func (c *conn) reply(rs ...*request) {
 		be.PutUint64(r.hdr[8:], r.cookie)
 	}
 
-	c.wmu.Lock()
-	c.pending = append(c.pending, rs...)
-	if c.writing {
-		c.wmu.Unlock()
+	c.replies.mu.Lock()
+	c.replies.pending = append(c.replies.pending, rs...)
+	if c.replies.writing {
+		c.replies.mu.Unlock()
 		return
 	}
-	c.writing = true
-	for len(c.pending) > 0 {
-		c.batch, c.pending = c.pending, c.batch[:0]
-		dead := c.dead
-		c.wmu.Unlock()
+	c.replies.writing = true
+	for len(c.replies.pending) > 0 {
+		c.replies.batch, c.replies.pending = c.replies.pending, c.replies.batch[:0]
+		dead := c.replies.dead
+		c.replies.mu.Unlock()
 
 		if !dead {
-			c.iov = c.iovs[:0]
-			for _, r := range c.batch {
-				c.iov = append(c.iov, r.hdr[:])
+			c.replies.iov = c.replies.iovs[:0]
+			for _, r := range c.replies.batch {
+				c.replies.iov = append(c.replies.iov, r.hdr[:])
 				if r.cmd == CmdRead && r.errno == 0 && len(r.data) > 0 {
-					c.iov = append(c.iov, r.data)
+					c.replies.iov = append(c.replies.iov, r.data)
 				}
 			}
-			used := len(c.iov)
+			used := len(c.replies.iov)
 			if c.srv.replyTimeout > 0 {
 				c.nc.SetWriteDeadline(time.Now().Add(c.srv.replyTimeout))
 			}
-			if _, err := c.iov.WriteTo(c.sock); err != nil {
+			if _, err := c.replies.iov.WriteTo(c.sock); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					c.srv.log.Warn("nbd: client not reading replies; dropping connection",
 						"remote", c.remote(), "reply_timeout", c.srv.replyTimeout)
@@ -55,21 +72,21 @@ func (c *conn) reply(rs ...*request) {
 				c.nc.Close()
 			}
 			// Drop the references to payloads that go back to the pool.
-			clear(c.iovs[:used])
+			clear(c.replies.iovs[:used])
 		}
-		for i, r := range c.batch {
+		for i, r := range c.replies.batch {
 			if c.srv.obs != nil {
 				c.srv.obs.RequestDone(r.cmd, r.length, time.Since(r.start), r.errno)
 			}
 			c.release(r)
-			c.batch[i] = nil
+			c.replies.batch[i] = nil
 		}
 
-		c.wmu.Lock()
-		c.dead = c.dead || dead
+		c.replies.mu.Lock()
+		c.replies.dead = c.replies.dead || dead
 	}
-	c.writing = false
-	c.wmu.Unlock()
+	c.replies.writing = false
+	c.replies.mu.Unlock()
 }
 
 // release recycles a finished request.
@@ -81,8 +98,8 @@ func (c *conn) release(r *request) {
 // kill drops the connection after a fault: no more replies are written and
 // the reader fails on its next read.
 func (c *conn) kill() {
-	c.wmu.Lock()
-	c.dead = true
-	c.wmu.Unlock()
+	c.replies.mu.Lock()
+	c.replies.dead = true
+	c.replies.mu.Unlock()
 	c.nc.Close()
 }
