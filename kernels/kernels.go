@@ -16,6 +16,12 @@ import (
 //go:embed lz4.ptx
 var LZ4 []byte
 
+// Zstd is the PTX of zstd.cu: gz_zstd_compress, which writes zstd frames
+// (zstd_page.h).
+//
+//go:embed zstd.ptx
+var Zstd []byte
+
 // sourceHashPrefix starts the first line of every generated PTX file.
 const sourceHashPrefix = "// gzramd-source-sha256: "
 

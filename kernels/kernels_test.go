@@ -15,7 +15,7 @@ func TestPTXFresh(t *testing.T) {
 	for _, k := range []struct {
 		source string
 		ptx    []byte
-	}{{"lz4.cu", LZ4}} {
+	}{{"lz4.cu", LZ4}, {"zstd.cu", Zstd}} {
 		want, err := sourceHashOf(k.source)
 		if err != nil {
 			t.Fatal(err)
@@ -55,9 +55,14 @@ func sourceHashOf(cu string) (string, error) {
 }
 
 func TestPTXDeclaresKernels(t *testing.T) {
-	for _, name := range []string{"gz_lz4_compress", "gz_lz4_decompress"} {
-		if !strings.Contains(string(LZ4), ".entry "+name) {
-			t.Errorf("lz4.ptx has no entry %s", name)
+	for _, k := range []struct {
+		ptx   []byte
+		names []string
+	}{{LZ4, []string{"gz_lz4_compress", "gz_lz4_decompress"}}, {Zstd, []string{"gz_zstd_compress"}}} {
+		for _, name := range k.names {
+			if !strings.Contains(string(k.ptx), ".entry "+name) {
+				t.Errorf("PTX has no entry %s", name)
+			}
 		}
 	}
 }

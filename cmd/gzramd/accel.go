@@ -23,18 +23,14 @@ type accelerator struct {
 }
 
 // openAccelerator opens the GPU for --backend gpu (which must find one)
-// or auto (when one is usable, LZ4 only); --backend cpu and a machine
-// without a usable GPU under auto get none.
+// or auto (when one is usable), its kernels writing algorithm's format;
+// --backend cpu and a machine without a usable GPU under auto get none.
 func openAccelerator(backend, algorithm string, device, batchPages, inFlight int, log *slog.Logger) (*accelerator, error) {
 	a := &accelerator{}
 	if backend == "cpu" {
 		return a, nil
 	}
-	if algorithm != "lz4" {
-		log.Info("compressing on the CPU: the GPU compresses LZ4 only", "algorithm", algorithm)
-		return a, nil
-	}
-	g, err := gpu.Open(gpu.Config{Device: device, Slots: inFlight, MaxBatchPages: batchPages, Logger: log})
+	g, err := gpu.Open(gpu.Config{Device: device, Slots: inFlight, MaxBatchPages: batchPages, Algorithm: algorithm, Logger: log})
 	if err != nil {
 		if backend == "gpu" {
 			return nil, fmt.Errorf("--backend gpu: %w", err)

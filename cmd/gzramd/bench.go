@@ -40,6 +40,7 @@ type benchConfig struct {
 	reqPages   int
 	gpuDevice  int
 	devBackend string
+	devAlg     string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -81,12 +82,13 @@ else generated pages. A progress bar goes to stderr when it is a terminal.`,
 	f.DurationVar(&cfg.minTime, "min-time", time.Second, "run each measurement at least this long, repeating the corpus")
 	f.IntVar(&cfg.batchPages, "batch-pages", 256, "pages per batch")
 	f.IntVar(&cfg.inFlight, "batch-inflight", 4, "batches compressing at once")
-	f.StringSliceVar(&cfg.backends, "backends", []string{"cpu-lz4", "cpu-zstd", "gpu"}, "backends to measure: cpu-lz4, cpu-zstd, gpu")
+	f.StringSliceVar(&cfg.backends, "backends", []string{"cpu-lz4", "cpu-zstd", "gpu", "gpu-zstd"}, "backends to measure: cpu-lz4, cpu-zstd, gpu (LZ4), gpu-zstd")
 	f.BoolVar(&cfg.device, "device", true, "also measure ingest through a real device")
 	f.IntVar(&cfg.writers, "writers", 8, "concurrent writers for the device ingest")
 	f.IntVar(&cfg.reqPages, "request-pages", 32, "pages per device write (32 = 128 KiB, the kernel's usual swap-out size)")
 	f.IntVar(&cfg.gpuDevice, "gpu-device", 0, "CUDA device index")
 	f.StringVar(&cfg.devBackend, "device-backend", "auto", "backend of the device ingest: auto (the GPU when usable), gpu or cpu")
+	f.StringVar(&cfg.devAlg, "device-algorithm", "lz4", "algorithm of the device ingest: lz4 or zstd")
 	return cmd
 }
 
@@ -106,12 +108,14 @@ func (c *benchConfig) validate() error {
 		return fmt.Errorf("invalid --request-pages %d: want 1 to 4096", c.reqPages)
 	case c.devBackend != "auto" && c.devBackend != "gpu" && c.devBackend != "cpu":
 		return fmt.Errorf("invalid --device-backend %q: want auto, gpu or cpu", c.devBackend)
+	case c.devAlg != "lz4" && c.devAlg != "zstd":
+		return fmt.Errorf("invalid --device-algorithm %q: want lz4 or zstd", c.devAlg)
 	case c.corpus != "" && c.generated:
 		return errors.New("invalid --generated with --corpus: choose one")
 	}
 	for _, b := range c.backends {
-		if b != "cpu-lz4" && b != "cpu-zstd" && b != "gpu" {
-			return fmt.Errorf("invalid --backends %q: want a list of cpu-lz4, cpu-zstd, gpu", b)
+		if b != "cpu-lz4" && b != "cpu-zstd" && b != "gpu" && b != "gpu-zstd" {
+			return fmt.Errorf("invalid --backends %q: want a list of cpu-lz4, cpu-zstd, gpu, gpu-zstd", b)
 		}
 	}
 	return nil
@@ -242,8 +246,8 @@ func runBench(ctx context.Context, cfg *benchConfig, out, errOut io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("device ingest: %w", err)
 	}
-	fmt.Fprintf(out, "\ndevice ingest (%s backend, %d writers x %s requests): %.2f GB/s, %.2f CPU-s/GB\n",
-		ing.backend, cfg.writers, humanBytes(int64(cfg.reqPages*codec.PageSize)), ing.gbps, ing.cpuSecondsPerGB)
+	fmt.Fprintf(out, "\ndevice ingest (%s backend, %s, %d writers x %s requests): %.2f GB/s, %.2f CPU-s/GB\n",
+		ing.backend, cfg.devAlg, cfg.writers, humanBytes(int64(cfg.reqPages*codec.PageSize)), ing.gbps, ing.cpuSecondsPerGB)
 	fmt.Fprintf(out, "effective ratio %.3f (orig_data_size %s / mem_used_total %s); compr_data_size %s; %d same-filled and %d huge pages of %d\n",
 		ing.ratio(), humanBytes(ing.stats.OrigDataSize), humanBytes(ing.stats.MemUsedTotal),
 		humanBytes(ing.stats.ComprDataSize), ing.stats.SamePages, ing.stats.HugePages, pages)
@@ -276,13 +280,22 @@ func openBenchBackend(cfg *benchConfig, name string) (codec.BatchCompressor, cod
 			return nil, nil, nil, err
 		}
 		return codec.NewCPUBatch(c, 0), c, func() {}, nil
-	case "gpu":
+	case "gpu", "gpu-zstd":
+		algorithm := "lz4"
+		if name == "gpu-zstd" {
+			algorithm = "zstd"
+		}
 		g, err := gpu.Open(gpu.Config{Device: cfg.gpuDevice, Slots: cfg.inFlight, MaxBatchPages: cfg.batchPages,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			Algorithm: algorithm, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		return g, codec.NewLZ4(), func() { g.Close() }, nil
+		dec, err := codec.New(algorithm)
+		if err != nil {
+			g.Close()
+			return nil, nil, nil, err
+		}
+		return g, dec, func() { g.Close() }, nil
 	}
 	return nil, nil, nil, fmt.Errorf("unknown backend %q", name)
 }
@@ -433,14 +446,14 @@ func (r ingestResult) ratio() float64 {
 func benchDevice(ctx context.Context, cfg *benchConfig, data []byte, bar *progress) (ingestResult, error) {
 	var res ingestResult
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	accel, err := openAccelerator(cfg.devBackend, "lz4", cfg.gpuDevice, cfg.batchPages, cfg.inFlight, quiet)
+	accel, err := openAccelerator(cfg.devBackend, cfg.devAlg, cfg.gpuDevice, cfg.batchPages, cfg.inFlight, quiet)
 	if err != nil {
 		return res, err
 	}
 	defer accel.close(quiet)
 	res.backend = accel.name()
 	p, err := pipeline.New(pipeline.Config{
-		Size: int64(len(data)), Accelerator: accel.routeAccelerator(),
+		Size: int64(len(data)), Algorithm: cfg.devAlg, Accelerator: accel.routeAccelerator(),
 		StagingBytes: pipeline.DefaultStagingBytes, BatchPages: cfg.batchPages, BatchWorkers: cfg.inFlight,
 		Logger: quiet,
 	})

@@ -56,7 +56,7 @@ func TestBenchReports(t *testing.T) {
 	if eff, _ := strconv.ParseFloat(m[1], 64); eff < 1.2 {
 		t.Errorf("effective ratio %v through the device", eff)
 	}
-	if !regexp.MustCompile(`device ingest \(\w+ backend, 8 writers x 128K requests\): [0-9.]+ GB/s`).MatchString(out) {
+	if !regexp.MustCompile(`device ingest \(\w+ backend, lz4, 8 writers x 128K requests\): [0-9.]+ GB/s`).MatchString(out) {
 		t.Errorf("device ingest line missing:\n%s", out)
 	}
 }

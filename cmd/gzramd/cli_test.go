@@ -18,7 +18,6 @@ func TestBadFlagsFailWithOneLine(t *testing.T) {
 		{"mem-limit", nil, []string{"--mem-limit", "-1GiB"}, "--mem-limit"},
 		{"backend", nil, []string{"--backend", "tpu"}, "--backend"},
 		{"algorithm", nil, []string{"--algorithm", "gzip"}, "--algorithm"},
-		{"gpu zstd", nil, []string{"--backend", "gpu", "--algorithm", "zstd"}, "--backend"},
 		{"batch-pages", nil, []string{"--batch-pages", "0"}, "--batch-pages"},
 		{"batch-deadline", nil, []string{"--batch-deadline", "2s"}, "--batch-deadline"},
 		{"batch-deadline syntax", nil, []string{"--batch-deadline", "soon"}, "--batch-deadline"},

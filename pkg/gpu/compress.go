@@ -137,8 +137,8 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, ds
 		return 0, err
 	}
 	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+m))
-	grid := (n + compressWarps - 1) / compressWarps
-	if err := dr.launchCompress(g.fComp, grid, 32*compressWarps, s.stream, s.dPages, n,
+	grid := (n + g.pagesPerBlock - 1) / g.pagesPerBlock
+	if err := dr.launchCompress(g.fComp, grid, g.threadsPerBlock, s.stream, s.dPages, n,
 		s.dScratch, s.dPacked, s.dMeta, offs, lens); err != nil {
 		return 0, err
 	}

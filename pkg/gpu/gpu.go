@@ -53,6 +53,9 @@ type Config struct {
 	Slots int
 	// MaxBatchPages is the largest batch a slot holds (default 1024).
 	MaxBatchPages int
+	// Algorithm is the format the kernels write: "lz4" (the default: LZ4
+	// blocks) or "zstd" (zstd frames); either decodes on the CPU.
+	Algorithm string
 	// Logger receives setup and quarantine messages (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -63,6 +66,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxBatchPages == 0 {
 		c.MaxBatchPages = 1024
+	}
+	if c.Algorithm == "" {
+		c.Algorithm = "lz4"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -78,6 +84,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("gpu: slots %d out of range 1..64", c.Slots)
 	case c.MaxBatchPages < 1 || c.MaxBatchPages > 1<<16:
 		return fmt.Errorf("gpu: max batch pages %d out of range 1..65536", c.MaxBatchPages)
+	case c.Algorithm != "lz4" && c.Algorithm != "zstd":
+		return fmt.Errorf("gpu: unknown algorithm %q (want lz4 or zstd)", c.Algorithm)
 	}
 	return nil
 }
@@ -104,16 +112,18 @@ func metaWords(maxPages int) int { return metaHeaderWords + 3*maxPages }
 // Backend is the CUDA batch compressor. It implements codec.BatchCompressor
 // and codec.BatchAllocator and is safe for concurrent use.
 type Backend struct {
-	dr     cuda
-	info   DeviceInfo
-	cfg    Config
-	log    *slog.Logger
-	mod    module
-	fComp  function
-	slots  []*slot
-	free   chan *slot
-	closed atomic.Bool
-	done   chan struct{} // closed by Close
+	dr    cuda
+	info  DeviceInfo
+	cfg   Config
+	log   *slog.Logger
+	mod   module
+	fComp function
+	// The compression kernel's launch shape: pages and threads per block.
+	pagesPerBlock, threadsPerBlock int
+	slots                          []*slot
+	free                           chan *slot
+	closed                         atomic.Bool
+	done                           chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
@@ -122,12 +132,12 @@ type Backend struct {
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates
 // every buffer. Every error wraps ErrUnavailable.
 func Open(cfg Config) (*Backend, error) {
-	return open(cfg, kernels.LZ4, nil)
+	return open(cfg, nil, nil)
 }
 
-// open is Open with the kernels given as PTX, and the driver wrapped by
-// wrap when it is not nil (the GPU tests: kernel variants, injected
-// faults).
+// open is Open with the kernels given as PTX (nil: the embedded ones for
+// cfg.Algorithm), and the driver wrapped by wrap when it is not nil (the
+// GPU tests: kernel variants, injected faults).
 func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -152,11 +162,21 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 }
 
 func (g *Backend) setup(ptx []byte) error {
+	// A warp a page: C_WARPS pages a block in lz4.cu, one in zstd.cu.
+	compress, embedded := "gz_lz4_compress", kernels.LZ4
+	g.pagesPerBlock, g.threadsPerBlock = compressWarps, 32*compressWarps
+	if g.cfg.Algorithm == "zstd" {
+		compress, embedded = "gz_zstd_compress", kernels.Zstd
+		g.pagesPerBlock, g.threadsPerBlock = 1, 32
+	}
+	if ptx == nil {
+		ptx = embedded
+	}
 	var err error
 	if g.mod, err = g.dr.loadModule(ptx); err != nil {
 		return err
 	}
-	if g.fComp, err = g.dr.function(g.mod, "gz_lz4_compress"); err != nil {
+	if g.fComp, err = g.dr.function(g.mod, compress); err != nil {
 		return err
 	}
 	n := g.cfg.MaxBatchPages

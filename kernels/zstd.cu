@@ -1,0 +1,273 @@
+// Batched zstd compression of 4 KiB pages: each page becomes a standard
+// zstd frame (RFC 8878) that libzstd decodes.
+//
+// One warp owns one page, held in shared memory with its match table and
+// the encoder's workspace. Match finding (four fifths of a page's time when
+// one thread ran all of zstd_page.h's encoder) is done by the whole warp,
+// as in lz4.cu: the page is walked in windows of 32 positions, one a lane;
+// each lane takes the best of the nearest earlier lane with the same four
+// bytes, the two positions its hash bucket holds (the last two of earlier
+// windows with that hash) and the three repeat offsets; the window's
+// matches are then chosen in order, with a lazy look-ahead of up to two
+// positions (every lane computes the same choice from shuffles, so the
+// warp never diverges), the chosen match extended back over equal
+// literals, its literals copied out by the warp, and its offset coded as a
+// repeat offset where it is one. The next window starts where the last
+// match ends. The literals and sequences are then coded with zstd_page.h's
+// stages 2 and 3 (Huffman literals, FSE sequence tables, whichever of raw,
+// RLE, predefined or compressed is smallest), the same C the host tests
+// check against libzstd: the warp counts the literals and writes the four
+// Huffman streams on four lanes, one lane does the rest.
+//
+// The frame is written to the page's part of scratch and packed as the LZ4
+// kernel packs its blocks (one atomicAdd reserves a 16-byte aligned place),
+// with the LZ4 kernel's calling convention. A page whose frame would not
+// be smaller than a page gets length 0: the caller stores it raw.
+//
+// Built to PTX for compute_75 by kernels/build-ptx.sh, like lz4.cu.
+
+#include <stdint.h>
+
+#include "zstd_page.h"
+
+#define ZW_HASH_BITS 9
+#define ZW_MIN_MATCH 4 // a new offset's shortest match (the hashed length)
+#define ZW_REP_MIN 3   // a repeat offset's
+#define ZW_LIMIT (ZP_PAGE - 4) // the last position a match may start at
+
+// A warp's shared memory is the encoder's workspace alone, so that more
+// warps fit an SM (the entropy stages run on one lane: latency-bound, they
+// go as fast as there are warps to interleave). While the sequences are
+// found, the page and the match table live in the part of the workspace
+// that only the later stages use: the literals are copied to the first
+// ZP_PAGE bytes of ws.u (ws.u.lit.lit), the page lies after them, the
+// table after the page. ws.u is the 10 KiB of zstd_page.h's own match
+// finder, which the GPU does not use.
+#define ZW_PAGE_AT ZP_PAGE
+#define ZW_TABLE_AT (2 * ZP_PAGE)
+static_assert(ZW_TABLE_AT + (4 << ZW_HASH_BITS) <= sizeof(((zp_workspace *)0)->u), "page and table must fit the workspace's union");
+
+static __device__ __forceinline__ uint32_t zw_hash(uint32_t v) { return (v * 2654435761u) >> (32 - ZW_HASH_BITS); }
+
+static __device__ __forceinline__ int zw_gain(int ml, uint32_t ov) { return ml * ZP_GAIN_BYTE - zp_highbit(ov); }
+
+// Each lane compares a candidate up to ZW_CAP bytes; the warp extends the
+// match it chooses (zw_extend). Without the cap, lanes in a long run of
+// equal bytes each walk the whole run.
+#ifndef ZW_CAP
+#define ZW_CAP 64
+#endif
+
+// zw_match_len is zp_match_len stopped at ZW_CAP bytes.
+static __device__ __forceinline__ int zw_match_len(const uint8_t *s, int a, int b) {
+	int n = 0;
+	while (n < ZW_CAP && b + n + 8 <= ZP_PAGE) {
+		uint64_t x = zp_rd64(s, a + n) ^ zp_rd64(s, b + n);
+		if (x) return n + (zp_ctz64(x) >> 3);
+		n += 8;
+	}
+	while (n < ZW_CAP && b + n < ZP_PAGE && s[a + n] == s[b + n]) n++;
+	return n;
+}
+
+// zw_extend returns the length of the match of b against a, known to be at
+// least n, compared by the whole warp 128 bytes at a time.
+static __device__ __forceinline__ int zw_extend(const uint8_t *s, int a, int b, int n, int lane) {
+	for (;;) {
+		const int i = n + 4 * lane;
+		bool eq = b + i + 4 <= ZP_PAGE && zp_rd32(s, a + i) == zp_rd32(s, b + i);
+		const unsigned ne = __ballot_sync(0xFFFFFFFFu, !eq);
+		if (ne == 0) {
+			n += 128;
+			continue;
+		}
+		n += 4 * (__ffs(ne) - 1);
+		while (b + n < ZP_PAGE && s[a + n] == s[b + n]) n++;
+		return n;
+	}
+}
+
+extern "C" __global__ void __launch_bounds__(32)
+gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
+		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+	__shared__ zp_workspace ws;
+	uint32_t *const page = (uint32_t *)((uint8_t *)&ws.u + ZW_PAGE_AT);
+	uint32_t *const table = (uint32_t *)((uint8_t *)&ws.u + ZW_TABLE_AT);
+	const unsigned full = 0xFFFFFFFFu;
+	const int lane = threadIdx.x;
+	const int pg = blockIdx.x;
+	if (pg >= n) return;
+	const uint4 *src4 = in + (size_t)pg * (ZP_PAGE / 16);
+	uint4 *page4 = (uint4 *)page;
+#pragma unroll
+	for (int i = 0; i < ZP_PAGE / 16 / 32; i++) page4[lane + 32 * i] = src4[lane + 32 * i];
+	for (int i = lane; i < (1 << ZW_HASH_BITS); i += 32) table[i] = 0;
+	__syncwarp();
+	const uint8_t *src = (const uint8_t *)page;
+	uint8_t *frame = scratch + (size_t)pg * ZP_PAGE;
+
+	// A page of one byte: an RLE block.
+	uint32_t first = page[0] & 0xFFu;
+	first |= first << 8;
+	first |= first << 16;
+	bool same = true;
+	for (int i = lane; i < ZP_PAGE / 4; i += 32) same &= page[i] == first;
+	int len = 0;
+	if (__all_sync(full, same)) {
+		if (lane == 0) {
+			const uint32_t bh = (uint32_t)ZP_PAGE << 3 | 1u << 1 | 1u;
+			const uint8_t hdr[11] = {0x28, 0xB5, 0x2F, 0xFD, 0x60, (ZP_PAGE - 256) & 0xFF, (ZP_PAGE - 256) >> 8,
+				(uint8_t)bh, (uint8_t)(bh >> 8), (uint8_t)(bh >> 16), (uint8_t)first};
+			for (int i = 0; i < 11; i++) frame[i] = hdr[i];
+		}
+		len = 11;
+	} else {
+		// Stage 1: sequences, found by the warp, and the literals between
+		// them, copied by the warp as each sequence is chosen.
+		uint8_t *lit = ws.u.lit.lit;
+		uint32_t rep[3] = {1, 4, 8};
+		int anchor = 0, nseq = 0, nlit = 0, w = 1;
+		while (w <= ZW_LIMIT && nseq < ZP_MAX_SEQ) {
+			const int p = w + lane;
+			const bool valid = p <= ZW_LIMIT;
+			const unsigned vmask = __ballot_sync(full, valid);
+			int ml = 0, off = 0, gain = ZP_MIN_GAIN;
+			uint32_t h = 0, v = 0, bucket = 0;
+			if (valid) {
+				v = zp_rd32(src, p);
+				h = zw_hash(v);
+				bucket = table[h];
+			}
+			// The nearest earlier lane of the window with the same 4 bytes.
+			unsigned same4 = valid ? __match_any_sync(vmask, v) & ((1u << lane) - 1) : 0;
+			if (valid) {
+				int cand[3] = {same4 ? w + 31 - __clz(same4) : -1, (int)(bucket & 0xFFFF) - 1, (int)(bucket >> 16) - 1};
+				for (int k = 0; k < 3; k++) {
+					const int q = cand[k];
+					if (q < 0 || zp_rd32(src, q) != v) continue;
+					const int l = zw_match_len(src, q, p);
+					const int g = zw_gain(l, (uint32_t)(p - q) + 3);
+					if (g > gain) ml = l, off = p - q, gain = g;
+				}
+				for (int r = 0; r < 3; r++) {
+					const int o = (int)rep[r];
+					if (o <= 0 || o > p) continue;
+					const int l = zw_match_len(src, p - o, p);
+					if (l < ZW_REP_MIN) continue;
+					const int g = zw_gain(l, (uint32_t)r + 1);
+					if (g > gain) ml = l, off = o, gain = g;
+				}
+			}
+			unsigned found = __ballot_sync(full, ml > 0);
+			int cur = w;
+			while (nseq < ZP_MAX_SEQ) {
+				const int from = cur - w;
+				const unsigned m = from >= 32 ? 0u : found & (full << from);
+				if (m == 0) break;
+				int q = __ffs(m) - 1;
+				const int qg = __shfl_sync(full, gain, q);
+				const int q1 = min(q + 1, 31), q2 = min(q + 2, 31);
+				const int g1 = __shfl_sync(full, gain, q1), g2 = __shfl_sync(full, gain, q2);
+				if (q1 != q && (found >> q1 & 1u) && g1 > qg + ZP_LAZY1) {
+					q = q1;
+				} else if (q2 != q1 && (found >> q2 & 1u) && g2 > qg + ZP_LAZY2) {
+					q = q2;
+				}
+				int mlq = __shfl_sync(full, ml, q), offq = __shfl_sync(full, off, q);
+				int start = w + q;
+				if (mlq >= ZW_CAP) mlq = zw_extend(src, start - offq, start, mlq, lane);
+				while (start > anchor && start - offq > 0 && src[start - 1] == src[start - 1 - offq]) {
+					start--;
+					mlq++;
+				}
+				const uint32_t ll = (uint32_t)(start - anchor);
+				const uint32_t ov = zp_offval((uint32_t)offq, ll, rep);
+				zp_rep_update(rep, ov, ll);
+				for (int k = lane; k < (int)ll; k += 32) lit[nlit + k] = src[anchor + k];
+				if (lane == 0) {
+					ws.seq_ll[nseq] = (uint16_t)ll;
+					ws.seq_ml[nseq] = (uint16_t)mlq;
+					ws.seq_of[nseq] = (uint16_t)ov;
+				}
+				nlit += (int)ll;
+				nseq++;
+				cur = start + mlq;
+				anchor = cur;
+			}
+			// The window's positions enter the table, two a bucket: of the
+			// lanes with one hash, the last two (or the last and the
+			// bucket's newest) are kept, whatever the lanes' order.
+			const unsigned group = valid ? __match_any_sync(vmask, h) : 0;
+			if (valid && lane == 31 - __clz(group)) {
+				const unsigned rest = group & ~(1u << lane);
+				const uint32_t older = rest ? (uint32_t)(w + 31 - __clz(rest)) + 1 : bucket & 0xFFFF;
+				table[h] = older << 16 | ((uint32_t)p + 1);
+			}
+			__syncwarp();
+			w = max(cur, w + 32);
+		}
+		for (int k = lane; k < ZP_PAGE - anchor; k += 32) lit[nlit + k] = src[anchor + k];
+		nlit += ZP_PAGE - anchor;
+		__syncwarp();
+		// Stages 2 and 3, and the frame around them. The warp counts the
+		// literals (in the table's place, free now) and writes the four
+		// Huffman streams on four lanes; the rest runs on lane 0.
+#ifdef ZW_STAGE1_ONLY // zstdbench: what finding the sequences costs
+		len = nseq + nlit;
+		if (lane == 0) frame[0] = (uint8_t)len;
+#else
+		__shared__ zp_lit_plan plan;
+		__shared__ int planned;
+		uint32_t *hist32 = table;
+		static_assert(ZW_TABLE_AT >= sizeof(((zp_workspace *)0)->u.lit), "the literal stage's workspace must end before the table");
+		for (int i = lane; i < 256; i += 32) hist32[i] = 0;
+		__syncwarp();
+		for (int i = lane; i < nlit; i += 32) atomicAdd(&hist32[lit[i]], 1u);
+		__syncwarp();
+		for (int i = lane; i < 256; i += 32) ws.u.lit.hist[i] = (uint16_t)hist32[i];
+		__syncwarp();
+		uint8_t *const oend = frame + ZP_PAGE - 1;
+		if (lane == 0) {
+			frame[0] = 0x28;
+			frame[1] = 0xB5;
+			frame[2] = 0x2F;
+			frame[3] = 0xFD;
+			frame[4] = 0x60;
+			frame[5] = (uint8_t)((ZP_PAGE - 256) & 0xFF);
+			frame[6] = (uint8_t)((ZP_PAGE - 256) >> 8);
+			planned = zp_plan_literals(&ws, nlit, frame + 10, oend, 1, 1, &plan);
+		}
+		__syncwarp();
+		bool ok = planned != 0;
+		if (ok && lane < plan.streams) {
+			uint8_t *next = lane + 1 < plan.streams ? plan.at[lane + 1] : plan.end;
+			ok = zp_huf_stream(&ws, plan.from[lane], plan.to[lane], plan.at[lane], next) == next;
+		}
+		ok = __all_sync(full, ok);
+		__syncwarp();
+		if (lane == 0 && ok) {
+			uint8_t *op = zp_finish_literals(&plan);
+			op = zp_encode_sequences(&ws, nseq, op, oend, 1);
+			if (op) {
+				const uint32_t bh = (uint32_t)(op - (frame + 10)) << 3 | 2u << 1 | 1u;
+				frame[7] = (uint8_t)bh;
+				frame[8] = (uint8_t)(bh >> 8);
+				frame[9] = (uint8_t)(bh >> 16);
+				len = (int)(op - frame);
+			}
+		}
+#endif
+		len = __shfl_sync(full, len, 0);
+	}
+	if (len <= 0 || len >= ZP_PAGE) {
+		if (lane == 0) offsets[pg] = 0, lens[pg] = 0;
+		return;
+	}
+	unsigned int at = 0;
+	if (lane == 0) at = atomicAdd(packed_size, (unsigned int)(len + 15) & ~15u);
+	at = __shfl_sync(full, at, 0);
+	__syncwarp();
+	for (int i = lane * 4; i < len; i += 128) *(uint32_t *)(packed + at + i) = *(const uint32_t *)(frame + i);
+	if (lane == 0) offsets[pg] = at, lens[pg] = (unsigned int)len;
+}

@@ -1,0 +1,1336 @@
+// zstd encoder for single 4 KiB pages, portable C for the host (gcc, cgo)
+// and for CUDA device code (nvcc): every function is ZP_FN, static inline
+// on the host and static __device__ __forceinline__ under nvcc.
+//
+// zp_compress_page writes one standard zstd frame (RFC 8878) that any
+// zstd decoder (libzstd's ZSTD_decompress) decodes to the page:
+//
+//   magic | Frame_Header_Descriptor 0x60 (Single_Segment, 2-byte FCS,
+//   no checksum, no dictionary) | FCS 4096 | one last block
+//
+// The block is an RLE block for a page of one repeated byte (11-byte
+// frame), else one compressed block. The encoder runs in stages, each a
+// function a GPU kernel can call on its own (kernels/zstd.cu runs its own
+// warp-parallel stage 1, then stages 2 and 3 from here):
+//
+//   1. zp_find_sequences: LZ77 parse with a hash-chain match finder (hash
+//      of min_match bytes into a head table, every position chained,
+//      depth-limited search; the three repeat offsets tried at every
+//      position; lazy look-ahead of one or two positions; matches scored
+//      as zstd's lazy parser scores them, ZP_GAIN_BYTE per byte less the
+//      offset value's bits), giving (literal length, match length, offset
+//      value) triples in ws->seq_*; offset values 1-3 are repeat codes,
+//      with the literal-length-0 shift of RFC 8878 3.1.2.5 (zp_offval,
+//      zp_rep_update). zp_gather_literals then copies the literals to
+//      ws->u.lit.lit (over the match finder's tables).
+//   2. zp_encode_literals: raw, RLE or Huffman literals, whichever is
+//      smallest. Huffman: code lengths by in-place Moffat-Katajainen,
+//      limited to 11 bits (or fewer when that makes the section smaller),
+//      canonical codes as RFC 8878 4.2.1.3 assigns them, the tree
+//      described with direct 4-bit weights (up to 128 weights) or
+//      FSE-compressed weights, whichever is smaller; one stream up to 1023
+//      literals (size format 00), else four with the jump table.
+//   3. zp_encode_sequences: per symbol type (literal length, offset, match
+//      length codes) RLE when one code, else the predefined table or an
+//      FSE-compressed one (tableLog 5..8), whichever is estimated smallest;
+//      the bitstream written last sequence first, the states interleaved
+//      as the decoder reads them. It overwrites ws->u.lit, so it runs
+//      after stage 2 has written its section.
+//   4. zp_compress_page: frame and block headers around them.
+//
+// Constraints kept for the device: no allocation, no libc (the host build
+// uses only compiler builtins), no recursion, no function pointers; all
+// scratch lives in one caller-provided zp_workspace of ZP_WORKSPACE_SIZE
+// bytes (16 KiB with the defaults: 6 KiB of sequences, then the match
+// finder's tables or the entropy coders' scratch in a union).
+//
+// On the memory-page corpus (internal/zstdpage's TestCorpus, all-zero
+// pages left out) the defaults store 3.66x against 3.43x for libzstd
+// level 1; every stage and option is measured there.
+//
+// zp_compress_page returns the frame length, or 0 when the frame would be
+// 4096 bytes or more or would not fit in dst_cap (the caller then keeps
+// the page raw). It never writes at or past dst + dst_cap and reads only
+// the 4096 bytes of src.
+//
+// kernels/zstd.ptx is built from kernels/zstd.cu with this header: rebuild
+// it (kernels/build-ptx.sh zstd.cu) after changing either.
+
+#ifndef GZRAMD_ZSTD_PAGE_H
+#define GZRAMD_ZSTD_PAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define ZP_FN static __device__ __forceinline__
+#define ZP_TABLE static __device__ const
+#else
+#define ZP_FN static inline
+#define ZP_TABLE static const
+#endif
+
+#define ZP_PAGE 4096
+
+// The head table of the match finder has 1 << hash_bits entries, at most
+// 1 << ZP_HASH_BITS_MAX.
+#ifndef ZP_HASH_BITS_MAX
+#define ZP_HASH_BITS_MAX 10
+#endif
+// At most ZP_MAX_SEQ sequences per page: enough for matches of 4 bytes or
+// more; a page that would need more (3-byte matches) keeps the rest as
+// literals.
+#ifndef ZP_MAX_SEQ
+#define ZP_MAX_SEQ 1024
+#endif
+#define ZP_HUF_MAX_BITS 11
+// FSE-compressed sequence tables are tried with tableLogs up to this one
+// (larger ones hardly ever win on a page).
+#ifndef ZP_FSE_TRY_MAX
+#define ZP_FSE_TRY_MAX 8
+#endif
+// Huffman code-length limits tried: 11 down to this one, while the
+// literals section shrinks.
+#ifndef ZP_HUF_MIN_LIMIT
+#define ZP_HUF_MIN_LIMIT 5
+#endif
+
+#define ZP_EMPTY 0xFFFFu
+
+// Options select the stages (to measure each) and the match finder;
+// zp_defaults sets the best ratio found on the corpus that stays cheap
+// enough for a GPU; zp_compress_page clamps them (zp_sanitize).
+typedef struct zp_options {
+	int huffman;    // 1: Huffman literals allowed (used when smaller)
+	int fse_custom; // 1: FSE_Compressed sequence tables allowed (used when smaller)
+	int rep;        // 1: repeat offsets searched and encoded; 0: offset + 3 only
+	int hash_bits;  // head table bits, 4..ZP_HASH_BITS_MAX (hardly matters with chains)
+	int min_match;  // shortest new-offset match, 3..8 (also the hashed length)
+	int rep_min;    // shortest repeat-offset match, 3..8
+	int depth;      // chain candidates tried per position, 1..4096
+	int lazy;       // 0 greedy, 1 or 2 positions of look-ahead
+} zp_options;
+
+// FSE encoding table (FSE_buildCTable's layout: states by symbol, and per
+// symbol the delta to its states and the bit-count threshold).
+typedef struct zp_fse_ct {
+	uint16_t state[512];
+	int16_t dfs[64];  // deltaFindState
+	uint32_t dnb[64]; // deltaNbBits
+} zp_fse_ct;
+
+typedef struct zp_fse_ct_small { // for Huffman weights: tableLog <= 6, symbols 0..11
+	uint16_t state[64];
+	int16_t dfs[16];
+	uint32_t dnb[16];
+} zp_fse_ct_small;
+
+typedef struct zp_workspace {
+	// Stage 1 output, read by stages 2 and 3.
+	uint16_t seq_ll[ZP_MAX_SEQ]; // literal length
+	uint16_t seq_ml[ZP_MAX_SEQ]; // match length
+	uint16_t seq_of[ZP_MAX_SEQ]; // offset value: 1-3 repeat code, else offset + 3
+	union {
+		struct { // stage 1
+			uint16_t head[1 << ZP_HASH_BITS_MAX];
+			uint16_t chain[ZP_PAGE];
+		} mf;
+		struct { // stage 2
+			uint8_t lit[ZP_PAGE];
+			uint16_t hist[256];
+			uint16_t hcode[256];
+			uint8_t hlen[256];
+			uint8_t weight[256];
+			uint16_t sym[256];  // symbols by ascending count
+			uint16_t depth[256]; // Moffat-Katajainen work array
+			uint8_t tree[256];  // Huffman tree descriptions tried (FSE weights, 5- and 6-bit tables)
+			uint8_t tsym[64];
+			int16_t treeFse, treeLen; // FSE description in tree[] (-1: direct)
+			uint8_t maxBits;
+			uint16_t wcount[16];
+			uint16_t wcumul[18];
+			int16_t wnorm[16];
+			zp_fse_ct_small wct;
+		} lit;
+		struct { // stage 3
+			zp_fse_ct ct[3]; // LL, OF, ML
+			uint16_t count[3][64];
+			int16_t norm[3][64];
+			uint8_t tsym[512];
+			uint8_t ncount[3][96]; // table descriptions
+			uint16_t cumul[66];
+		} seq;
+	} u;
+} zp_workspace;
+
+#define ZP_WORKSPACE_SIZE sizeof(zp_workspace)
+// The workspace must stay within ZP_WORKSPACE_LIMIT bytes (a warp's share
+// of shared memory on the device); raise it to try larger tables.
+#ifndef ZP_WORKSPACE_LIMIT
+#define ZP_WORKSPACE_LIMIT 16384
+#endif
+typedef char zp_workspace_size_check[(sizeof(zp_workspace) <= ZP_WORKSPACE_LIMIT) ? 1 : -1];
+
+// ---------------------------------------------------------------- tables
+
+ZP_TABLE uint8_t zp_ll_bits[36] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	1, 1, 1, 1, 2, 2, 3, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+ZP_TABLE uint32_t zp_ll_base[36] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+	16, 18, 20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048, 4096,
+	8192, 16384, 32768, 65536};
+ZP_TABLE uint8_t zp_ml_bits[53] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+// Match length baselines minus 3 (the minimum match).
+ZP_TABLE uint32_t zp_ml_base[53] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+	16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+	32, 34, 36, 38, 40, 44, 48, 56, 64, 80, 96, 128, 256, 512, 1024, 2048,
+	4096, 8192, 16384, 32768, 65536};
+
+// Predefined distributions (RFC 8878 3.1.1.3.2.2).
+ZP_TABLE int16_t zp_ll_def[36] = {4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1, -1, -1, -1, -1};
+ZP_TABLE int16_t zp_ml_def[53] = {1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1};
+ZP_TABLE int16_t zp_of_def[29] = {1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
+
+// --------------------------------------------------------------- helpers
+
+ZP_FN int zp_highbit(uint32_t v) { // v > 0
+#ifdef __CUDACC__
+	return 31 - __clz(v);
+#else
+	return 31 - __builtin_clz(v);
+#endif
+}
+
+ZP_FN int zp_ctz64(uint64_t v) { // v != 0
+#ifdef __CUDACC__
+	return __ffsll((long long)v) - 1;
+#else
+	return __builtin_ctzll(v);
+#endif
+}
+
+ZP_FN void zp_defaults(zp_options *o) {
+	o->huffman = 1;
+	o->fse_custom = 1;
+	o->rep = 1;
+	o->hash_bits = ZP_HASH_BITS_MAX;
+	o->min_match = 4;
+	o->rep_min = 3;
+	o->depth = 16;
+	o->lazy = 2;
+}
+
+// zp_ld32 / zp_ld64 load little-endian words at p (within the page);
+// zp_rd32 / zp_rd64 also take p near the end, bytes past the page read
+// as 0. On a little-endian GNU host the loads are single unaligned loads
+// (__builtin_memcpy of a constant size is inlined, no libc call).
+#if !defined(__CUDACC__) && defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+ZP_FN uint32_t zp_ld32(const uint8_t *s, int p) {
+	uint32_t v;
+	__builtin_memcpy(&v, s + p, 4);
+	return v;
+}
+ZP_FN uint64_t zp_ld64(const uint8_t *s, int p) {
+	uint64_t v;
+	__builtin_memcpy(&v, s + p, 8);
+	return v;
+}
+#else
+ZP_FN uint32_t zp_ld32(const uint8_t *s, int p) {
+	return (uint32_t)s[p] | (uint32_t)s[p + 1] << 8 | (uint32_t)s[p + 2] << 16 | (uint32_t)s[p + 3] << 24;
+}
+ZP_FN uint64_t zp_ld64(const uint8_t *s, int p) { return (uint64_t)zp_ld32(s, p) | (uint64_t)zp_ld32(s, p + 4) << 32; }
+#endif
+
+ZP_FN uint32_t zp_rd32(const uint8_t *s, int p) {
+	if (p + 4 <= ZP_PAGE) return zp_ld32(s, p);
+	uint32_t v = 0;
+	for (int i = 0; i < 4 && p + i < ZP_PAGE; i++) v |= (uint32_t)s[p + i] << (8 * i);
+	return v;
+}
+
+ZP_FN uint64_t zp_rd64(const uint8_t *s, int p) {
+	if (p + 8 <= ZP_PAGE) return zp_ld64(s, p);
+	uint64_t v = 0;
+	for (int i = 0; i < 8 && p + i < ZP_PAGE; i++) v |= (uint64_t)s[p + i] << (8 * i);
+	return v;
+}
+
+// zp_log2q8 returns log2(x) * 256 (x > 0), to 8 fraction bits.
+ZP_FN int zp_log2q8(uint32_t x) {
+	int h = zp_highbit(x);
+	uint32_t m = h >= 15 ? x >> (h - 15) : x << (15 - h); // [1, 2) in Q15
+	int r = h << 8;
+	for (int i = 7; i >= 0; i--) {
+		m = (m * m) >> 15;
+		if (m >= (2u << 15)) {
+			m >>= 1;
+			r |= 1 << i;
+		}
+	}
+	return r;
+}
+
+ZP_FN int zp_ll_code(uint32_t ll) {
+	if (ll < 16) return (int)ll;
+	if (ll < 24) return 16 + (int)((ll - 16) >> 1);
+	if (ll < 32) return 20 + (int)((ll - 24) >> 2);
+	if (ll < 48) return 22 + (int)((ll - 32) >> 3);
+	if (ll < 64) return 24;
+	return zp_highbit(ll) + 19;
+}
+
+ZP_FN int zp_ml_code(uint32_t mlBase) { // match length - 3
+	if (mlBase < 32) return (int)mlBase;
+	if (mlBase < 40) return 32 + (int)((mlBase - 32) >> 1);
+	if (mlBase < 48) return 36 + (int)((mlBase - 40) >> 2);
+	if (mlBase < 64) return 38 + (int)((mlBase - 48) >> 3);
+	if (mlBase < 96) return 40 + (int)((mlBase - 64) >> 4);
+	if (mlBase < 128) return 42;
+	return zp_highbit(mlBase) + 36;
+}
+
+// ------------------------------------------------------------ bit writer
+
+// Forward bit writer of zstd's backward-read streams: bits fill each byte
+// from its low end; zp_bw_close appends the end mark.
+typedef struct zp_bw {
+	uint64_t acc;
+	int n;
+	uint8_t *p, *end;
+	int ovf;
+} zp_bw;
+
+ZP_FN void zp_bw_init(zp_bw *b, uint8_t *p, uint8_t *end) {
+	b->acc = 0;
+	b->n = 0;
+	b->p = p;
+	b->end = end;
+	b->ovf = 0;
+}
+
+ZP_FN void zp_bw_add(zp_bw *b, uint32_t v, int nb) { // nb <= 31, b->n + nb <= 64
+	b->acc |= (uint64_t)(v & ((1u << nb) - 1)) << b->n;
+	b->n += nb;
+}
+
+ZP_FN void zp_bw_flush(zp_bw *b) {
+	while (b->n >= 8) {
+		if (b->p < b->end)
+			*b->p++ = (uint8_t)b->acc;
+		else
+			b->ovf = 1;
+		b->acc >>= 8;
+		b->n -= 8;
+	}
+}
+
+// zp_bw_close writes the end mark and the last byte; it returns the end,
+// or NULL when the stream did not fit.
+ZP_FN uint8_t *zp_bw_close(zp_bw *b) {
+	zp_bw_add(b, 1, 1);
+	zp_bw_flush(b);
+	if (b->n > 0) {
+		if (b->p < b->end)
+			*b->p++ = (uint8_t)b->acc;
+		else
+			b->ovf = 1;
+	}
+	return b->ovf ? (uint8_t *)0 : b->p;
+}
+
+// ------------------------------------------------------------------- FSE
+
+// zp_fse_normalize scales count[0..maxSym] (summing to total, at least two
+// symbols present) to a distribution of 1 << tableLog with every present
+// symbol at least 1: rounded, then points added where they save the most
+// bits and removed where they cost the least (the gain of p -> p+1 is
+// count * log2((p+1)/p) ~ count * 2/(2p+1)).
+ZP_FN void zp_fse_normalize(const uint16_t *count, int maxSym, uint32_t total, int tableLog, int16_t *norm) {
+	int T = 1 << tableLog, sum = 0;
+	for (int s = 0; s <= maxSym; s++) {
+		int n = 0;
+		if (count[s]) {
+			n = (int)((((uint32_t)count[s] << tableLog) + total / 2) / total);
+			if (n < 1) n = 1;
+		}
+		norm[s] = (int16_t)n;
+		sum += n;
+	}
+	while (sum < T) {
+		int best = -1;
+		for (int s = 0; s <= maxSym; s++) {
+			if (!count[s]) continue;
+			if (best < 0 || (uint32_t)count[s] * (uint32_t)(2 * norm[best] + 1) > (uint32_t)count[best] * (uint32_t)(2 * norm[s] + 1)) best = s;
+		}
+		norm[best]++;
+		sum++;
+	}
+	while (sum > T) {
+		int best = -1;
+		for (int s = 0; s <= maxSym; s++) {
+			if (norm[s] <= 1) continue;
+			if (best < 0 || (uint32_t)count[s] * (uint32_t)(2 * norm[best] - 1) < (uint32_t)count[best] * (uint32_t)(2 * norm[s] - 1)) best = s;
+		}
+		norm[best]--;
+		sum--;
+	}
+}
+
+// zp_fse_cost estimates the bits of coding count[] with norm[] (Q8).
+ZP_FN uint32_t zp_fse_cost(const uint16_t *count, int maxSym, const int16_t *norm, int normMax, int tableLog) {
+	uint32_t bits = 0;
+	for (int s = 0; s <= maxSym; s++) {
+		if (!count[s]) continue;
+		int p = s <= normMax ? norm[s] : 0;
+		if (p == 0) return 0xFFFFFFFFu;
+		if (p < 0) p = 1;
+		bits += (uint32_t)count[s] * (uint32_t)((tableLog << 8) - zp_log2q8((uint32_t)p));
+	}
+	return bits;
+}
+
+// zp_fse_write_ncount writes the FSE table description of norm[0..maxSym]
+// (RFC 8878 4.1.1); it returns its length, or -1 when over cap.
+ZP_FN int zp_fse_write_ncount(uint8_t *out, int cap, const int16_t *norm, int maxSym, int tableLog) {
+	uint64_t bits = (uint64_t)(tableLog - 5);
+	int nbits = 4, pos = 0;
+	int tableSize = 1 << tableLog;
+	int remaining = tableSize + 1, threshold = tableSize, nb = tableLog + 1;
+	int sym = 0, prev0 = 0;
+	while (sym <= maxSym && remaining > 1) {
+		if (prev0) {
+			int start = sym;
+			while (sym <= maxSym && !norm[sym]) sym++;
+			if (sym > maxSym) return -1; // cannot happen: the distribution sums to tableSize
+			while (sym >= start + 24) {
+				start += 24;
+				bits |= (uint64_t)0xFFFF << nbits;
+				nbits += 16;
+				while (nbits >= 8) {
+					if (pos >= cap) return -1;
+					out[pos++] = (uint8_t)bits;
+					bits >>= 8;
+					nbits -= 8;
+				}
+			}
+			while (sym >= start + 3) {
+				start += 3;
+				bits |= (uint64_t)3 << nbits;
+				nbits += 2;
+			}
+			bits |= (uint64_t)(sym - start) << nbits;
+			nbits += 2;
+		}
+		{
+			int count = norm[sym++];
+			int max = (2 * threshold - 1) - remaining;
+			remaining -= count < 0 ? -count : count;
+			count++;
+			if (count >= threshold) count += max;
+			bits |= (uint64_t)count << nbits;
+			nbits += nb;
+			nbits -= (count < max);
+			prev0 = (count == 1);
+			if (remaining < 1) return -1;
+			while (remaining < threshold) {
+				nb--;
+				threshold >>= 1;
+			}
+		}
+		while (nbits >= 8) {
+			if (pos >= cap) return -1;
+			out[pos++] = (uint8_t)bits;
+			bits >>= 8;
+			nbits -= 8;
+		}
+	}
+	if (remaining != 1) return -1;
+	if (nbits > 0) {
+		if (pos >= cap) return -1;
+		out[pos++] = (uint8_t)bits;
+	}
+	return pos;
+}
+
+// zp_fse_build fills an encoding table from norm[0..maxSym] (-1: "less
+// than 1"), spreading symbols exactly as the decoder does (RFC 8878
+// 4.1.1): tsym is tableSize bytes of scratch, cumul maxSym + 2 entries.
+ZP_FN void zp_fse_build(uint16_t *state, int16_t *dfs, uint32_t *dnb, const int16_t *norm, int maxSym, int tableLog,
+	uint8_t *tsym, uint16_t *cumul) {
+	int tableSize = 1 << tableLog, mask = tableSize - 1;
+	int step = (tableSize >> 1) + (tableSize >> 3) + 3;
+	int high = tableSize - 1;
+	cumul[0] = 0;
+	for (int s = 1; s <= maxSym + 1; s++) {
+		if (norm[s - 1] == -1) {
+			cumul[s] = (uint16_t)(cumul[s - 1] + 1);
+			tsym[high--] = (uint8_t)(s - 1);
+		} else {
+			cumul[s] = (uint16_t)(cumul[s - 1] + norm[s - 1]);
+		}
+	}
+	int pos = 0;
+	for (int s = 0; s <= maxSym; s++) {
+		for (int i = 0; i < norm[s]; i++) {
+			tsym[pos] = (uint8_t)s;
+			pos = (pos + step) & mask;
+			while (pos > high) pos = (pos + step) & mask;
+		}
+	}
+	for (int u = 0; u < tableSize; u++) {
+		int s = tsym[u];
+		state[cumul[s]++] = (uint16_t)(tableSize + u);
+	}
+	int total = 0;
+	for (int s = 0; s <= maxSym; s++) {
+		int n = norm[s];
+		if (n == 0) {
+			dnb[s] = ((uint32_t)(tableLog + 1) << 16) - (uint32_t)tableSize;
+			dfs[s] = 0;
+		} else if (n == -1 || n == 1) {
+			dnb[s] = ((uint32_t)tableLog << 16) - (uint32_t)tableSize;
+			dfs[s] = (int16_t)(total - 1);
+			total++;
+		} else {
+			int maxBitsOut = tableLog - zp_highbit((uint32_t)(n - 1));
+			uint32_t minStatePlus = (uint32_t)n << maxBitsOut;
+			dnb[s] = ((uint32_t)maxBitsOut << 16) - minStatePlus;
+			dfs[s] = (int16_t)(total - n);
+			total += n;
+		}
+	}
+}
+
+// zp_fse_init returns the first state of a stream for symbol s: the
+// symbol's lowest state, as FSE_initCState2 picks.
+ZP_FN uint32_t zp_fse_init(const uint16_t *state, const int16_t *dfs, const uint32_t *dnb, int s) {
+	uint32_t nbOut = (dnb[s] + (1u << 15)) >> 16;
+	uint32_t v = (nbOut << 16) - dnb[s];
+	return state[(int)(v >> nbOut) + dfs[s]];
+}
+
+ZP_FN uint32_t zp_fse_encode(zp_bw *b, uint32_t st, const uint16_t *state, const int16_t *dfs, const uint32_t *dnb, int s) {
+	uint32_t nbOut = (st + dnb[s]) >> 16;
+	zp_bw_add(b, st, (int)nbOut);
+	return state[(int)(st >> nbOut) + dfs[s]];
+}
+
+// --------------------------------------------------------- 1: sequences
+
+ZP_FN uint32_t zp_hash(const uint8_t *s, int p, int mm, int hb) {
+	if (mm == 4) return (zp_rd32(s, p) * 2654435761u) >> (32 - hb);
+	if (mm == 3) return ((zp_rd32(s, p) << 8) * 2654435761u) >> (32 - hb);
+	return (uint32_t)(((zp_rd64(s, p) << (64 - 8 * mm)) * 0xCF1BBCDCB7A56463ull) >> (64 - hb));
+}
+
+// zp_match_len counts the bytes from b that equal those from a (a < b),
+// up to the end of the page.
+ZP_FN int zp_match_len(const uint8_t *s, int a, int b) {
+	int n = 0;
+	while (b + n + 8 <= ZP_PAGE) {
+		uint64_t x = zp_ld64(s, a + n) ^ zp_ld64(s, b + n);
+		if (x) return n + (zp_ctz64(x) >> 3);
+		n += 8;
+	}
+	while (b + n < ZP_PAGE && s[a + n] == s[b + n]) n++;
+	return n;
+}
+
+// zp_offval returns the offset value coding a match at offset off after
+// ll literals, given the repeat offsets (RFC 8878 3.1.2.5).
+ZP_FN uint32_t zp_offval(uint32_t off, uint32_t ll, const uint32_t *rep) {
+	if (ll > 0) {
+		if (off == rep[0]) return 1;
+		if (off == rep[1]) return 2;
+		if (off == rep[2]) return 3;
+	} else {
+		if (off == rep[1]) return 1;
+		if (off == rep[2]) return 2;
+		if (off == rep[0] - 1) return 3;
+	}
+	return off + 3;
+}
+
+ZP_FN void zp_rep_update(uint32_t *rep, uint32_t offval, uint32_t ll) {
+	if (offval > 3) {
+		rep[2] = rep[1];
+		rep[1] = rep[0];
+		rep[0] = offval - 3;
+		return;
+	}
+	uint32_t idx = offval - 1 + (ll == 0);
+	if (idx == 0) return;
+	uint32_t r = idx == 3 ? rep[0] - 1 : rep[idx];
+	if (idx != 1) rep[2] = rep[1];
+	rep[1] = rep[0];
+	rep[0] = r;
+}
+
+// Match scoring (tuned on the corpus, see internal/zstdpage's TestSweep):
+// a match's gain is ZP_GAIN_BYTE per byte, less the bits of its offset
+// value, plus ZP_REP_BONUS for a repeat code; a match one (two) positions
+// later replaces it when its gain is more than ZP_LAZY1 (ZP_LAZY2)
+// higher; a match needs a gain of ZP_MIN_GAIN.
+#ifndef ZP_GAIN_BYTE
+#define ZP_GAIN_BYTE 3
+#endif
+#ifndef ZP_REP_BONUS
+#define ZP_REP_BONUS 1
+#endif
+#ifndef ZP_LAZY1
+#define ZP_LAZY1 3
+#endif
+#ifndef ZP_LAZY2
+#define ZP_LAZY2 5
+#endif
+#ifndef ZP_MIN_GAIN
+#define ZP_MIN_GAIN -1000
+#endif
+
+typedef struct zp_match {
+	int ml, off, gain;
+} zp_match;
+
+// Matcher state of stage 1.
+typedef struct zp_mf {
+	const uint8_t *src;
+	uint16_t *head, *chain;
+	int hb, mm, rep_min, depth, use_rep;
+	int next_ins, hlimit, anchor;
+	uint32_t rep[3];
+} zp_mf;
+
+// zp_search inserts the positions up to p in the hash chains and returns
+// the best-scoring match at p (ml 0 when none): the repeat offsets first,
+// then up to depth chain candidates, nearest first.
+ZP_FN zp_match zp_search(zp_mf *m, int p) {
+	zp_match best;
+	best.ml = 0;
+	best.off = 0;
+	best.gain = -0x7FFFFFFF;
+	int lim = p < m->hlimit ? p : m->hlimit;
+	while (m->next_ins <= lim) {
+		int q = m->next_ins++;
+		uint32_t h = zp_hash(m->src, q, m->mm, m->hb);
+		m->chain[q] = m->head[h];
+		m->head[h] = (uint16_t)q;
+	}
+	uint32_t ll = (uint32_t)(p - m->anchor);
+	if (m->use_rep) {
+		for (int i = 0; i < 3; i++) {
+			uint32_t off = ll > 0 ? m->rep[i] : (i < 2 ? m->rep[i + 1] : m->rep[0] - 1);
+			if (off == 0 || off > (uint32_t)p) continue;
+			int ml = zp_match_len(m->src, p - (int)off, p);
+			if (ml < m->rep_min) continue;
+			int gain = ml * ZP_GAIN_BYTE - zp_highbit((uint32_t)i + 1) + ZP_REP_BONUS;
+			if (gain > best.gain) {
+				best.ml = ml;
+				best.off = (int)off;
+				best.gain = gain;
+			}
+		}
+	}
+	if (p <= m->hlimit && p + best.ml < ZP_PAGE) {
+		// Chain candidates come nearest first: a later one wins only by
+		// being longer than every match so far, so it must first agree at
+		// that length.
+		int longest = best.ml > m->mm - 1 ? best.ml : m->mm - 1;
+		uint32_t c = m->chain[p];
+		for (int d = 0; d < m->depth && c != ZP_EMPTY; d++) {
+			if (m->src[c + longest] == m->src[p + longest]) {
+				int ml = zp_match_len(m->src, (int)c, p);
+				if (ml > longest) {
+					longest = ml;
+					uint32_t off = (uint32_t)p - c;
+					uint32_t ov = m->use_rep ? zp_offval(off, ll, m->rep) : off + 3;
+					int gain = ml * ZP_GAIN_BYTE - zp_highbit(ov) + (ov <= 3 ? ZP_REP_BONUS : 0);
+					if (gain > best.gain) {
+						best.ml = ml;
+						best.off = (int)off;
+						best.gain = gain;
+					}
+					if (p + ml >= ZP_PAGE) break;
+				}
+			}
+			c = m->chain[c];
+		}
+	}
+	return best;
+}
+
+// zp_find_sequences parses the page into ws->seq_* with options o (as
+// zp_sanitize leaves them); it returns the number of sequences; the
+// literals after the last one run to the end of the page.
+ZP_FN int zp_find_sequences(const uint8_t *src, zp_workspace *ws, const zp_options *o) {
+	zp_mf m;
+	m.src = src;
+	m.head = ws->u.mf.head;
+	m.chain = ws->u.mf.chain;
+	m.hb = o->hash_bits;
+	m.mm = o->min_match;
+	m.rep_min = o->rep_min;
+	m.depth = o->depth;
+	m.use_rep = o->rep;
+	m.next_ins = 0;
+	m.hlimit = ZP_PAGE - (m.mm > 4 ? m.mm : 4);
+	m.anchor = 0;
+	m.rep[0] = 1;
+	m.rep[1] = 4;
+	m.rep[2] = 8;
+	for (int i = 0; i < (1 << m.hb); i++) m.head[i] = (uint16_t)ZP_EMPTY;
+	int minml = m.mm < m.rep_min ? m.mm : m.rep_min;
+	int ilimit = ZP_PAGE - minml;
+	int nseq = 0, ip = 1;
+	while (ip <= ilimit && nseq < ZP_MAX_SEQ) {
+		zp_match best = zp_search(&m, ip);
+		if (best.ml == 0 || best.gain < ZP_MIN_GAIN) {
+			ip++;
+			continue;
+		}
+		int start = ip;
+		// Lazy look-ahead: a match one (two) positions later must beat this
+		// one by more than the literal it leaves.
+		for (;;) {
+			if (o->lazy >= 1 && start + 1 <= ilimit) {
+				zp_match c = zp_search(&m, start + 1);
+				if (c.ml && c.gain > best.gain + ZP_LAZY1) {
+					best = c;
+					start++;
+					continue;
+				}
+				if (o->lazy >= 2 && start + 2 <= ilimit) {
+					c = zp_search(&m, start + 2);
+					if (c.ml && c.gain > best.gain + ZP_LAZY2) {
+						best = c;
+						start += 2;
+						continue;
+					}
+				}
+			}
+			break;
+		}
+		// Extend the match backwards over equal literals.
+		int ml = best.ml, off = best.off;
+		while (start > m.anchor && start - off > 0 && src[start - 1] == src[start - 1 - off]) {
+			start--;
+			ml++;
+		}
+		uint32_t ll = (uint32_t)(start - m.anchor);
+		uint32_t ov = m.use_rep ? zp_offval((uint32_t)off, ll, m.rep) : (uint32_t)off + 3;
+		zp_rep_update(m.rep, ov, ll);
+		ws->seq_ll[nseq] = (uint16_t)ll;
+		ws->seq_ml[nseq] = (uint16_t)ml;
+		ws->seq_of[nseq] = (uint16_t)ov;
+		nseq++;
+		ip = start + ml;
+		m.anchor = ip;
+	}
+	return nseq;
+}
+
+// zp_gather_literals copies the literals to ws->u.lit.lit; it returns
+// their number.
+ZP_FN int zp_gather_literals(const uint8_t *src, zp_workspace *ws, int nseq) {
+	uint8_t *lit = ws->u.lit.lit;
+	int pos = 0, n = 0;
+	for (int i = 0; i < nseq; i++) {
+		int ll = ws->seq_ll[i];
+		for (int k = 0; k < ll; k++) lit[n + k] = src[pos + k];
+		n += ll;
+		pos += ll + ws->seq_ml[i];
+	}
+	for (; pos < ZP_PAGE; pos++) lit[n++] = src[pos];
+	return n;
+}
+
+// ----------------------------------------------------------- 2: literals
+
+ZP_FN int zp_lit_header_raw(uint8_t *op, int type, int n) {
+	if (n < 32) {
+		op[0] = (uint8_t)(type | (n << 3));
+		return 1;
+	}
+	if (n < 4096) {
+		op[0] = (uint8_t)(type | (1 << 2) | ((n & 15) << 4));
+		op[1] = (uint8_t)(n >> 4);
+		return 2;
+	}
+	op[0] = (uint8_t)(type | (3 << 2) | ((n & 15) << 4));
+	op[1] = (uint8_t)(n >> 4);
+	op[2] = (uint8_t)(n >> 12);
+	return 3;
+}
+
+ZP_FN int zp_lit_header_raw_size(int n) { return n < 32 ? 1 : n < 4096 ? 2 : 3; }
+
+// zp_huf_sort sets ws->u.lit.sym to the present symbols by ascending count,
+// ties by symbol (a two-pass LSD radix sort on the count's low 6 and high
+// 7 bits, with hcode and depth as scratch), and returns their number.
+ZP_FN int zp_huf_sort(zp_workspace *ws) {
+	const uint16_t *hist = ws->u.lit.hist;
+	uint16_t *sym = ws->u.lit.sym, *tmp = ws->u.lit.depth, *bucket = ws->u.lit.hcode;
+	int n = 0;
+	for (int i = 0; i < 64; i++) bucket[i] = 0;
+	for (int s = 0; s < 256; s++)
+		if (hist[s]) {
+			bucket[hist[s] & 63]++;
+			n++;
+		}
+	for (int i = 0, sum = 0; i < 64; i++) {
+		int c = bucket[i];
+		bucket[i] = (uint16_t)sum;
+		sum += c;
+	}
+	for (int s = 0; s < 256; s++)
+		if (hist[s]) tmp[bucket[hist[s] & 63]++] = (uint16_t)s;
+	for (int i = 0; i < 128; i++) bucket[i] = 0;
+	for (int i = 0; i < n; i++) bucket[hist[tmp[i]] >> 6]++;
+	for (int i = 0, sum = 0; i < 128; i++) {
+		int c = bucket[i];
+		bucket[i] = (uint16_t)sum;
+		sum += c;
+	}
+	for (int i = 0; i < n; i++) sym[bucket[hist[tmp[i]] >> 6]++] = tmp[i];
+	return n;
+}
+
+// zp_huf_lengths sets hlen[] to Huffman code lengths of the n >= 2 sorted
+// symbols, limited to limit bits, and returns the longest.
+ZP_FN int zp_huf_lengths(zp_workspace *ws, int n, int limit) {
+	uint16_t *hist = ws->u.lit.hist, *sym = ws->u.lit.sym, *A = ws->u.lit.depth;
+	uint8_t *hlen = ws->u.lit.hlen;
+	for (int s = 0; s < 256; s++) hlen[s] = 0;
+	for (int i = 0; i < n; i++) A[i] = hist[sym[i]];
+	// Moffat & Katajainen, in-place minimum-redundancy code lengths.
+	{
+		int root = 0, leaf = 2, next;
+		A[0] = (uint16_t)(A[0] + A[1]);
+		for (next = 1; next < n - 1; next++) {
+			if (leaf >= n || A[root] < A[leaf]) {
+				A[next] = A[root];
+				A[root++] = (uint16_t)next;
+			} else {
+				A[next] = A[leaf++];
+			}
+			if (leaf >= n || (root < next && A[root] < A[leaf])) {
+				A[next] = (uint16_t)(A[next] + A[root]);
+				A[root++] = (uint16_t)next;
+			} else {
+				A[next] = (uint16_t)(A[next] + A[leaf++]);
+			}
+		}
+		A[n - 2] = 0;
+		for (next = n - 3; next >= 0; next--) A[next] = (uint16_t)(A[A[next]] + 1);
+		int avbl = 1, used = 0, dpth = 0;
+		root = n - 2;
+		next = n - 1;
+		while (avbl > 0) {
+			while (root >= 0 && A[root] == dpth) {
+				used++;
+				root--;
+			}
+			while (avbl > used) {
+				A[next--] = (uint16_t)dpth;
+				avbl--;
+			}
+			avbl = 2 * used;
+			dpth++;
+			used = 0;
+		}
+	}
+	// Limit the lengths keeping the code complete (as miniz does).
+	int blc[33];
+	for (int i = 0; i <= 32; i++) blc[i] = 0;
+	for (int i = 0; i < n; i++) blc[A[i] > 32 ? 32 : A[i]]++;
+	for (int i = limit + 1; i <= 32; i++) {
+		blc[limit] += blc[i];
+		blc[i] = 0;
+	}
+	uint32_t total = 0;
+	for (int i = limit; i > 0; i--) total += (uint32_t)blc[i] << (limit - i);
+	while (total != (1u << limit)) {
+		blc[limit]--;
+		for (int i = limit - 1; i > 0; i--) {
+			if (blc[i]) {
+				blc[i]--;
+				blc[i + 1] += 2;
+				break;
+			}
+		}
+		total--;
+	}
+	// Longest codes to the rarest symbols.
+	int k = 0, maxBits = 0;
+	for (int len = limit; len > 0; len--) {
+		for (int c = 0; c < blc[len]; c++) hlen[sym[k++]] = (uint8_t)len;
+		if (blc[len] && !maxBits) maxBits = len;
+	}
+	return maxBits;
+}
+
+// zp_huf_codes assigns the canonical codes of RFC 8878 4.2.1.3 (codes of
+// a length in symbol order, longest lengths lowest).
+ZP_FN void zp_huf_codes(zp_workspace *ws, int maxBits) {
+	uint16_t nb[ZP_HUF_MAX_BITS + 2], val[ZP_HUF_MAX_BITS + 2];
+	for (int i = 0; i < ZP_HUF_MAX_BITS + 2; i++) nb[i] = 0;
+	for (int s = 0; s < 256; s++) nb[ws->u.lit.hlen[s]]++;
+	uint32_t min = 0;
+	for (int n = maxBits; n > 0; n--) {
+		val[n] = (uint16_t)min;
+		min += nb[n];
+		min >>= 1;
+	}
+	for (int s = 0; s < 256; s++) {
+		int l = ws->u.lit.hlen[s];
+		ws->u.lit.hcode[s] = l ? val[l]++ : 0;
+	}
+}
+
+// zp_huf_weights_fse writes the Huffman weights w[0..n-1] FSE-compressed
+// with a table of 1 << tl (RFC 8878 4.2.1.2): the table description, then
+// one bitstream of two interleaved states (even weights on the first,
+// odd ones on the second). It returns the length (estimated, with only the
+// table description written, unless exact), or -1 when over cap or when
+// the weights have fewer than two values.
+ZP_FN int zp_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int n, int tl, uint8_t *out, int cap, int exact) {
+	uint16_t *cnt = ws->u.lit.wcount;
+	int16_t *norm = ws->u.lit.wnorm;
+	zp_fse_ct_small *ct = &ws->u.lit.wct;
+	int maxW = 0, distinct = 0;
+	if (n < 2) return -1;
+	for (int i = 0; i < 16; i++) cnt[i] = 0;
+	for (int i = 0; i < n; i++) cnt[w[i]]++;
+	for (int i = 0; i < 16; i++) {
+		if (cnt[i]) {
+			maxW = i;
+			distinct++;
+		}
+	}
+	if (distinct < 2) return -1;
+	zp_fse_normalize(cnt, maxW, (uint32_t)n, tl, norm);
+	int h = zp_fse_write_ncount(out, cap, norm, maxW, tl);
+	if (h < 0) return -1;
+	if (!exact) return h + (int)((zp_fse_cost(cnt, maxW, norm, maxW, tl) + (uint32_t)(2 * tl + 8) * 256) >> 11);
+	zp_fse_build(ct->state, ct->dfs, ct->dnb, norm, maxW, tl, ws->u.lit.tsym, ws->u.lit.wcumul);
+	zp_bw b;
+	zp_bw_init(&b, out + h, out + cap);
+	uint32_t st[2];
+	st[(n - 1) & 1] = zp_fse_init(ct->state, ct->dfs, ct->dnb, w[n - 1]);
+	st[(n - 2) & 1] = zp_fse_init(ct->state, ct->dfs, ct->dnb, w[n - 2]);
+	for (int i = n - 3; i >= 0; i--) {
+		st[i & 1] = zp_fse_encode(&b, st[i & 1], ct->state, ct->dfs, ct->dnb, w[i]);
+		zp_bw_flush(&b);
+	}
+	zp_bw_add(&b, st[1], tl);
+	zp_bw_add(&b, st[0], tl);
+	uint8_t *e = zp_bw_close(&b);
+	if (!e) return -1;
+	return (int)(e - out);
+}
+
+// zp_huf_stream writes lit[from..to) as one Huffman-coded stream, last
+// literal first, so that the decoder reads the first one first.
+ZP_FN uint8_t *zp_huf_stream(const zp_workspace *ws, int from, int to, uint8_t *op, uint8_t *oend) {
+	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
+	const uint16_t *hcode = ws->u.lit.hcode;
+	zp_bw b;
+	zp_bw_init(&b, op, oend);
+	for (int i = to - 1; i >= from; i--) {
+		int c = lit[i];
+		zp_bw_add(&b, hcode[c], hlen[c]);
+		if (b.n >= 32) zp_bw_flush(&b);
+	}
+	return zp_bw_close(&b);
+}
+
+// zp_huf_plan builds the Huffman code of the literals limited to limit
+// bits and its tree description (direct or FSE weights, the smaller); it
+// returns the Compressed_Size of the literals (description, jump table,
+// streams; estimated unless exact), or 0x7FFF when the description cannot
+// be written.
+ZP_FN int zp_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact) {
+	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
+	uint8_t *w = ws->u.lit.weight, *tree = ws->u.lit.tree;
+	int maxBits = zp_huf_lengths(ws, nsorted, limit);
+	ws->u.lit.maxBits = (uint8_t)maxBits;
+	for (int s = 0; s < maxSym; s++) w[s] = (uint8_t)(hlen[s] ? maxBits + 1 - hlen[s] : 0);
+	int direct = maxSym <= 128 ? 1 + (maxSym + 1) / 2 : 0x7FFF;
+	int f5 = zp_huf_weights_fse(ws, w, maxSym, 5, tree, 128, exact);
+	int f6 = zp_huf_weights_fse(ws, w, maxSym, 6, tree + 128, 127, exact);
+	int fse = 0x7FFF, fseAt = 0;
+	if (f5 > 0 && f5 < 128) fse = f5;
+	if (f6 > 0 && f6 < 128 && f6 < fse) {
+		fse = f6;
+		fseAt = 128;
+	}
+	int treeSize = direct;
+	ws->u.lit.treeFse = -1;
+	if (1 + fse < direct) {
+		treeSize = 1 + fse;
+		ws->u.lit.treeFse = (int16_t)fseAt;
+		ws->u.lit.treeLen = (int16_t)fse;
+	}
+	if (treeSize >= 0x7FFF) return 0x7FFF;
+	int four = n > 1023, seg = (n + 3) / 4;
+	int streams = 0;
+	if (!exact) {
+		// Estimate: each stream's end mark and padding taken as 4.5 bits.
+		uint32_t bits = 0;
+		const uint16_t *hist = ws->u.lit.hist;
+		for (int s = 0; s <= maxSym; s++) bits += (uint32_t)hist[s] * hlen[s];
+		return treeSize + (four ? 6 : 0) + (int)((2 * bits + (four ? 36 : 9)) >> 4);
+	}
+	for (int k = 0; k < (four ? 4 : 1); k++) {
+		int from = four ? k * seg : 0, to = !four || k == 3 ? n : from + seg;
+		uint32_t bits = 0;
+		for (int i = from; i < to; i++) bits += hlen[lit[i]];
+		streams += (int)((bits + 8) >> 3);
+	}
+	return treeSize + (four ? 6 : 0) + streams;
+}
+
+// zp_encode_literals writes the literals section for the n literals in
+// ws->u.lit.lit: raw, RLE, or Huffman when allowed and smaller. It
+// returns the end, or NULL when it does not fit before oend.
+// zp_lit_plan is how zp_plan_literals lays out a literals section whose
+// streams are still to be written (Huffman): stream k of streams covers
+// literals [from[k], to[k]) and goes at at[k]; zp_finish_literals writes
+// the section's header and jump table once they are.
+typedef struct zp_lit_plan {
+	int streams; // 0: the section is complete (raw or RLE); else 1 or 4
+	int n, comp;
+	int from[4], to[4];
+	uint8_t *at[4];
+	uint8_t *op, *end;
+} zp_lit_plan;
+
+// zp_plan_literals writes the literals section of the n literals in
+// ws->u.lit.lit, or plans it (see zp_lit_plan); nil when it does not fit
+// before oend. With hist_ready, ws->u.lit.hist already counts them.
+ZP_FN int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, int allow_huf, int hist_ready, zp_lit_plan *pl) {
+	const uint8_t *lit = ws->u.lit.lit;
+	uint16_t *hist = ws->u.lit.hist;
+	pl->streams = 0;
+	pl->n = n;
+	pl->op = op;
+	if (!hist_ready) {
+		for (int s = 0; s < 256; s++) hist[s] = 0;
+		for (int i = 0; i < n; i++) hist[lit[i]]++;
+	}
+	int distinct = 0, maxSym = 0;
+	for (int s = 0; s < 256; s++) {
+		if (hist[s]) {
+			distinct++;
+			maxSym = s;
+		}
+	}
+	int rawh = zp_lit_header_raw_size(n);
+	if (distinct == 1) {
+		if (oend - op < rawh + 1) return 0;
+		zp_lit_header_raw(op, 1, n);
+		op[rawh] = lit[0];
+		pl->end = op + rawh + 1;
+		return 1;
+	}
+	if (allow_huf && distinct >= 2) {
+		// Try code-length limits from 11 down: a shallower code can
+		// cost fewer bits in its description than it adds in the streams.
+		int nsorted = zp_huf_sort(ws);
+		int bestComp = 0x7FFF, bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
+		if (lo < ZP_HUF_MIN_LIMIT) lo = ZP_HUF_MIN_LIMIT;
+		for (int limit = ZP_HUF_MAX_BITS; limit >= lo; limit--) {
+			int c = zp_huf_plan(ws, n, nsorted, maxSym, limit, 0);
+			if (c >= bestComp) break;
+			bestComp = c;
+			bestLimit = limit;
+			// Limits above the unlimited code's depth change nothing.
+			if (ws->u.lit.maxBits < limit) limit = ws->u.lit.maxBits;
+		}
+		int four = n > 1023, hdr = four ? 4 : 3;
+		int comp = bestLimit ? zp_huf_plan(ws, n, nsorted, maxSym, bestLimit, 1) : 0x7FFF;
+		if (comp < 0x7FFF && (four || comp <= 1023) && hdr + comp < rawh + n) {
+			if (oend - op < hdr + comp) return 0;
+			zp_huf_codes(ws, ws->u.lit.maxBits);
+			uint8_t *p = op + hdr;
+			const uint8_t *w = ws->u.lit.weight;
+			int tf = ws->u.lit.treeFse;
+			if (tf < 0) {
+				*p++ = (uint8_t)(127 + maxSym);
+				for (int i = 0; i < maxSym; i += 2) *p++ = (uint8_t)(w[i] << 4 | (i + 1 < maxSym ? w[i + 1] : 0));
+			} else {
+				int len = ws->u.lit.treeLen;
+				*p++ = (uint8_t)len;
+				for (int i = 0; i < len; i++) *p++ = ws->u.lit.tree[tf + i];
+			}
+			pl->comp = comp;
+			pl->end = op + hdr + comp;
+			if (!four) {
+				pl->streams = 1;
+				pl->from[0] = 0;
+				pl->to[0] = n;
+				pl->at[0] = p;
+				return 1;
+			}
+			// Each stream's size is known from its code lengths (its
+			// bits and the end mark, rounded up to bytes), so all four
+			// can be written at once.
+			const uint8_t *hlen = ws->u.lit.hlen;
+			int seg = (n + 3) / 4;
+			uint8_t *jt = p;
+			p += 6;
+			for (int k = 0; k < 4; k++) {
+				int from = k * seg, to = k == 3 ? n : from + seg;
+				uint32_t bits = 0;
+				for (int i = from; i < to; i++) bits += hlen[lit[i]];
+				int size = (int)((bits + 8) >> 3);
+				pl->from[k] = from;
+				pl->to[k] = to;
+				pl->at[k] = p;
+				if (k < 3) {
+					jt[2 * k] = (uint8_t)size;
+					jt[2 * k + 1] = (uint8_t)(size >> 8);
+				}
+				p += size;
+			}
+			pl->streams = 4;
+			return 1;
+		}
+	}
+	if (oend - op < rawh + n) return 0;
+	zp_lit_header_raw(op, 0, n);
+	for (int i = 0; i < n; i++) op[rawh + i] = lit[i];
+	pl->end = op + rawh + n;
+	return 1;
+}
+
+// zp_finish_literals writes the header of a planned Huffman section once
+// its streams are written, and returns its end.
+ZP_FN uint8_t *zp_finish_literals(const zp_lit_plan *pl) {
+	uint8_t *op = pl->op;
+	if (pl->streams == 1) {
+		uint32_t lh = 2u | (uint32_t)pl->n << 4 | (uint32_t)pl->comp << 14;
+		op[0] = (uint8_t)lh;
+		op[1] = (uint8_t)(lh >> 8);
+		op[2] = (uint8_t)(lh >> 16);
+	} else if (pl->streams == 4) {
+		uint32_t lh = 2u | 2u << 2 | (uint32_t)pl->n << 4 | (uint32_t)pl->comp << 18;
+		op[0] = (uint8_t)lh;
+		op[1] = (uint8_t)(lh >> 8);
+		op[2] = (uint8_t)(lh >> 16);
+		op[3] = (uint8_t)(lh >> 24);
+	}
+	return pl->end;
+}
+
+// zp_encode_literals writes the literals section of the n literals in
+// ws->u.lit.lit: raw, RLE or Huffman, whichever is smallest; nil when it
+// does not fit before oend. (The GPU kernel runs the same plan, its
+// streams on four lanes at once.)
+ZP_FN uint8_t *zp_encode_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, int allow_huf) {
+	zp_lit_plan pl;
+	if (!zp_plan_literals(ws, n, op, oend, allow_huf, 0, &pl)) return 0;
+	for (int k = 0; k < pl.streams; k++) {
+		uint8_t *next = k + 1 < pl.streams ? pl.at[k + 1] : pl.end;
+		if (zp_huf_stream(ws, pl.from[k], pl.to[k], pl.at[k], next) != next) return 0;
+	}
+	return zp_finish_literals(&pl);
+}
+
+// --------------------------------------------------------- 3: sequences
+
+// zp_encode_sequences writes the sequences section for ws->seq_*: per
+// symbol type RLE when one code, else the predefined table or an
+// FSE-compressed one (when allowed) of the tableLog with the smallest
+// estimated size. It returns the end, or NULL when over oend.
+ZP_FN uint8_t *zp_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, uint8_t *oend, int allow_fse) {
+	if (nseq == 0) {
+		if (op >= oend) return 0;
+		*op++ = 0;
+		return op;
+	}
+	if (oend - op < 3) return 0;
+	if (nseq < 128) {
+		*op++ = (uint8_t)nseq;
+	} else {
+		*op++ = (uint8_t)((nseq >> 8) + 0x80);
+		*op++ = (uint8_t)nseq;
+	}
+	// Types in the order of their tables: 0 LL, 1 OF, 2 ML.
+	uint16_t(*count)[64] = ws->u.seq.count;
+	int16_t(*norm)[64] = ws->u.seq.norm;
+	for (int t = 0; t < 3; t++)
+		for (int s = 0; s < 64; s++) count[t][s] = 0;
+	for (int i = 0; i < nseq; i++) {
+		count[0][zp_ll_code(ws->seq_ll[i])]++;
+		count[1][zp_highbit(ws->seq_of[i])]++;
+		count[2][zp_ml_code((uint32_t)ws->seq_ml[i] - 3)]++;
+	}
+	int mode[3], log[3], maxs[3], desc[3];
+	for (int t = 0; t < 3; t++) {
+		const int16_t *def = t == 0 ? zp_ll_def : t == 1 ? zp_of_def : zp_ml_def;
+		int defMax = t == 0 ? 35 : t == 1 ? 28 : 52;
+		int defLog = t == 1 ? 5 : 6;
+		int maxLog = t == 1 ? 8 : 9;
+		int distinct = 0, maxSym = 0;
+		for (int s = 0; s < 64; s++) {
+			if (count[t][s]) {
+				distinct++;
+				maxSym = s;
+			}
+		}
+		maxs[t] = maxSym;
+		desc[t] = 0;
+		if (distinct == 1) {
+			mode[t] = 1;
+			log[t] = 0;
+			desc[t] = 1;
+			ws->u.seq.ncount[t][0] = (uint8_t)maxSym;
+			continue;
+		}
+		uint32_t best = zp_fse_cost(count[t], maxSym, def, defMax, defLog);
+		if (best != 0xFFFFFFFFu) best += (uint32_t)defLog << 8;
+		mode[t] = 0;
+		log[t] = defLog;
+		if (allow_fse || best == 0xFFFFFFFFu) {
+			int bestLog = 0;
+			int minLog = zp_highbit((uint32_t)distinct - 1) + 1;
+			if (minLog < 5) minLog = 5;
+			for (int tl = minLog; tl <= maxLog && tl <= ZP_FSE_TRY_MAX; tl++) {
+				zp_fse_normalize(count[t], maxSym, (uint32_t)nseq, tl, norm[t]);
+				int h = zp_fse_write_ncount(ws->u.seq.ncount[t], 96, norm[t], maxSym, tl);
+				if (h < 0) continue;
+				uint32_t c = zp_fse_cost(count[t], maxSym, norm[t], maxSym, tl) + ((uint32_t)tl << 8) + ((uint32_t)h << 11);
+				if (c < best) {
+					best = c;
+					bestLog = tl;
+				}
+			}
+			if (bestLog) {
+				mode[t] = 2;
+				log[t] = bestLog;
+				zp_fse_normalize(count[t], maxSym, (uint32_t)nseq, bestLog, norm[t]);
+				desc[t] = zp_fse_write_ncount(ws->u.seq.ncount[t], 96, norm[t], maxSym, bestLog);
+			}
+		}
+		if (mode[t] == 0 && best == 0xFFFFFFFFu) return 0;
+	}
+	*op++ = (uint8_t)(mode[0] << 6 | mode[1] << 4 | mode[2] << 2);
+	for (int t = 0; t < 3; t++) {
+		if (oend - op < desc[t]) return 0;
+		for (int i = 0; i < desc[t]; i++) *op++ = ws->u.seq.ncount[t][i];
+	}
+	// Encoding tables (after the descriptions: ncount shares no memory
+	// with them, but keep the order of use simple).
+	for (int t = 0; t < 3; t++) {
+		zp_fse_ct *ct = &ws->u.seq.ct[t];
+		if (mode[t] == 1) continue;
+		if (mode[t] == 0) {
+			const int16_t *def = t == 0 ? zp_ll_def : t == 1 ? zp_of_def : zp_ml_def;
+			int defMax = t == 0 ? 35 : t == 1 ? 28 : 52;
+			int16_t *nm = norm[t];
+			for (int s = 0; s <= defMax; s++) nm[s] = def[s];
+			zp_fse_build(ct->state, ct->dfs, ct->dnb, nm, defMax, log[t], ws->u.seq.tsym, ws->u.seq.cumul);
+		} else {
+			zp_fse_build(ct->state, ct->dfs, ct->dnb, norm[t], maxs[t], log[t], ws->u.seq.tsym, ws->u.seq.cumul);
+		}
+	}
+	const zp_fse_ct *cl = &ws->u.seq.ct[0], *co = &ws->u.seq.ct[1], *cm = &ws->u.seq.ct[2];
+	zp_bw b;
+	zp_bw_init(&b, op, oend);
+	uint32_t sl = 0, so = 0, sm = 0;
+	for (int i = nseq - 1; i >= 0; i--) {
+		uint32_t ll = ws->seq_ll[i], mlb = (uint32_t)ws->seq_ml[i] - 3, of = ws->seq_of[i];
+		int lc = zp_ll_code(ll), mc = zp_ml_code(mlb), oc = zp_highbit(of);
+		if (i == nseq - 1) {
+			if (mode[2] != 1) sm = zp_fse_init(cm->state, cm->dfs, cm->dnb, mc);
+			if (mode[1] != 1) so = zp_fse_init(co->state, co->dfs, co->dnb, oc);
+			if (mode[0] != 1) sl = zp_fse_init(cl->state, cl->dfs, cl->dnb, lc);
+		} else {
+			if (mode[1] != 1) so = zp_fse_encode(&b, so, co->state, co->dfs, co->dnb, oc);
+			if (mode[2] != 1) sm = zp_fse_encode(&b, sm, cm->state, cm->dfs, cm->dnb, mc);
+			if (mode[0] != 1) sl = zp_fse_encode(&b, sl, cl->state, cl->dfs, cl->dnb, lc);
+			zp_bw_flush(&b);
+		}
+		zp_bw_add(&b, ll - zp_ll_base[lc], zp_ll_bits[lc]);
+		zp_bw_add(&b, mlb - zp_ml_base[mc], zp_ml_bits[mc]);
+		zp_bw_add(&b, of, oc);
+		zp_bw_flush(&b);
+	}
+	zp_bw_add(&b, sm, log[2]);
+	zp_bw_add(&b, so, log[1]);
+	zp_bw_add(&b, sl, log[0]);
+	return zp_bw_close(&b);
+}
+
+// ------------------------------------------------------------- 4: frame
+
+ZP_FN void zp_sanitize(zp_options *o) {
+	if (o->hash_bits < 4) o->hash_bits = 4;
+	if (o->hash_bits > ZP_HASH_BITS_MAX) o->hash_bits = ZP_HASH_BITS_MAX;
+	if (o->min_match < 3) o->min_match = 3;
+	if (o->min_match > 8) o->min_match = 8;
+	if (o->rep_min < 3) o->rep_min = 3;
+	if (o->rep_min > 8) o->rep_min = 8;
+	if (o->depth < 1) o->depth = 1;
+	if (o->depth > ZP_PAGE) o->depth = ZP_PAGE;
+	if (o->lazy < 0) o->lazy = 0;
+	if (o->lazy > 2) o->lazy = 2;
+}
+
+// zp_compress_page compresses the ZP_PAGE bytes at src into one zstd
+// frame in dst and returns its length, or 0 when it would be ZP_PAGE bytes
+// or more or longer than dst_cap. opt NULL means zp_defaults.
+ZP_FN int zp_compress_page(const uint8_t *src, uint8_t *dst, int dst_cap, zp_workspace *ws, const zp_options *opt) {
+	zp_options o;
+	if (opt)
+		o = *opt;
+	else
+		zp_defaults(&o);
+	zp_sanitize(&o);
+	int cap = dst_cap < ZP_PAGE - 1 ? dst_cap : ZP_PAGE - 1;
+	if (cap < 11) return 0;
+	uint8_t *oend = dst + cap;
+	// Magic, Frame_Header_Descriptor (FCS 2 bytes, Single_Segment), FCS - 256.
+	dst[0] = 0x28;
+	dst[1] = 0xB5;
+	dst[2] = 0x2F;
+	dst[3] = 0xFD;
+	dst[4] = 0x60;
+	dst[5] = (uint8_t)((ZP_PAGE - 256) & 0xFF);
+	dst[6] = (uint8_t)((ZP_PAGE - 256) >> 8);
+	int same = 1;
+	for (int i = 1; i < ZP_PAGE; i++) {
+		if (src[i] != src[0]) {
+			same = 0;
+			break;
+		}
+	}
+	if (same) {
+		uint32_t bh = (uint32_t)ZP_PAGE << 3 | 1u << 1 | 1u;
+		dst[7] = (uint8_t)bh;
+		dst[8] = (uint8_t)(bh >> 8);
+		dst[9] = (uint8_t)(bh >> 16);
+		dst[10] = src[0];
+		return 11;
+	}
+	int nseq = zp_find_sequences(src, ws, &o);
+	int nlit = zp_gather_literals(src, ws, nseq);
+	uint8_t *op = zp_encode_literals(ws, nlit, dst + 10, oend, o.huffman);
+	if (!op) return 0;
+	op = zp_encode_sequences(ws, nseq, op, oend, o.fse_custom);
+	if (!op) return 0;
+	uint32_t bsize = (uint32_t)(op - (dst + 10));
+	uint32_t bh = bsize << 3 | 2u << 1 | 1u;
+	dst[7] = (uint8_t)bh;
+	dst[8] = (uint8_t)(bh >> 8);
+	dst[9] = (uint8_t)(bh >> 16);
+	return (int)(op - dst);
+}
+
+#endif
