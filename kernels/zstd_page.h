@@ -91,6 +91,20 @@
 #endif
 // Huffman code-length limits tried: 11 down to this one, while the
 // literals section shrinks.
+// How many table logs zp_encode_sequences tries for a compressed table,
+// from the smallest that holds the symbols up.
+#ifndef ZP_FSE_TRIES
+#define ZP_FSE_TRIES 16
+#endif
+// How many code-length limits zp_plan_literals tries, from the deepest
+// down, and whether the Huffman weights' FSE description is also tried at
+// table log 5 (it always is at 6): fewer tries cost the GPU's one lane less.
+#ifndef ZP_HUF_TRIES
+#define ZP_HUF_TRIES 16
+#endif
+#ifndef ZP_HUF_WEIGHT_LOG5
+#define ZP_HUF_WEIGHT_LOG5 1
+#endif
 #ifndef ZP_HUF_MIN_LIMIT
 #define ZP_HUF_MIN_LIMIT 5
 #endif
@@ -961,7 +975,11 @@ ZP_FN int zp_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limi
 	ws->u.lit.maxBits = (uint8_t)maxBits;
 	for (int s = 0; s < maxSym; s++) w[s] = (uint8_t)(hlen[s] ? maxBits + 1 - hlen[s] : 0);
 	int direct = maxSym <= 128 ? 1 + (maxSym + 1) / 2 : 0x7FFF;
+#if ZP_HUF_WEIGHT_LOG5
 	int f5 = zp_huf_weights_fse(ws, w, maxSym, 5, tree, 128, exact);
+#else
+	int f5 = 0;
+#endif
 	int f6 = zp_huf_weights_fse(ws, w, maxSym, 6, tree + 128, 127, exact);
 	int fse = 0x7FFF, fseAt = 0;
 	if (f5 > 0 && f5 < 128) fse = f5;
@@ -1044,7 +1062,8 @@ ZP_FN int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, 
 		int nsorted = zp_huf_sort(ws);
 		int bestComp = 0x7FFF, bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
 		if (lo < ZP_HUF_MIN_LIMIT) lo = ZP_HUF_MIN_LIMIT;
-		for (int limit = ZP_HUF_MAX_BITS; limit >= lo; limit--) {
+		int tries = 0;
+		for (int limit = ZP_HUF_MAX_BITS; limit >= lo && tries < ZP_HUF_TRIES; limit--, tries++) {
 			int c = zp_huf_plan(ws, n, nsorted, maxSym, limit, 0);
 			if (c >= bestComp) break;
 			bestComp = c;
@@ -1201,7 +1220,7 @@ ZP_FN uint8_t *zp_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, uint
 			int bestLog = 0;
 			int minLog = zp_highbit((uint32_t)distinct - 1) + 1;
 			if (minLog < 5) minLog = 5;
-			for (int tl = minLog; tl <= maxLog && tl <= ZP_FSE_TRY_MAX; tl++) {
+			for (int tl = minLog; tl <= maxLog && tl <= ZP_FSE_TRY_MAX && tl < minLog + ZP_FSE_TRIES; tl++) {
 				zp_fse_normalize(count[t], maxSym, (uint32_t)nseq, tl, norm[t]);
 				int h = zp_fse_write_ncount(ws->u.seq.ncount[t], 96, norm[t], maxSym, tl);
 				if (h < 0) continue;
