@@ -201,14 +201,12 @@ static int alive(int pid)
  * start the killer saw at seen; it returns the next serving process, or
  * 0 when told to stop first.
  */
-static int upgrade(int n, int c, double seen, int first, double quiet, double kmin, double kmax)
+static int upgrade(int n, int c, double seen, int first, double quiet)
 {
 	if (first) {
 		while (vmstat("pswpout") <= 0)
 			if (sleep_unless_stopped(0.1))
 				return 0;
-		if (sleep_unless_stopped(uniform(kmin, kmax)))
-			return 0;
 	} else if (sleep_unless_stopped(seen + quiet - now())) {
 		return 0;
 	}
@@ -266,7 +264,7 @@ int main(int argc, char **argv)
 		}
 		double seen = now();
 		if (upgrade_every > 0 && n % upgrade_every == 0 && upgrades == n / upgrade_every) {
-			if (!(c = upgrade(upgrades + 1, c, seen, upgrades == 0, quiet, kmin, kmax)))
+			if (!(c = upgrade(upgrades + 1, c, seen, upgrades == 0, quiet)))
 				return 0;
 			upgrades++;
 			FILE *f = fopen(upgradefile, "w");
@@ -292,11 +290,16 @@ int main(int argc, char **argv)
 				nap(0.005);
 			}
 			d = uniform(0, earlymax);
+			if (sleep_unless_stopped(d))
+				return 0;
 		} else {
+			/* Counted from when the killer saw the process it would have
+			 * killed: an upgrade in between does not push the kills
+			 * out of the hog's write phase. */
 			d = uniform(kmin, kmax);
+			if (sleep_unless_stopped(seen + d - now()))
+				return 0;
 		}
-		if (sleep_unless_stopped(d))
-			return 0;
 		if (kill(c, SIGKILL) != 0) {
 			printf("E2E-KILLER: pid %d is gone before kill %d\n", c, n + 1);
 			prev = c;
