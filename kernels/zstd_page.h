@@ -62,11 +62,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// ZP_FN_BIG marks the entropy stages' larger functions: on the device they
+// stay calls (ZP_NOINLINE_BIG), so that the lane running them does not walk
+// through several copies of them and out of the instruction cache.
 #ifdef __CUDACC__
 #define ZP_FN static __device__ __forceinline__
+#ifdef ZP_NOINLINE_BIG
+#define ZP_FN_BIG static __device__ __noinline__
+#else
+#define ZP_FN_BIG ZP_FN
+#endif
 #define ZP_TABLE static __device__ const
 #else
 #define ZP_FN static inline
+#define ZP_FN_BIG static inline
 #define ZP_TABLE static const
 #endif
 
@@ -145,10 +154,12 @@ typedef struct zp_workspace {
 	uint16_t seq_ml[ZP_MAX_SEQ]; // match length
 	uint16_t seq_of[ZP_MAX_SEQ]; // offset value: 1-3 repeat code, else offset + 3
 	union {
+#ifndef ZP_NO_CHAIN_MF
 		struct { // stage 1
 			uint16_t head[1 << ZP_HASH_BITS_MAX];
 			uint16_t chain[ZP_PAGE];
 		} mf;
+#endif
 		struct { // stage 2
 			uint8_t lit[ZP_PAGE];
 			uint16_t hist[256];
@@ -365,7 +376,7 @@ ZP_FN uint8_t *zp_bw_close(zp_bw *b) {
 // symbol at least 1: rounded, then points added where they save the most
 // bits and removed where they cost the least (the gain of p -> p+1 is
 // count * log2((p+1)/p) ~ count * 2/(2p+1)).
-ZP_FN void zp_fse_normalize(const uint16_t *count, int maxSym, uint32_t total, int tableLog, int16_t *norm) {
+ZP_FN_BIG void zp_fse_normalize(const uint16_t *count, int maxSym, uint32_t total, int tableLog, int16_t *norm) {
 	int T = 1 << tableLog, sum = 0;
 	for (int s = 0; s <= maxSym; s++) {
 		int n = 0;
@@ -397,7 +408,7 @@ ZP_FN void zp_fse_normalize(const uint16_t *count, int maxSym, uint32_t total, i
 }
 
 // zp_fse_cost estimates the bits of coding count[] with norm[] (Q8).
-ZP_FN uint32_t zp_fse_cost(const uint16_t *count, int maxSym, const int16_t *norm, int normMax, int tableLog) {
+ZP_FN_BIG uint32_t zp_fse_cost(const uint16_t *count, int maxSym, const int16_t *norm, int normMax, int tableLog) {
 	uint32_t bits = 0;
 	for (int s = 0; s <= maxSym; s++) {
 		if (!count[s]) continue;
@@ -411,7 +422,7 @@ ZP_FN uint32_t zp_fse_cost(const uint16_t *count, int maxSym, const int16_t *nor
 
 // zp_fse_write_ncount writes the FSE table description of norm[0..maxSym]
 // (RFC 8878 4.1.1); it returns its length, or -1 when over cap.
-ZP_FN int zp_fse_write_ncount(uint8_t *out, int cap, const int16_t *norm, int maxSym, int tableLog) {
+ZP_FN_BIG int zp_fse_write_ncount(uint8_t *out, int cap, const int16_t *norm, int maxSym, int tableLog) {
 	uint64_t bits = (uint64_t)(tableLog - 5);
 	int nbits = 4, pos = 0;
 	int tableSize = 1 << tableLog;
@@ -475,7 +486,7 @@ ZP_FN int zp_fse_write_ncount(uint8_t *out, int cap, const int16_t *norm, int ma
 // zp_fse_build fills an encoding table from norm[0..maxSym] (-1: "less
 // than 1"), spreading symbols exactly as the decoder does (RFC 8878
 // 4.1.1): tsym is tableSize bytes of scratch, cumul maxSym + 2 entries.
-ZP_FN void zp_fse_build(uint16_t *state, int16_t *dfs, uint32_t *dnb, const int16_t *norm, int maxSym, int tableLog,
+ZP_FN_BIG void zp_fse_build(uint16_t *state, int16_t *dfs, uint32_t *dnb, const int16_t *norm, int maxSym, int tableLog,
 	uint8_t *tsym, uint16_t *cumul) {
 	int tableSize = 1 << tableLog, mask = tableSize - 1;
 	int step = (tableSize >> 1) + (tableSize >> 3) + 3;
@@ -607,6 +618,7 @@ ZP_FN void zp_rep_update(uint32_t *rep, uint32_t offval, uint32_t ll) {
 #define ZP_MIN_GAIN -1000
 #endif
 
+#ifndef ZP_NO_CHAIN_MF // the host's match finder (the GPU kernel has its own)
 typedef struct zp_match {
 	int ml, off, gain;
 } zp_match;
@@ -750,6 +762,8 @@ ZP_FN int zp_find_sequences(const uint8_t *src, zp_workspace *ws, const zp_optio
 
 // zp_gather_literals copies the literals to ws->u.lit.lit; it returns
 // their number.
+#endif
+
 ZP_FN int zp_gather_literals(const uint8_t *src, zp_workspace *ws, int nseq) {
 	uint8_t *lit = ws->u.lit.lit;
 	int pos = 0, n = 0;
@@ -786,7 +800,7 @@ ZP_FN int zp_lit_header_raw_size(int n) { return n < 32 ? 1 : n < 4096 ? 2 : 3; 
 // zp_huf_sort sets ws->u.lit.sym to the present symbols by ascending count,
 // ties by symbol (a two-pass LSD radix sort on the count's low 6 and high
 // 7 bits, with hcode and depth as scratch), and returns their number.
-ZP_FN int zp_huf_sort(zp_workspace *ws) {
+ZP_FN_BIG int zp_huf_sort(zp_workspace *ws) {
 	const uint16_t *hist = ws->u.lit.hist;
 	uint16_t *sym = ws->u.lit.sym, *tmp = ws->u.lit.depth, *bucket = ws->u.lit.hcode;
 	int n = 0;
@@ -816,7 +830,7 @@ ZP_FN int zp_huf_sort(zp_workspace *ws) {
 
 // zp_huf_lengths sets hlen[] to Huffman code lengths of the n >= 2 sorted
 // symbols, limited to limit bits, and returns the longest.
-ZP_FN int zp_huf_lengths(zp_workspace *ws, int n, int limit) {
+ZP_FN_BIG int zp_huf_lengths(zp_workspace *ws, int n, int limit) {
 	uint16_t *hist = ws->u.lit.hist, *sym = ws->u.lit.sym, *A = ws->u.lit.depth;
 	uint8_t *hlen = ws->u.lit.hlen;
 	for (int s = 0; s < 256; s++) hlen[s] = 0;
@@ -890,7 +904,7 @@ ZP_FN int zp_huf_lengths(zp_workspace *ws, int n, int limit) {
 
 // zp_huf_codes assigns the canonical codes of RFC 8878 4.2.1.3 (codes of
 // a length in symbol order, longest lengths lowest).
-ZP_FN void zp_huf_codes(zp_workspace *ws, int maxBits) {
+ZP_FN_BIG void zp_huf_codes(zp_workspace *ws, int maxBits) {
 	uint16_t nb[ZP_HUF_MAX_BITS + 2], val[ZP_HUF_MAX_BITS + 2];
 	for (int i = 0; i < ZP_HUF_MAX_BITS + 2; i++) nb[i] = 0;
 	for (int s = 0; s < 256; s++) nb[ws->u.lit.hlen[s]]++;
@@ -912,7 +926,7 @@ ZP_FN void zp_huf_codes(zp_workspace *ws, int maxBits) {
 // odd ones on the second). It returns the length (estimated, with only the
 // table description written, unless exact), or -1 when over cap or when
 // the weights have fewer than two values.
-ZP_FN int zp_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int n, int tl, uint8_t *out, int cap, int exact) {
+ZP_FN_BIG int zp_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int n, int tl, uint8_t *out, int cap, int exact) {
 	uint16_t *cnt = ws->u.lit.wcount;
 	int16_t *norm = ws->u.lit.wnorm;
 	zp_fse_ct_small *ct = &ws->u.lit.wct;
@@ -950,7 +964,7 @@ ZP_FN int zp_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int n, int tl, 
 
 // zp_huf_stream writes lit[from..to) as one Huffman-coded stream, last
 // literal first, so that the decoder reads the first one first.
-ZP_FN uint8_t *zp_huf_stream(const zp_workspace *ws, int from, int to, uint8_t *op, uint8_t *oend) {
+ZP_FN_BIG uint8_t *zp_huf_stream(const zp_workspace *ws, int from, int to, uint8_t *op, uint8_t *oend) {
 	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
 	const uint16_t *hcode = ws->u.lit.hcode;
 	zp_bw b;
@@ -968,7 +982,7 @@ ZP_FN uint8_t *zp_huf_stream(const zp_workspace *ws, int from, int to, uint8_t *
 // returns the Compressed_Size of the literals (description, jump table,
 // streams; estimated unless exact), or 0x7FFF when the description cannot
 // be written.
-ZP_FN int zp_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact) {
+ZP_FN_BIG int zp_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact) {
 	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
 	uint8_t *w = ws->u.lit.weight, *tree = ws->u.lit.tree;
 	int maxBits = zp_huf_lengths(ws, nsorted, limit);
@@ -1031,7 +1045,7 @@ typedef struct zp_lit_plan {
 // zp_plan_literals writes the literals section of the n literals in
 // ws->u.lit.lit, or plans it (see zp_lit_plan); nil when it does not fit
 // before oend. With hist_ready, ws->u.lit.hist already counts them.
-ZP_FN int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, int allow_huf, int hist_ready, zp_lit_plan *pl) {
+ZP_FN_BIG int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, int allow_huf, int hist_ready, zp_lit_plan *pl) {
 	const uint8_t *lit = ws->u.lit.lit;
 	uint16_t *hist = ws->u.lit.hist;
 	pl->streams = 0;
@@ -1130,7 +1144,7 @@ ZP_FN int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, 
 
 // zp_finish_literals writes the header of a planned Huffman section once
 // its streams are written, and returns its end.
-ZP_FN uint8_t *zp_finish_literals(const zp_lit_plan *pl) {
+ZP_FN_BIG uint8_t *zp_finish_literals(const zp_lit_plan *pl) {
 	uint8_t *op = pl->op;
 	if (pl->streams == 1) {
 		uint32_t lh = 2u | (uint32_t)pl->n << 4 | (uint32_t)pl->comp << 14;
@@ -1151,7 +1165,7 @@ ZP_FN uint8_t *zp_finish_literals(const zp_lit_plan *pl) {
 // ws->u.lit.lit: raw, RLE or Huffman, whichever is smallest; nil when it
 // does not fit before oend. (The GPU kernel runs the same plan, its
 // streams on four lanes at once.)
-ZP_FN uint8_t *zp_encode_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, int allow_huf) {
+ZP_FN_BIG uint8_t *zp_encode_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, int allow_huf) {
 	zp_lit_plan pl;
 	if (!zp_plan_literals(ws, n, op, oend, allow_huf, 0, &pl)) return 0;
 	for (int k = 0; k < pl.streams; k++) {
@@ -1167,7 +1181,7 @@ ZP_FN uint8_t *zp_encode_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t 
 // symbol type RLE when one code, else the predefined table or an
 // FSE-compressed one (when allowed) of the tableLog with the smallest
 // estimated size. It returns the end, or NULL when over oend.
-ZP_FN uint8_t *zp_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, uint8_t *oend, int allow_fse) {
+ZP_FN_BIG uint8_t *zp_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, uint8_t *oend, int allow_fse) {
 	if (nseq == 0) {
 		if (op >= oend) return 0;
 		*op++ = 0;
@@ -1305,6 +1319,7 @@ ZP_FN void zp_sanitize(zp_options *o) {
 // zp_compress_page compresses the ZP_PAGE bytes at src into one zstd
 // frame in dst and returns its length, or 0 when it would be ZP_PAGE bytes
 // or more or longer than dst_cap. opt NULL means zp_defaults.
+#ifndef ZP_NO_CHAIN_MF
 ZP_FN int zp_compress_page(const uint8_t *src, uint8_t *dst, int dst_cap, zp_workspace *ws, const zp_options *opt) {
 	zp_options o;
 	if (opt)
@@ -1351,5 +1366,6 @@ ZP_FN int zp_compress_page(const uint8_t *src, uint8_t *dst, int dst_cap, zp_wor
 	dst[9] = (uint8_t)(bh >> 16);
 	return (int)(op - dst);
 }
+#endif
 
 #endif
