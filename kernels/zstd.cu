@@ -140,10 +140,9 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 	int len = 0;
 	if (__all_sync(full, same)) {
 		if (lane == 0) {
-			const uint32_t bh = (uint32_t)ZP_PAGE << 3 | 1u << 1 | 1u;
-			const uint8_t hdr[11] = {0x28, 0xB5, 0x2F, 0xFD, 0x60, (ZP_PAGE - 256) & 0xFF, (ZP_PAGE - 256) >> 8,
-				(uint8_t)bh, (uint8_t)(bh >> 8), (uint8_t)(bh >> 16), (uint8_t)first};
-			for (int i = 0; i < 11; i++) frame[i] = hdr[i];
+			zp_frame_header(frame);
+			zp_block_header(frame + 7, 1, ZP_PAGE);
+			frame[10] = (uint8_t)first;
 		}
 		len = 11;
 	} else {
@@ -252,13 +251,7 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 		__syncwarp();
 		uint8_t *const oend = frame + ZP_PAGE - 1;
 		if (lane == 0) {
-			frame[0] = 0x28;
-			frame[1] = 0xB5;
-			frame[2] = 0x2F;
-			frame[3] = 0xFD;
-			frame[4] = 0x60;
-			frame[5] = (uint8_t)((ZP_PAGE - 256) & 0xFF);
-			frame[6] = (uint8_t)((ZP_PAGE - 256) >> 8);
+			zp_frame_header(frame);
 			planned = zp_plan_literals(&ws, nlit, frame + 10, oend, 1, 1, &plan);
 		}
 		__syncwarp();
@@ -273,10 +266,7 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 			uint8_t *op = zp_finish_literals(&plan);
 			op = zp_encode_sequences(&ws, nseq, op, oend, 1);
 			if (op) {
-				const uint32_t bh = (uint32_t)(op - (frame + 10)) << 3 | 2u << 1 | 1u;
-				frame[7] = (uint8_t)bh;
-				frame[8] = (uint8_t)(bh >> 8);
-				frame[9] = (uint8_t)(bh >> 16);
+				zp_block_header(frame + 7, 2, (uint32_t)(op - (frame + 10)));
 				len = (int)(op - frame);
 			}
 		}

@@ -1030,6 +1030,28 @@ ZP_FN_BIG int zp_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int 
 // zp_encode_literals writes the literals section for the n literals in
 // ws->u.lit.lit: raw, RLE, or Huffman when allowed and smaller. It
 // returns the end, or NULL when it does not fit before oend.
+// zp_frame_header writes what precedes a page's one block: the magic, the
+// Frame_Header_Descriptor (Single_Segment, a 2-byte Frame_Content_Size, no
+// checksum, no dictionary) and the content size less 256 (7 bytes).
+ZP_FN void zp_frame_header(uint8_t *dst) {
+	dst[0] = 0x28;
+	dst[1] = 0xB5;
+	dst[2] = 0x2F;
+	dst[3] = 0xFD;
+	dst[4] = 0x60;
+	dst[5] = (uint8_t)((ZP_PAGE - 256) & 0xFF);
+	dst[6] = (uint8_t)((ZP_PAGE - 256) >> 8);
+}
+
+// zp_block_header writes the 3-byte header of the last block: type 1 (RLE)
+// or 2 (compressed), and its size (for RLE, the bytes it stands for).
+ZP_FN void zp_block_header(uint8_t *dst, uint32_t type, uint32_t size) {
+	uint32_t bh = size << 3 | type << 1 | 1u;
+	dst[0] = (uint8_t)bh;
+	dst[1] = (uint8_t)(bh >> 8);
+	dst[2] = (uint8_t)(bh >> 16);
+}
+
 // zp_lit_plan is how zp_plan_literals lays out a literals section whose
 // streams are still to be written (Huffman): stream k of streams covers
 // literals [from[k], to[k]) and goes at at[k]; zp_finish_literals writes
@@ -1330,14 +1352,7 @@ ZP_FN int zp_compress_page(const uint8_t *src, uint8_t *dst, int dst_cap, zp_wor
 	int cap = dst_cap < ZP_PAGE - 1 ? dst_cap : ZP_PAGE - 1;
 	if (cap < 11) return 0;
 	uint8_t *oend = dst + cap;
-	// Magic, Frame_Header_Descriptor (FCS 2 bytes, Single_Segment), FCS - 256.
-	dst[0] = 0x28;
-	dst[1] = 0xB5;
-	dst[2] = 0x2F;
-	dst[3] = 0xFD;
-	dst[4] = 0x60;
-	dst[5] = (uint8_t)((ZP_PAGE - 256) & 0xFF);
-	dst[6] = (uint8_t)((ZP_PAGE - 256) >> 8);
+	zp_frame_header(dst);
 	int same = 1;
 	for (int i = 1; i < ZP_PAGE; i++) {
 		if (src[i] != src[0]) {
@@ -1346,10 +1361,7 @@ ZP_FN int zp_compress_page(const uint8_t *src, uint8_t *dst, int dst_cap, zp_wor
 		}
 	}
 	if (same) {
-		uint32_t bh = (uint32_t)ZP_PAGE << 3 | 1u << 1 | 1u;
-		dst[7] = (uint8_t)bh;
-		dst[8] = (uint8_t)(bh >> 8);
-		dst[9] = (uint8_t)(bh >> 16);
+		zp_block_header(dst + 7, 1, ZP_PAGE);
 		dst[10] = src[0];
 		return 11;
 	}
@@ -1359,11 +1371,7 @@ ZP_FN int zp_compress_page(const uint8_t *src, uint8_t *dst, int dst_cap, zp_wor
 	if (!op) return 0;
 	op = zp_encode_sequences(ws, nseq, op, oend, o.fse_custom);
 	if (!op) return 0;
-	uint32_t bsize = (uint32_t)(op - (dst + 10));
-	uint32_t bh = bsize << 3 | 2u << 1 | 1u;
-	dst[7] = (uint8_t)bh;
-	dst[8] = (uint8_t)(bh >> 8);
-	dst[9] = (uint8_t)(bh >> 16);
+	zp_block_header(dst + 7, 2, (uint32_t)(op - (dst + 10)));
 	return (int)(op - dst);
 }
 #endif

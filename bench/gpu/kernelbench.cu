@@ -9,6 +9,8 @@
 // trip either way (GPU -> liblz4, liblz4 -> GPU).
 #include "../../kernels/lz4.cu"
 
+#include "bench.cuh"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -17,20 +19,6 @@
 
 extern "C" int LZ4_compress_default(const char *src, char *dst, int srcSize, int dstCapacity);
 extern "C" int LZ4_decompress_safe(const char *src, char *dst, int compressedSize, int dstCapacity);
-
-#define CK(x)                                                                               \
-	do {                                                                                    \
-		cudaError_t e_ = (x);                                                               \
-		if (e_ != cudaSuccess) {                                                            \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-			exit(2);                                                                        \
-		}                                                                                   \
-	} while (0)
-
-static double median(std::vector<float> v) {
-	std::sort(v.begin(), v.end());
-	return v[v.size() / 2];
-}
 
 int main(int argc, char **argv) {
 	if (argc < 2) {

@@ -30,17 +30,20 @@ func testConfig(t testing.TB) Config {
 	return Config{Logger: quiet}
 }
 
-// testPTX is $GZRAMD_PTX (a kernel variant being measured), or the
+// testPTX is $GZRAMD_PTX (an LZ4 kernel variant being measured), or the
 // embedded kernels.
-func testPTX(t testing.TB) []byte {
+func testPTX(t testing.TB) []byte { return ptxFrom(t, "GZRAMD_PTX", kernels.LZ4) }
+
+// ptxFrom is the PTX file the environment variable env names, or embedded.
+func ptxFrom(t testing.TB, env string, embedded []byte) []byte {
 	t.Helper()
-	p := os.Getenv("GZRAMD_PTX")
+	p := os.Getenv(env)
 	if p == "" {
-		return kernels.LZ4
+		return embedded
 	}
 	ptx, err := os.ReadFile(p)
 	if err != nil {
-		t.Fatalf("GZRAMD_PTX: %v", err)
+		t.Fatalf("%s: %v", env, err)
 	}
 	return ptx
 }
@@ -54,7 +57,13 @@ func openGPU(t testing.TB, c Config) *Backend {
 // through wrap (see wrapFaults).
 func openWrapped(t testing.TB, c Config, wrap func(cuda) cuda) *Backend {
 	t.Helper()
-	g, err := open(c, testPTX(t), wrap)
+	return openPTX(t, c, testPTX(t), wrap)
+}
+
+// openPTX opens a Backend on ptx, closed when the test ends.
+func openPTX(t testing.TB, c Config, ptx []byte, wrap func(cuda) cuda) *Backend {
+	t.Helper()
+	g, err := open(c, ptx, wrap)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

@@ -23,32 +23,12 @@ import (
 )
 
 // zstdPTX is $GZRAMD_ZSTD_PTX (a kernel being measured), or the embedded one.
-func zstdPTX(t testing.TB) []byte {
-	t.Helper()
-	p := os.Getenv("GZRAMD_ZSTD_PTX")
-	if p == "" {
-		return kernels.Zstd
-	}
-	ptx, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("GZRAMD_ZSTD_PTX: %v", err)
-	}
-	return ptx
-}
+func zstdPTX(t testing.TB) []byte { return ptxFrom(t, "GZRAMD_ZSTD_PTX", kernels.Zstd) }
 
 func openZstd(t testing.TB, c Config) *Backend {
 	t.Helper()
 	c.Algorithm = "zstd"
-	g, err := open(c, zstdPTX(t), nil)
-	if err != nil {
-		t.Fatalf("open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return g
+	return openPTX(t, c, zstdPTX(t), nil)
 }
 
 // zstdRoundTrip compresses pages on the GPU and checks every page: its
