@@ -17,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/batchtest"
 	"github.com/gzramd/gzramd/internal/zstdpage"
 	"github.com/gzramd/gzramd/kernels"
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/route"
 )
 
 // zstdPTX is $GZRAMD_ZSTD_PTX (a kernel being measured), or the embedded one.
@@ -225,4 +227,52 @@ func cpuCodecGBs(t *testing.T, c codec.Codec, pages []byte) float64 {
 		n++
 	}
 	return float64(n*1024*codec.PageSize) / time.Since(start).Seconds() / 1e9
+}
+
+// TestGPUZstdFaultInjection fails each step of a zstd batch once, mid-run:
+// the router redoes that batch with CPU zstd, and every page of every
+// batch decodes with libzstd.
+func TestGPUZstdFaultInjection(t *testing.T) {
+	pages := batchtest.Pages(300, 14)
+	dec := codec.NewZstd(1)
+	got := make([]byte, codec.PageSize)
+	for _, p := range []FaultPoint{FaultUpload, FaultKernel, FaultDownload, FaultSync} {
+		t.Run(string(p), func(t *testing.T) {
+			c := testConfig(t)
+			c.Slots, c.Algorithm = 2, "zstd"
+			g := openPTX(t, c, zstdPTX(t), wrapFaults(NewFaultPlan(map[FaultPoint][]int{p: {2}}), 0))
+			r, err := route.New(route.Config{Accelerator: g, Codec: dec, Logger: quiet, MinBackoff: time.Millisecond,
+				BatchPages: 300, Outputs: 1, Shadows: 8, MinAcceleratorPages: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := g.NewBatch(300)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				copy(b.Pages, pages)
+				b.N = 300
+				batchtest.Poison(b)
+				r.CompressBatch(b)
+				for i := range b.N {
+					orig := pages[i*codec.PageSize : (i+1)*codec.PageSize]
+					frame := b.Compressed(i)
+					if frame == nil {
+						if !bytes.Equal(b.Page(i), orig) {
+							t.Fatalf("page %d: raw page differs", i)
+						}
+						continue
+					}
+					if err := dec.Decompress(got, frame); err != nil || !bytes.Equal(got, orig) {
+						t.Fatalf("page %d: does not decode with libzstd to the page (err %v)", i, err)
+					}
+				}
+				time.Sleep(3 * time.Millisecond)
+			}
+			if s := r.Stats(); s.Fallbacks != 1 || s.AcceleratorBatches != 4 {
+				t.Errorf("stats %+v, want 1 fallback and 4 GPU batches", s)
+			}
+		})
+	}
 }
