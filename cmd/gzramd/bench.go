@@ -28,19 +28,20 @@ import (
 )
 
 type benchConfig struct {
-	corpus     string
-	generated  bool
-	pages      int
-	minTime    time.Duration
-	batchPages int
-	inFlight   int
-	backends   []string
-	device     bool
-	writers    int
-	reqPages   int
-	gpuDevice  int
-	devBackend string
-	devAlg     string
+	corpus      string
+	generated   bool
+	pages       int
+	minTime     time.Duration
+	batchPages  int
+	inFlight    int
+	backends    []string
+	device      bool
+	writers     int
+	reqPages    int
+	gpuDevice   int
+	devBackend  string
+	devAlg      string
+	stagingWait time.Duration
 }
 
 func newBenchCmd() *cobra.Command {
@@ -89,6 +90,7 @@ else generated pages. A progress bar goes to stderr when it is a terminal.`,
 	f.IntVar(&cfg.gpuDevice, "gpu-device", 0, "CUDA device index")
 	f.StringVar(&cfg.devBackend, "device-backend", "auto", "backend of the device ingest: auto (the GPU when usable), gpu or cpu")
 	f.StringVar(&cfg.devAlg, "device-algorithm", "lz4", "algorithm of the device ingest: lz4 or zstd")
+	f.DurationVar(&cfg.stagingWait, "staging-wait", 0, "device ingest: serve's --staging-wait (0: the algorithm's default, negative: never wait)")
 	return cmd
 }
 
@@ -454,7 +456,7 @@ func benchDevice(ctx context.Context, cfg *benchConfig, data []byte, bar *progre
 	res.backend = accel.name()
 	p, err := pipeline.New(pipeline.Config{
 		Size: int64(len(data)), Algorithm: cfg.devAlg, Accelerator: accel.routeAccelerator(),
-		StagingBytes: pipeline.DefaultStagingBytes, BatchPages: cfg.batchPages, BatchWorkers: cfg.inFlight,
+		StagingBytes: pipeline.DefaultStagingBytes, StagingWait: cfg.stagingWait, BatchPages: cfg.batchPages, BatchWorkers: cfg.inFlight,
 		Logger: quiet,
 	})
 	if err != nil {

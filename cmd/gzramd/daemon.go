@@ -126,7 +126,7 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, log *slog.Logger) (_ *daemo
 		ArenaSize:     storeArenaSize,
 		HugeThreshold: cfg.hugeThreshold,
 		Accelerator:   d.accel.routeAccelerator(), MinAcceleratorPages: cfg.gpuMinPages,
-		StagingBytes: int64(cfg.staging), BatchPages: cfg.batchPages,
+		StagingBytes: int64(cfg.staging), StagingWait: cfg.stagingWait, BatchPages: cfg.batchPages,
 		BatchDeadline: cfg.batchDeadline, BatchWorkers: cfg.batchInFlight,
 		Observer: batchObs, Logger: log,
 	}); err != nil {

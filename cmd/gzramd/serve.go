@@ -38,6 +38,7 @@ type serveConfig struct {
 	backend       string
 	algorithm     string
 	staging       sizeValue
+	stagingWait   time.Duration
 	batchPages    int
 	batchDeadline time.Duration
 	batchInFlight int
@@ -143,7 +144,8 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9829", "address for the HTTP endpoint serving /metrics (Prometheus) and /status; empty to disable")
 	f.StringVar(&cfg.backend, "backend", "auto", "compression backend: auto (GPU when present, else CPU), gpu or cpu")
 	f.StringVar(&cfg.algorithm, "algorithm", "lz4", "compression algorithm: lz4 (fast) or zstd (about a third more memory saved; on the CPU it costs several times lz4's CPU, on the GPU no more)")
-	f.Var(&cfg.staging, "staging", "with the GPU: write-behind memory (pinned, locked, counted in mem_used at 4KiB a page). A write is acknowledged once its pages are copied here; the GPU compresses them in batches nobody waits for. When it is full, writes compress inline on the CPU. At least --batch-inflight+1 batches; 0 turns write-behind off (and with it the GPU)")
+	f.DurationVar(&cfg.stagingWait, "staging-wait", 0, "with the GPU: how long a write that finds --staging full waits for room before it compresses on the CPU; 0: the algorithm's default (20ms with zstd, whose CPU codec costs about 30 times the GPU's CPU; none with lz4), negative: never wait")
+	f.Var(&cfg.staging, "staging", "with the GPU: write-behind memory (pinned, locked, counted in mem_used at 4KiB a page). A write is acknowledged once its pages are copied here; the GPU compresses them in batches nobody waits for. When it is full, writes wait up to --staging-wait for room, then compress inline on the CPU. At least --batch-inflight+1 batches; 0 turns write-behind off (and with it the GPU)")
 	f.IntVar(&cfg.batchPages, "batch-pages", pipeline.DefaultBatchPages, "pages in one staged batch, the most the GPU takes at once")
 	f.DurationVar(&cfg.batchDeadline, "batch-deadline", pipeline.DefaultBatchDeadline, "longest a staged page waits for its batch to fill before the batch goes to compression anyway")
 	f.IntVar(&cfg.batchInFlight, "batch-inflight", pipeline.DefaultBatchWorkers, "staged batches compressing at once (the GPU's streams)")

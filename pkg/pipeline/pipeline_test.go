@@ -5,6 +5,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/gzramd/gzramd/internal/fakeaccel"
 )
@@ -66,5 +67,30 @@ func TestStagingTooSmall(t *testing.T) {
 	_, err := New(Config{Size: 1 << 20, Accelerator: fakeaccel.New(), StagingBytes: 1 << 20, BatchPages: 256, BatchWorkers: 8})
 	if err == nil {
 		t.Fatal("1 MiB of staging accepted for 8 workers of 1 MiB batches")
+	}
+}
+
+// TestStagingWaitByAlgorithm: a zstd write waits for staging by default
+// (its CPU codec costs far more than the accelerator), an LZ4 write does
+// not, and StagingWait overrides both ways.
+func TestStagingWaitByAlgorithm(t *testing.T) {
+	for _, c := range []struct {
+		algorithm string
+		wait      time.Duration
+		want      time.Duration
+	}{
+		{"zstd", 0, DefaultStagingWaitZstd},
+		{"lz4", 0, 0},
+		{"zstd", -1, 0},
+		{"lz4", 3 * time.Millisecond, 3 * time.Millisecond},
+	} {
+		cfg := Config{Algorithm: c.algorithm, StagingWait: c.wait, Accelerator: fakeaccel.New(), StagingBytes: 4 << 20, BatchPages: 64, BatchWorkers: 2}
+		sc, err := stagingConfig(&cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.Wait != c.want {
+			t.Errorf("%s with StagingWait %v: staging waits %v, want %v", c.algorithm, c.wait, sc.Wait, c.want)
+		}
 	}
 }

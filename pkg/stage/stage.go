@@ -39,6 +39,12 @@ type Config struct {
 	Workers int
 	// Limit is the batches' codec.Batch.Limit.
 	Limit int
+	// Wait is how long Take waits for a buffer when every one is busy
+	// before it gives up and the writer compresses its pages itself (0:
+	// not at all). Worth it where the accelerator is much cheaper than the
+	// CPU's codec (zstd): a few milliseconds of a swap-out's latency for
+	// tens of times the CPU.
+	Wait time.Duration
 }
 
 func (c Config) validate() error {
@@ -51,6 +57,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("stage: deadline %v is not positive", c.Deadline)
 	case c.Workers < 1 || c.Workers > c.Batches:
 		return fmt.Errorf("stage: %d workers out of range [1, %d batches]", c.Workers, c.Batches)
+	case c.Wait < 0:
+		return fmt.Errorf("stage: wait %v is negative", c.Wait)
 	}
 	return nil
 }
@@ -82,7 +90,8 @@ type Batch struct {
 type Stats struct {
 	Batches, BatchPages int    // the area's shape
 	Busy                int    // buffers filling, sealed or being flushed
-	Refused             uint64 // Takes that found every buffer busy
+	Refused             uint64 // Takes that found every buffer busy (for Config.Wait)
+	Waited              uint64 // Takes that waited for a buffer and got one
 	SealedFull          uint64 // batches sealed because they were full
 	SealedDeadline      uint64 // batches sealed by the deadline (or Close)
 }
@@ -103,7 +112,7 @@ type Area struct {
 
 	workers sync.WaitGroup
 
-	refused, sealedFull, sealedDeadline atomic.Uint64
+	refused, waited, sealedFull, sealedDeadline atomic.Uint64
 }
 
 // New makes an area of cfg.Batches buffers from newPages (which returns
@@ -155,22 +164,49 @@ func (a *Area) Config() Config { return a.cfg }
 // and returns the batch, the index of the first slot and how many it got
 // (k <= n, fewer when the batch fills). The caller copies its pages into
 // b.Pages at those slots, sets their Owners and Words, and calls Done(b).
-// Take returns k == 0 when every buffer is busy (or the area is closed):
-// the caller compresses its pages itself.
+// When every buffer is busy Take waits up to Config.Wait for one; it
+// returns k == 0 when none came free (or the area is closed): the caller
+// compresses its pages itself.
 func (a *Area) Take(n int) (b *Batch, first, k int) {
 	if n <= 0 {
 		return nil, 0, 0
 	}
+	b, first, k, busy := a.take(n)
+	if !busy || a.cfg.Wait <= 0 {
+		return b, first, k
+	}
+	// Polled rather than signalled: a sleep allocates nothing, and a
+	// flush takes about a millisecond.
+	deadline := time.Now().Add(a.cfg.Wait)
+	for busy && time.Now().Before(deadline) {
+		time.Sleep(waitStep)
+		b, first, k, busy = a.take(n)
+	}
+	if busy {
+		a.refused.Add(1)
+	} else if k > 0 {
+		a.waited.Add(1)
+	}
+	return b, first, k
+}
+
+// waitStep is how often a waiting Take looks for a free buffer.
+const waitStep = 50 * time.Microsecond
+
+// take is Take without waiting; busy says every buffer was.
+func (a *Area) take(n int) (b *Batch, first, k int, busy bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
-		return nil, 0, 0
+		return nil, 0, 0, false
 	}
 	if a.open == nil {
 		last := len(a.free) - 1
 		if last < 0 {
-			a.refused.Add(1)
-			return nil, 0, 0
+			if a.cfg.Wait <= 0 {
+				a.refused.Add(1)
+			}
+			return nil, 0, 0, true
 		}
 		a.open, a.free[last] = a.free[last], nil
 		a.free = a.free[:last]
@@ -189,7 +225,7 @@ func (a *Area) Take(n int) (b *Batch, first, k int) {
 		a.sealedFull.Add(1)
 		a.sealLocked()
 	}
-	return b, first, k
+	return b, first, k, false
 }
 
 // Done ends a writer's Take of b.
@@ -270,7 +306,7 @@ func (a *Area) Stats() Stats {
 	a.mu.Unlock()
 	return Stats{
 		Batches: a.cfg.Batches, BatchPages: a.cfg.BatchPages, Busy: busy,
-		Refused: a.refused.Load(), SealedFull: a.sealedFull.Load(), SealedDeadline: a.sealedDeadline.Load(),
+		Refused: a.refused.Load(), Waited: a.waited.Load(), SealedFull: a.sealedFull.Load(), SealedDeadline: a.sealedDeadline.Load(),
 	}
 }
 

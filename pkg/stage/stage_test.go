@@ -170,6 +170,43 @@ func TestFullAreaRefuses(t *testing.T) {
 	}
 }
 
+// TestFullAreaWaits: with Config.Wait, a Take that finds every buffer
+// busy gets one that comes free within the wait, and gives up (counted
+// as refused) when none does.
+func TestFullAreaWaits(t *testing.T) {
+	r := newRecorder()
+	r.block = make(chan struct{})
+	r.entered = make(chan struct{}, 8)
+	a := newArea(t, Config{Batches: 2, BatchPages: 4, Deadline: time.Hour, Workers: 2, Wait: 20 * time.Millisecond}, r)
+	var next atomic.Uint32
+	for range 2 {
+		if k := stage(a, 4, &next); k != 4 {
+			t.Fatalf("took %d of 4", k)
+		}
+		<-r.entered
+	}
+	start := time.Now()
+	if k := stage(a, 1, &next); k != 0 {
+		t.Fatalf("a full area gave %d slots", k)
+	}
+	if d := time.Since(start); d < 20*time.Millisecond {
+		t.Fatalf("gave up after %v, before its wait", d)
+	}
+	if s := a.Stats(); s.Refused != 1 || s.Waited != 0 {
+		t.Fatalf("stats %+v, want 1 refused", s)
+	}
+	go func() {
+		time.Sleep(5 * time.Millisecond)
+		close(r.block)
+	}()
+	if k := stage(a, 1, &next); k != 1 {
+		t.Fatalf("a Take waiting while a buffer came free got %d slots", k)
+	}
+	if s := a.Stats(); s.Refused != 1 || s.Waited != 1 {
+		t.Fatalf("stats %+v, want 1 refused and 1 waited", s)
+	}
+}
+
 // TestCloseFlushesEverything: Close seals the open batch and returns once
 // every staged page is flushed; later Takes get nothing.
 func TestCloseFlushesEverything(t *testing.T) {
@@ -223,6 +260,7 @@ func TestBadConfig(t *testing.T) {
 		{Batches: 1, BatchPages: 4, Deadline: time.Millisecond, Workers: 1},
 		{Batches: 4, BatchPages: 0, Deadline: time.Millisecond, Workers: 1},
 		{Batches: 4, BatchPages: 4, Deadline: 0, Workers: 1},
+		{Batches: 4, BatchPages: 4, Deadline: time.Millisecond, Workers: 1, Wait: -time.Millisecond},
 		{Batches: 4, BatchPages: 4, Deadline: time.Millisecond, Workers: 5},
 	} {
 		if a, err := New(c, alloc, func(*Batch) {}); err == nil {
