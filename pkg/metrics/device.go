@@ -28,13 +28,13 @@ type Device struct {
 	device func() device.Stats
 	router func() route.Stats
 
-	infoDesc, diskSize                                        *prometheus.Desc
-	orig, compr, memUsed, memUsedMax, memLimit                *prometheus.Desc
-	same, huge, stored, lost, compacted, prefaultMisses       *prometheus.Desc
-	failedReads, failedWrites, invalidIO, notifyFree          *prometheus.Desc
-	staged, stagingBytes, stagingBusy, stagedTotal            *prometheus.Desc
-	stagingRefused, stagingSealed, commitRetries, unusedSlots *prometheus.Desc
-	compressedPages, inlinePages                              *prometheus.Desc
+	infoDesc, diskSize                                                      *prometheus.Desc
+	orig, compr, memUsed, memUsedMax, memLimit                              *prometheus.Desc
+	same, huge, stored, lost, compacted, prefaultMisses                     *prometheus.Desc
+	failedReads, failedWrites, invalidIO, notifyFree                        *prometheus.Desc
+	staged, stagingBytes, stagingBusy, stagedTotal                          *prometheus.Desc
+	stagingRefused, stagingWaits, stagingSealed, commitRetries, unusedSlots *prometheus.Desc
+	compressedPages, inlinePages                                            *prometheus.Desc
 }
 
 func gauge(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
@@ -76,7 +76,9 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 		stagedTotal: prometheus.NewDesc("gzramd_staged_pages_total",
 			"Page writes acknowledged from the staging area (write-behind).", nil, nil),
 		stagingRefused: prometheus.NewDesc("gzramd_staging_full_total",
-			"Writes that found the staging area full and compressed their pages inline on the CPU.", nil, nil),
+			"Writes that found the staging area full, waited --staging-wait in vain, and compressed their pages inline on the CPU.", nil, nil),
+		stagingWaits: prometheus.NewDesc("gzramd_staging_waits_total",
+			"Writes that found the staging area full and got room by waiting (--staging-wait).", nil, nil),
 		stagingSealed: prometheus.NewDesc("gzramd_staging_batches_total",
 			"Staged batches sent to compression, by why they were sealed: full, or deadline (--batch-deadline).", []string{"reason"}, nil),
 		unusedSlots: prometheus.NewDesc("gzramd_staging_unused_slots_total",
@@ -95,7 +97,7 @@ func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		m.infoDesc, m.diskSize, m.orig, m.compr, m.memUsed, m.memUsedMax, m.memLimit,
 		m.same, m.huge, m.stored, m.lost, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
-		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingSealed, m.commitRetries, m.unusedSlots,
+		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingWaits, m.stagingSealed, m.commitRetries, m.unusedSlots,
 		m.compressedPages, m.inlinePages,
 	} {
 		ch <- d
@@ -135,6 +137,7 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	g(m.stagingBusy, float64(st.Staging.Busy)*batchBytes)
 	c(m.stagedTotal, float64(st.StagedWrites))
 	c(m.stagingRefused, float64(st.Staging.Refused))
+	c(m.stagingWaits, float64(st.Staging.Waited))
 	c(m.stagingSealed, float64(st.Staging.SealedFull), "full")
 	c(m.stagingSealed, float64(st.Staging.SealedDeadline), "deadline")
 	c(m.commitRetries, float64(st.CommitRetries))
