@@ -376,21 +376,7 @@ func TestGPUFaultInjection(t *testing.T) {
 			c.Slots = 2
 			g := openWrapped(t, c, wrapFaults(plan, 0))
 			r := newRouter(t, g, route.Config{MinBackoff: time.Millisecond})
-			b, err := g.NewBatch(300)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for range 5 {
-				copy(b.Pages, pages)
-				b.N = 300
-				batchtest.Poison(b)
-				r.CompressBatch(b)
-				batchtest.Verify(t, b, pages)
-				time.Sleep(3 * time.Millisecond)
-			}
-			if s := r.Stats(); s.Fallbacks != 1 || s.AcceleratorBatches != 4 {
-				t.Errorf("stats %+v, want 1 fallback and 4 GPU batches", s)
-			}
+			runOneFault(t, g, r, pages, func(b *codec.Batch) { batchtest.Verify(t, b, pages) })
 		})
 	}
 	t.Run("alloc", func(t *testing.T) {
@@ -455,6 +441,29 @@ func TestGPUHangQuarantine(t *testing.T) {
 
 // newRouter routes batches of up to 300 pages between g and the CPU, as
 // the daemon does.
+// runOneFault compresses pages five times through r, checking each batch
+// with verify, and expects the one injected fault to have sent exactly one
+// batch to the CPU.
+func runOneFault(t *testing.T, g *Backend, r *route.Router, pages []byte, verify func(*codec.Batch)) {
+	t.Helper()
+	n := len(pages) / codec.PageSize
+	b, err := g.NewBatch(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		copy(b.Pages, pages)
+		b.N = n
+		batchtest.Poison(b)
+		r.CompressBatch(b)
+		verify(b)
+		time.Sleep(3 * time.Millisecond)
+	}
+	if s := r.Stats(); s.Fallbacks != 1 || s.AcceleratorBatches != 4 {
+		t.Errorf("stats %+v, want 1 fallback and 4 GPU batches", s)
+	}
+}
+
 func newRouter(t *testing.T, g *Backend, c route.Config) *route.Router {
 	t.Helper()
 	c.Accelerator, c.Codec, c.Logger = g, codec.NewLZ4(), quiet

@@ -246,15 +246,7 @@ func TestGPUZstdFaultInjection(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := g.NewBatch(300)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for range 5 {
-				copy(b.Pages, pages)
-				b.N = 300
-				batchtest.Poison(b)
-				r.CompressBatch(b)
+			runOneFault(t, g, r, pages, func(b *codec.Batch) {
 				for i := range b.N {
 					orig := pages[i*codec.PageSize : (i+1)*codec.PageSize]
 					frame := b.Compressed(i)
@@ -268,11 +260,7 @@ func TestGPUZstdFaultInjection(t *testing.T) {
 						t.Fatalf("page %d: does not decode with libzstd to the page (err %v)", i, err)
 					}
 				}
-				time.Sleep(3 * time.Millisecond)
-			}
-			if s := r.Stats(); s.Fallbacks != 1 || s.AcceleratorBatches != 4 {
-				t.Errorf("stats %+v, want 1 fallback and 4 GPU batches", s)
-			}
+			})
 		})
 	}
 }
