@@ -86,15 +86,7 @@ func handoverChild() int {
 // handover socket before it exits with ExitHandedOver reaches the next,
 // descriptors included, through the supervisor.
 func TestHandoverRelaysConnections(t *testing.T) {
-	f, err := memfd.Create("handover-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, exe := memfdAndSelf(t, "handover-test")
 	status, err := Run(context.Background(), Config{
 		Path: exe, Env: append(os.Environ(), "SUPERVISE_TEST_HANDOVER=1"),
 		Files: []*memfd.File{f}, Stdout: os.Stdout, Stderr: os.Stderr, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Handover: true,
@@ -115,15 +107,7 @@ func TestHandoverRelaysConnections(t *testing.T) {
 // TestServedDeathRestartsAtOnce: a serving process that said it served
 // (Ready) and died is replaced without the crash-at-start backoff.
 func TestServedDeathRestartsAtOnce(t *testing.T) {
-	f, err := memfd.Create("ready-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, exe := memfdAndSelf(t, "ready-test")
 	var logs strings.Builder
 	status, err := Run(context.Background(), Config{
 		Path: exe, Env: append(os.Environ(), "SUPERVISE_TEST_HANDOVER=ready"),
@@ -137,4 +121,20 @@ func TestServedDeathRestartsAtOnce(t *testing.T) {
 	if n := strings.Count(logs.String(), "in=0s"); n != 2 {
 		t.Errorf("%d restarts at once, want 2:\n%s", n, logs.String())
 	}
+}
+
+// memfdAndSelf returns a memfd named name, closed when the test ends, and
+// this test binary's path, which the tests' serving processes run.
+func memfdAndSelf(t *testing.T, name string) (*memfd.File, string) {
+	t.Helper()
+	f, err := memfd.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, exe
 }
