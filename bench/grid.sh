@@ -13,11 +13,16 @@
 # and O_DIRECT. Data is fio's, half compressible, as bench/e2e.sh writes.
 #
 # Environment:
-#   GRID_TARGETS   default "gzramd-cpu gzramd-gpu zram nbdkit"; a target
+#   GRID_TARGETS   default "gzramd-cpu gzramd-gpu zram nbdkit" (bench/lib.sh
+#                  names the others: gzramd-gpu-zstd, zram-zstd, ...); a target
 #                  that cannot run here (no GPU, no zram, not root) is
 #                  skipped with a line saying why
 #   GRID_CELLS     names from the list below (default: all)
 #   GRID_RUNTIME   seconds per cell (default 10, after a 2 s ramp)
+#   GRID_ROUNDS    rounds of every target and cell (default 1); the report
+#                  gives medians, and ratios taken within each round
+#   GRID_PAIRS     the ratios to report, A/B each (default
+#                  "gzramd-gpu/gzramd-cpu gzramd-gpu/zram")
 #   GRID_OUT       also write the markdown table here
 #   GZRAMD         the daemon (default bin/gzramd); GZRAMD_ARGS more flags
 #   E2E_NBDKIT_MEMORY  nbdkit's memory plugin: a name or a .so path
@@ -26,6 +31,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
 
 RUNTIME=${GRID_RUNTIME:-10}
+ROUNDS=${GRID_ROUNDS:-1}
+PAIRS=${GRID_PAIRS:-gzramd-gpu/gzramd-cpu gzramd-gpu/zram}
 TARGETS=${GRID_TARGETS:-gzramd-cpu gzramd-gpu zram nbdkit}
 # name rw bs iodepth jobs
 ALL_CELLS="randwrite-4k-qd1-j1 randwrite 4k 1 1
@@ -43,57 +50,57 @@ bench_require fio
 bench_workdir
 RESULTS=$WORK/results.txt
 
-for target in $TARGETS; do
-	if ! target_start "$target"; then
-		echo "$target: skipped: $BENCH_WHY" | tee -a "$WORK/skipped.txt"
-		continue
-	fi
-	# The reads read what a sequential pass wrote.
-	target_fio "$target" fill --rw=write --bs=1M --iodepth=8 --numjobs=1 --size="$BENCH_REGION" >/dev/null
-	for cell in $CELLS; do
-		set -- $(echo "$ALL_CELLS" | awk -v c="$cell" '$1 == c')
-		[ $# = 5 ] || bench_die "unknown cell $cell"
-		t0=$(machine_cpu_ticks)
-		target_fio "$target" "$cell" --rw="$2" --bs="$3" --iodepth="$4" --numjobs="$5" \
-			--size="$BENCH_REGION" --time_based --runtime="$RUNTIME" --ramp_time=2 \
-			--output-format=json --output="$WORK/$target.$cell.json" >/dev/null
-		t1=$(machine_cpu_ticks)
-		fio_summary "$WORK/$target.$cell.json" "$t0" "$t1" "$((RUNTIME + 2))" "$RUNTIME" |
-			sed "s/^/$cell $target /" >>"$RESULTS"
-		bench_log "$target: $cell done"
+for round in $(seq "$ROUNDS"); do
+	# Every other round runs the targets in the reverse order, so that a
+	# machine that drifts over the run favours none of them.
+	order=$TARGETS
+	[ $((round % 2)) = 1 ] || order=$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')
+	for target in $order; do
+		if ! target_start "$target"; then
+			[ "$round" != 1 ] || echo "$target: skipped: $BENCH_WHY" | tee -a "$WORK/skipped.txt"
+			continue
+		fi
+		# The reads read what a sequential pass wrote.
+		target_fio "$target" fill --rw=write --bs=1M --iodepth=8 --numjobs=1 --size="$BENCH_REGION" >/dev/null
+		for cell in $CELLS; do
+			set -- $(echo "$ALL_CELLS" | awk -v c="$cell" '$1 == c')
+			[ $# = 5 ] || bench_die "unknown cell $cell"
+			t0=$(machine_cpu_ticks)
+			target_fio "$target" "$cell" --rw="$2" --bs="$3" --iodepth="$4" --numjobs="$5" \
+				--size="$BENCH_REGION" --time_based --runtime="$RUNTIME" --ramp_time=2 \
+				--output-format=json --output="$WORK/$target.$cell.json" >/dev/null
+			t1=$(machine_cpu_ticks)
+			fio_summary "$WORK/$target.$cell.json" "$t0" "$t1" "$((RUNTIME + 2))" "$RUNTIME" |
+				sed "s/^/$cell $target $round /" >>"$RESULTS"
+			bench_log "$target: $cell done (round $round of $ROUNDS)"
+		done
+		case "$target" in
+		gzramd-*)
+			echo "$target $(gzramd_metric gzramd_compressed_pages_total 'backend="gpu"') $(gzramd_metric gzramd_compressed_pages_total 'backend="cpu"') $(gzramd_metric gzramd_inline_pages_total) $(gzramd_metric gzramd_gpu_fallbacks_total)" >>"$WORK/pages.txt"
+			;;
+		esac
+		target_stop "$target"
 	done
-	if [ "${target%%-*}" = gzramd ]; then
-		echo "$target $(gzramd_metric gzramd_compressed_pages_total 'backend="gpu"') $(gzramd_metric gzramd_compressed_pages_total 'backend="cpu"') $(gzramd_metric gzramd_inline_pages_total) $(gzramd_metric gzramd_gpu_fallbacks_total)" >>"$WORK/pages.txt"
-	fi
-	target_stop "$target"
 done
+bench_medians 2 "$RESULTS" >"$WORK/medians.txt"
 
 {
 	echo "| cell | target | MB/s | IOPS | CPU-s/GB | p50 µs | p99 µs |"
 	echo "|---|---|---:|---:|---:|---:|---:|"
-	awk '{ printf "| %s | %s | %.0f | %.0f | %.2f | %.0f | %.0f |\n", $1, $2, $3, $4, $5, $6, $7 }' "$RESULTS"
+	awk '{ printf "| %s | %s | %.0f | %.0f | %.2f | %.0f | %.0f |\n", $1, $2, $4, $5, $6, $7, $8 }' "$WORK/medians.txt"
+	[ "$ROUNDS" = 1 ] || { echo; echo "Each figure is the median of $ROUNDS rounds; every other round ran the targets in the reverse order."; }
 	echo
-	echo "Ratios in the same run (gpu/cpu and gpu/zram: throughput, CPU-s/GB):"
+	echo "Ratios within a round (median over the rounds), throughput and CPU-s/GB:"
 	echo
-	echo "| cell | gpu/cpu MB/s | gpu/cpu CPU | gpu/zram MB/s | gpu/zram CPU |"
-	echo "|---|---:|---:|---:|---:|"
-	awk '{ mb[$1" "$2] = $3; c[$1" "$2] = $5; cells[$1] = 1 }
-	END {
-		for (x in cells) {
-			g = x " gzramd-gpu"; p = x " gzramd-cpu"; z = x " zram"
-			if (!(g in mb)) continue
-			printf "| %s | %s | %s | %s | %s |\n", x,
-				(p in mb) ? sprintf("%.2f", mb[g] / mb[p]) : "-", (p in c && c[p] > 0) ? sprintf("%.2f", c[g] / c[p]) : "-",
-				(z in mb) ? sprintf("%.2f", mb[g] / mb[z]) : "-", (z in c && c[z] > 0) ? sprintf("%.2f", c[g] / c[z]) : "-"
-		}
-	}' "$RESULTS" | sort
+	bench_ratio_table "$RESULTS" $PAIRS
 	if [ -s "$WORK/pages.txt" ]; then
 		echo
 		echo "Where gzramd compressed the pages written (all cells):"
 		echo
 		echo "| target | on the GPU | on the CPU | of those, inline | GPU share | GPU fallbacks |"
 		echo "|---|---:|---:|---:|---:|---:|"
-		awk '{ s = $2 + $3; printf "| %s | %.0f | %.0f | %.0f | %.1f%% | %.0f |\n", $1, $2, $3, $4, s ? 100 * $2 / s : 0, $5 }' "$WORK/pages.txt"
+		awk '{ g[$1] += $2; c[$1] += $3; i[$1] += $4; f[$1] += $5 } END { for (t in g) print t, g[t], c[t], i[t], f[t] }' "$WORK/pages.txt" | sort |
+			awk '{ s = $2 + $3; printf "| %s | %.0f | %.0f | %.0f | %.1f%% | %.0f |\n", $1, $2, $3, $4, s ? 100 * $2 / s : 0, $5 }'
 	fi
 	[ ! -s "$WORK/skipped.txt" ] || { echo; cat "$WORK/skipped.txt"; }
 	echo

@@ -3,9 +3,11 @@
 # against it, and whole-machine CPU accounting. Source it; it sets a trap
 # that stops what it started.
 #
-# Targets: gzramd-cpu, gzramd-gpu (gzramd serve --backend cpu|gpu on a Unix
-# socket, fio's nbd engine), zram (/dev/zram0, lz4, fio's libaio engine with
-# O_DIRECT; needs root), nbdkit (its memory plugin, fio's nbd engine).
+# Targets: gzramd-BACKEND[-ALGORITHM] (gzramd serve --backend cpu|gpu|auto
+# --algorithm lz4|zstd, lz4 when not named, on a Unix socket, fio's nbd
+# engine), zram[-ALGORITHM] (/dev/zram0 with lz4 or the algorithm named,
+# fio's libaio engine with O_DIRECT; needs root), nbdkit (its memory plugin,
+# fio's nbd engine).
 #
 # Environment: GZRAMD (default bin/gzramd), GZRAMD_ARGS (more serve flags),
 # E2E_NBDKIT_MEMORY (the memory plugin: a name or a .so path),
@@ -76,7 +78,11 @@ target_start() {
 	BENCH_PID=0
 	BENCH_METRICS=""
 	case "$target" in
-	gzramd-cpu | gzramd-gpu)
+	gzramd-*)
+		local backend=${target#gzramd-} algorithm=lz4
+		case "$backend" in
+		*-*) algorithm=${backend#*-} backend=${backend%%-*} ;;
+		esac
 		[ -x "$GZRAMD" ] || { BENCH_WHY="$GZRAMD not built (make build)"; return 1; }
 		sock=$WORK/$target.sock log=$WORK/$target.log
 		# The log of an earlier start would say "ready" before this daemon
@@ -85,7 +91,7 @@ target_start() {
 		BENCH_METRICS=127.0.0.1:$(bench_free_port)
 		# shellcheck disable=SC2086 # GZRAMD_ARGS is a list of flags
 		"$GZRAMD" serve --size "$BENCH_SIZE" --socket "$sock" --export "$BENCH_EXPORT" \
-			--metrics "$BENCH_METRICS" --backend "${target#gzramd-}" ${GZRAMD_ARGS:-} >"$log" 2>&1 &
+			--metrics "$BENCH_METRICS" --backend "$backend" --algorithm "$algorithm" ${GZRAMD_ARGS:-} >"$log" 2>&1 &
 		BENCH_PID=$!
 		BENCH_PIDS+=("$BENCH_PID")
 		for _ in $(seq 300); do
@@ -118,13 +124,14 @@ target_start() {
 		BENCH_WHY=$(cat "$WORK/$target.log")
 		return 1
 		;;
-	zram)
-		local z=/sys/block/zram0
+	zram | zram-*)
+		local z=/sys/block/zram0 algorithm=lz4
+		[ "$target" = zram ] || algorithm=${target#zram-}
 		[ -d "$z" ] || { BENCH_WHY="no /dev/zram0 (modprobe zram)"; return 1; }
 		[ "$(id -u)" = 0 ] || { BENCH_WHY="not root"; return 1; }
 		echo 1 >"$z/reset" || { BENCH_WHY="cannot reset zram0 (in use?)"; return 1; }
-		grep -qw lz4 "$z/comp_algorithm" || { BENCH_WHY="zram has no lz4: $(cat "$z/comp_algorithm")"; return 1; }
-		echo lz4 >"$z/comp_algorithm"
+		grep -qw "$algorithm" "$z/comp_algorithm" || { BENCH_WHY="zram has no $algorithm: $(cat "$z/comp_algorithm")"; return 1; }
+		echo "$algorithm" >"$z/comp_algorithm"
 		echo "$BENCH_SIZE" >"$z/disksize"
 		BENCH_ZRAM=$z
 		return 0
@@ -138,7 +145,7 @@ target_start() {
 
 target_stop() {
 	case "$1" in
-	zram)
+	zram | zram-*)
 		echo 1 >"$BENCH_ZRAM/reset" || bench_log "zram0 did not reset"
 		BENCH_ZRAM=""
 		;;
@@ -155,7 +162,7 @@ target_fio() {
 	local target=$1 name=$2
 	shift 2
 	local io=(--ioengine=nbd --uri="nbd+unix:///$BENCH_EXPORT?socket=$WORK/$target.sock")
-	[ "$target" = zram ] && io=(--ioengine=libaio --direct=1 --filename=/dev/zram0)
+	case "$target" in zram | zram-*) io=(--ioengine=libaio --direct=1 --filename=/dev/zram0) ;; esac
 	fio --name="$name" "${io[@]}" --group_reporting \
 		--buffer_compress_percentage=50 --buffer_compress_chunk=4096 "$@" ||
 		bench_die "fio $name against $target failed"
@@ -204,4 +211,60 @@ bench_machine() {
 	cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 	gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
 	echo "Machine: $(nproc) CPUs ($cpu)${gpu:+, $gpu}; kernel $(uname -r); $(date -u +%F); gzramd $("$GZRAMD" version 2>/dev/null | awk '{ print $2; exit }')."
+}
+
+# bench_medians NKEYS FILE: FILE's rows are NKEYS key fields, a round
+# number and values; prints each key's rows as one: the keys, the number
+# of rounds, and the median of each value over the rounds (in the order
+# the keys first appear).
+bench_medians() {
+	python3 - "$@" <<'EOF_PY'
+import statistics, sys
+nkeys, path = int(sys.argv[1]), sys.argv[2]
+rows = {}
+for line in open(path):
+    f = line.split()
+    if len(f) > nkeys + 1:
+        rows.setdefault(tuple(f[:nkeys]), []).append([float(x) for x in f[nkeys + 1:]])
+for key, vals in rows.items():
+    meds = [statistics.median(col) for col in zip(*vals)]
+    print(" ".join(key), len(vals), " ".join("%.6g" % m for m in meds))
+EOF_PY
+}
+
+# bench_ratio_table FILE A/B...: FILE as for bench_medians with keys CASE
+# TARGET. A markdown table with a row per case and, for each pair A/B, the
+# median over the rounds of A's MB/s and CPU-s/GB (the first and third
+# values) over B's in the same round: a ratio within a round is free of
+# the drift between rounds. "-" where A or B did not run.
+bench_ratio_table() {
+	python3 - "$@" <<'EOF_PY'
+import statistics, sys
+path, pairs = sys.argv[1], [p.split("/") for p in sys.argv[2:]]
+v, cases = {}, []
+for line in open(path):
+    f = line.split()
+    if len(f) < 6:
+        continue
+    if f[0] not in cases:
+        cases.append(f[0])
+    v[(f[0], f[1], f[2])] = (float(f[3]), float(f[5]))
+head = "| case |" + "".join(" %s/%s MB/s | %s/%s CPU |" % (a, b, a, b) for a, b in pairs)
+print(head)
+print("|---|" + "---:|" * (2 * len(pairs)))
+for c in sorted(cases):
+    row = "| %s |" % c
+    for a, b in pairs:
+        mb, cpu = [], []
+        for (case, t, r), x in v.items():
+            y = v.get((c, b, r))
+            if case != c or t != a or y is None:
+                continue
+            if y[0] > 0:
+                mb.append(x[0] / y[0])
+            if y[1] > 0:
+                cpu.append(x[1] / y[1])
+        row += " %s | %s |" % ("%.2f" % statistics.median(mb) if mb else "-", "%.2f" % statistics.median(cpu) if cpu else "-")
+    print(row)
+EOF_PY
 }

@@ -19,12 +19,17 @@
 #
 # Environment:
 #   TRACE_OUT       also write the report (markdown) to this file
-#   TRACE_TARGETS   default "gzramd-cpu gzramd-gpu zram nbdkit"
+#   TRACE_TARGETS   default "gzramd-cpu gzramd-gpu zram nbdkit" (bench/lib.sh
+#                   names the others: gzramd-gpu-zstd, zram-zstd, ...)
 #   TRACE_JOBS      fio job counts (default "1 4")
 #   TRACE_IODEPTH   fio iodepth (default 32)
 #   TRACE_REPEAT    each job replays the trace this many times over
 #                   (default 10: runs long enough to measure; the host-2
 #                   trace then moves 6.4 GB a job)
+#   TRACE_ROUNDS    rounds of every target (default 1); the report gives
+#                   medians, and ratios taken within each round
+#   TRACE_PAIRS     the ratios to report, A/B each (default
+#                   "gzramd-gpu/gzramd-cpu gzramd-gpu/zram gzramd-cpu/zram")
 #   GZRAMD, GZRAMD_ARGS, E2E_NBDKIT_MEMORY: as for bench/lib.sh
 # Tools come from PATH: fio (with its nbd engine), nbdkit, python3, and
 # zstd or xz for a compressed trace; on a machine without packages, from
@@ -38,6 +43,8 @@ TARGETS=${TRACE_TARGETS:-gzramd-cpu gzramd-gpu zram nbdkit}
 JOBS=${TRACE_JOBS:-1 4}
 IODEPTH=${TRACE_IODEPTH:-32}
 REPEAT=${TRACE_REPEAT:-10}
+ROUNDS=${TRACE_ROUNDS:-1}
+PAIRS=${TRACE_PAIRS:-gzramd-gpu/gzramd-cpu gzramd-gpu/zram gzramd-cpu/zram}
 
 bench_require fio python3
 [ -r "$TRACE" ] || bench_die "no trace at $TRACE"
@@ -116,30 +123,48 @@ awk -v trims="${TRIMS%% *}" -v chunk="$(tstat maxrw)" -v repeat="$REPEAT" -v cou
 REPLAY_IOS=$(cat "$WORK/replay.ios")
 
 : >"$WORK/rows"
-for target in $TARGETS; do
-	for jobs in $JOBS; do
-		# A fresh device for each run, as the trace started on one.
-		if ! target_start "$target"; then
-			echo "$target: skipped: $BENCH_WHY" | tee -a "$WORK/skipped.txt" >&2
-			break
-		fi
-		# The nbd engine ignores file names (and fio 3.33 crashes on
-		# replay_redirect there with more than one job); zram's I/O must
-		# go to the device, not to a file named after the trace's.
-		redirect=()
-		[ "$target" = zram ] && redirect=(--replay_redirect=/dev/zram0)
-		t0=$(machine_cpu_ticks)
-		target_fio "$target" replay --read_iolog="$WORK/replay.iolog" --replay_no_stall=1 "${redirect[@]}" \
-			--iodepth="$IODEPTH" --numjobs="$jobs" \
-			--thinktime=1 --thinktime_blocks="$REPLAY_IOS" --thinktime_blocks_type=issue \
-			--output-format=json --output="$WORK/$target.$jobs.json" >/dev/null
-		t1=$(machine_cpu_ticks)
-		# MB/s IOPS CPU-s/GB p50 p99, after the target and job count.
-		fio_summary "$WORK/$target.$jobs.json" "$t0" "$t1" 1 1 | sed "s/^/$target $jobs /" >>"$WORK/rows"
-		bench_log "$(tail -1 "$WORK/rows")"
-		target_stop "$target"
+for round in $(seq "$ROUNDS"); do
+	# Every other round runs the targets in the reverse order, so that a
+	# machine that drifts over the run favours none of them.
+	order=$TARGETS
+	[ $((round % 2)) = 1 ] || order=$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')
+	for target in $order; do
+		for jobs in $JOBS; do
+			# A fresh device for each run, as the trace started on one.
+			if ! target_start "$target"; then
+				[ "$round" != 1 ] || echo "$target: skipped: $BENCH_WHY" | tee -a "$WORK/skipped.txt" >&2
+				break
+			fi
+			# The nbd engine ignores file names (and fio 3.33 crashes on
+			# replay_redirect there with more than one job); zram's I/O
+			# must go to the device, not to a file named after the
+			# trace's.
+			redirect=()
+			case "$target" in zram | zram-*) redirect=(--replay_redirect=/dev/zram0) ;; esac
+			t0=$(machine_cpu_ticks)
+			target_fio "$target" replay --read_iolog="$WORK/replay.iolog" --replay_no_stall=1 "${redirect[@]}" \
+				--iodepth="$IODEPTH" --numjobs="$jobs" \
+				--thinktime=1 --thinktime_blocks="$REPLAY_IOS" --thinktime_blocks_type=issue \
+				--output-format=json --output="$WORK/$target.$jobs.json" >/dev/null
+			t1=$(machine_cpu_ticks)
+			# MB/s IOPS CPU-s/GB p50 p99, after the target, job count and
+			# round.
+			fio_summary "$WORK/$target.$jobs.json" "$t0" "$t1" 1 1 | sed "s/^/$target $jobs $round /" >>"$WORK/rows"
+			bench_log "$(tail -1 "$WORK/rows")"
+			case "$target" in
+			gzramd-*)
+				echo "$target $jobs $(gzramd_metric gzramd_compressed_pages_total 'backend="gpu"') $(gzramd_metric gzramd_compressed_pages_total 'backend="cpu"')" >>"$WORK/pages"
+				;;
+			esac
+			target_stop "$target"
+		done
 	done
 done
+bench_medians 2 "$WORK/rows" >"$WORK/medians"
+# The GPU's share of the pages compressed, over all rounds.
+[ -s "$WORK/pages" ] && awk '{ g[$1" "$2] += $3; c[$1" "$2] += $4 } END { for (k in g) printf "%s %.1f\n", k, g[k] + c[k] ? 100 * g[k] / (g[k] + c[k]) : 0 }' "$WORK/pages" >"$WORK/shares"
+: >>"$WORK/shares"
+awk '{ $1 = "jobs-" $2 " " $1; $2 = ""; print }' "$WORK/rows" >"$WORK/cases"
 
 {
 	echo "# Trace replay: $(basename "$TRACE")"
@@ -148,20 +173,17 @@ done
 	echo "$FIO_VERSION: read_iolog, replay_no_stall=1, iodepth=$IODEPTH, buffer_compress_percentage=50, buffer_compress_chunk=4096; nbd engine over a Unix socket, zram with libaio and O_DIRECT."
 	echo "CPU-s/GB: the whole machine's user+nice+system+irq+softirq+steal (/proc/stat) over the fio run, per 10^9 bytes read and written; load average before the run $LOAD. Latency: completion latency of the reads."
 	echo
-	awk '
-		{ row[NR] = $0; if ($1 == "zram") { zmb[$2] = $3; zcpu[$2] = $5 } }
-		END {
-			print "| target | jobs | MB/s | CPU-s per GB | MB/s vs zram | CPU/GB vs zram | p50 µs | p99 µs |"
-			print "|---|---:|---:|---:|---:|---:|---:|---:|"
-			for (i = 1; i <= NR; i++) {
-				split(row[i], f, " ")
-				r1 = f[2] in zmb && zmb[f[2]] > 0 ? sprintf("%.2f", f[3] / zmb[f[2]]) : "-"
-				r2 = f[2] in zcpu && zcpu[f[2]] > 0 ? sprintf("%.2f", f[5] / zcpu[f[2]]) : "-"
-				printf "| %s | %d | %.0f | %.2f | %s | %s | %.0f | %.0f |\n", f[1], f[2], f[3], f[5], r1, r2, f[6], f[7]
-			}
-		}' "$WORK/rows"
+	echo "| target | jobs | MB/s | CPU-s per GB | p50 µs | p99 µs | pages on the GPU |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
+	awk 'NR == FNR { share[$1" "$2] = $3; next }
+		{ k = $1" "$2; printf "| %s | %d | %.0f | %.2f | %.0f | %.0f | %s |\n", $1, $2, $4, $6, $7, $8, k in share ? share[k] "%" : "-" }' "$WORK/shares" "$WORK/medians"
+	[ "$ROUNDS" = 1 ] || { echo; echo "Each figure is the median of $ROUNDS rounds; every other round ran the targets in the reverse order."; }
+	echo
+	echo "Ratios within a round (median over the rounds), throughput and CPU-s/GB:"
+	echo
+	bench_ratio_table "$WORK/cases" $PAIRS
 	[ ! -s "$WORK/skipped.txt" ] || { echo; cat "$WORK/skipped.txt"; }
 	echo
 	bench_machine
-	echo "Command: TRACE_TARGETS=\"$TARGETS\" TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh${1:+ $1}"
+	echo "Command: TRACE_TARGETS=\"$TARGETS\" TRACE_ROUNDS=$ROUNDS TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh${1:+ $1}"
 } | tee "${TRACE_OUT:-/dev/null}"
