@@ -385,7 +385,10 @@ func FuzzDecodeCorrupt(f *testing.F) {
 		f.Add(pages[name], uint16(i*37), uint8(1<<(i%8)), uint16(0))
 	}
 	f.Add([]byte("abc"), uint16(5), uint8(0xFF), uint16(3))
-	dec := codec.NewZstd(1)
+	dec, err := codec.NewZstd(1)
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, data []byte, pos uint16, xor uint8, cut uint16) {
 		frame := make([]byte, PageSize)
 		n := Compress(frame, fuzzPage(data, xor&1 != 0), Options{})
@@ -408,7 +411,10 @@ func FuzzDecodeCorrupt(f *testing.F) {
 // a few frames (what FuzzDecodeCorrupt does at random).
 func TestDecodeCorrupt(t *testing.T) {
 	pages := edgePages()
-	dec := codec.NewZstd(1)
+	dec, err := codec.NewZstd(1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := make([]byte, PageSize)
 	for _, name := range []string{"text", "records-24", "skewed-geometric", "literals-1025"} {
 		frame := make([]byte, PageSize)

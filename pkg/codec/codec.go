@@ -38,7 +38,7 @@ func New(name string) (Codec, error) {
 	case "lz4":
 		return NewLZ4(), nil
 	case "zstd":
-		return NewZstd(1), nil
+		return NewZstd(1)
 	}
 	return nil, fmt.Errorf("codec: unknown algorithm %q (want lz4 or zstd)", name)
 }

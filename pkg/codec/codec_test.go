@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -74,7 +75,7 @@ func roundTrip(t *testing.T, c Codec, name string, page []byte) int {
 }
 
 func TestEdgePages(t *testing.T) {
-	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
+	for _, c := range codecs(t) {
 		for name, page := range edgePages() {
 			n := roundTrip(t, c, name, page)
 			if name == "random" && n != PageSize {
@@ -89,7 +90,7 @@ func TestEdgePages(t *testing.T) {
 
 func TestDecompressRejectsGarbage(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
+	for _, c := range codecs(t) {
 		dst := make([]byte, PageSize)
 		if err := c.Decompress(dst, nil); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: empty input: got %v, want ErrCorrupt", c.Name(), err)
@@ -128,7 +129,7 @@ func TestCorpusRoundTrip(t *testing.T) {
 		}
 		data = sample
 	}
-	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
+	for _, c := range codecs(t) {
 		var total int64
 		for off := 0; off < len(data); off += PageSize {
 			total += int64(roundTrip(t, c, "corpus", data[off:off+PageSize]))
@@ -268,7 +269,7 @@ func storedSize(b *Batch) int64 {
 // loop (liblz4-reference), the baselines.
 func BenchmarkDecompress(b *testing.B) {
 	data := loadCorpus(b)
-	for _, c := range []Codec{NewLZ4(), NewZstd(1)} {
+	for _, c := range codecs(b) {
 		packed, offs, lens := packPages(c, data)
 		if c.Name() == "lz4" {
 			b.Run("liblz4-reference", func(b *testing.B) {
@@ -323,7 +324,7 @@ func packPages(c Codec, data []byte) (packed []byte, offs, lens []int32) {
 
 func BenchmarkZstdCompress(b *testing.B) {
 	data := loadCorpus(b)
-	c := NewZstd(1)
+	c := codecs(b)[1]
 	dst := make([]byte, PageSize-1)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
@@ -450,4 +451,65 @@ func threadSeconds(t *testing.T, fn func()) float64 {
 		return float64(r.Utime.Nano()+r.Stime.Nano()) / 1e9
 	}
 	return cpu(&after) - cpu(&before)
+}
+
+// codecs returns every codec, for tests that run on each.
+func codecs(t testing.TB) []Codec {
+	z, err := NewZstd(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []Codec{NewLZ4(), z}
+}
+
+// TestCodecsShareContextsWithoutAllocating runs every codec from more
+// goroutines than it has contexts, checking each round trip, and then
+// checks that a page's compression and decompression allocate nothing:
+// the daemon runs them while the kernel reclaims memory.
+func TestCodecsShareContextsWithoutAllocating(t *testing.T) {
+	pages := edgePages()
+	var names []string
+	for name := range pages {
+		names = append(names, name)
+	}
+	for _, c := range codecs(t) {
+		var wg sync.WaitGroup
+		errs := make(chan error, 1)
+		for g := range 4 * runtime.GOMAXPROCS(0) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				comp, got := make([]byte, PageSize-1), make([]byte, PageSize)
+				for i := range 200 {
+					page := pages[names[(g+i)%len(names)]]
+					n := c.Compress(comp, page)
+					if n == 0 {
+						continue
+					}
+					if err := c.Decompress(got, comp[:n]); err != nil || !bytes.Equal(got, page) {
+						select {
+						case errs <- fmt.Errorf("%s: round trip %d of goroutine %d: %v", c.Name(), i, g, err):
+						default:
+						}
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+		page := pages["text"]
+		comp, got := make([]byte, PageSize-1), make([]byte, PageSize)
+		n := c.Compress(comp, page)
+		if a := testing.AllocsPerRun(100, func() { c.Compress(comp, page) }); a != 0 {
+			t.Errorf("%s: Compress allocates %.1f times a page", c.Name(), a)
+		}
+		if a := testing.AllocsPerRun(100, func() { _ = c.Decompress(got, comp[:n]) }); a != 0 {
+			t.Errorf("%s: Decompress allocates %.1f times a page", c.Name(), a)
+		}
+	}
 }

@@ -61,28 +61,24 @@ type LZ4 struct {
 	// and written by NewLZ4. A compression waits for a free one rather
 	// than allocating: as a swap device, gzramd compresses while the
 	// kernel is short of memory, and a fresh allocation there would
-	// fault.
-	ctxs chan *C.gz_lz4_ctx
+	// fault. A nil context (NewLZ4 could not allocate) makes the
+	// compressor use one on the C stack.
+	ctxs *slots[*C.gz_lz4_ctx]
 }
 
 // NewLZ4 returns the LZ4 codec.
 func NewLZ4() *LZ4 {
 	// More contexts than can run at once (one per thread running Go
-	// code), with room for callers between getting one and entering C.
-	n := min(2*runtime.GOMAXPROCS(0)+8, 64)
-	c := &LZ4{ctxs: make(chan *C.gz_lz4_ctx, n)}
+	// code), so that a caller seldom finds them all taken.
+	n := min(runtime.GOMAXPROCS(0)+8, 64)
 	block := C.gz_lz4_new_ctxs(C.int(n))
 	if block == nil {
 		// Out of memory at start: compress with a context on the C stack.
-		for range n {
-			c.ctxs <- nil
-		}
-		return c
+		return &LZ4{ctxs: newSlots(n, func() *C.gz_lz4_ctx { return nil })}
 	}
 	ctxs := unsafe.Slice(block, n)
-	for i := range ctxs {
-		c.ctxs <- &ctxs[i]
-	}
+	i := 0
+	c := &LZ4{ctxs: newSlots(n, func() *C.gz_lz4_ctx { i++; return &ctxs[i-1] })}
 	runtime.AddCleanup(c, func(b unsafe.Pointer) { C.free(b) }, unsafe.Pointer(block))
 	return c
 }
@@ -90,20 +86,14 @@ func NewLZ4() *LZ4 {
 // Name implements Codec.
 func (*LZ4) Name() string { return "lz4" }
 
-// getCtx waits for a free context; nil (NewLZ4 could not allocate) makes
-// the compressor use one on the C stack.
-func (c *LZ4) getCtx() *C.gz_lz4_ctx { return <-c.ctxs }
-
-func (c *LZ4) putCtx(ctx *C.gz_lz4_ctx) { c.ctxs <- ctx }
-
 // Compress implements Codec.
 func (c *LZ4) Compress(dst, src []byte) int {
 	if len(src) == 0 || len(dst) == 0 || len(src) > C.GZ_LZ4_MAX_INPUT {
 		return 0
 	}
-	ctx := c.getCtx()
-	n := C.gz_lz4_compress(ctx, (*C.uint8_t)(&src[0]), (*C.uint8_t)(&dst[0]), C.int(len(src)), C.int(min(len(dst), math.MaxInt32)))
-	c.putCtx(ctx)
+	s := c.ctxs.get()
+	n := C.gz_lz4_compress(s.ctx, (*C.uint8_t)(&src[0]), (*C.uint8_t)(&dst[0]), C.int(len(src)), C.int(min(len(dst), math.MaxInt32)))
+	s.put()
 	if n <= 0 {
 		return 0
 	}
@@ -116,10 +106,10 @@ func (c *LZ4) compressPages(in, out []byte, lens []uint32, n, limit int) {
 	if n == 0 {
 		return
 	}
-	ctx := c.getCtx()
-	C.gz_lz4_compress_run(ctx, (*C.uint8_t)(&in[0]), C.int(n), C.int(limit),
+	s := c.ctxs.get()
+	C.gz_lz4_compress_run(s.ctx, (*C.uint8_t)(&in[0]), C.int(n), C.int(limit),
 		(*C.uint8_t)(&out[0]), (*C.unsigned)(unsafe.Pointer(&lens[0])))
-	c.putCtx(ctx)
+	s.put()
 }
 
 // Decompress implements Codec.
