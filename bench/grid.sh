@@ -103,6 +103,14 @@ bench_medians 2 "$RESULTS" >"$WORK/medians.txt"
 			awk '{ s = $2 + $3; printf "| %s | %.0f | %.0f | %.0f | %.1f%% | %.0f |\n", $1, $2, $3, $4, s ? 100 * $2 / s : 0, $5 }'
 	fi
 	[ ! -s "$WORK/skipped.txt" ] || { echo; cat "$WORK/skipped.txt"; }
+	if [ "$ROUNDS" != 1 ]; then
+		echo
+		echo "Every round (cell, target, round, MB/s, IOPS, CPU-s/GB, p50 µs, p99 µs):"
+		echo
+		echo '```'
+		sort -k1,1 -k2,2 -k3n "$RESULTS"
+		echo '```'
+	fi
 	echo
 	bench_machine
 } | tee "${GRID_OUT:-/dev/null}"

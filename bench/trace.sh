@@ -183,6 +183,14 @@ awk '{ $1 = "jobs-" $2 " " $1; $2 = ""; print }' "$WORK/rows" >"$WORK/cases"
 	echo
 	bench_ratio_table "$WORK/cases" $PAIRS
 	[ ! -s "$WORK/skipped.txt" ] || { echo; cat "$WORK/skipped.txt"; }
+	if [ "$ROUNDS" != 1 ]; then
+		echo
+		echo "Every round (target, jobs, round, MB/s, IOPS, CPU-s/GB, p50 µs, p99 µs):"
+		echo
+		echo '```'
+		sort -k1,1 -k2n -k3n "$WORK/rows"
+		echo '```'
+	fi
 	echo
 	bench_machine
 	echo "Command: TRACE_TARGETS=\"$TARGETS\" TRACE_ROUNDS=$ROUNDS TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh${1:+ $1}"

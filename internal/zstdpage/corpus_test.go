@@ -221,3 +221,57 @@ func BenchmarkZstdLevel1(b *testing.B) {
 		_, _ = ctx.CompressLevel(buf, pages[k*PageSize:(k+1)*PageSize], 1)
 	}
 }
+
+// BenchmarkDecode decodes the corpus's non-zero pages with the daemon's
+// zstd codec (libzstd), as its reads do: frames from this encoder (the
+// GPU's) at the default options and without each entropy stage, and
+// frames from libzstd's level 1 (the CPU codec's), so the read cost of
+// each encoder's choices can be compared.
+func BenchmarkDecode(b *testing.B) {
+	pages := loadCorpus(b)
+	var nz []byte
+	for i := 0; i < len(pages)/PageSize; i++ {
+		if p := pages[i*PageSize : (i+1)*PageSize]; !isZero(p) {
+			nz = append(nz, p...)
+		}
+	}
+	dec, err := codec.NewZstd(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range []struct {
+		name string
+		comp func(page, buf []byte) int
+	}{
+		{"gpu-encoder", zpComp(Options{}, false)},
+		{"gpu-encoder-no-fse-tables", zpComp(Options{NoFSETables: true}, false)},
+		{"gpu-encoder-no-huffman", zpComp(Options{NoHuffman: true}, false)},
+		{"libzstd-1", zstdComp(1)},
+	} {
+		var frames [][]byte
+		var stored int
+		buf := make([]byte, 2*PageSize)
+		for off := 0; off < len(nz); off += PageSize {
+			n := e.comp(nz[off:off+PageSize], buf)
+			if n <= 0 || n >= PageSize {
+				continue // kept raw: no decoding
+			}
+			frames = append(frames, append([]byte(nil), buf[:n]...))
+			stored += n
+		}
+		b.Run(e.name, func(b *testing.B) {
+			out := make([]byte, PageSize)
+			b.SetBytes(PageSize)
+			i := 0
+			for b.Loop() {
+				if err := dec.Decompress(out, frames[i]); err != nil {
+					b.Fatal(err)
+				}
+				if i++; i == len(frames) {
+					i = 0
+				}
+			}
+			b.ReportMetric(float64(len(frames)*PageSize)/float64(stored), "ratio")
+		})
+	}
+}
