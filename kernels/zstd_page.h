@@ -114,6 +114,9 @@
 #ifndef ZP_HUF_WEIGHT_LOG5
 #define ZP_HUF_WEIGHT_LOG5 1
 #endif
+#ifndef ZP_HUF_SRC_BITS
+#define ZP_HUF_SRC_BITS 1
+#endif
 #ifndef ZP_HUF_MIN_LIMIT
 #define ZP_HUF_MIN_LIMIT 5
 #endif
@@ -1098,8 +1101,15 @@ ZP_FN_BIG int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oe
 		int nsorted = zp_huf_sort(ws);
 		int bestComp = 0x7FFF, bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
 		if (lo < ZP_HUF_MIN_LIMIT) lo = ZP_HUF_MIN_LIMIT;
-		int tries = 0;
-		for (int limit = ZP_HUF_MAX_BITS; limit >= lo && tries < ZP_HUF_TRIES; limit--, tries++) {
+		int tries = 0, top = ZP_HUF_MAX_BITS;
+#if ZP_HUF_SRC_BITS
+		// No deeper than libzstd's bound for n literals: the decoder
+		// fills a table of 2^depth entries for every page it reads, and
+		// on a page's few literals the deepest codes save little.
+		if (zp_highbit((uint32_t)n - 1) - 1 < top) top = zp_highbit((uint32_t)n - 1) - 1;
+		if (top < lo) top = lo;
+#endif
+		for (int limit = top; limit >= lo && tries < ZP_HUF_TRIES; limit--, tries++) {
 			int c = zp_huf_plan(ws, n, nsorted, maxSym, limit, 0);
 			if (c >= bestComp) break;
 			bestComp = c;

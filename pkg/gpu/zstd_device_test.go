@@ -37,7 +37,7 @@ func openZstd(t testing.TB, c Config) *Backend {
 // bytes stored (frames, a page when raw).
 func zstdRoundTrip(t *testing.T, g *Backend, pages []byte) (stored int) {
 	t.Helper()
-	dec := codec.NewZstd(1)
+	dec := zstdCodec(t)
 	total := len(pages) / codec.PageSize
 	per := g.MaxBatchPages()
 	b, err := g.NewBatch(per)
@@ -75,7 +75,7 @@ func TestGPUZstdCorpus(t *testing.T) {
 	pages := corpus(t)
 	g := openZstd(t, testConfig(t))
 	gz := zstdRoundTrip(t, g, pages)
-	cpuZstd := storedBy(t, codec.NewZstd(1), pages)
+	cpuZstd := storedBy(t, zstdCodec(t), pages)
 	hostDst, hostLens := make([]byte, len(pages)), make([]int32, len(pages)/codec.PageSize)
 	zstdpage.CompressPages(hostDst, pages, hostLens, zstdpage.Options{})
 	host := 0
@@ -120,7 +120,7 @@ func TestZstdBenchReport(t *testing.T) {
 	g := openZstd(t, c)
 	kernel := kernelGBs(t, g, pages)
 	e2eGBs := zstdEndToEnd(t, g, pages, 16)
-	cpuGBs := cpuCodecGBs(t, codec.NewZstd(1), pages)
+	cpuGBs := cpuCodecGBs(t, zstdCodec(t), pages)
 	lzKernel := kernelGBs(t, openGPU(t, c), pages)
 	f, err := os.OpenFile(outPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -225,7 +225,7 @@ func cpuCodecGBs(t *testing.T, c codec.Codec, pages []byte) float64 {
 // batch decodes with libzstd.
 func TestGPUZstdFaultInjection(t *testing.T) {
 	pages := batchtest.Pages(300, 14)
-	dec := codec.NewZstd(1)
+	dec := zstdCodec(t)
 	for _, p := range []FaultPoint{FaultUpload, FaultKernel, FaultDownload, FaultSync} {
 		t.Run(string(p), func(t *testing.T) {
 			c := testConfig(t)
@@ -239,4 +239,14 @@ func TestGPUZstdFaultInjection(t *testing.T) {
 			runOneFault(t, g, r, pages, func(b *codec.Batch) { batchtest.VerifyWith(t, b, pages, dec) })
 		})
 	}
+}
+
+// zstdCodec is the CPU zstd codec, the decoder of the GPU's frames.
+func zstdCodec(t testing.TB) *codec.Zstd {
+	t.Helper()
+	z, err := codec.NewZstd(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return z
 }
