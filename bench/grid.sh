@@ -17,7 +17,7 @@
 #                  names the others: gzramd-gpu-zstd, zram-zstd, ...); a target
 #                  that cannot run here (no GPU, no zram, not root) is
 #                  skipped with a line saying why
-#   GRID_CELLS     names from the list below (default: all)
+#   GRID_CELLS     names from the list below (default: the first nine)
 #   GRID_RUNTIME   seconds per cell (default 10, after a 2 s ramp)
 #   GRID_ROUNDS    rounds of every target and cell (default 1); the report
 #                  gives medians, and ratios taken within each round
@@ -43,8 +43,10 @@ randread-4k-qd1-j1 randread 4k 1 1
 randread-4k-qd32-j1 randread 4k 32 1
 randread-4k-qd1-j4 randread 4k 1 4
 randread-4k-qd32-j4 randread 4k 32 4
-randwrite-128k-qd8-j4 randwrite 128k 8 4"
-CELLS=${GRID_CELLS:-$(echo "$ALL_CELLS" | cut -d' ' -f1)}
+randwrite-128k-qd8-j4 randwrite 128k 8 4
+randwrite-128k-qd8-j1 randwrite 128k 8 1"
+# The issue's nine; the rest run when named in GRID_CELLS.
+CELLS=${GRID_CELLS:-$(echo "$ALL_CELLS" | head -9 | cut -d' ' -f1)}
 
 bench_require fio
 bench_workdir

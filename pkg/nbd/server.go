@@ -106,7 +106,9 @@ const MaxInlineHelpers = 16
 // CPUs: one helper per 4 CPUs beyond the first 4, at most 3. Helpers pay
 // where CPUs idle: on 16 CPUs, 4 connections' random writes ran at 0.81x
 // nbdkit's rate on their readers alone. On 2 CPUs, where the client and
-// the server already keep both busy, they would only add wake-ups.
+// the server already keep both busy, they would only add wake-ups. They
+// cost CPU: on 16 CPUs, replaying a swap trace, none spent 5-13 % less
+// CPU per GB than 3 and moved 4-17 % less.
 func AutoInlineHelpers(cpus int) int { return min(max(cpus/4-1, 0), 3) }
 
 const (
