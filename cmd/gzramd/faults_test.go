@@ -34,6 +34,11 @@ func TestServingDoesNotFaultWhileRecording(t *testing.T) {
 	}
 }
 
+// With zstd, libzstd's contexts are made in memory written at start.
+func TestServingDoesNotFaultWithZstd(t *testing.T) {
+	testServingDoesNotFault(t, "--algorithm", "zstd")
+}
+
 // testServingDoesNotFault runs the test on a daemon started with args
 // besides the test's own, and returns it.
 func testServingDoesNotFault(t *testing.T, args ...string) *daemonProc {

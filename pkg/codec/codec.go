@@ -30,6 +30,9 @@ type Codec interface {
 	// Decompress decodes src into dst, which must be exactly as long as the
 	// original; it fails with ErrCorrupt on malformed input.
 	Decompress(dst, src []byte) error
+	// HeldBytes is the memory the codec allocated and wrote when it was
+	// made, for the contexts its calls use: they allocate nothing.
+	HeldBytes() int64
 }
 
 // New returns the codec with the given name.

@@ -502,6 +502,16 @@ func TestCodecsShareContextsWithoutAllocating(t *testing.T) {
 			t.Fatal(err)
 		default:
 		}
+		// Longer inputs than a page: a frame that decodes, or 0 (zstd's
+		// contexts are sized for pages), never a crash.
+		long := bytes.Repeat(pages["text"], 4)
+		frame := make([]byte, len(long))
+		if n := c.Compress(frame, long); n > 0 {
+			back := make([]byte, len(long))
+			if err := c.Decompress(back, frame[:n]); err != nil || !bytes.Equal(back, long) {
+				t.Errorf("%s: a %d-byte input compressed to %d bytes that do not decode to it (%v)", c.Name(), len(long), n, err)
+			}
+		}
 		page := pages["text"]
 		comp, got := make([]byte, PageSize-1), make([]byte, PageSize)
 		n := c.Compress(comp, page)

@@ -64,6 +64,7 @@ type LZ4 struct {
 	// fault. A nil context (NewLZ4 could not allocate) makes the
 	// compressor use one on the C stack.
 	ctxs *slots[*C.gz_lz4_ctx]
+	held int64 // their bytes
 }
 
 // NewLZ4 returns the LZ4 codec.
@@ -78,13 +79,16 @@ func NewLZ4() *LZ4 {
 	}
 	ctxs := unsafe.Slice(block, n)
 	i := 0
-	c := &LZ4{ctxs: newSlots(n, func() *C.gz_lz4_ctx { i++; return &ctxs[i-1] })}
+	c := &LZ4{held: int64(n) * C.sizeof_gz_lz4_ctx, ctxs: newSlots(n, func() *C.gz_lz4_ctx { i++; return &ctxs[i-1] })}
 	runtime.AddCleanup(c, func(b unsafe.Pointer) { C.free(b) }, unsafe.Pointer(block))
 	return c
 }
 
 // Name implements Codec.
 func (*LZ4) Name() string { return "lz4" }
+
+// HeldBytes implements Codec.
+func (c *LZ4) HeldBytes() int64 { return c.held }
 
 // Compress implements Codec.
 func (c *LZ4) Compress(dst, src []byte) int {

@@ -4,24 +4,66 @@ package codec
 
 /*
 #include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 // libzstd's own API, from the C sources github.com/DataDog/zstd compiles
 // into the binary (its Go API would cost a copy of every compressed page:
-// it wants an output buffer of the worst case's length).
+// it wants an output buffer of the worst case's length), including the
+// part zstd.h keeps behind ZSTD_STATIC_LINKING_ONLY: contexts in memory
+// the caller provides.
 typedef struct ZSTD_CCtx_s ZSTD_CCtx;
 typedef struct ZSTD_DCtx_s ZSTD_DCtx;
-ZSTD_CCtx *ZSTD_createCCtx(void);
-ZSTD_DCtx *ZSTD_createDCtx(void);
-size_t ZSTD_freeCCtx(ZSTD_CCtx *);
-size_t ZSTD_freeDCtx(ZSTD_DCtx *);
+typedef struct {
+	unsigned windowLog, chainLog, hashLog, searchLog, minMatch, targetLength;
+	int strategy; // ZSTD_strategy, an enum
+} ZSTD_compressionParameters;
+ZSTD_compressionParameters ZSTD_getCParams(int level, unsigned long long srcSize, size_t dictSize);
+size_t ZSTD_estimateCCtxSize_usingCParams(ZSTD_compressionParameters cParams);
+size_t ZSTD_estimateDCtxSize(void);
+ZSTD_CCtx *ZSTD_initStaticCCtx(void *workspace, size_t size);
+ZSTD_DCtx *ZSTD_initStaticDCtx(void *workspace, size_t size);
 size_t ZSTD_compressCCtx(ZSTD_CCtx *, void *dst, size_t cap, const void *src, size_t n, int level);
 size_t ZSTD_decompressDCtx(ZSTD_DCtx *, void *dst, size_t cap, const void *src, size_t n);
 unsigned ZSTD_isError(size_t);
+
+typedef struct {
+	ZSTD_CCtx *c;
+	ZSTD_DCtx *d;
+} gz_zstd_ctx;
+
+// gz_zstd_new_ctxs makes n pairs of contexts for pages at level in one
+// block it allocates and writes through first, so that every page of
+// them is resident (and, under mlockall, locked) before the first page
+// is compressed, and libzstd never allocates: a context made in place
+// cannot grow. The block (*size bytes), or NULL without memory.
+static void *gz_zstd_new_ctxs(int n, int level, int page, gz_zstd_ctx *out, size_t *size) {
+	size_t cs = ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, (unsigned long long)page, 0));
+	size_t ds = ZSTD_estimateDCtxSize();
+	cs = (cs + 63) & ~(size_t)63;
+	ds = (ds + 63) & ~(size_t)63;
+	*size = (cs + ds) * (size_t)n;
+	uint8_t *b = malloc(*size);
+	if (b == NULL) return NULL;
+	memset(b, 0, (cs + ds) * (size_t)n);
+	for (int i = 0; i < n; i++) {
+		uint8_t *at = b + (cs + ds) * (size_t)i;
+		out[i].c = ZSTD_initStaticCCtx(at, cs);
+		out[i].d = ZSTD_initStaticDCtx(at + cs, ds);
+		if (out[i].c == NULL || out[i].d == NULL) {
+			free(b);
+			return NULL;
+		}
+	}
+	return b;
+}
 */
 import "C"
 
 import (
-	"errors"
+	"bytes"
+	"fmt"
 	"runtime"
 	"unsafe"
 
@@ -31,19 +73,16 @@ import (
 
 // Zstd is zstd at a fixed level: a better ratio than LZ4 for more CPU. It
 // is libzstd compiled from the C sources that github.com/DataDog/zstd
-// carries, so building gzramd needs no zstd library.
+// carries, so building gzramd needs no zstd library. It compresses pages
+// only: a longer input needs more context memory than NewZstd made, and
+// Compress returns 0 for it.
 type Zstd struct {
 	level int
-	// ctxs are the compression and decompression contexts, all made and
-	// used once by NewZstd: libzstd sizes a context's memory at its first
-	// use, and a swap device must not allocate (or fault) while the
-	// kernel reclaims. With pages only, later calls reuse that memory.
-	ctxs *slots[zstdCtx]
-}
-
-type zstdCtx struct {
-	c *C.ZSTD_CCtx
-	d *C.ZSTD_DCtx
+	// ctxs are the compression and decompression contexts, all made in
+	// memory NewZstd allocated and wrote: a swap device must not
+	// allocate (or fault) while the kernel reclaims.
+	ctxs *slots[C.gz_zstd_ctx]
+	held int64 // their bytes
 }
 
 // NewZstd returns the zstd codec at the given compression level.
@@ -51,44 +90,36 @@ func NewZstd(level int) (*Zstd, error) {
 	// More contexts than can run at once (one per thread running Go
 	// code), so that a caller seldom finds them all taken.
 	n := min(runtime.GOMAXPROCS(0)+8, 64)
-	page := make([]byte, PageSize)
+	made := make([]C.gz_zstd_ctx, n)
+	var size C.size_t
+	block := C.gz_zstd_new_ctxs(C.int(n), C.int(level), PageSize, &made[0], &size)
+	if block == nil {
+		return nil, fmt.Errorf("codec: no memory for libzstd's contexts (%d bytes)", size)
+	}
+	i := 0
+	z := &Zstd{level: level, held: int64(size), ctxs: newSlots(n, func() C.gz_zstd_ctx { i++; return made[i-1] })}
+	runtime.AddCleanup(z, func(b unsafe.Pointer) { C.free(b) }, block)
+	// Each context must take a page both ways: a level whose contexts
+	// need more than the estimate would otherwise store every page raw.
+	page, frame, back := make([]byte, PageSize), make([]byte, PageSize), make([]byte, PageSize)
 	for i := range page {
 		page[i] = byte(i % 251)
 	}
-	frame := make([]byte, PageSize)
-	z := &Zstd{level: level}
-	z.ctxs = newSlots(n, func() zstdCtx {
-		x := zstdCtx{c: C.ZSTD_createCCtx(), d: C.ZSTD_createDCtx()}
-		if x.c != nil && x.d != nil {
-			// Size both contexts' memory now (see ctxs).
-			if k := z.compress(x, frame, page); k > 0 {
-				z.decompress(x, page, frame[:k])
-			}
-		}
-		return x
-	})
-	ok := true
 	for i := range z.ctxs.s {
 		x := z.ctxs.s[i].ctx
-		ok = ok && x.c != nil && x.d != nil
+		k := z.compress(x, frame, page)
+		if k <= 0 || z.decompress(x, back, frame[:k]) != nil || !bytes.Equal(back, page) {
+			return nil, fmt.Errorf("codec: libzstd's contexts at level %d do not round-trip a page", level)
+		}
 	}
-	if !ok {
-		freeZstdCtxs(z.ctxs)
-		return nil, errors.New("codec: libzstd could not allocate its contexts")
-	}
-	runtime.AddCleanup(z, freeZstdCtxs, z.ctxs)
 	return z, nil
-}
-
-func freeZstdCtxs(p *slots[zstdCtx]) {
-	for i := range p.s {
-		C.ZSTD_freeCCtx(p.s[i].ctx.c) // NULL is a no-op for both
-		C.ZSTD_freeDCtx(p.s[i].ctx.d)
-	}
 }
 
 // Name implements Codec.
 func (*Zstd) Name() string { return "zstd" }
+
+// HeldBytes implements Codec.
+func (z *Zstd) HeldBytes() int64 { return z.held }
 
 // Compress implements Codec.
 func (z *Zstd) Compress(dst, src []byte) int {
@@ -113,7 +144,7 @@ func (z *Zstd) Decompress(dst, src []byte) error {
 }
 
 // compress and decompress work with one context.
-func (z *Zstd) compress(x zstdCtx, dst, src []byte) int {
+func (z *Zstd) compress(x C.gz_zstd_ctx, dst, src []byte) int {
 	r := C.ZSTD_compressCCtx(x.c, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
 		unsafe.Pointer(&src[0]), C.size_t(len(src)), C.int(z.level))
 	if C.ZSTD_isError(r) != 0 {
@@ -122,7 +153,7 @@ func (z *Zstd) compress(x zstdCtx, dst, src []byte) int {
 	return int(r)
 }
 
-func (z *Zstd) decompress(x zstdCtx, dst, src []byte) error {
+func (z *Zstd) decompress(x C.gz_zstd_ctx, dst, src []byte) error {
 	r := C.ZSTD_decompressDCtx(x.d, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
 		unsafe.Pointer(&src[0]), C.size_t(len(src)))
 	if C.ZSTD_isError(r) != 0 || int(r) != len(dst) {
