@@ -1,0 +1,130 @@
+// Tests of the benchmark scripts: the arithmetic their reports rest on
+// (medians over rounds, ratios within a round), and short real runs of
+// bench/grid.sh and bench/trace.sh against gzramd with fio.
+package bench
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// lib runs a bash snippet with bench/lib.sh sourced and returns its
+// standard output.
+func lib(t *testing.T, snippet string, env ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 missing: bench/lib.sh needs it")
+	}
+	cmd := exec.Command("bash", "-c", ". ./lib.sh && "+snippet)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr string
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("%s: %v\n%s", snippet, err, stderr)
+	}
+	return string(out)
+}
+
+// Rows as grid.sh writes them: cell, target, round, MB/s, IOPS,
+// CPU-s/GB, p50, p99.
+const rows = `c1 a 1 100 1 2.0 10 20
+c1 b 1 90 1 4.0 10 20
+c1 a 2 300 1 1.0 10 20
+c1 b 2 100 1 0.5 10 20
+c1 a 3 200 1 3.0 10 20
+c1 b 3 110 1 2.0 10 20
+c2 a 1 10 1 1.0 10 20
+`
+
+func writeRows(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "rows")
+	if err := os.WriteFile(p, []byte(rows), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestMedians(t *testing.T) {
+	got := lib(t, "bench_medians 2 "+writeRows(t))
+	want := "c1 a 3 200 1 2 10 20\nc1 b 3 100 1 2 10 20\nc2 a 1 10 1 1 10 20\n"
+	if got != want {
+		t.Errorf("bench_medians:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// The ratio of a case is the median of the ratios within each round
+// (1.11, 3, 1.82 for MB/s; 0.5, 2, 1.5 for CPU), not the ratio of the
+// medians (200/100 and 2/2); a case one side did not run gets "-".
+func TestRatioTable(t *testing.T) {
+	got := lib(t, "bench_ratio_table "+writeRows(t)+" a/b")
+	for _, want := range []string{"| case | a/b MB/s | a/b CPU |", "| c1 | 1.82 | 1.50 |", "| c2 | - | - |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("bench_ratio_table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// gzramd builds the daemon for the script runs.
+func gzramd(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs fio against a daemon")
+	}
+	for _, tool := range []string{"fio", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s missing", tool)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "gzramd")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/gzramd").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func run(t *testing.T, script string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command("bash", script)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return string(out)
+}
+
+func TestGridRuns(t *testing.T) {
+	bin := gzramd(t)
+	out := run(t, "./grid.sh", "GZRAMD="+bin, "BENCH_SIZE=64M", "BENCH_REGION=32M",
+		"GRID_TARGETS=gzramd-cpu gzramd-cpu-zstd", "GRID_CELLS=randwrite-4k-qd1-j1", "GRID_RUNTIME=1",
+		"GRID_ROUNDS=2", "GRID_PAIRS=gzramd-cpu-zstd/gzramd-cpu")
+	for _, want := range []string{
+		"| randwrite-4k-qd1-j1 | gzramd-cpu |", "| randwrite-4k-qd1-j1 | gzramd-cpu-zstd |",
+		"median of 2 rounds", "| case | gzramd-cpu-zstd/gzramd-cpu MB/s |",
+		"randwrite-4k-qd1-j1 gzramd-cpu 2 ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("grid.sh output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestTraceRuns(t *testing.T) {
+	bin := gzramd(t)
+	if _, err := exec.LookPath("zstd"); err != nil {
+		t.Skip("zstd missing: the committed trace is compressed")
+	}
+	out := run(t, "./trace.sh", "GZRAMD="+bin, "TRACE_TARGETS=gzramd-cpu", "TRACE_JOBS=1",
+		"TRACE_REPEAT=1", "TRACE_ROUNDS=2", "TRACE_PAIRS=gzramd-cpu/gzramd-cpu")
+	for _, want := range []string{"| gzramd-cpu | 1 |", "0.0% |", "| jobs-1 | 1.00 | 1.00 |", "gzramd-cpu 1 2 "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace.sh output lacks %q:\n%s", want, out)
+		}
+	}
+}
