@@ -75,11 +75,13 @@ func NewLZ4() *LZ4 {
 	block := C.gz_lz4_new_ctxs(C.int(n))
 	if block == nil {
 		// Out of memory at start: compress with a context on the C stack.
-		return &LZ4{ctxs: newSlots(n, func() *C.gz_lz4_ctx { return nil })}
+		return &LZ4{ctxs: newSlots(make([]*C.gz_lz4_ctx, n))}
 	}
-	ctxs := unsafe.Slice(block, n)
-	i := 0
-	c := &LZ4{held: int64(n) * C.sizeof_gz_lz4_ctx, ctxs: newSlots(n, func() *C.gz_lz4_ctx { i++; return &ctxs[i-1] })}
+	all, ctxs := unsafe.Slice(block, n), make([]*C.gz_lz4_ctx, n)
+	for i := range all {
+		ctxs[i] = &all[i]
+	}
+	c := &LZ4{held: int64(n) * C.sizeof_gz_lz4_ctx, ctxs: newSlots(ctxs)}
 	runtime.AddCleanup(c, func(b unsafe.Pointer) { C.free(b) }, unsafe.Pointer(block))
 	return c
 }

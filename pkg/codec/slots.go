@@ -24,11 +24,11 @@ type slot[T any] struct {
 	_ [64]byte
 }
 
-// newSlots returns n slots with the contexts newCtx returns.
-func newSlots[T any](n int, newCtx func() T) *slots[T] {
-	p := &slots[T]{s: make([]slot[T], n)}
-	for i := range p.s {
-		p.s[i].ctx = newCtx()
+// newSlots returns a slot for each context.
+func newSlots[T any](ctxs []T) *slots[T] {
+	p := &slots[T]{s: make([]slot[T], len(ctxs))}
+	for i, c := range ctxs {
+		p.s[i].ctx = c
 	}
 	return p
 }

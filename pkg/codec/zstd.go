@@ -96,8 +96,7 @@ func NewZstd(level int) (*Zstd, error) {
 	if block == nil {
 		return nil, fmt.Errorf("codec: no memory for libzstd's contexts (%d bytes)", size)
 	}
-	i := 0
-	z := &Zstd{level: level, held: int64(size), ctxs: newSlots(n, func() C.gz_zstd_ctx { i++; return made[i-1] })}
+	z := &Zstd{level: level, held: int64(size), ctxs: newSlots(made)}
 	runtime.AddCleanup(z, func(b unsafe.Pointer) { C.free(b) }, block)
 	// Each context must take a page both ways: a level whose contexts
 	// need more than the estimate would otherwise store every page raw.
