@@ -128,3 +128,11 @@ func TestTraceRuns(t *testing.T) {
 		}
 	}
 }
+
+func TestOrderAlternates(t *testing.T) {
+	for round, want := range map[string]string{"1": "a b c", "2": "c b a", "3": "a b c"} {
+		if got := strings.Join(strings.Fields(lib(t, "bench_order "+round+" a b c")), " "); got != want {
+			t.Errorf("bench_order %s a b c = %q, want %q", round, got, want)
+		}
+	}
+}

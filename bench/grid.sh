@@ -53,11 +53,8 @@ bench_workdir
 RESULTS=$WORK/results.txt
 
 for round in $(seq "$ROUNDS"); do
-	# Every other round runs the targets in the reverse order, so that a
-	# machine that drifts over the run favours none of them.
-	order=$TARGETS
-	[ $((round % 2)) = 1 ] || order=$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')
-	for target in $order; do
+	# shellcheck disable=SC2086 # TARGETS is a list
+	for target in $(bench_order "$round" $TARGETS); do
 		if ! target_start "$target"; then
 			[ "$round" != 1 ] || echo "$target: skipped: $BENCH_WHY" | tee -a "$WORK/skipped.txt"
 			continue

@@ -213,6 +213,18 @@ bench_machine() {
 	echo "Machine: $(nproc) CPUs ($cpu)${gpu:+, $gpu}; kernel $(uname -r); $(date -u +%F); gzramd $("$GZRAMD" version 2>/dev/null | awk '{ print $2; exit }')."
 }
 
+# bench_order ROUND TARGETS...: the targets, reversed in even rounds, so
+# that a machine drifting over a run favours none of them.
+bench_order() {
+	local round=$1
+	shift
+	if [ $((round % 2)) = 1 ]; then
+		echo "$@"
+	else
+		printf '%s\n' "$@" | tac | tr '\n' ' '
+	fi
+}
+
 # bench_medians NKEYS FILE: FILE's rows are NKEYS key fields, a round
 # number and values; prints each key's rows as one: the keys, the number
 # of rounds, and the median of each value over the rounds (in the order

@@ -124,11 +124,8 @@ REPLAY_IOS=$(cat "$WORK/replay.ios")
 
 : >"$WORK/rows"
 for round in $(seq "$ROUNDS"); do
-	# Every other round runs the targets in the reverse order, so that a
-	# machine that drifts over the run favours none of them.
-	order=$TARGETS
-	[ $((round % 2)) = 1 ] || order=$(echo "$TARGETS" | tr ' ' '\n' | tac | tr '\n' ' ')
-	for target in $order; do
+	# shellcheck disable=SC2086 # TARGETS is a list
+	for target in $(bench_order "$round" $TARGETS); do
 		for jobs in $JOBS; do
 			# A fresh device for each run, as the trace started on one.
 			if ! target_start "$target"; then
