@@ -45,6 +45,19 @@
 #define ZP_NO_CHAIN_MF // the kernel finds its own sequences
 #endif
 
+#ifdef ZW_PROFILE // zstdbench: lane 0's cycles between checkpoints, summed over pages
+__device__ unsigned long long zw_prof[32];
+static __shared__ long long zw_t;
+#define ZP_PROF(k)                                                                               \
+	do {                                                                                         \
+		if (threadIdx.x == 0) {                                                                  \
+			long long t_ = clock64();                                                            \
+			atomicAdd(&zw_prof[k], (unsigned long long)(t_ - zw_t));                             \
+			zw_t = t_;                                                                           \
+		}                                                                                        \
+	} while (0)
+#endif
+
 #include "zstd_page.h"
 
 #define ZW_HASH_BITS 9
@@ -107,6 +120,149 @@ static __device__ __forceinline__ int zw_extend(const uint8_t *s, int a, int b, 
 	}
 }
 
+// zw_put ORs the low nb bits of v into the bit stream out at bit pos.
+static __device__ __forceinline__ void zw_put(uint32_t *out, uint32_t pos, uint32_t v, int nb) {
+	if (nb == 0) return;
+	v &= (1u << nb) - 1;
+	const uint32_t w = pos >> 5, sh = pos & 31;
+	atomicOr(&out[w], v << sh);
+	if (sh + nb > 32) atomicOr(&out[w + 1], v >> (32 - sh));
+}
+
+// zw_encode_sequences writes the bytes zp_encode_sequences writes (with FSE
+// tables allowed), with the warp: the codes counted by every lane, the
+// three types' tables planned and built on three lanes, each type's chain
+// of states walked on its lane, and the bitstream laid out by a prefix sum
+// of the sequences' bit counts and written by every lane. It returns the
+// end, or NULL when over oend; every lane gets the same.
+static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, uint8_t *oend, int lane) {
+	const unsigned full = 0xFFFFFFFFu;
+	if (nseq == 0) {
+		if (op >= oend) return 0;
+		if (lane == 0) *op = 0;
+		return op + 1;
+	}
+	if (oend - op < 3) return 0;
+	if (lane == 0) zp_seq_header(op, nseq);
+	op += nseq < 128 ? 1 : 2;
+	// Counts of 16 bits, added as halves of 32-bit words.
+	uint32_t *count2 = (uint32_t *)ws->u.seq.x.b.count;
+	for (int i = lane; i < 3 * 64 / 2; i += 32) count2[i] = 0;
+	__syncwarp();
+	for (int i = lane; i < nseq; i += 32) {
+		for (int t = 0; t < 3; t++) {
+			const int c = t * 64 + zp_seq_code(ws, t, i);
+			atomicAdd(&count2[c >> 1], 1u << (16 * (c & 1)));
+		}
+	}
+	__syncwarp();
+	ZP_PROF(20);
+	zp_seq_plan *sp = &ws->u.seq.plan;
+	int ok = 1;
+	if (lane < 3) ok = zp_seq_plan_table(ws, lane, nseq, 1, sp);
+	if (!__all_sync(full, ok)) return 0;
+	__syncwarp();
+	ZP_PROF(21);
+	const int d0 = sp->desc[0], d1 = sp->desc[1], d2 = sp->desc[2];
+	const int dlen = 1 + d0 + d1 + d2;
+	if (oend - op < dlen) return 0;
+	for (int i = lane; i < dlen; i += 32) {
+		uint8_t c;
+		if (i == 0) c = (uint8_t)(sp->mode[0] << 6 | sp->mode[1] << 4 | sp->mode[2] << 2);
+		else if (i <= d0) c = ws->u.seq.x.b.ncount[0][i - 1];
+		else if (i <= d0 + d1) c = ws->u.seq.x.b.ncount[1][i - 1 - d0];
+		else c = ws->u.seq.x.b.ncount[2][i - 1 - d0 - d1];
+		op[i] = c;
+	}
+	op += dlen;
+	if (lane < 3) zp_seq_build_table(ws, lane, sp);
+	__syncwarp();
+	ZP_PROF(22);
+	// Each type's states, last sequence first, on its own lane: the bits
+	// that encoding sequence i's code emits (none for the last, whose code
+	// sets the first state), and the final state.
+	const int m[3] = {sp->mode[0] != 1, sp->mode[1] != 1, sp->mode[2] != 1};
+	if (lane < 3 && m[lane]) {
+		const int t = lane;
+		const zp_fse_ct *ct = &ws->u.seq.ct[t];
+		uint16_t *fb = ws->u.seq.x.fbits[t];
+		uint32_t st = zp_fse_init(ct->state, ct->dfs, ct->dnb, zp_seq_code(ws, t, nseq - 1));
+		for (int i = nseq - 2; i >= 0; i--) {
+			const int c = zp_seq_code(ws, t, i);
+			const uint32_t nb = (st + ct->dnb[c]) >> 16;
+			fb[i] = (uint16_t)((st & ((1u << nb) - 1)) << 4 | nb);
+			st = ct->state[(int)(st >> nb) + ct->dfs[c]];
+		}
+		sp->fin[t] = st;
+	}
+	__syncwarp();
+	// The bitstream, in the tables' memory (free now): sequence nseq-1's
+	// fields first; per sequence the OF, ML and LL state bits, then the LL,
+	// ML and OF extra bits, as zp_encode_sequences adds them.
+	uint32_t *out = (uint32_t *)ws->u.seq.ct;
+	const uint32_t capBits = (uint32_t)sizeof(ws->u.seq.ct) * 8 - 64;
+	for (int i = lane; i < (int)(sizeof(ws->u.seq.ct) / 4); i += 32) out[i] = 0;
+	__syncwarp();
+	uint32_t base = 0;
+	for (int r0 = 0; r0 < nseq; r0 += 32) {
+		const int i = nseq - 1 - (r0 + lane);
+		uint32_t fo = 0, fm = 0, fl = 0, ll = 0, mlb = 0, of = 0, bits = 0;
+		int lc = 0, mc = 0, oc = 0;
+		if (i >= 0) {
+			ll = ws->seq_ll[i];
+			mlb = (uint32_t)ws->seq_ml[i] - 3;
+			of = ws->seq_of[i];
+			lc = zp_ll_code(ll);
+			mc = zp_ml_code(mlb);
+			oc = zp_highbit(of);
+			if (i < nseq - 1) {
+				fo = m[1] ? ws->u.seq.x.fbits[1][i] : 0;
+				fm = m[2] ? ws->u.seq.x.fbits[2][i] : 0;
+				fl = m[0] ? ws->u.seq.x.fbits[0][i] : 0;
+			}
+			bits = (fo & 15) + (fm & 15) + (fl & 15) + zp_ll_bits[lc] + zp_ml_bits[mc] + (uint32_t)oc;
+		}
+		uint32_t sum = bits;
+		for (int d = 1; d < 32; d <<= 1) {
+			const uint32_t y = __shfl_up_sync(full, sum, d);
+			if (lane >= d) sum += y;
+		}
+		uint32_t pos = base + sum - bits;
+		base += __shfl_sync(full, sum, 31);
+		if (i >= 0 && pos + bits <= capBits) {
+			zw_put(out, pos, fo >> 4, (int)(fo & 15));
+			pos += fo & 15;
+			zw_put(out, pos, fm >> 4, (int)(fm & 15));
+			pos += fm & 15;
+			zw_put(out, pos, fl >> 4, (int)(fl & 15));
+			pos += fl & 15;
+			zw_put(out, pos, ll - zp_ll_base[lc], zp_ll_bits[lc]);
+			pos += zp_ll_bits[lc];
+			zw_put(out, pos, mlb - zp_ml_base[mc], zp_ml_bits[mc]);
+			pos += zp_ml_bits[mc];
+			zw_put(out, pos, of, oc);
+		}
+	}
+	const uint32_t total = base + (uint32_t)(sp->log[0] + sp->log[1] + sp->log[2]) + 1;
+	const int bytes = (int)((total + 7) >> 3);
+	if (total > capBits || oend - op < bytes) return 0;
+	if (lane == 0) {
+		uint32_t pos = base;
+		zw_put(out, pos, sp->fin[2], sp->log[2]);
+		pos += sp->log[2];
+		zw_put(out, pos, sp->fin[1], sp->log[1]);
+		pos += sp->log[1];
+		zw_put(out, pos, sp->fin[0], sp->log[0]);
+		pos += sp->log[0];
+		zw_put(out, pos, 1, 1);
+	}
+	__syncwarp();
+	const uint8_t *ob = (const uint8_t *)out;
+	for (int k = lane; k < bytes; k += 32) op[k] = ob[k];
+	ZP_PROF(23);
+	return op + bytes;
+}
+
 extern "C" __global__ void __launch_bounds__(32)
 gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
 		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
@@ -117,6 +273,9 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 	const int lane = threadIdx.x;
 	const int pg = blockIdx.x;
 	if (pg >= n) return;
+#ifdef ZW_PROFILE
+	if (lane == 0) zw_t = clock64();
+#endif
 	const uint4 *src4 = in + (size_t)pg * (ZP_PAGE / 16);
 #ifdef ZW_PAGE_IN_SHARED
 	uint32_t *const page = (uint32_t *)((uint8_t *)&ws.u + ZW_PAGE_AT);
@@ -138,6 +297,7 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 	bool same = true;
 	for (int i = lane; i < ZP_PAGE / 4; i += 32) same &= page[i] == first;
 	int len = 0;
+	ZP_PROF(1);
 	if (__all_sync(full, same)) {
 		if (lane == 0) {
 			zp_frame_header(frame);
@@ -233,6 +393,10 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 		for (int k = lane; k < ZP_PAGE - anchor; k += 32) lit[nlit + k] = src[anchor + k];
 		nlit += ZP_PAGE - anchor;
 		__syncwarp();
+		ZP_PROF(2);
+#ifdef ZW_PROFILE
+		if (lane == 0) atomicAdd(&zw_prof[30], (unsigned long long)nseq), atomicAdd(&zw_prof[31], (unsigned long long)nlit);
+#endif
 		// Stages 2 and 3, and the frame around them. The warp counts the
 		// literals and writes the four
 		// Huffman streams on four lanes; the rest runs on lane 0.
@@ -250,11 +414,13 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 		for (int i = lane; i < nlit; i += 32) atomicAdd(&hist2[lit[i] >> 1], 1u << (16 * (lit[i] & 1)));
 		__syncwarp();
 		uint8_t *const oend = frame + ZP_PAGE - 1;
+		ZP_PROF(3);
 		if (lane == 0) {
 			zp_frame_header(frame);
 			planned = zp_plan_literals(&ws, nlit, frame + 10, oend, 1, 1, &plan);
 		}
 		__syncwarp();
+		ZP_PROF(4);
 		bool ok = planned != 0;
 		if (ok && lane < plan.streams) {
 			uint8_t *next = lane + 1 < plan.streams ? plan.at[lane + 1] : plan.end;
@@ -262,14 +428,17 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 		}
 		ok = __all_sync(full, ok);
 		__syncwarp();
-		if (lane == 0 && ok) {
-			uint8_t *op = zp_finish_literals(&plan);
-			op = zp_encode_sequences(&ws, nseq, op, oend, 1);
-			if (op) {
+		ZP_PROF(5);
+		if (ok) {
+			uint8_t *op = plan.end;
+			if (lane == 0) zp_finish_literals(&plan);
+			op = zw_encode_sequences(&ws, nseq, op, oend, lane);
+			if (op && lane == 0) {
 				zp_block_header(frame + 7, 2, (uint32_t)(op - (frame + 10)));
 				len = (int)(op - frame);
 			}
 		}
+		ZP_PROF(6);
 #endif
 		len = __shfl_sync(full, len, 0);
 	}
@@ -283,4 +452,5 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 	__syncwarp();
 	for (int i = lane * 4; i < len; i += 128) *(uint32_t *)(packed + at + i) = *(const uint32_t *)(frame + i);
 	if (lane == 0) offsets[pg] = at, lens[pg] = (unsigned int)len;
+	ZP_PROF(7);
 }

@@ -79,6 +79,12 @@
 #define ZP_TABLE static const
 #endif
 
+// ZP_PROF(k) marks the end of step k for a profiling build (zstdbench
+// with -DZW_PROFILE); nothing otherwise.
+#ifndef ZP_PROF
+#define ZP_PROF(k)
+#endif
+
 #define ZP_PAGE 4096
 
 // The head table of the match finder has 1 << hash_bits entries, at most
@@ -151,6 +157,14 @@ typedef struct zp_fse_ct_small { // for Huffman weights: tableLog <= 6, symbols 
 	uint32_t dnb[16];
 } zp_fse_ct_small;
 
+// zp_seq_plan is how the sequences section codes each type (0 LL, 1 OF,
+// 2 ML): mode (0 predefined, 1 RLE, 2 FSE-compressed), table log, largest
+// code, the description's length, and (GPU) each stream's last state.
+typedef struct zp_seq_plan {
+	int mode[3], log[3], maxs[3], desc[3];
+	uint32_t fin[3];
+} zp_seq_plan;
+
 typedef struct zp_workspace {
 	// Stage 1 output, read by stages 2 and 3.
 	uint16_t seq_ll[ZP_MAX_SEQ]; // literal length
@@ -182,11 +196,21 @@ typedef struct zp_workspace {
 		} lit;
 		struct { // stage 3
 			zp_fse_ct ct[3]; // LL, OF, ML
-			uint16_t count[3][64];
-			int16_t norm[3][64];
-			uint8_t tsym[512];
-			uint8_t ncount[3][96]; // table descriptions
-			uint16_t cumul[66];
+			union {
+				struct { // the tables' planning and building, a type's scratch apart from the others'
+					uint16_t count[3][64];
+					int16_t norm[3][64];
+					uint8_t tsym[3][512];
+					uint8_t ncount[3][96]; // table descriptions
+					uint16_t cumul[3][66];
+				} b;
+#ifdef __CUDACC__
+				// The GPU's bitstream: a sequence's state bits per type
+				// (value << 4 | bit count), once the tables are built.
+				uint16_t fbits[3][ZP_MAX_SEQ];
+#endif
+			} x;
+			zp_seq_plan plan;
 		} seq;
 	} u;
 } zp_workspace;
@@ -1088,6 +1112,7 @@ ZP_FN_BIG int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oe
 		}
 	}
 	int rawh = zp_lit_header_raw_size(n);
+	ZP_PROF(10);
 	if (distinct == 1) {
 		if (oend - op < rawh + 1) return 0;
 		zp_lit_header_raw(op, 1, n);
@@ -1099,6 +1124,7 @@ ZP_FN_BIG int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oe
 		// Try code-length limits from 11 down: a shallower code can
 		// cost fewer bits in its description than it adds in the streams.
 		int nsorted = zp_huf_sort(ws);
+		ZP_PROF(11);
 		int bestComp = 0x7FFF, bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
 		if (lo < ZP_HUF_MIN_LIMIT) lo = ZP_HUF_MIN_LIMIT;
 		int tries = 0, top = ZP_HUF_MAX_BITS;
@@ -1117,11 +1143,14 @@ ZP_FN_BIG int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oe
 			// Limits above the unlimited code's depth change nothing.
 			if (ws->u.lit.maxBits < limit) limit = ws->u.lit.maxBits;
 		}
+		ZP_PROF(12);
 		int four = n > 1023, hdr = four ? 4 : 3;
 		int comp = bestLimit ? zp_huf_plan(ws, n, nsorted, maxSym, bestLimit, 1) : 0x7FFF;
+		ZP_PROF(13);
 		if (comp < 0x7FFF && (four || comp <= 1023) && hdr + comp < rawh + n) {
 			if (oend - op < hdr + comp) return 0;
 			zp_huf_codes(ws, ws->u.lit.maxBits);
+			ZP_PROF(14);
 			uint8_t *p = op + hdr;
 			const uint8_t *w = ws->u.lit.weight;
 			int tf = ws->u.lit.treeFse;
@@ -1164,6 +1193,7 @@ ZP_FN_BIG int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oe
 				p += size;
 			}
 			pl->streams = 4;
+			ZP_PROF(15);
 			return 1;
 		}
 	}
@@ -1209,10 +1239,101 @@ ZP_FN_BIG uint8_t *zp_encode_literals(zp_workspace *ws, int n, uint8_t *op, uint
 
 // --------------------------------------------------------- 3: sequences
 
-// zp_encode_sequences writes the sequences section for ws->seq_*: per
-// symbol type RLE when one code, else the predefined table or an
-// FSE-compressed one (when allowed) of the tableLog with the smallest
-// estimated size. It returns the end, or NULL when over oend.
+// zp_seq_header writes the sequences section's count of sequences (nseq >
+// 0) and returns its length.
+ZP_FN int zp_seq_header(uint8_t *op, int nseq) {
+	if (nseq < 128) {
+		op[0] = (uint8_t)nseq;
+		return 1;
+	}
+	op[0] = (uint8_t)((nseq >> 8) + 0x80);
+	op[1] = (uint8_t)nseq;
+	return 2;
+}
+
+// zp_seq_code returns the code of sequence i for type t (0 LL, 1 OF, 2 ML).
+ZP_FN int zp_seq_code(const zp_workspace *ws, int t, int i) {
+	return t == 0 ? zp_ll_code(ws->seq_ll[i]) : t == 1 ? zp_highbit(ws->seq_of[i]) : zp_ml_code((uint32_t)ws->seq_ml[i] - 3);
+}
+
+// zp_seq_plan_table chooses how type t is coded, from its counts in
+// ws->u.seq.x.b.count[t] of nseq sequences: RLE when one code, else the
+// predefined table or an FSE-compressed one (when allowed) of the tableLog
+// with the smallest estimated size, its description in ncount[t]. It
+// touches only type t's part of the workspace (the GPU plans the three
+// types on three lanes) and returns 0 when no table can code the type.
+ZP_FN_BIG int zp_seq_plan_table(zp_workspace *ws, int t, int nseq, int allow_fse, zp_seq_plan *sp) {
+	const uint16_t *count = ws->u.seq.x.b.count[t];
+	int16_t *norm = ws->u.seq.x.b.norm[t];
+	uint8_t *ncount = ws->u.seq.x.b.ncount[t];
+	const int16_t *def = t == 0 ? zp_ll_def : t == 1 ? zp_of_def : zp_ml_def;
+	int defMax = t == 0 ? 35 : t == 1 ? 28 : 52;
+	int defLog = t == 1 ? 5 : 6;
+	int maxLog = t == 1 ? 8 : 9;
+	int distinct = 0, maxSym = 0;
+	for (int s = 0; s < 64; s++) {
+		if (count[s]) {
+			distinct++;
+			maxSym = s;
+		}
+	}
+	sp->maxs[t] = maxSym;
+	sp->desc[t] = 0;
+	if (distinct == 1) {
+		sp->mode[t] = 1;
+		sp->log[t] = 0;
+		sp->desc[t] = 1;
+		ncount[0] = (uint8_t)maxSym;
+		return 1;
+	}
+	uint32_t best = zp_fse_cost(count, maxSym, def, defMax, defLog);
+	if (best != 0xFFFFFFFFu) best += (uint32_t)defLog << 8;
+	sp->mode[t] = 0;
+	sp->log[t] = defLog;
+	if (allow_fse || best == 0xFFFFFFFFu) {
+		int bestLog = 0;
+		int minLog = zp_highbit((uint32_t)distinct - 1) + 1;
+		if (minLog < 5) minLog = 5;
+		for (int tl = minLog; tl <= maxLog && tl <= ZP_FSE_TRY_MAX && tl < minLog + ZP_FSE_TRIES; tl++) {
+			zp_fse_normalize(count, maxSym, (uint32_t)nseq, tl, norm);
+			int h = zp_fse_write_ncount(ncount, 96, norm, maxSym, tl);
+			if (h < 0) continue;
+			uint32_t c = zp_fse_cost(count, maxSym, norm, maxSym, tl) + ((uint32_t)tl << 8) + ((uint32_t)h << 11);
+			if (c < best) {
+				best = c;
+				bestLog = tl;
+			}
+		}
+		if (bestLog) {
+			sp->mode[t] = 2;
+			sp->log[t] = bestLog;
+			zp_fse_normalize(count, maxSym, (uint32_t)nseq, bestLog, norm);
+			sp->desc[t] = zp_fse_write_ncount(ncount, 96, norm, maxSym, bestLog);
+		}
+	}
+	return sp->mode[t] != 0 || best != 0xFFFFFFFFu;
+}
+
+// zp_seq_build_table builds type t's encoding table in ws->u.seq.ct[t]
+// (none for RLE); like zp_seq_plan_table it touches only type t's part.
+ZP_FN_BIG void zp_seq_build_table(zp_workspace *ws, int t, const zp_seq_plan *sp) {
+	zp_fse_ct *ct = &ws->u.seq.ct[t];
+	int16_t *norm = ws->u.seq.x.b.norm[t];
+	int maxSym = sp->maxs[t];
+	if (sp->mode[t] == 1) return;
+	if (sp->mode[t] == 0) {
+		const int16_t *def = t == 0 ? zp_ll_def : t == 1 ? zp_of_def : zp_ml_def;
+		maxSym = t == 0 ? 35 : t == 1 ? 28 : 52;
+		for (int s = 0; s <= maxSym; s++) norm[s] = def[s];
+	}
+	zp_fse_build(ct->state, ct->dfs, ct->dnb, norm, maxSym, sp->log[t], ws->u.seq.x.b.tsym[t], ws->u.seq.x.b.cumul[t]);
+}
+
+// zp_encode_sequences writes the sequences section for ws->seq_* (the
+// tables as zp_seq_plan_table chooses them; the bitstream written last
+// sequence first, the states interleaved as the decoder reads them). It
+// returns the end, or NULL when over oend. (kernels/zstd.cu writes the
+// same bytes with the warp.)
 ZP_FN_BIG uint8_t *zp_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, uint8_t *oend, int allow_fse) {
 	if (nseq == 0) {
 		if (op >= oend) return 0;
@@ -1220,91 +1341,23 @@ ZP_FN_BIG uint8_t *zp_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, 
 		return op;
 	}
 	if (oend - op < 3) return 0;
-	if (nseq < 128) {
-		*op++ = (uint8_t)nseq;
-	} else {
-		*op++ = (uint8_t)((nseq >> 8) + 0x80);
-		*op++ = (uint8_t)nseq;
-	}
-	// Types in the order of their tables: 0 LL, 1 OF, 2 ML.
-	uint16_t(*count)[64] = ws->u.seq.count;
-	int16_t(*norm)[64] = ws->u.seq.norm;
+	op += zp_seq_header(op, nseq);
+	zp_seq_plan *sp = &ws->u.seq.plan;
 	for (int t = 0; t < 3; t++)
-		for (int s = 0; s < 64; s++) count[t][s] = 0;
-	for (int i = 0; i < nseq; i++) {
-		count[0][zp_ll_code(ws->seq_ll[i])]++;
-		count[1][zp_highbit(ws->seq_of[i])]++;
-		count[2][zp_ml_code((uint32_t)ws->seq_ml[i] - 3)]++;
-	}
-	int mode[3], log[3], maxs[3], desc[3];
-	for (int t = 0; t < 3; t++) {
-		const int16_t *def = t == 0 ? zp_ll_def : t == 1 ? zp_of_def : zp_ml_def;
-		int defMax = t == 0 ? 35 : t == 1 ? 28 : 52;
-		int defLog = t == 1 ? 5 : 6;
-		int maxLog = t == 1 ? 8 : 9;
-		int distinct = 0, maxSym = 0;
-		for (int s = 0; s < 64; s++) {
-			if (count[t][s]) {
-				distinct++;
-				maxSym = s;
-			}
-		}
-		maxs[t] = maxSym;
-		desc[t] = 0;
-		if (distinct == 1) {
-			mode[t] = 1;
-			log[t] = 0;
-			desc[t] = 1;
-			ws->u.seq.ncount[t][0] = (uint8_t)maxSym;
-			continue;
-		}
-		uint32_t best = zp_fse_cost(count[t], maxSym, def, defMax, defLog);
-		if (best != 0xFFFFFFFFu) best += (uint32_t)defLog << 8;
-		mode[t] = 0;
-		log[t] = defLog;
-		if (allow_fse || best == 0xFFFFFFFFu) {
-			int bestLog = 0;
-			int minLog = zp_highbit((uint32_t)distinct - 1) + 1;
-			if (minLog < 5) minLog = 5;
-			for (int tl = minLog; tl <= maxLog && tl <= ZP_FSE_TRY_MAX && tl < minLog + ZP_FSE_TRIES; tl++) {
-				zp_fse_normalize(count[t], maxSym, (uint32_t)nseq, tl, norm[t]);
-				int h = zp_fse_write_ncount(ws->u.seq.ncount[t], 96, norm[t], maxSym, tl);
-				if (h < 0) continue;
-				uint32_t c = zp_fse_cost(count[t], maxSym, norm[t], maxSym, tl) + ((uint32_t)tl << 8) + ((uint32_t)h << 11);
-				if (c < best) {
-					best = c;
-					bestLog = tl;
-				}
-			}
-			if (bestLog) {
-				mode[t] = 2;
-				log[t] = bestLog;
-				zp_fse_normalize(count[t], maxSym, (uint32_t)nseq, bestLog, norm[t]);
-				desc[t] = zp_fse_write_ncount(ws->u.seq.ncount[t], 96, norm[t], maxSym, bestLog);
-			}
-		}
-		if (mode[t] == 0 && best == 0xFFFFFFFFu) return 0;
-	}
-	*op++ = (uint8_t)(mode[0] << 6 | mode[1] << 4 | mode[2] << 2);
-	for (int t = 0; t < 3; t++) {
-		if (oend - op < desc[t]) return 0;
-		for (int i = 0; i < desc[t]; i++) *op++ = ws->u.seq.ncount[t][i];
-	}
-	// Encoding tables (after the descriptions: ncount shares no memory
-	// with them, but keep the order of use simple).
-	for (int t = 0; t < 3; t++) {
-		zp_fse_ct *ct = &ws->u.seq.ct[t];
-		if (mode[t] == 1) continue;
-		if (mode[t] == 0) {
-			const int16_t *def = t == 0 ? zp_ll_def : t == 1 ? zp_of_def : zp_ml_def;
-			int defMax = t == 0 ? 35 : t == 1 ? 28 : 52;
-			int16_t *nm = norm[t];
-			for (int s = 0; s <= defMax; s++) nm[s] = def[s];
-			zp_fse_build(ct->state, ct->dfs, ct->dnb, nm, defMax, log[t], ws->u.seq.tsym, ws->u.seq.cumul);
-		} else {
-			zp_fse_build(ct->state, ct->dfs, ct->dnb, norm[t], maxs[t], log[t], ws->u.seq.tsym, ws->u.seq.cumul);
-		}
-	}
+		for (int s = 0; s < 64; s++) ws->u.seq.x.b.count[t][s] = 0;
+	for (int i = 0; i < nseq; i++)
+		for (int t = 0; t < 3; t++) ws->u.seq.x.b.count[t][zp_seq_code(ws, t, i)]++;
+	ZP_PROF(20);
+	for (int t = 0; t < 3; t++)
+		if (!zp_seq_plan_table(ws, t, nseq, allow_fse, sp)) return 0;
+	ZP_PROF(21);
+	if (oend - op < 1 + sp->desc[0] + sp->desc[1] + sp->desc[2]) return 0;
+	*op++ = (uint8_t)(sp->mode[0] << 6 | sp->mode[1] << 4 | sp->mode[2] << 2);
+	for (int t = 0; t < 3; t++)
+		for (int i = 0; i < sp->desc[t]; i++) *op++ = ws->u.seq.x.b.ncount[t][i];
+	for (int t = 0; t < 3; t++) zp_seq_build_table(ws, t, sp);
+	ZP_PROF(22);
+	const int *mode = sp->mode, *log = sp->log;
 	const zp_fse_ct *cl = &ws->u.seq.ct[0], *co = &ws->u.seq.ct[1], *cm = &ws->u.seq.ct[2];
 	zp_bw b;
 	zp_bw_init(&b, op, oend);
@@ -1330,7 +1383,9 @@ ZP_FN_BIG uint8_t *zp_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, 
 	zp_bw_add(&b, sm, log[2]);
 	zp_bw_add(&b, so, log[1]);
 	zp_bw_add(&b, sl, log[0]);
-	return zp_bw_close(&b);
+	uint8_t *end = zp_bw_close(&b);
+	ZP_PROF(23);
+	return end;
 }
 
 // ------------------------------------------------------------- 4: frame

@@ -71,5 +71,38 @@ int main(int argc, char **argv) {
 	printf("| zstd.cu, shared memory %zu bytes a warp | %.2f | %.2f | %.4f |\n", sizeof(zp_workspace), ms, gb / ms * 1e3,
 		(double)n * ZP_PAGE / stored);
 	CK(cudaGetLastError());
+#ifdef ZW_PROFILE
+	// One more pass with the counters cleared: lane 0's cycles a step.
+	unsigned long long prof[32] = {0};
+	CK(cudaMemcpyToSymbol(zw_prof, prof, sizeof prof));
+	cudaMemset(dSize, 0, 4);
+	gz_zstd_compress<<<n, 32>>>((const uint4 *)dIn, n, dScratch, dOut, dSize, dOffs, dLens);
+	CK(cudaDeviceSynchronize());
+	CK(cudaMemcpyFromSymbol(prof, zw_prof, sizeof prof));
+	const char *step[32] = {0};
+	step[1] = "setup (table, same-byte test)";
+	step[2] = "stage 1: sequences";
+	step[3] = "literal histogram";
+	step[4] = "plan literals: rest";
+	step[5] = "Huffman streams (4 lanes)";
+	step[6] = "finish literals, block header";
+	step[7] = "pack";
+	step[10] = "plan: distinct symbols";
+	step[11] = "plan: sort";
+	step[12] = "plan: depth tries (estimates)";
+	step[13] = "plan: exact plan";
+	step[14] = "plan: canonical codes";
+	step[15] = "plan: tree, stream sizes";
+	step[20] = "sequences: codes counted";
+	step[21] = "sequences: table modes";
+	step[22] = "sequences: tables built";
+	step[23] = "sequences: bitstream";
+	unsigned long long total = 0;
+	for (int i = 1; i < 30; i++) total += prof[i];
+	printf("\n| step (lane 0) | cycles a page | share |\n|---|---|---|\n");
+	for (int i = 1; i < 30; i++)
+		if (prof[i]) printf("| %d %s | %.0f | %.1f %% |\n", i, step[i] ? step[i] : "?", (double)prof[i] / n, 100.0 * prof[i] / total);
+	printf("\nsequences a page %.1f, literals a page %.1f\n", (double)prof[30] / n, (double)prof[31] / n);
+#endif
 	return 0;
 }
