@@ -120,6 +120,282 @@ static __device__ __forceinline__ int zw_extend(const uint8_t *s, int a, int b, 
 	}
 }
 
+static __device__ __forceinline__ uint32_t zw_sum(uint32_t v) {
+	for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
+	return v;
+}
+
+static_assert(offsetof(zp_workspace, u.lit.wcount) % 4 == 0 && offsetof(zp_workspace, u.lit.hist) % 4 == 0 &&
+		offsetof(zp_workspace, u.lit.hcode) % 4 == 0 && offsetof(zp_workspace, u.lit.hlen) % 4 == 0,
+	"the warp adds to and clears these in 32-bit words");
+
+// zw_huf_sort sets ws->u.lit.sym as zp_huf_sort does (the present symbols
+// by ascending count, ties by symbol) with the warp: two stable counting
+// passes, on the count's low 6 and high 7 bits, placing 32 symbols at a
+// time in order. It returns their number.
+static __device__ int zw_huf_sort(zp_workspace *ws, int lane) {
+	const unsigned full = 0xFFFFFFFFu, lt = (1u << lane) - 1;
+	const uint16_t *hist = ws->u.lit.hist;
+	uint16_t *sym = ws->u.lit.sym, *tmp = ws->u.lit.depth;
+	uint32_t *bucket = (uint32_t *)ws->u.lit.hcode; // 128 buckets
+	int n = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		const int items = pass == 0 ? 256 : n;
+		uint16_t *to = pass == 0 ? tmp : sym;
+		for (int i = lane; i < 128; i += 32) bucket[i] = 0;
+		__syncwarp();
+		for (int i = lane; i < items; i += 32) {
+			const uint32_t c = hist[pass == 0 ? i : tmp[i]];
+			if (c) atomicAdd(&bucket[pass == 0 ? c & 63 : c >> 6], 1u);
+		}
+		__syncwarp();
+		const uint32_t b0 = bucket[4 * lane], b1 = bucket[4 * lane + 1], b2 = bucket[4 * lane + 2], b3 = bucket[4 * lane + 3];
+		const uint32_t own = b0 + b1 + b2 + b3;
+		uint32_t incl = own;
+		for (int d = 1; d < 32; d <<= 1) {
+			const uint32_t y = __shfl_up_sync(full, incl, d);
+			if (lane >= d) incl += y;
+		}
+		const uint32_t ex = incl - own;
+		__syncwarp();
+		bucket[4 * lane] = ex;
+		bucket[4 * lane + 1] = ex + b0;
+		bucket[4 * lane + 2] = ex + b0 + b1;
+		bucket[4 * lane + 3] = ex + b0 + b1 + b2;
+		if (pass == 0) n = (int)__shfl_sync(full, incl, 31);
+		__syncwarp();
+		for (int i0 = 0; i0 < items; i0 += 32) {
+			const int i = i0 + lane;
+			int s = -1;
+			uint32_t key = 1024 + lane; // matches no other lane
+			if (i < items) {
+				s = pass == 0 ? i : tmp[i];
+				const uint32_t c = hist[s];
+				if (c) key = pass == 0 ? c & 63 : c >> 6;
+				else s = -1;
+			}
+			const unsigned peers = __match_any_sync(full, key);
+			uint32_t at = 0;
+			if (s >= 0) at = bucket[key] + __popc(peers & lt);
+			__syncwarp();
+			if (s >= 0) {
+				to[at] = (uint16_t)s;
+				if (lane == 31 - __clz(peers)) bucket[key] += __popc(peers);
+			}
+			__syncwarp();
+		}
+	}
+	return n;
+}
+
+// The code-length counts of the last zw_huf_lengths (a warp a block), and
+// the longest length at ZP_HUF_MAX_BITS + 1.
+static __shared__ int zw_blc[ZP_HUF_MAX_BITS + 2];
+
+// zw_huf_lengths is zp_huf_lengths with the warp, from the unlimited
+// lengths' counts dc that zp_huf_depths gave lane 0.
+static __device__ int zw_huf_lengths(zp_workspace *ws, int n, const int *dc, int limit, int lane) {
+	const uint16_t *sym = ws->u.lit.sym;
+	uint8_t *hlen = ws->u.lit.hlen;
+	if (lane == 0) {
+		int blc[33];
+		zw_blc[ZP_HUF_MAX_BITS + 1] = zp_huf_limit(dc, limit, blc);
+		for (int i = 0; i <= ZP_HUF_MAX_BITS; i++) zw_blc[i] = i <= limit ? blc[i] : 0;
+	}
+	for (int i = lane; i < 64; i += 32) ((uint32_t *)hlen)[i] = 0;
+	__syncwarp();
+	for (int k = lane; k < n; k += 32) {
+		int len = limit, cum = 0;
+		for (; len > 1; len--) {
+			cum += zw_blc[len];
+			if (k < cum) break;
+		}
+		hlen[sym[k]] = (uint8_t)len;
+	}
+	__syncwarp();
+	return zw_blc[ZP_HUF_MAX_BITS + 1];
+}
+
+// zw_huf_plan is zp_huf_plan with the warp (the tree's description on lane
+// 0); exact, it also gives each stream's bits in sbits.
+static __device__ int zw_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact, const int *dc,
+	int *maxBitsOut, uint32_t *sbits, int lane) {
+	const unsigned full = 0xFFFFFFFFu;
+	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
+	const uint16_t *hist = ws->u.lit.hist;
+	uint8_t *w = ws->u.lit.weight;
+	uint32_t *wc2 = (uint32_t *)ws->u.lit.wcount;
+	const int maxBits = zw_huf_lengths(ws, nsorted, dc, limit, lane);
+	*maxBitsOut = maxBits;
+	if (lane < 8) wc2[lane] = 0;
+	__syncwarp();
+	for (int s = lane; s < maxSym; s += 32) {
+		const int wt = hlen[s] ? maxBits + 1 - hlen[s] : 0;
+		w[s] = (uint8_t)wt;
+		atomicAdd(&wc2[wt >> 1], 1u << (16 * (wt & 1)));
+	}
+	__syncwarp();
+	int treeSize = 0;
+	if (lane == 0) {
+		ws->u.lit.maxBits = (uint8_t)maxBits;
+		treeSize = zp_huf_tree(ws, maxSym, exact, 1);
+	}
+	treeSize = __shfl_sync(full, treeSize, 0);
+	__syncwarp();
+	if (treeSize >= 0x7FFF) return 0x7FFF;
+	const int four = n > 1023, seg = (n + 3) / 4;
+	if (!exact) {
+		uint32_t bits = 0;
+		for (int s = lane; s <= maxSym; s += 32) bits += (uint32_t)hist[s] * hlen[s];
+		bits = zw_sum(bits);
+		return treeSize + (four ? 6 : 0) + (int)((2 * bits + (four ? 36 : 9)) >> 4);
+	}
+	int streams = 0;
+	for (int k = 0; k < (four ? 4 : 1); k++) {
+		const int from = four ? k * seg : 0, to = !four || k == 3 ? n : from + seg;
+		uint32_t bits = 0;
+		for (int i = from + lane; i < to; i += 32) bits += hlen[lit[i]];
+		bits = zw_sum(bits);
+		sbits[k] = bits;
+		streams += (int)((bits + 8) >> 3);
+	}
+	return treeSize + (four ? 6 : 0) + streams;
+}
+
+// zw_huf_codes is zp_huf_codes with the warp: a symbol's code is the next
+// of its length's, 32 symbols at a time in order.
+static __device__ void zw_huf_codes(zp_workspace *ws, int maxBits, int lane) {
+	const unsigned full = 0xFFFFFFFFu, lt = (1u << lane) - 1;
+	__shared__ uint32_t next[ZP_HUF_MAX_BITS + 2];
+	const uint8_t *hlen = ws->u.lit.hlen;
+	if (lane == 0) {
+		uint32_t min = 0;
+		for (int l = maxBits; l > 0; l--) {
+			next[l] = min;
+			min += (uint32_t)zw_blc[l];
+			min >>= 1;
+		}
+	}
+	__syncwarp();
+	for (int s0 = 0; s0 < 256; s0 += 32) {
+		const int s = s0 + lane, l = hlen[s];
+		const unsigned peers = __match_any_sync(full, l);
+		const uint32_t code = l ? next[l] + __popc(peers & lt) : 0;
+		__syncwarp();
+		if (l && lane == 31 - __clz(peers)) next[l] += __popc(peers);
+		ws->u.lit.hcode[s] = (uint16_t)code;
+		__syncwarp();
+	}
+}
+
+// zw_plan_literals is zp_plan_literals (Huffman allowed, the histogram
+// counted) with the warp: the same section, or the same plan of it. It
+// returns the same on every lane.
+static __device__ int zw_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oend, zp_lit_plan *pl, int lane) {
+	const unsigned full = 0xFFFFFFFFu;
+	const uint16_t *hist = ws->u.lit.hist;
+	const uint8_t *lit = ws->u.lit.lit;
+	int distinct = 0, maxSym = 0;
+	for (int s0 = 0; s0 < 256; s0 += 32) {
+		const unsigned b = __ballot_sync(full, hist[s0 + lane] != 0);
+		distinct += __popc(b);
+		if (b) maxSym = s0 + 31 - __clz(b);
+	}
+	if (lane == 0) {
+		pl->streams = 0;
+		pl->n = n;
+		pl->op = op;
+	}
+	const int rawh = zp_lit_header_raw_size(n);
+	ZP_PROF(10);
+	if (distinct == 1) {
+		if (oend - op < rawh + 1) return 0;
+		if (lane == 0) {
+			zp_lit_header_raw(op, 1, n);
+			op[rawh] = lit[0];
+			pl->end = op + rawh + 1;
+		}
+		return 1;
+	}
+	if (distinct >= 2) {
+		const int nsorted = zw_huf_sort(ws, lane);
+		ZP_PROF(11);
+		int dc[33];
+		if (lane == 0) zp_huf_depths(ws, nsorted, dc);
+		__syncwarp();
+		int bestComp = 0x7FFF, bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
+		if (lo < ZP_HUF_MIN_LIMIT) lo = ZP_HUF_MIN_LIMIT;
+		int tries = 0, top = ZP_HUF_MAX_BITS, maxBits = 0;
+		uint32_t sbits[4];
+#if ZP_HUF_SRC_BITS
+		if (zp_highbit((uint32_t)n - 1) - 1 < top) top = zp_highbit((uint32_t)n - 1) - 1;
+		if (top < lo) top = lo;
+#endif
+		for (int limit = top; limit >= lo && tries < ZP_HUF_TRIES; limit--, tries++) {
+			const int c = zw_huf_plan(ws, n, nsorted, maxSym, limit, 0, dc, &maxBits, sbits, lane);
+			if (c >= bestComp) break;
+			bestComp = c;
+			bestLimit = limit;
+			if (maxBits < limit) limit = maxBits;
+		}
+		ZP_PROF(12);
+		const int four = n > 1023, hdr = four ? 4 : 3;
+		const int comp = bestLimit ? zw_huf_plan(ws, n, nsorted, maxSym, bestLimit, 1, dc, &maxBits, sbits, lane) : 0x7FFF;
+		ZP_PROF(13);
+		if (comp < 0x7FFF && (four || comp <= 1023) && hdr + comp < rawh + n) {
+			if (oend - op < hdr + comp) return 0;
+			zw_huf_codes(ws, maxBits, lane);
+			ZP_PROF(14);
+			if (lane == 0) {
+				uint8_t *p = op + hdr;
+				const uint8_t *w = ws->u.lit.weight;
+				const int tf = ws->u.lit.treeFse;
+				if (tf < 0) {
+					*p++ = (uint8_t)(127 + maxSym);
+					for (int i = 0; i < maxSym; i += 2) *p++ = (uint8_t)(w[i] << 4 | (i + 1 < maxSym ? w[i + 1] : 0));
+				} else {
+					const int len = ws->u.lit.treeLen;
+					*p++ = (uint8_t)len;
+					for (int i = 0; i < len; i++) *p++ = ws->u.lit.tree[tf + i];
+				}
+				pl->comp = comp;
+				pl->end = op + hdr + comp;
+				if (!four) {
+					pl->streams = 1;
+					pl->from[0] = 0;
+					pl->to[0] = n;
+					pl->at[0] = p;
+				} else {
+					const int seg = (n + 3) / 4;
+					uint8_t *jt = p;
+					p += 6;
+					for (int k = 0; k < 4; k++) {
+						const int size = (int)((sbits[k] + 8) >> 3);
+						pl->from[k] = k * seg;
+						pl->to[k] = k == 3 ? n : (k + 1) * seg;
+						pl->at[k] = p;
+						if (k < 3) {
+							jt[2 * k] = (uint8_t)size;
+							jt[2 * k + 1] = (uint8_t)(size >> 8);
+						}
+						p += size;
+					}
+					pl->streams = 4;
+				}
+			}
+			ZP_PROF(15);
+			return 1;
+		}
+	}
+	if (oend - op < rawh + n) return 0;
+	if (lane == 0) {
+		zp_lit_header_raw(op, 0, n);
+		pl->end = op + rawh + n;
+	}
+	for (int i = lane; i < n; i += 32) op[rawh + i] = lit[i];
+	return 1;
+}
+
 // zw_put ORs the low nb bits of v into the bit stream out at bit pos.
 static __device__ __forceinline__ void zw_put(uint32_t *out, uint32_t pos, uint32_t v, int nb) {
 	if (nb == 0) return;
@@ -405,7 +681,6 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 		if (lane == 0) frame[0] = (uint8_t)len;
 #else
 		__shared__ zp_lit_plan plan;
-		__shared__ int planned;
 		// 16-bit counts, added as halves of 32-bit words (a page's 4096
 		// literals cannot carry into the neighbour).
 		uint32_t *hist2 = (uint32_t *)ws.u.lit.hist;
@@ -415,13 +690,10 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 		__syncwarp();
 		uint8_t *const oend = frame + ZP_PAGE - 1;
 		ZP_PROF(3);
-		if (lane == 0) {
-			zp_frame_header(frame);
-			planned = zp_plan_literals(&ws, nlit, frame + 10, oend, 1, 1, &plan);
-		}
+		if (lane == 0) zp_frame_header(frame);
+		bool ok = zw_plan_literals(&ws, nlit, frame + 10, oend, &plan, lane) != 0;
 		__syncwarp();
 		ZP_PROF(4);
-		bool ok = planned != 0;
 		if (ok && lane < plan.streams) {
 			uint8_t *next = lane + 1 < plan.streams ? plan.at[lane + 1] : plan.end;
 			ok = zp_huf_stream(&ws, plan.from[lane], plan.to[lane], plan.at[lane], next) == next;

@@ -188,10 +188,10 @@ typedef struct zp_workspace {
 			uint8_t tree[256];  // Huffman tree descriptions tried (FSE weights, 5- and 6-bit tables)
 			uint8_t tsym[64];
 			int16_t treeFse, treeLen; // FSE description in tree[] (-1: direct)
-			uint8_t maxBits;
-			uint16_t wcount[16];
+			uint16_t wcount[16]; // 4-byte aligned: the GPU adds to it in 32-bit words
 			uint16_t wcumul[18];
 			int16_t wnorm[16];
+			uint8_t maxBits;
 			zp_fse_ct_small wct;
 		} lit;
 		struct { // stage 3
@@ -855,58 +855,57 @@ ZP_FN_BIG int zp_huf_sort(zp_workspace *ws) {
 	return n;
 }
 
-// zp_huf_lengths sets hlen[] to Huffman code lengths of the n >= 2 sorted
-// symbols, limited to limit bits, and returns the longest.
-ZP_FN_BIG int zp_huf_lengths(zp_workspace *ws, int n, int limit) {
-	uint16_t *hist = ws->u.lit.hist, *sym = ws->u.lit.sym, *A = ws->u.lit.depth;
-	uint8_t *hlen = ws->u.lit.hlen;
-	for (int s = 0; s < 256; s++) hlen[s] = 0;
+// zp_huf_depths counts the unlimited Huffman code lengths of the n >= 2
+// sorted symbols (Moffat & Katajainen, in place): dc[d] symbols of length
+// d, d <= 32.
+ZP_FN_BIG void zp_huf_depths(zp_workspace *ws, int n, int *dc) {
+	const uint16_t *hist = ws->u.lit.hist, *sym = ws->u.lit.sym;
+	uint16_t *A = ws->u.lit.depth;
 	for (int i = 0; i < n; i++) A[i] = hist[sym[i]];
-	// Moffat & Katajainen, in-place minimum-redundancy code lengths.
-	{
-		int root = 0, leaf = 2, next;
-		A[0] = (uint16_t)(A[0] + A[1]);
-		for (next = 1; next < n - 1; next++) {
-			if (leaf >= n || A[root] < A[leaf]) {
-				A[next] = A[root];
-				A[root++] = (uint16_t)next;
-			} else {
-				A[next] = A[leaf++];
-			}
-			if (leaf >= n || (root < next && A[root] < A[leaf])) {
-				A[next] = (uint16_t)(A[next] + A[root]);
-				A[root++] = (uint16_t)next;
-			} else {
-				A[next] = (uint16_t)(A[next] + A[leaf++]);
-			}
+	int root = 0, leaf = 2, next;
+	A[0] = (uint16_t)(A[0] + A[1]);
+	for (next = 1; next < n - 1; next++) {
+		if (leaf >= n || A[root] < A[leaf]) {
+			A[next] = A[root];
+			A[root++] = (uint16_t)next;
+		} else {
+			A[next] = A[leaf++];
 		}
-		A[n - 2] = 0;
-		for (next = n - 3; next >= 0; next--) A[next] = (uint16_t)(A[A[next]] + 1);
-		int avbl = 1, used = 0, dpth = 0;
-		root = n - 2;
-		next = n - 1;
-		while (avbl > 0) {
-			while (root >= 0 && A[root] == dpth) {
-				used++;
-				root--;
-			}
-			while (avbl > used) {
-				A[next--] = (uint16_t)dpth;
-				avbl--;
-			}
-			avbl = 2 * used;
-			dpth++;
-			used = 0;
+		if (leaf >= n || (root < next && A[root] < A[leaf])) {
+			A[next] = (uint16_t)(A[next] + A[root]);
+			A[root++] = (uint16_t)next;
+		} else {
+			A[next] = (uint16_t)(A[next] + A[leaf++]);
 		}
 	}
-	// Limit the lengths keeping the code complete (as miniz does).
-	int blc[33];
-	for (int i = 0; i <= 32; i++) blc[i] = 0;
-	for (int i = 0; i < n; i++) blc[A[i] > 32 ? 32 : A[i]]++;
-	for (int i = limit + 1; i <= 32; i++) {
-		blc[limit] += blc[i];
-		blc[i] = 0;
+	A[n - 2] = 0;
+	for (next = n - 3; next >= 0; next--) A[next] = (uint16_t)(A[A[next]] + 1);
+	int avbl = 1, used = 0, dpth = 0;
+	root = n - 2;
+	next = n - 1;
+	while (avbl > 0) {
+		while (root >= 0 && A[root] == dpth) {
+			used++;
+			root--;
+		}
+		while (avbl > used) {
+			A[next--] = (uint16_t)dpth;
+			avbl--;
+		}
+		avbl = 2 * used;
+		dpth++;
+		used = 0;
 	}
+	for (int i = 0; i <= 32; i++) dc[i] = 0;
+	for (int i = 0; i < n; i++) dc[A[i] > 32 ? 32 : A[i]]++;
+}
+
+// zp_huf_limit sets blc[0..limit] to the counts of code lengths limited
+// to limit bits, from the unlimited ones dc, keeping the code complete
+// (as miniz does), and returns the longest length used.
+ZP_FN int zp_huf_limit(const int *dc, int limit, int *blc) {
+	for (int i = 0; i <= limit; i++) blc[i] = dc[i];
+	for (int i = limit + 1; i <= 32; i++) blc[limit] += dc[i];
 	uint32_t total = 0;
 	for (int i = limit; i > 0; i--) total += (uint32_t)blc[i] << (limit - i);
 	while (total != (1u << limit)) {
@@ -920,12 +919,24 @@ ZP_FN_BIG int zp_huf_lengths(zp_workspace *ws, int n, int limit) {
 		}
 		total--;
 	}
-	// Longest codes to the rarest symbols.
-	int k = 0, maxBits = 0;
-	for (int len = limit; len > 0; len--) {
+	for (int len = limit; len > 0; len--)
+		if (blc[len]) return len;
+	return 0;
+}
+
+// zp_huf_lengths sets hlen[] to Huffman code lengths of the n >= 2 sorted
+// symbols, limited to limit bits (the longest codes to the rarest
+// symbols), and returns the longest.
+ZP_FN_BIG int zp_huf_lengths(zp_workspace *ws, int n, int limit) {
+	const uint16_t *sym = ws->u.lit.sym;
+	uint8_t *hlen = ws->u.lit.hlen;
+	int dc[33], blc[33];
+	zp_huf_depths(ws, n, dc);
+	int maxBits = zp_huf_limit(dc, limit, blc);
+	for (int s = 0; s < 256; s++) hlen[s] = 0;
+	int k = 0;
+	for (int len = limit; len > 0; len--)
 		for (int c = 0; c < blc[len]; c++) hlen[sym[k++]] = (uint8_t)len;
-		if (blc[len] && !maxBits) maxBits = len;
-	}
 	return maxBits;
 }
 
@@ -952,15 +963,18 @@ ZP_FN_BIG void zp_huf_codes(zp_workspace *ws, int maxBits) {
 // one bitstream of two interleaved states (even weights on the first,
 // odd ones on the second). It returns the length (estimated, with only the
 // table description written, unless exact), or -1 when over cap or when
-// the weights have fewer than two values.
-ZP_FN_BIG int zp_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int n, int tl, uint8_t *out, int cap, int exact) {
+// the weights have fewer than two values. With counted, ws->u.lit.wcount
+// already counts the weights.
+ZP_FN_BIG int zp_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int n, int tl, uint8_t *out, int cap, int exact, int counted) {
 	uint16_t *cnt = ws->u.lit.wcount;
 	int16_t *norm = ws->u.lit.wnorm;
 	zp_fse_ct_small *ct = &ws->u.lit.wct;
 	int maxW = 0, distinct = 0;
 	if (n < 2) return -1;
-	for (int i = 0; i < 16; i++) cnt[i] = 0;
-	for (int i = 0; i < n; i++) cnt[w[i]]++;
+	if (!counted) {
+		for (int i = 0; i < 16; i++) cnt[i] = 0;
+		for (int i = 0; i < n; i++) cnt[w[i]]++;
+	}
 	for (int i = 0; i < 16; i++) {
 		if (cnt[i]) {
 			maxW = i;
@@ -1004,24 +1018,22 @@ ZP_FN_BIG uint8_t *zp_huf_stream(const zp_workspace *ws, int from, int to, uint8
 	return zp_bw_close(&b);
 }
 
-// zp_huf_plan builds the Huffman code of the literals limited to limit
-// bits and its tree description (direct or FSE weights, the smaller); it
-// returns the Compressed_Size of the literals (description, jump table,
-// streams; estimated unless exact), or 0x7FFF when the description cannot
-// be written.
-ZP_FN_BIG int zp_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact) {
-	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
-	uint8_t *w = ws->u.lit.weight, *tree = ws->u.lit.tree;
-	int maxBits = zp_huf_lengths(ws, nsorted, limit);
-	ws->u.lit.maxBits = (uint8_t)maxBits;
-	for (int s = 0; s < maxSym; s++) w[s] = (uint8_t)(hlen[s] ? maxBits + 1 - hlen[s] : 0);
+// zp_huf_tree chooses the description of the Huffman tree whose weights
+// are in ws->u.lit.weight[0..maxSym) (counted in wcount when counted):
+// direct 4-bit weights or FSE-compressed ones, the smaller (treeFse,
+// treeLen). It returns its size (estimated unless exact), or 0x7FFF when
+// it cannot be written.
+ZP_FN_BIG int zp_huf_tree(zp_workspace *ws, int maxSym, int exact, int counted) {
+	const uint8_t *w = ws->u.lit.weight;
+	uint8_t *tree = ws->u.lit.tree;
 	int direct = maxSym <= 128 ? 1 + (maxSym + 1) / 2 : 0x7FFF;
 #if ZP_HUF_WEIGHT_LOG5
-	int f5 = zp_huf_weights_fse(ws, w, maxSym, 5, tree, 128, exact);
+	int f5 = zp_huf_weights_fse(ws, w, maxSym, 5, tree, 128, exact, counted);
+	counted = 1;
 #else
 	int f5 = 0;
 #endif
-	int f6 = zp_huf_weights_fse(ws, w, maxSym, 6, tree + 128, 127, exact);
+	int f6 = zp_huf_weights_fse(ws, w, maxSym, 6, tree + 128, 127, exact, counted);
 	int fse = 0x7FFF, fseAt = 0;
 	if (f5 > 0 && f5 < 128) fse = f5;
 	if (f6 > 0 && f6 < 128 && f6 < fse) {
@@ -1035,6 +1047,21 @@ ZP_FN_BIG int zp_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int 
 		ws->u.lit.treeFse = (int16_t)fseAt;
 		ws->u.lit.treeLen = (int16_t)fse;
 	}
+	return treeSize >= 0x7FFF ? 0x7FFF : treeSize;
+}
+
+// zp_huf_plan builds the Huffman code of the literals limited to limit
+// bits and its tree description (direct or FSE weights, the smaller); it
+// returns the Compressed_Size of the literals (description, jump table,
+// streams; estimated unless exact), or 0x7FFF when the description cannot
+// be written.
+ZP_FN_BIG int zp_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact) {
+	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
+	uint8_t *w = ws->u.lit.weight;
+	int maxBits = zp_huf_lengths(ws, nsorted, limit);
+	ws->u.lit.maxBits = (uint8_t)maxBits;
+	for (int s = 0; s < maxSym; s++) w[s] = (uint8_t)(hlen[s] ? maxBits + 1 - hlen[s] : 0);
+	int treeSize = zp_huf_tree(ws, maxSym, exact, 0);
 	if (treeSize >= 0x7FFF) return 0x7FFF;
 	int four = n > 1023, seg = (n + 3) / 4;
 	int streams = 0;

@@ -4,7 +4,7 @@
 package zstdpage
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../kernels -O2
+#cgo CFLAGS: -O2
 #include "zstd_page.h"
 
 static int zp_go_compress(const uint8_t *src, uint8_t *dst, int cap, zp_workspace *ws, const zp_options *o) {
