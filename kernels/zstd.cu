@@ -60,7 +60,9 @@ static __shared__ long long zw_t;
 
 #include "zstd_page.h"
 
+#ifndef ZW_HASH_BITS
 #define ZW_HASH_BITS 9
+#endif
 #define ZW_MIN_MATCH 4 // a new offset's shortest match (the hashed length)
 #define ZW_REP_MIN 3   // a repeat offset's
 #define ZW_LIMIT (ZP_PAGE - 4) // the last position a match may start at
@@ -405,6 +407,53 @@ static __device__ __forceinline__ void zw_put(uint32_t *out, uint32_t pos, uint3
 	if (sh + nb > 32) atomicOr(&out[w + 1], v >> (32 - sh));
 }
 
+// zw_huf_streams writes the planned Huffman streams as zp_huf_stream does,
+// with the warp: a stream's literals 32 at a time from its last, each
+// lane's code placed by a prefix sum of the code lengths into a buffer in
+// the plan's scratch (free once the tree is written; a stream of at most
+// 1024 literals of 11 bits fits), then copied to the frame. It returns
+// whether every stream came out the planned size, the same on every lane.
+static __device__ bool zw_huf_streams(zp_workspace *ws, const zp_lit_plan *pl, int lane) {
+	const unsigned full = 0xFFFFFFFFu;
+	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
+	const uint16_t *hcode = ws->u.lit.hcode;
+	uint32_t *buf = (uint32_t *)ws->u.lit.weight;
+	const int words = (int)(offsetof(zp_workspace, u.lit.tsym) - offsetof(zp_workspace, u.lit.weight)) / 4;
+	for (int k = 0; k < pl->streams; k++) {
+		const int from = pl->from[k], to = pl->to[k];
+		uint8_t *at = pl->at[k], *next = k + 1 < pl->streams ? pl->at[k + 1] : pl->end;
+		for (int i = lane; i < words; i += 32) buf[i] = 0;
+		__syncwarp();
+		uint32_t base = 0;
+		for (int r0 = 0; r0 < to - from; r0 += 32) {
+			const int i = to - 1 - (r0 + lane);
+			int nb = 0;
+			uint32_t code = 0;
+			if (i >= from) {
+				const int c = lit[i];
+				nb = hlen[c];
+				code = hcode[c];
+			}
+			uint32_t sum = (uint32_t)nb;
+			for (int d = 1; d < 32; d <<= 1) {
+				const uint32_t y = __shfl_up_sync(full, sum, d);
+				if (lane >= d) sum += y;
+			}
+			const uint32_t pos = base + sum - (uint32_t)nb;
+			base += __shfl_sync(full, sum, 31);
+			if (pos + (uint32_t)nb <= (uint32_t)words * 32) zw_put(buf, pos, code, nb);
+		}
+		const int bytes = (int)((base + 8) >> 3);
+		if (bytes != next - at || base + 1 > (uint32_t)words * 32) return false;
+		if (lane == 0) zw_put(buf, base, 1, 1);
+		__syncwarp();
+		const uint8_t *b8 = (const uint8_t *)buf;
+		for (int j = lane; j < bytes; j += 32) at[j] = b8[j];
+		__syncwarp();
+	}
+	return true;
+}
+
 // zw_encode_sequences writes the bytes zp_encode_sequences writes (with FSE
 // tables allowed), with the warp: the codes counted by every lane, the
 // three types' tables planned and built on three lanes, each type's chain
@@ -694,12 +743,7 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 		bool ok = zw_plan_literals(&ws, nlit, frame + 10, oend, &plan, lane) != 0;
 		__syncwarp();
 		ZP_PROF(4);
-		if (ok && lane < plan.streams) {
-			uint8_t *next = lane + 1 < plan.streams ? plan.at[lane + 1] : plan.end;
-			ok = zp_huf_stream(&ws, plan.from[lane], plan.to[lane], plan.at[lane], next) == next;
-		}
-		ok = __all_sync(full, ok);
-		__syncwarp();
+		if (ok) ok = zw_huf_streams(&ws, &plan, lane);
 		ZP_PROF(5);
 		if (ok) {
 			uint8_t *op = plan.end;

@@ -1,5 +1,5 @@
 // zstdbench times kernels/zstd.cu with the data already on the GPU (CUDA
-// events, median of 5) and prints its ratio on the pages, so that variants
+// events, median of 10) and prints its ratio on the pages, so that variants
 // built with -D flags can be compared (-DZW_STAGE1_ONLY: stop after finding
 // the sequences; -DZW_PAGE_IN_SHARED; zstd_page.h's ZP_* limits; see
 // bench/results/zstd-gpu-h100-2026-11-23.md).
@@ -23,7 +23,7 @@ static float timeit(F launch) {
 	launch();
 	CK(cudaDeviceSynchronize());
 	std::vector<float> ms;
-	for (int r = 0; r < 5; r++) {
+	for (int r = 0; r < 10; r++) {
 		CK(cudaEventRecord(a));
 		launch();
 		CK(cudaEventRecord(b));
@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
 	step[2] = "stage 1: sequences";
 	step[3] = "literal histogram";
 	step[4] = "plan literals: rest";
-	step[5] = "Huffman streams (4 lanes)";
+	step[5] = "Huffman streams";
 	step[6] = "finish literals, block header";
 	step[7] = "pack";
 	step[10] = "plan: distinct symbols";

@@ -25,6 +25,14 @@ static int zp_go_parse(const uint8_t *src, zp_workspace *ws, const zp_options *o
 	zp_sanitize(&c);
 	return zp_find_sequences(src, ws, &c);
 }
+
+// zp_go_log2_table_errors counts the entries of zp_log2q8_tab that differ
+// from zp_log2q8.
+static int zp_go_log2_table_errors(void) {
+	int bad = 0;
+	for (uint32_t p = 1; p <= 512; p++) bad += zp_log2q8_tab[p] != zp_log2q8(p);
+	return bad;
+}
 */
 import "C"
 
@@ -138,3 +146,6 @@ func parse(page []byte, opts Options) []sequence {
 	}
 	return seqs
 }
+
+// log2TableErrors counts the wrong entries of the encoder's log2 table.
+func log2TableErrors() int { return int(C.zp_go_log2_table_errors()) }

@@ -490,3 +490,9 @@ func TestFenced(t *testing.T) {
 		}
 	}
 }
+
+func TestLog2Table(t *testing.T) {
+	if n := log2TableErrors(); n != 0 {
+		t.Fatalf("%d entries of zp_log2q8_tab differ from zp_log2q8", n)
+	}
+}
