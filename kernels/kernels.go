@@ -16,8 +16,8 @@ import (
 //go:embed lz4.ptx
 var LZ4 []byte
 
-// Zstd is the PTX of zstd.cu: gz_zstd_compress, which writes zstd frames
-// (zstd_page.h).
+// Zstd is the PTX of zstd.cu: gz_zstd_parse, then gz_zstd_encode, which
+// writes zstd frames (zstd_page.h).
 //
 //go:embed zstd.ptx
 var Zstd []byte

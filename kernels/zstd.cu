@@ -1,28 +1,34 @@
 // Batched zstd compression of 4 KiB pages: each page becomes a standard
 // zstd frame (RFC 8878) that libzstd decodes.
 //
-// One warp owns one page, held in shared memory with its match table and
-// the encoder's workspace. Match finding (four fifths of a page's time when
-// one thread ran all of zstd_page.h's encoder) is done by the whole warp,
-// as in lz4.cu: the page is walked in windows of 32 positions, one a lane;
-// each lane takes the best of the nearest earlier lane with the same four
-// bytes, the two positions its hash bucket holds (the last two of earlier
-// windows with that hash) and the three repeat offsets; the window's
-// matches are then chosen in order, with a lazy look-ahead of up to two
-// positions (every lane computes the same choice from shuffles, so the
-// warp never diverges), the chosen match extended back over equal
-// literals, its literals copied out by the warp, and its offset coded as a
-// repeat offset where it is one. The next window starts where the last
-// match ends. The literals and sequences are then coded with zstd_page.h's
-// stages 2 and 3 (Huffman literals, FSE sequence tables, whichever of raw,
-// RLE, predefined or compressed is smallest), the same C the host tests
-// check against libzstd: the warp counts the literals and writes the four
-// Huffman streams on four lanes, one lane does the rest.
+// A batch is two kernels, a warp a page in each, so that an SM runs one
+// kind of code at a time: with both in one kernel, a page's warp went from
+// the match finder to the entropy coders while its neighbours went the
+// other way, and half of every warp's stalls were instruction-cache misses
+// (Nsight Compute); and the match finder, which needs only its table in
+// shared memory, ran at the occupancy the entropy coders' workspace left.
 //
-// The frame is written to the page's part of scratch and packed as the LZ4
-// kernel packs its blocks (one atomicAdd reserves a 16-byte aligned place),
-// with the LZ4 kernel's calling convention. A page whose frame would not
-// be smaller than a page gets length 0: the caller stores it raw.
+// gz_zstd_parse finds a page's sequences, as lz4.cu does: the page is
+// walked in windows of 32 positions, one a lane; each lane takes the best
+// of the nearest earlier lane with the same four bytes, the two positions
+// its hash bucket holds (the last two of earlier windows with that hash)
+// and the three repeat offsets; the window's matches are then chosen in
+// order, with a lazy look-ahead of up to two positions (every lane
+// computes the same choice from shuffles, so the warp never diverges), the
+// chosen match extended back over equal literals, its literals copied out
+// by the warp, and its offset coded as a repeat offset where it is one.
+// The next window starts where the last match ends. The literals and the
+// sequences go to the page's part of scratch (zw_parsed).
+//
+// gz_zstd_encode codes them with zstd_page.h's stages 2 and 3 (Huffman
+// literals, FSE sequence tables, whichever of raw, RLE, predefined or
+// compressed is smallest), spread over the warp where the work allows,
+// with the same C the host tests check against libzstd for the rest. The
+// frame is written to the page's part of scratch and packed as the LZ4
+// kernel packs its blocks (one atomicAdd reserves a 16-byte aligned
+// place). A page whose frame would not be smaller than a page gets length
+// 0: the caller stores it raw. Both kernels take the LZ4 kernel's
+// arguments; scratch holds ZW_SCRATCH_PAGE bytes a page.
 //
 // Built to PTX for compute_75 by kernels/build-ptx.sh, like lz4.cu.
 
@@ -41,19 +47,17 @@
 // rather than 13. Together 3.54 GB/s from 3.17.
 #define ZP_NOINLINE_BIG
 #define ZP_MAX_SEQ 512
-#ifndef ZW_PAGE_IN_SHARED
 #define ZP_NO_CHAIN_MF // the kernel finds its own sequences
-#endif
 
 #ifdef ZW_PROFILE // zstdbench: lane 0's cycles between checkpoints, summed over pages
 __device__ unsigned long long zw_prof[32];
-static __shared__ long long zw_t;
+static __shared__ long long zw_t[32]; // a warp's last checkpoint
 #define ZP_PROF(k)                                                                               \
 	do {                                                                                         \
-		if (threadIdx.x == 0) {                                                                  \
+		if ((threadIdx.x & 31) == 0) {                                                           \
 			long long t_ = clock64();                                                            \
-			atomicAdd(&zw_prof[k], (unsigned long long)(t_ - zw_t));                             \
-			zw_t = t_;                                                                           \
+			atomicAdd(&zw_prof[k], (unsigned long long)(t_ - zw_t[threadIdx.x >> 5]));          \
+			zw_t[threadIdx.x >> 5] = t_;                                                         \
 		}                                                                                        \
 	} while (0)
 #endif
@@ -67,21 +71,23 @@ static __shared__ long long zw_t;
 #define ZW_REP_MIN 3   // a repeat offset's
 #define ZW_LIMIT (ZP_PAGE - 4) // the last position a match may start at
 
-// A warp's shared memory is the encoder's workspace alone, so that more
-// warps fit an SM (the entropy stages run on one lane: latency-bound, they
-// go as fast as there are warps to interleave). While the sequences are
-// found, the match table lives in the part of the workspace that only the
-// later stages use: the literals are copied to the first ZP_PAGE bytes of
-// ws.u (ws.u.lit.lit), the table lies after them. The page is read where
-// it is, in the batch (ZW_PAGE_IN_SHARED copies it into the workspace
-// too, which needs zstd_page.h's own match finder's 10 KiB union).
-#ifdef ZW_PAGE_IN_SHARED
-#define ZW_PAGE_AT ZP_PAGE
-#define ZW_TABLE_AT (2 * ZP_PAGE)
-#else
-#define ZW_TABLE_AT ZP_PAGE
+// A page's part of scratch: its literals in the first ZP_PAGE bytes (then
+// its frame, once gz_zstd_encode has read them), then what the parse
+// found.
+#define ZW_SCRATCH_PAGE (2 * ZP_PAGE)
+typedef struct zw_parsed {
+	int32_t nlit; // literals; -1: a page of one byte, rle
+	int32_t nseq;
+	uint32_t rle, pad;
+	uint16_t ll[ZP_MAX_SEQ], ml[ZP_MAX_SEQ], of[ZP_MAX_SEQ]; // as zp_workspace's seq_*
+} zw_parsed;
+static_assert(sizeof(zw_parsed) <= ZW_SCRATCH_PAGE - ZP_PAGE, "the parse must fit its part of scratch");
+
+// Pages (warps) a block of gz_zstd_parse; pkg/gpu launches it so.
+#ifndef ZW_PARSE_WARPS
+#define ZW_PARSE_WARPS 4
 #endif
-static_assert(ZW_TABLE_AT + (4 << ZW_HASH_BITS) <= sizeof(((zp_workspace *)0)->u), "the table must fit the workspace's union");
+
 static __device__ __forceinline__ uint32_t zw_hash(uint32_t v) { return (v * 2654435761u) >> (32 - ZW_HASH_BITS); }
 
 static __device__ __forceinline__ int zw_gain(int ml, uint32_t ov) { return ml * ZP_GAIN_BYTE - zp_highbit(ov); }
@@ -93,24 +99,46 @@ static __device__ __forceinline__ int zw_gain(int ml, uint32_t ov) { return ml *
 #define ZW_CAP 64
 #endif
 
-// zw_match_len is zp_match_len stopped at ZW_CAP bytes.
-static __device__ __forceinline__ int zw_match_len(const uint8_t *s, int a, int b) {
-	int n = 0;
-	while (n < ZW_CAP && b + n + 8 <= ZP_PAGE) {
-		uint64_t x = zp_rd64(s, a + n) ^ zp_rd64(s, b + n);
-		if (x) return n + (zp_ctz64(x) >> 3);
-		n += 8;
+// The page is read as aligned 32-bit words: a byte-wise load of four
+// bytes (zp_rd32 on the device) costs four loads and the shifts that join
+// them, and the parse is bound by the instructions it issues.
+
+// zw_word returns the page's 32-bit word i, 0 past the page.
+static __device__ __forceinline__ uint32_t zw_word(const uint32_t *w, int i) { return i < ZP_PAGE / 4 ? w[i] : 0u; }
+
+// zw_rd32 is zp_rd32 (bytes p..p+3, 0 past the page) from the words.
+static __device__ __forceinline__ uint32_t zw_rd32(const uint32_t *w, int p) {
+	return __funnelshift_r(zw_word(w, p >> 2), zw_word(w, (p >> 2) + 1), (p & 3) * 8);
+}
+
+// zw_match_len is zp_match_len stopped at ZW_CAP bytes: four bytes at a
+// time, each side's words loaded once.
+static __device__ __forceinline__ int zw_match_len(const uint32_t *w, int a, int b) {
+	const int sa = (a & 3) * 8, sb = (b & 3) * 8;
+	int ia = a >> 2, ib = b >> 2, n = 0;
+	uint32_t a0 = zw_word(w, ia), b0 = zw_word(w, ib);
+	while (n < ZW_CAP) {
+		const uint32_t a1 = zw_word(w, ++ia), b1 = zw_word(w, ++ib);
+		const uint32_t x = __funnelshift_r(a0, a1, sa) ^ __funnelshift_r(b0, b1, sb);
+		if (x) {
+			n += (__ffs(x) - 1) >> 3;
+			break;
+		}
+		n += 4;
+		a0 = a1;
+		b0 = b1;
 	}
-	while (n < ZW_CAP && b + n < ZP_PAGE && s[a + n] == s[b + n]) n++;
-	return n;
+	// Past the page both sides read zeros: the match ends at the page.
+	return min(n, ZP_PAGE - b);
 }
 
 // zw_extend returns the length of the match of b against a, known to be at
 // least n, compared by the whole warp 128 bytes at a time.
-static __device__ __forceinline__ int zw_extend(const uint8_t *s, int a, int b, int n, int lane) {
+static __device__ __forceinline__ int zw_extend(const uint32_t *w, int a, int b, int n, int lane) {
+	const uint8_t *s = (const uint8_t *)w;
 	for (;;) {
 		const int i = n + 4 * lane;
-		bool eq = b + i + 4 <= ZP_PAGE && zp_rd32(s, a + i) == zp_rd32(s, b + i);
+		bool eq = b + i + 4 <= ZP_PAGE && zw_rd32(w, a + i) == zw_rd32(w, b + i);
 		const unsigned ne = __ballot_sync(0xFFFFFFFFu, !eq);
 		if (ne == 0) {
 			n += 128;
@@ -220,7 +248,7 @@ static __device__ int zw_huf_lengths(zp_workspace *ws, int n, const int *dc, int
 
 // zw_huf_plan is zp_huf_plan with the warp (the tree's description on lane
 // 0); exact, it also gives each stream's bits in sbits.
-static __device__ int zw_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact, const int *dc,
+static __device__ __noinline__ int zw_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact, const int *dc,
 	int *maxBitsOut, uint32_t *sbits, int lane) {
 	const unsigned full = 0xFFFFFFFFu;
 	const uint8_t *lit = ws->u.lit.lit, *hlen = ws->u.lit.hlen;
@@ -325,6 +353,7 @@ static __device__ int zw_plan_literals(zp_workspace *ws, int n, uint8_t *op, uin
 		int dc[33];
 		if (lane == 0) zp_huf_depths(ws, nsorted, dc);
 		__syncwarp();
+		ZP_PROF(16);
 		int bestComp = 0x7FFF, bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
 		if (lo < ZP_HUF_MIN_LIMIT) lo = ZP_HUF_MIN_LIMIT;
 		int tries = 0, top = ZP_HUF_MAX_BITS, maxBits = 0;
@@ -521,6 +550,7 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, int nseq, uint8
 		sp->fin[t] = st;
 	}
 	__syncwarp();
+	ZP_PROF(24);
 	// The bitstream, in the tables' memory (free now): sequence nseq-1's
 	// fields first; per sequence the OF, ML and LL state bits, then the LL,
 	// ML and OF extra bits, as zp_encode_sequences adds them.
@@ -588,32 +618,32 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, int nseq, uint8
 	return op + bytes;
 }
 
-extern "C" __global__ void __launch_bounds__(32)
-gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+#ifdef ZW_PROFILE
+#define ZW_PROF_START()                                                    \
+	do {                                                                   \
+		if ((threadIdx.x & 31) == 0) zw_t[threadIdx.x >> 5] = clock64(); \
+	} while (0)
+#else
+#define ZW_PROF_START()
+#endif
+
+extern "C" __global__ void __launch_bounds__(32 * ZW_PARSE_WARPS)
+gz_zstd_parse(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
 		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
 		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
-	__shared__ zp_workspace ws;
-	uint32_t *const table = (uint32_t *)((uint8_t *)&ws.u + ZW_TABLE_AT);
+	__shared__ uint32_t tables[ZW_PARSE_WARPS][1 << ZW_HASH_BITS];
 	const unsigned full = 0xFFFFFFFFu;
-	const int lane = threadIdx.x;
-	const int pg = blockIdx.x;
+	const int lane = threadIdx.x & 31;
+	const int pg = blockIdx.x * ZW_PARSE_WARPS + (threadIdx.x >> 5);
 	if (pg >= n) return;
-#ifdef ZW_PROFILE
-	if (lane == 0) zw_t = clock64();
-#endif
-	const uint4 *src4 = in + (size_t)pg * (ZP_PAGE / 16);
-#ifdef ZW_PAGE_IN_SHARED
-	uint32_t *const page = (uint32_t *)((uint8_t *)&ws.u + ZW_PAGE_AT);
-	uint4 *page4 = (uint4 *)page;
-#pragma unroll
-	for (int i = 0; i < ZP_PAGE / 16 / 32; i++) page4[lane + 32 * i] = src4[lane + 32 * i];
-#else
-	const uint32_t *const page = (const uint32_t *)src4;
-#endif
+	ZW_PROF_START();
+	uint32_t *const table = tables[threadIdx.x >> 5];
+	const uint32_t *const page = (const uint32_t *)(in + (size_t)pg * (ZP_PAGE / 16));
+	const uint8_t *src = (const uint8_t *)page;
+	uint8_t *const lit = scratch + (size_t)pg * ZW_SCRATCH_PAGE;
+	zw_parsed *const out = (zw_parsed *)(lit + ZP_PAGE);
 	for (int i = lane; i < (1 << ZW_HASH_BITS); i += 32) table[i] = 0;
 	__syncwarp();
-	const uint8_t *src = (const uint8_t *)page;
-	uint8_t *frame = scratch + (size_t)pg * ZP_PAGE;
 
 	// A page of one byte: an RLE block.
 	uint32_t first = page[0] & 0xFFu;
@@ -621,128 +651,149 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 	first |= first << 16;
 	bool same = true;
 	for (int i = lane; i < ZP_PAGE / 4; i += 32) same &= page[i] == first;
-	int len = 0;
 	ZP_PROF(1);
 	if (__all_sync(full, same)) {
+		if (lane == 0) out->nlit = -1, out->rle = first & 0xFFu;
+		return;
+	}
+	uint32_t rep[3] = {1, 4, 8};
+	int anchor = 0, nseq = 0, nlit = 0, w = 1;
+	while (w <= ZW_LIMIT && nseq < ZP_MAX_SEQ) {
+		const int p = w + lane;
+		const bool valid = p <= ZW_LIMIT;
+		const unsigned vmask = __ballot_sync(full, valid);
+		int ml = 0, off = 0, gain = ZP_MIN_GAIN;
+		uint32_t h = 0, v = 0, bucket = 0;
+		if (valid) {
+			v = zw_rd32(page, p);
+			h = zw_hash(v);
+			bucket = table[h];
+		}
+		// The nearest earlier lane of the window with the same 4 bytes.
+		unsigned same4 = valid ? __match_any_sync(vmask, v) & ((1u << lane) - 1) : 0;
+		if (valid) {
+			int cand[3] = {same4 ? w + 31 - __clz(same4) : -1, (int)(bucket & 0xFFFF) - 1, (int)(bucket >> 16) - 1};
+			for (int k = 0; k < 3; k++) {
+				const int q = cand[k];
+				if (q < 0 || zw_rd32(page, q) != v) continue;
+				const int l = zw_match_len(page, q, p);
+				const int g = zw_gain(l, (uint32_t)(p - q) + 3);
+				if (g > gain) ml = l, off = p - q, gain = g;
+			}
+			for (int r = 0; r < 3; r++) {
+				const int o = (int)rep[r];
+				if (o <= 0 || o > p) continue;
+				const int l = zw_match_len(page, p - o, p);
+				if (l < ZW_REP_MIN) continue;
+				const int g = zw_gain(l, (uint32_t)r + 1);
+				if (g > gain) ml = l, off = o, gain = g;
+			}
+		}
+		unsigned found = __ballot_sync(full, ml > 0);
+		int cur = w;
+		while (nseq < ZP_MAX_SEQ) {
+			const int from = cur - w;
+			const unsigned m = from >= 32 ? 0u : found & (full << from);
+			if (m == 0) break;
+			int q = __ffs(m) - 1;
+			const int qg = __shfl_sync(full, gain, q);
+			const int q1 = min(q + 1, 31), q2 = min(q + 2, 31);
+			const int g1 = __shfl_sync(full, gain, q1), g2 = __shfl_sync(full, gain, q2);
+			if (q1 != q && (found >> q1 & 1u) && g1 > qg + ZP_LAZY1) {
+				q = q1;
+			} else if (q2 != q1 && (found >> q2 & 1u) && g2 > qg + ZP_LAZY2) {
+				q = q2;
+			}
+			int mlq = __shfl_sync(full, ml, q), offq = __shfl_sync(full, off, q);
+			int start = w + q;
+			if (mlq >= ZW_CAP) mlq = zw_extend(page, start - offq, start, mlq, lane);
+			while (start > anchor && start - offq > 0 && src[start - 1] == src[start - 1 - offq]) {
+				start--;
+				mlq++;
+			}
+			const uint32_t ll = (uint32_t)(start - anchor);
+			const uint32_t ov = zp_offval((uint32_t)offq, ll, rep);
+			zp_rep_update(rep, ov, ll);
+			for (int k = lane; k < (int)ll; k += 32) lit[nlit + k] = src[anchor + k];
+			if (lane == 0) {
+				out->ll[nseq] = (uint16_t)ll;
+				out->ml[nseq] = (uint16_t)mlq;
+				out->of[nseq] = (uint16_t)ov;
+			}
+			nlit += (int)ll;
+			nseq++;
+			cur = start + mlq;
+			anchor = cur;
+		}
+		// The window's positions enter the table, two a bucket: of the
+		// lanes with one hash, the last two (or the last and the bucket's
+		// newest) are kept, whatever the lanes' order.
+		const unsigned group = valid ? __match_any_sync(vmask, h) : 0;
+		if (valid && lane == 31 - __clz(group)) {
+			const unsigned rest = group & ~(1u << lane);
+			const uint32_t older = rest ? (uint32_t)(w + 31 - __clz(rest)) + 1 : bucket & 0xFFFF;
+			table[h] = older << 16 | ((uint32_t)p + 1);
+		}
+		__syncwarp();
+		w = max(cur, w + 32);
+	}
+	for (int k = lane; k < ZP_PAGE - anchor; k += 32) lit[nlit + k] = src[anchor + k];
+	nlit += ZP_PAGE - anchor;
+	if (lane == 0) out->nlit = nlit, out->nseq = nseq;
+	ZP_PROF(2);
+#ifdef ZW_PROFILE
+	if (lane == 0) atomicAdd(&zw_prof[30], (unsigned long long)nseq), atomicAdd(&zw_prof[31], (unsigned long long)nlit);
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(32)
+gz_zstd_encode(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
+		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+	__shared__ __align__(16) zp_workspace ws;
+	const unsigned full = 0xFFFFFFFFu;
+	const int lane = threadIdx.x;
+	const int pg = blockIdx.x;
+	if (pg >= n) return;
+	ZW_PROF_START();
+	uint8_t *const frame = scratch + (size_t)pg * ZW_SCRATCH_PAGE;
+	const zw_parsed *const parsed = (const zw_parsed *)(frame + ZP_PAGE);
+	const int nlit = parsed->nlit;
+	int len = 0;
+	if (nlit < 0) {
 		if (lane == 0) {
 			zp_frame_header(frame);
 			zp_block_header(frame + 7, 1, ZP_PAGE);
-			frame[10] = (uint8_t)first;
+			frame[10] = (uint8_t)parsed->rle;
 		}
 		len = 11;
 	} else {
-		// Stage 1: sequences, found by the warp, and the literals between
-		// them, copied by the warp as each sequence is chosen.
-		uint8_t *lit = ws.u.lit.lit;
-		uint32_t rep[3] = {1, 4, 8};
-		int anchor = 0, nseq = 0, nlit = 0, w = 1;
-		while (w <= ZW_LIMIT && nseq < ZP_MAX_SEQ) {
-			const int p = w + lane;
-			const bool valid = p <= ZW_LIMIT;
-			const unsigned vmask = __ballot_sync(full, valid);
-			int ml = 0, off = 0, gain = ZP_MIN_GAIN;
-			uint32_t h = 0, v = 0, bucket = 0;
-			if (valid) {
-				v = zp_rd32(src, p);
-				h = zw_hash(v);
-				bucket = table[h];
-			}
-			// The nearest earlier lane of the window with the same 4 bytes.
-			unsigned same4 = valid ? __match_any_sync(vmask, v) & ((1u << lane) - 1) : 0;
-			if (valid) {
-				int cand[3] = {same4 ? w + 31 - __clz(same4) : -1, (int)(bucket & 0xFFFF) - 1, (int)(bucket >> 16) - 1};
-				for (int k = 0; k < 3; k++) {
-					const int q = cand[k];
-					if (q < 0 || zp_rd32(src, q) != v) continue;
-					const int l = zw_match_len(src, q, p);
-					const int g = zw_gain(l, (uint32_t)(p - q) + 3);
-					if (g > gain) ml = l, off = p - q, gain = g;
-				}
-				for (int r = 0; r < 3; r++) {
-					const int o = (int)rep[r];
-					if (o <= 0 || o > p) continue;
-					const int l = zw_match_len(src, p - o, p);
-					if (l < ZW_REP_MIN) continue;
-					const int g = zw_gain(l, (uint32_t)r + 1);
-					if (g > gain) ml = l, off = o, gain = g;
-				}
-			}
-			unsigned found = __ballot_sync(full, ml > 0);
-			int cur = w;
-			while (nseq < ZP_MAX_SEQ) {
-				const int from = cur - w;
-				const unsigned m = from >= 32 ? 0u : found & (full << from);
-				if (m == 0) break;
-				int q = __ffs(m) - 1;
-				const int qg = __shfl_sync(full, gain, q);
-				const int q1 = min(q + 1, 31), q2 = min(q + 2, 31);
-				const int g1 = __shfl_sync(full, gain, q1), g2 = __shfl_sync(full, gain, q2);
-				if (q1 != q && (found >> q1 & 1u) && g1 > qg + ZP_LAZY1) {
-					q = q1;
-				} else if (q2 != q1 && (found >> q2 & 1u) && g2 > qg + ZP_LAZY2) {
-					q = q2;
-				}
-				int mlq = __shfl_sync(full, ml, q), offq = __shfl_sync(full, off, q);
-				int start = w + q;
-				if (mlq >= ZW_CAP) mlq = zw_extend(src, start - offq, start, mlq, lane);
-				while (start > anchor && start - offq > 0 && src[start - 1] == src[start - 1 - offq]) {
-					start--;
-					mlq++;
-				}
-				const uint32_t ll = (uint32_t)(start - anchor);
-				const uint32_t ov = zp_offval((uint32_t)offq, ll, rep);
-				zp_rep_update(rep, ov, ll);
-				for (int k = lane; k < (int)ll; k += 32) lit[nlit + k] = src[anchor + k];
-				if (lane == 0) {
-					ws.seq_ll[nseq] = (uint16_t)ll;
-					ws.seq_ml[nseq] = (uint16_t)mlq;
-					ws.seq_of[nseq] = (uint16_t)ov;
-				}
-				nlit += (int)ll;
-				nseq++;
-				cur = start + mlq;
-				anchor = cur;
-			}
-			// The window's positions enter the table, two a bucket: of the
-			// lanes with one hash, the last two (or the last and the
-			// bucket's newest) are kept, whatever the lanes' order.
-			const unsigned group = valid ? __match_any_sync(vmask, h) : 0;
-			if (valid && lane == 31 - __clz(group)) {
-				const unsigned rest = group & ~(1u << lane);
-				const uint32_t older = rest ? (uint32_t)(w + 31 - __clz(rest)) + 1 : bucket & 0xFFFF;
-				table[h] = older << 16 | ((uint32_t)p + 1);
-			}
-			__syncwarp();
-			w = max(cur, w + 32);
-		}
-		for (int k = lane; k < ZP_PAGE - anchor; k += 32) lit[nlit + k] = src[anchor + k];
-		nlit += ZP_PAGE - anchor;
+		// The literals and sequences into the workspace; the frame is then
+		// written over the literals' copy in scratch.
+		const int nseq = parsed->nseq;
+		const uint4 *lit16 = (const uint4 *)frame;
+		uint4 *ws16 = (uint4 *)ws.u.lit.lit;
+		for (int i = lane; i < (nlit + 15) >> 4; i += 32) ws16[i] = lit16[i];
+		const uint32_t *from[3] = {(const uint32_t *)parsed->ll, (const uint32_t *)parsed->ml, (const uint32_t *)parsed->of};
+		uint32_t *to[3] = {(uint32_t *)ws.seq_ll, (uint32_t *)ws.seq_ml, (uint32_t *)ws.seq_of};
+		for (int t = 0; t < 3; t++)
+			for (int i = lane; i < (nseq + 1) >> 1; i += 32) to[t][i] = from[t][i];
 		__syncwarp();
-		ZP_PROF(2);
-#ifdef ZW_PROFILE
-		if (lane == 0) atomicAdd(&zw_prof[30], (unsigned long long)nseq), atomicAdd(&zw_prof[31], (unsigned long long)nlit);
-#endif
-		// Stages 2 and 3, and the frame around them. The warp counts the
-		// literals and writes the four
-		// Huffman streams on four lanes; the rest runs on lane 0.
-#ifdef ZW_STAGE1_ONLY // zstdbench: what finding the sequences costs
-		len = nseq + nlit;
-		if (lane == 0) frame[0] = (uint8_t)len;
-#else
+		ZP_PROF(3);
 		__shared__ zp_lit_plan plan;
 		// 16-bit counts, added as halves of 32-bit words (a page's 4096
 		// literals cannot carry into the neighbour).
 		uint32_t *hist2 = (uint32_t *)ws.u.lit.hist;
 		for (int i = lane; i < 128; i += 32) hist2[i] = 0;
 		__syncwarp();
+		const uint8_t *lit = ws.u.lit.lit;
 		for (int i = lane; i < nlit; i += 32) atomicAdd(&hist2[lit[i] >> 1], 1u << (16 * (lit[i] & 1)));
 		__syncwarp();
 		uint8_t *const oend = frame + ZP_PAGE - 1;
-		ZP_PROF(3);
+		ZP_PROF(4);
 		if (lane == 0) zp_frame_header(frame);
 		bool ok = zw_plan_literals(&ws, nlit, frame + 10, oend, &plan, lane) != 0;
 		__syncwarp();
-		ZP_PROF(4);
 		if (ok) ok = zw_huf_streams(&ws, &plan, lane);
 		ZP_PROF(5);
 		if (ok) {
@@ -755,7 +806,6 @@ gz_zstd_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scra
 			}
 		}
 		ZP_PROF(6);
-#endif
 		len = __shfl_sync(full, len, 0);
 	}
 	if (len <= 0 || len >= ZP_PAGE) {

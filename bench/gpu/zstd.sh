@@ -10,7 +10,8 @@
 # of ZSTD_VARIANTS (flag sets separated by ';', e.g. "-DZW_STAGE1_ONLY"),
 # prints where lane 0's cycles go (-DZW_PROFILE), and, with ZSTD_E2E=1,
 # the end-to-end report (TestZstdBenchReport). With ZSTD_NCU=1 Nsight
-# Compute's warp-state and occupancy sections go to $OUT/ncu.txt.
+# Compute's warp-state and occupancy sections of each kernel go to
+# $OUT/ncu-<kernel>.txt. Six files at most come back in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/gzramd-zstd}
 mkdir -p "$OUT"
@@ -25,7 +26,7 @@ variants+=("${extra[@]}")
 i=0
 for v in "${variants[@]}"; do
 	# shellcheck disable=SC2086
-	nvcc -O3 -arch=native $v -o "/tmp/zstdbench$i" bench/gpu/zstdbench.cu 2>"$OUT/nvcc$i.err" &
+	nvcc -O3 -arch=native $v -o "/tmp/zstdbench$i" bench/gpu/zstdbench.cu 2>"/tmp/nvcc$i.err" &
 	i=$((i + 1))
 done
 wait
@@ -39,7 +40,7 @@ wait
 			"/tmp/zstdbench$i" /tmp/pages.bin 16384 || rc=1
 		else
 			echo "build failed:"
-			head -20 "$OUT/nvcc$i.err"
+			head -20 "/tmp/nvcc$i.err"
 			rc=1
 		fi
 		i=$((i + 1))
@@ -51,12 +52,19 @@ export GZRAMD_ZSTD_PTX=kernels/zstd.ptx GZRAMD_CORPUS=$C/memory-pages.bin.zst
 echo
 grep -E '^(--- |PASS|FAIL|ok)|ratio GPU zstd' "$OUT/gpu-test.log" | head -30
 if [ "${ZSTD_E2E:-0}" = 1 ]; then
-	GZRAMD_BENCH_OUT="$OUT/e2e.md" "$C/gpu.test" -test.run '^TestZstdBenchReport$' -test.v -test.timeout=5m >"$OUT/e2e.log" 2>&1 || rc=1
+	GZRAMD_BENCH_OUT="$OUT/e2e.md" "$C/gpu.test" -test.run '^TestZstdBenchReport$' -test.v -test.timeout=5m >/tmp/e2e.log 2>&1 || {
+		rc=1
+		tail -20 /tmp/e2e.log
+	}
 	cat "$OUT/e2e.md"
 fi
 if [ "${ZSTD_NCU:-0}" = 1 ]; then
-	ncu --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
-		--section ComputeWorkloadAnalysis -k gz_zstd_compress -c 1 /tmp/zstdbench0 /tmp/pages.bin 8192 >"$OUT/ncu.txt" 2>&1
-	grep -E 'Warp Cycles Per Issued|Achieved Occupancy|Theoretical Occupancy|Block Limit|Registers Per|Issued Ipc|No Eligible|Stall' "$OUT/ncu.txt" | head -30
+	for k in gz_zstd_parse gz_zstd_encode; do
+		ncu --section WarpStateStats --section Occupancy --section LaunchStats --section SchedulerStats \
+			--section ComputeWorkloadAnalysis -k $k -c 1 /tmp/zstdbench0 /tmp/pages.bin 8192 >"$OUT/ncu-$k.txt" 2>&1
+		echo "$k:"
+		grep -E 'Warp Cycles Per Issued|Achieved Active Warps|Block Limit (Reg|Shared)|Registers Per|Issued Ipc Active|No Eligible|Active Threads' "$OUT/ncu-$k.txt"
+		grep -B1 -A2 'stalled' "$OUT/ncu-$k.txt" | grep -oE 'each warp of this workload spends [0-9.]+ cycles being stalled [a-z ]+' | head -3
+	done
 fi
 exit $rc

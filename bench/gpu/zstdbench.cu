@@ -1,8 +1,8 @@
 // zstdbench times kernels/zstd.cu with the data already on the GPU (CUDA
-// events, median of 10) and prints its ratio on the pages, so that variants
-// built with -D flags can be compared (-DZW_STAGE1_ONLY: stop after finding
-// the sequences; -DZW_PAGE_IN_SHARED; zstd_page.h's ZP_* limits; see
-// bench/results/zstd-gpu-h100-2026-11-23.md).
+// events, median of 10): its two kernels together, and each alone, and
+// prints its ratio on the pages, so that variants built with -D flags can
+// be compared (zstd_page.h's ZP_* limits; -DZW_PROFILE: where lane 0's
+// cycles go; see bench/results/zstd-gpu-h100-2026-11-23.md).
 //
 //   nvcc -O3 -arch=sm_90 -o zstdbench bench/gpu/zstdbench.cu
 //   ./zstdbench pages.bin [pages]
@@ -53,43 +53,59 @@ int main(int argc, char **argv) {
 	unsigned *dLens, *dOffs, *dSize;
 	CK(cudaMalloc(&dIn, (size_t)n * ZP_PAGE));
 	CK(cudaMalloc(&dOut, (size_t)n * ZP_PAGE));
-	CK(cudaMalloc(&dScratch, (size_t)n * ZP_PAGE));
+	CK(cudaMalloc(&dScratch, (size_t)n * ZW_SCRATCH_PAGE));
 	CK(cudaMalloc(&dLens, n * 4));
 	CK(cudaMalloc(&dOffs, n * 4));
 	CK(cudaMalloc(&dSize, 4));
 	CK(cudaMemcpy(dIn, data.data(), (size_t)n * ZP_PAGE, cudaMemcpyHostToDevice));
 	double gb = (double)n * ZP_PAGE / 1e9;
-	printf("| kernel (%d pages) | ms | GB/s | ratio |\n|---|---|---|---|\n", n);
-	float ms = timeit([&] {
+	auto parse = [&] {
+		gz_zstd_parse<<<(n + ZW_PARSE_WARPS - 1) / ZW_PARSE_WARPS, 32 * ZW_PARSE_WARPS>>>(
+			(const uint4 *)dIn, n, dScratch, dOut, dSize, dOffs, dLens);
+	};
+	// ZSTDBENCH_PAD: bytes of shared memory added to each encode block, to
+	// see how its speed follows the warps an SM.
+	const int pad = getenv("ZSTDBENCH_PAD") ? atoi(getenv("ZSTDBENCH_PAD")) : 0;
+	auto encode = [&] {
 		cudaMemset(dSize, 0, 4);
-		gz_zstd_compress<<<n, 32>>>((const uint4 *)dIn, n, dScratch, dOut, dSize, dOffs, dLens);
+		gz_zstd_encode<<<n, 32, pad>>>((const uint4 *)dIn, n, dScratch, dOut, dSize, dOffs, dLens);
+	};
+	printf("| kernels (%d pages) | ms | GB/s | ratio |\n|---|---|---|---|\n", n);
+	const float msParse = timeit(parse), msEncode = timeit(encode);
+	float ms = timeit([&] {
+		parse();
+		encode();
 	});
 	std::vector<unsigned> lens(n);
 	CK(cudaMemcpy(lens.data(), dLens, n * 4, cudaMemcpyDeviceToHost));
 	double stored = 0;
 	for (unsigned l : lens) stored += l ? l : ZP_PAGE;
-	printf("| zstd.cu, shared memory %zu bytes a warp | %.2f | %.2f | %.4f |\n", sizeof(zp_workspace), ms, gb / ms * 1e3,
-		(double)n * ZP_PAGE / stored);
+	printf("| zstd.cu, both (encode's shared memory %zu bytes a warp) | %.2f | %.2f | %.4f |\n", sizeof(zp_workspace), ms,
+		gb / ms * 1e3, (double)n * ZP_PAGE / stored);
+	printf("| gz_zstd_parse | %.2f | %.2f | |\n| gz_zstd_encode%s | %.2f | %.2f | |\n", msParse, gb / msParse * 1e3,
+		pad ? " (padded)" : "", msEncode, gb / msEncode * 1e3);
+	if (pad) printf("\nencode blocks padded with %d bytes of shared memory\n", pad);
 	CK(cudaGetLastError());
 #ifdef ZW_PROFILE
 	// One more pass with the counters cleared: lane 0's cycles a step.
 	unsigned long long prof[32] = {0};
 	CK(cudaMemcpyToSymbol(zw_prof, prof, sizeof prof));
-	cudaMemset(dSize, 0, 4);
-	gz_zstd_compress<<<n, 32>>>((const uint4 *)dIn, n, dScratch, dOut, dSize, dOffs, dLens);
+	parse();
+	encode();
 	CK(cudaDeviceSynchronize());
 	CK(cudaMemcpyFromSymbol(prof, zw_prof, sizeof prof));
 	const char *step[32] = {0};
-	step[1] = "setup (table, same-byte test)";
-	step[2] = "stage 1: sequences";
-	step[3] = "literal histogram";
-	step[4] = "plan literals: rest";
-	step[5] = "Huffman streams";
+	step[1] = "parse: setup (table, same-byte test)";
+	step[2] = "parse: sequences";
+	step[3] = "encode: literals and sequences read";
+	step[4] = "literal histogram";
+	step[5] = "literals section (plan rest, Huffman streams)";
 	step[6] = "finish literals, block header";
 	step[7] = "pack";
 	step[10] = "plan: distinct symbols";
 	step[11] = "plan: sort";
 	step[12] = "plan: depth tries (estimates)";
+	step[16] = "plan: unlimited code lengths (lane 0)";
 	step[13] = "plan: exact plan";
 	step[14] = "plan: canonical codes";
 	step[15] = "plan: tree, stream sizes";
@@ -97,6 +113,7 @@ int main(int argc, char **argv) {
 	step[21] = "sequences: table modes";
 	step[22] = "sequences: tables built";
 	step[23] = "sequences: bitstream";
+	step[24] = "sequences: state chains (3 lanes)";
 	unsigned long long total = 0;
 	for (int i = 1; i < 30; i++) total += prof[i];
 	printf("\n| step (lane 0) | cycles a page | share |\n|---|---|---|\n");

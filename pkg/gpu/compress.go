@@ -136,12 +136,10 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, ds
 	if err := dr.htod(s.dPages, pages, s.stream); err != nil {
 		return 0, err
 	}
-	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+m))
-	grid := (n + g.pagesPerBlock - 1) / g.pagesPerBlock
-	if err := dr.launchCompress(g.fComp, grid, g.threadsPerBlock, s.stream, s.dPages, n,
-		s.dScratch, s.dPacked, s.dMeta, offs, lens); err != nil {
+	if err := g.launch(s, n); err != nil {
 		return 0, err
 	}
+	lens := s.dMeta + devicePtr(4*(metaHeaderWords+m))
 	// The header and offsets, then the lengths: one copy each.
 	if err := dr.dtoh(s.hMetaBytes[:4*(metaHeaderWords+n)], s.dMeta, s.stream); err != nil {
 		return 0, err
@@ -165,4 +163,19 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, ds
 		return 0, fmt.Errorf("gpu: device reported %d packed bytes for %d pages", total, n)
 	}
 	return total, nil
+}
+
+// launch queues the batch's kernels on s for its n pages, already on the
+// device.
+func (g *Backend) launch(s *slot, n int) error {
+	m := g.cfg.MaxBatchPages
+	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+m))
+	for _, k := range g.kernels {
+		grid := (n + k.pagesPerBlock - 1) / k.pagesPerBlock
+		if err := g.dr.launchCompress(k.f, grid, 32*k.pagesPerBlock, s.stream, s.dPages, n,
+			s.dScratch, s.dPacked, s.dMeta, offs, lens); err != nil {
+			return fmt.Errorf("%s: %w", k.name, err)
+		}
+	}
+	return nil
 }

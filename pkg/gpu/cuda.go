@@ -410,7 +410,7 @@ func (dr *driver) streamQuery(s stream) error {
 
 func (dr *driver) launchCompress(f function, grid, block int, s stream, in devicePtr, n int,
 	scratch, packed, packedSize, offsets, lens devicePtr) error {
-	return dr.check("cuLaunchKernel(gz_lz4_compress)", C.gz_launch_compress(dr.d, dr.ctx, f, C.uint(grid), C.uint(block), s,
+	return dr.check("cuLaunchKernel", C.gz_launch_compress(dr.d, dr.ctx, f, C.uint(grid), C.uint(block), s,
 		in, C.int(n), scratch, packed, packedSize, offsets, lens))
 }
 

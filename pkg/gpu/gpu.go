@@ -37,11 +37,24 @@ var ErrUnavailable = errors.New("gpu: unavailable")
 // errClosed reports use of a closed Backend.
 var errClosed = errors.New("gpu: backend closed")
 
-// Launch geometry of the kernels in kernels/lz4.cu (C_WARPS, D_WARPS):
-// one warp per page.
-const (
-	compressWarps = 4
-)
+// kernel is one compression kernel of a batch and its launch shape: a warp
+// a page, pagesPerBlock pages a block.
+type kernel struct {
+	name          string
+	f             function
+	pagesPerBlock int
+}
+
+// The kernels a batch runs, in order, and the scratch each needs a page:
+// lz4.cu's one (C_WARPS pages a block), zstd.cu's two (ZW_PARSE_WARPS pages
+// a block of gz_zstd_parse, one of gz_zstd_encode; ZW_SCRATCH_PAGE).
+var batchKernels = map[string]struct {
+	kernels      []kernel
+	scratchPages int
+}{
+	"lz4":  {[]kernel{{name: "gz_lz4_compress", pagesPerBlock: 4}}, 1},
+	"zstd": {[]kernel{{name: "gz_zstd_parse", pagesPerBlock: 4}, {name: "gz_zstd_encode", pagesPerBlock: 1}}, 2},
+}
 
 // Config selects and sizes the GPU backend.
 type Config struct {
@@ -112,18 +125,16 @@ func metaWords(maxPages int) int { return metaHeaderWords + 3*maxPages }
 // Backend is the CUDA batch compressor. It implements codec.BatchCompressor
 // and codec.BatchAllocator and is safe for concurrent use.
 type Backend struct {
-	dr    cuda
-	info  DeviceInfo
-	cfg   Config
-	log   *slog.Logger
-	mod   module
-	fComp function
-	// The compression kernel's launch shape: pages and threads per block.
-	pagesPerBlock, threadsPerBlock int
-	slots                          []*slot
-	free                           chan *slot
-	closed                         atomic.Bool
-	done                           chan struct{} // closed by Close
+	dr      cuda
+	info    DeviceInfo
+	cfg     Config
+	log     *slog.Logger
+	mod     module
+	kernels []kernel // a batch's, in order
+	slots   []*slot
+	free    chan *slot
+	closed  atomic.Bool
+	done    chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
@@ -162,12 +173,9 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 }
 
 func (g *Backend) setup(ptx []byte) error {
-	// A warp a page: C_WARPS pages a block in lz4.cu, one in zstd.cu.
-	compress, embedded := "gz_lz4_compress", kernels.LZ4
-	g.pagesPerBlock, g.threadsPerBlock = compressWarps, 32*compressWarps
+	embedded := kernels.LZ4
 	if g.cfg.Algorithm == "zstd" {
-		compress, embedded = "gz_zstd_compress", kernels.Zstd
-		g.pagesPerBlock, g.threadsPerBlock = 1, 32
+		embedded = kernels.Zstd
 	}
 	if ptx == nil {
 		ptx = embedded
@@ -176,8 +184,12 @@ func (g *Backend) setup(ptx []byte) error {
 	if g.mod, err = g.dr.loadModule(ptx); err != nil {
 		return err
 	}
-	if g.fComp, err = g.dr.function(g.mod, compress); err != nil {
-		return err
+	batch := batchKernels[g.cfg.Algorithm]
+	for _, k := range batch.kernels {
+		if k.f, err = g.dr.function(g.mod, k.name); err != nil {
+			return err
+		}
+		g.kernels = append(g.kernels, k)
 	}
 	n := g.cfg.MaxBatchPages
 	for range g.cfg.Slots {
@@ -186,8 +198,11 @@ func (g *Backend) setup(ptx []byte) error {
 		if s.stream, err = g.dr.streamCreate(); err != nil {
 			return err
 		}
-		for _, d := range []*devicePtr{&s.dPages, &s.dScratch, &s.dPacked} {
-			if *d, err = g.dr.memAlloc(n * codec.PageSize); err != nil {
+		for _, d := range []struct {
+			p     *devicePtr
+			pages int
+		}{{&s.dPages, n}, {&s.dScratch, n * batch.scratchPages}, {&s.dPacked, n}} {
+			if *d.p, err = g.dr.memAlloc(d.pages * codec.PageSize); err != nil {
 				return err
 			}
 		}

@@ -2,9 +2,13 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
+
+	"github.com/gzramd/gzramd/kernels"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -63,5 +67,31 @@ func TestFaultPlan(t *testing.T) {
 	}
 	if p.Fault(FaultKernel) != nil || p.Count(FaultUpload) != 5 || p.Count(FaultKernel) != 1 {
 		t.Fatal("FaultPlan counts wrong")
+	}
+}
+
+// TestLaunchShapesMatchPTX: every kernel a batch launches is in its PTX,
+// declared for the threads a block pkg/gpu launches it with (.maxntid,
+// from __launch_bounds__): a block of another size would fail to launch,
+// or leave pages without a warp.
+func TestLaunchShapesMatchPTX(t *testing.T) {
+	ptx := map[string][]byte{"lz4": kernels.LZ4, "zstd": kernels.Zstd}
+	for alg, batch := range batchKernels {
+		for _, k := range batch.kernels {
+			_, rest, ok := strings.Cut(string(ptx[alg]), ".entry "+k.name+"(")
+			if !ok {
+				t.Errorf("%s: the PTX has no entry %s", alg, k.name)
+				continue
+			}
+			var x, y, z int
+			_, decl, _ := strings.Cut(rest, ".maxntid ")
+			if _, err := fmt.Sscanf(decl, "%d, %d, %d", &x, &y, &z); err != nil {
+				t.Errorf("%s: %s declares no .maxntid: %v", alg, k.name, err)
+				continue
+			}
+			if x != 32*k.pagesPerBlock || y != 1 || z != 1 {
+				t.Errorf("%s: %s is declared for %dx%dx%d threads a block, launched with %d", alg, k.name, x, y, z, 32*k.pagesPerBlock)
+			}
+		}
 	}
 }

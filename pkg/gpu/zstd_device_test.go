@@ -149,7 +149,6 @@ func kernelGBs(t *testing.T, g *Backend, pages []byte) float64 {
 	if err := dr.htod(s.dPages, pages[:n*codec.PageSize], s.stream); err != nil {
 		t.Fatal(err)
 	}
-	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+n))
 	var times []time.Duration
 	for range 11 {
 		if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {
@@ -159,9 +158,7 @@ func kernelGBs(t *testing.T, g *Backend, pages []byte) float64 {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		grid := (n + g.pagesPerBlock - 1) / g.pagesPerBlock
-		if err := dr.launchCompress(g.fComp, grid, g.threadsPerBlock, s.stream, s.dPages, n,
-			s.dScratch, s.dPacked, s.dMeta, offs, lens); err != nil {
+		if err := g.launch(s, n); err != nil {
 			t.Fatal(err)
 		}
 		if err := dr.streamSync(s.stream); err != nil {
