@@ -38,7 +38,7 @@
 // they run on one lane, and on the corpus these cost 0.13 % of ratio for
 // 20 % of the kernel's speed (bench/results/zstd-gpu-h100-2026-11-23.md).
 #define ZP_FSE_TRIES 2
-#define ZP_HUF_TRIES 2
+#define ZP_HUF_TRIES 1
 #define ZP_HUF_WEIGHT_LOG5 0
 // The entropy stages' larger functions stay calls (the lane running them
 // stalled on instruction fetch more than half the time, Nsight Compute),
@@ -362,6 +362,7 @@ static __device__ int zw_plan_literals(zp_workspace *ws, int n, uint8_t *op, uin
 		if (zp_highbit((uint32_t)n - 1) - 1 < top) top = zp_highbit((uint32_t)n - 1) - 1;
 		if (top < lo) top = lo;
 #endif
+#if ZP_HUF_TRIES > 1
 		for (int limit = top; limit >= lo && tries < ZP_HUF_TRIES; limit--, tries++) {
 			const int c = zw_huf_plan(ws, n, nsorted, maxSym, limit, 0, dc, &maxBits, sbits, lane);
 			if (c >= bestComp) break;
@@ -369,6 +370,11 @@ static __device__ int zw_plan_literals(zp_workspace *ws, int n, uint8_t *op, uin
 			bestLimit = limit;
 			if (maxBits < limit) limit = maxBits;
 		}
+#else
+		// One limit, the deepest: nothing to estimate before the plan.
+		bestLimit = top;
+		(void)bestComp, (void)tries;
+#endif
 		ZP_PROF(12);
 		const int four = n > 1023, hdr = four ? 4 : 3;
 		const int comp = bestLimit ? zw_huf_plan(ws, n, nsorted, maxSym, bestLimit, 1, dc, &maxBits, sbits, lane) : 0x7FFF;
@@ -483,13 +489,19 @@ static __device__ bool zw_huf_streams(zp_workspace *ws, const zp_lit_plan *pl, i
 	return true;
 }
 
+// The GPU keeps a sequence's three codes (by type: 0 LL, 1 OF, 2 ML) where
+// the host keeps its values, which stay in scratch (zw_parsed) until the
+// bitstream reads their extra bits.
+static __device__ __forceinline__ uint8_t *zw_codes(zp_workspace *ws, int t) { return (uint8_t *)ws->seq_ll + t * ZP_MAX_SEQ; }
+static_assert(3 * ZP_MAX_SEQ <= sizeof(((zp_workspace *)0)->seq_ll) * 3, "the codes fit the sequences' arrays");
+
 // zw_encode_sequences writes the bytes zp_encode_sequences writes (with FSE
 // tables allowed), with the warp: the codes counted by every lane, the
 // three types' tables planned and built on three lanes, each type's chain
 // of states walked on its lane, and the bitstream laid out by a prefix sum
 // of the sequences' bit counts and written by every lane. It returns the
 // end, or NULL when over oend; every lane gets the same.
-static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, int nseq, uint8_t *op, uint8_t *oend, int lane) {
+static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, const zw_parsed *parsed, int nseq, uint8_t *op, uint8_t *oend, int lane) {
 	const unsigned full = 0xFFFFFFFFu;
 	if (nseq == 0) {
 		if (op >= oend) return 0;
@@ -505,7 +517,7 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, int nseq, uint8
 	__syncwarp();
 	for (int i = lane; i < nseq; i += 32) {
 		for (int t = 0; t < 3; t++) {
-			const int c = t * 64 + zp_seq_code(ws, t, i);
+			const int c = t * 64 + zw_codes(ws, t)[i];
 			atomicAdd(&count2[c >> 1], 1u << (16 * (c & 1)));
 		}
 	}
@@ -540,9 +552,10 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, int nseq, uint8
 		const int t = lane;
 		const zp_fse_ct *ct = &ws->u.seq.ct[t];
 		uint16_t *fb = ws->u.seq.x.fbits[t];
-		uint32_t st = zp_fse_init(ct->state, ct->dfs, ct->dnb, zp_seq_code(ws, t, nseq - 1));
+		const uint8_t *code = zw_codes(ws, t);
+		uint32_t st = zp_fse_init(ct->state, ct->dfs, ct->dnb, code[nseq - 1]);
 		for (int i = nseq - 2; i >= 0; i--) {
-			const int c = zp_seq_code(ws, t, i);
+			const int c = code[i];
 			const uint32_t nb = (st + ct->dnb[c]) >> 16;
 			fb[i] = (uint16_t)((st & ((1u << nb) - 1)) << 4 | nb);
 			st = ct->state[(int)(st >> nb) + ct->dfs[c]];
@@ -564,12 +577,12 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, int nseq, uint8
 		uint32_t fo = 0, fm = 0, fl = 0, ll = 0, mlb = 0, of = 0, bits = 0;
 		int lc = 0, mc = 0, oc = 0;
 		if (i >= 0) {
-			ll = ws->seq_ll[i];
-			mlb = (uint32_t)ws->seq_ml[i] - 3;
-			of = ws->seq_of[i];
-			lc = zp_ll_code(ll);
-			mc = zp_ml_code(mlb);
-			oc = zp_highbit(of);
+			ll = parsed->ll[i];
+			mlb = (uint32_t)parsed->ml[i] - 3;
+			of = parsed->of[i];
+			lc = zw_codes(ws, 0)[i];
+			oc = zw_codes(ws, 1)[i];
+			mc = zw_codes(ws, 2)[i];
 			if (i < nseq - 1) {
 				fo = m[1] ? ws->u.seq.x.fbits[1][i] : 0;
 				fm = m[2] ? ws->u.seq.x.fbits[2][i] : 0;
@@ -768,16 +781,17 @@ gz_zstd_encode(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratc
 		}
 		len = 11;
 	} else {
-		// The literals and sequences into the workspace; the frame is then
-		// written over the literals' copy in scratch.
+		// The literals into the workspace (the frame is then written over
+		// their copy in scratch), the sequences' codes beside them.
 		const int nseq = parsed->nseq;
 		const uint4 *lit16 = (const uint4 *)frame;
 		uint4 *ws16 = (uint4 *)ws.u.lit.lit;
 		for (int i = lane; i < (nlit + 15) >> 4; i += 32) ws16[i] = lit16[i];
-		const uint32_t *from[3] = {(const uint32_t *)parsed->ll, (const uint32_t *)parsed->ml, (const uint32_t *)parsed->of};
-		uint32_t *to[3] = {(uint32_t *)ws.seq_ll, (uint32_t *)ws.seq_ml, (uint32_t *)ws.seq_of};
-		for (int t = 0; t < 3; t++)
-			for (int i = lane; i < (nseq + 1) >> 1; i += 32) to[t][i] = from[t][i];
+		for (int i = lane; i < nseq; i += 32) {
+			zw_codes(&ws, 0)[i] = (uint8_t)zp_ll_code(parsed->ll[i]);
+			zw_codes(&ws, 1)[i] = (uint8_t)zp_highbit(parsed->of[i]);
+			zw_codes(&ws, 2)[i] = (uint8_t)zp_ml_code((uint32_t)parsed->ml[i] - 3);
+		}
 		__syncwarp();
 		ZP_PROF(3);
 		__shared__ zp_lit_plan plan;
@@ -799,7 +813,7 @@ gz_zstd_encode(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratc
 		if (ok) {
 			uint8_t *op = plan.end;
 			if (lane == 0) zp_finish_literals(&plan);
-			op = zw_encode_sequences(&ws, nseq, op, oend, lane);
+			op = zw_encode_sequences(&ws, parsed, nseq, op, oend, lane);
 			if (op && lane == 0) {
 				zp_block_header(frame + 7, 2, (uint32_t)(op - (frame + 10)));
 				len = (int)(op - frame);

@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
 	const char *step[32] = {0};
 	step[1] = "parse: setup (table, same-byte test)";
 	step[2] = "parse: sequences";
-	step[3] = "encode: literals and sequences read";
+	step[3] = "encode: literals read, codes";
 	step[4] = "literal histogram";
 	step[5] = "literals section (plan rest, Huffman streams)";
 	step[6] = "finish literals, block header";
