@@ -246,6 +246,110 @@ static __device__ int zw_huf_lengths(zp_workspace *ws, int n, const int *dc, int
 	return zw_blc[ZP_HUF_MAX_BITS + 1];
 }
 
+// zw_put ORs the low nb bits of v into the bit stream out at bit pos.
+static __device__ __forceinline__ void zw_put(uint32_t *out, uint32_t pos, uint32_t v, int nb) {
+	if (nb == 0) return;
+	v &= (1u << nb) - 1;
+	const uint32_t w = pos >> 5, sh = pos & 31;
+	atomicOr(&out[w], v << sh);
+	if (sh + nb > 32) atomicOr(&out[w + 1], v >> (32 - sh));
+}
+
+// zw_huf_weights_fse is zp_huf_weights_fse (exact, the weights counted)
+// with the warp: the table on lane 0, the two interleaved states' chains
+// on lanes 0 and 1 (each weight's bits kept in ws->u.lit.depth, free once
+// the code lengths are known), and the bitstream laid out by a prefix sum
+// in ws->u.lit.hcode (free until the codes are assigned). The same bytes;
+// the same result on every lane.
+static __device__ int zw_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int n, int tl, uint8_t *out, int cap, int lane) {
+	const unsigned full = 0xFFFFFFFFu;
+	const zp_fse_ct_small *ct = &ws->u.lit.wct;
+	__shared__ int head;
+	__shared__ uint32_t fin[2];
+	if (lane == 0) {
+		const uint16_t *cnt = ws->u.lit.wcount;
+		int maxW = 0, distinct = 0;
+		for (int i = 0; i < 16; i++) {
+			if (cnt[i]) {
+				maxW = i;
+				distinct++;
+			}
+		}
+		int h = -1;
+		if (n >= 2 && distinct >= 2) {
+			int16_t *norm = ws->u.lit.wnorm;
+			zp_fse_normalize(cnt, maxW, (uint32_t)n, tl, norm);
+			h = zp_fse_write_ncount(out, cap, norm, maxW, tl);
+			if (h >= 0) zp_fse_build(ws->u.lit.wct.state, ws->u.lit.wct.dfs, ws->u.lit.wct.dnb, norm, maxW, tl, ws->u.lit.tsym, ws->u.lit.wcumul);
+		}
+		head = h;
+	}
+	__syncwarp();
+	const int h = head;
+	if (h < 0) return -1;
+	uint16_t *fb = ws->u.lit.depth;
+	if (lane < 2) {
+		const int i0 = ((n - 1) & 1) == lane ? n - 1 : n - 2;
+		uint32_t st = zp_fse_init(ct->state, ct->dfs, ct->dnb, w[i0]);
+		for (int i = i0 - 2; i >= 0; i -= 2) {
+			const int c = w[i];
+			const uint32_t nb = (st + ct->dnb[c]) >> 16;
+			fb[i] = (uint16_t)((st & ((1u << nb) - 1)) << 4 | nb);
+			st = ct->state[(int)(st >> nb) + ct->dfs[c]];
+		}
+		fin[lane] = st;
+	}
+	uint32_t *buf = (uint32_t *)ws->u.lit.hcode;
+	const uint32_t capBits = (uint32_t)sizeof(ws->u.lit.hcode) * 8;
+	for (int i = lane; i < (int)(sizeof(ws->u.lit.hcode) / 4); i += 32) buf[i] = 0;
+	__syncwarp();
+	uint32_t base = 0;
+	for (int r0 = 0; r0 < n - 2; r0 += 32) {
+		const int i = n - 3 - (r0 + lane);
+		const uint32_t f = i >= 0 ? fb[i] : 0, nb = f & 15;
+		uint32_t sum = nb;
+		for (int d = 1; d < 32; d <<= 1) {
+			const uint32_t y = __shfl_up_sync(full, sum, d);
+			if (lane >= d) sum += y;
+		}
+		const uint32_t pos = base + sum - nb;
+		base += __shfl_sync(full, sum, 31);
+		if (pos + nb <= capBits) zw_put(buf, pos, f >> 4, (int)nb);
+	}
+	const uint32_t total = base + 2 * (uint32_t)tl + 1;
+	const int bytes = (int)((total + 7) >> 3);
+	if (total > capBits || bytes > cap - h) return -1;
+	if (lane == 0) {
+		zw_put(buf, base, fin[1], tl);
+		zw_put(buf, base + tl, fin[0], tl);
+		zw_put(buf, base + 2 * tl, 1, 1);
+	}
+	__syncwarp();
+	const uint8_t *b8 = (const uint8_t *)buf;
+	for (int j = lane; j < bytes; j += 32) out[h + j] = b8[j];
+	__syncwarp();
+	return h + bytes;
+}
+
+// zw_huf_tree is zp_huf_tree (exact, the weights counted, FSE weights at
+// table log 6 only) with the warp; the same on every lane.
+static __device__ int zw_huf_tree(zp_workspace *ws, int maxSym, int lane) {
+	static_assert(!ZP_HUF_WEIGHT_LOG5, "the GPU tries the weights' FSE table at log 6 only");
+	const int direct = maxSym <= 128 ? 1 + (maxSym + 1) / 2 : 0x7FFF;
+	const int f6 = zw_huf_weights_fse(ws, ws->u.lit.weight, maxSym, 6, ws->u.lit.tree + 128, 127, lane);
+	const int fse = f6 > 0 && f6 < 128 ? f6 : 0x7FFF;
+	int treeSize = direct;
+	if (lane == 0) ws->u.lit.treeFse = -1;
+	if (1 + fse < direct) {
+		treeSize = 1 + fse;
+		if (lane == 0) {
+			ws->u.lit.treeFse = 128;
+			ws->u.lit.treeLen = (int16_t)fse;
+		}
+	}
+	return treeSize >= 0x7FFF ? 0x7FFF : treeSize;
+}
+
 // zw_huf_plan is zp_huf_plan with the warp (the tree's description on lane
 // 0); exact, it also gives each stream's bits in sbits.
 static __device__ __noinline__ int zw_huf_plan(zp_workspace *ws, int n, int nsorted, int maxSym, int limit, int exact, const int *dc,
@@ -266,11 +370,13 @@ static __device__ __noinline__ int zw_huf_plan(zp_workspace *ws, int n, int nsor
 	}
 	__syncwarp();
 	int treeSize = 0;
-	if (lane == 0) {
-		ws->u.lit.maxBits = (uint8_t)maxBits;
-		treeSize = zp_huf_tree(ws, maxSym, exact, 1);
+	if (lane == 0) ws->u.lit.maxBits = (uint8_t)maxBits;
+	if (exact) {
+		treeSize = zw_huf_tree(ws, maxSym, lane);
+	} else {
+		if (lane == 0) treeSize = zp_huf_tree(ws, maxSym, 0, 1);
+		treeSize = __shfl_sync(full, treeSize, 0);
 	}
-	treeSize = __shfl_sync(full, treeSize, 0);
 	__syncwarp();
 	if (treeSize >= 0x7FFF) return 0x7FFF;
 	const int four = n > 1023, seg = (n + 3) / 4;
@@ -354,15 +460,16 @@ static __device__ int zw_plan_literals(zp_workspace *ws, int n, uint8_t *op, uin
 		if (lane == 0) zp_huf_depths(ws, nsorted, dc);
 		__syncwarp();
 		ZP_PROF(16);
-		int bestComp = 0x7FFF, bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
+		int bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
 		if (lo < ZP_HUF_MIN_LIMIT) lo = ZP_HUF_MIN_LIMIT;
-		int tries = 0, top = ZP_HUF_MAX_BITS, maxBits = 0;
+		int top = ZP_HUF_MAX_BITS, maxBits = 0;
 		uint32_t sbits[4];
 #if ZP_HUF_SRC_BITS
 		if (zp_highbit((uint32_t)n - 1) - 1 < top) top = zp_highbit((uint32_t)n - 1) - 1;
 		if (top < lo) top = lo;
 #endif
 #if ZP_HUF_TRIES > 1
+		int bestComp = 0x7FFF, tries = 0;
 		for (int limit = top; limit >= lo && tries < ZP_HUF_TRIES; limit--, tries++) {
 			const int c = zw_huf_plan(ws, n, nsorted, maxSym, limit, 0, dc, &maxBits, sbits, lane);
 			if (c >= bestComp) break;
@@ -373,7 +480,6 @@ static __device__ int zw_plan_literals(zp_workspace *ws, int n, uint8_t *op, uin
 #else
 		// One limit, the deepest: nothing to estimate before the plan.
 		bestLimit = top;
-		(void)bestComp, (void)tries;
 #endif
 		ZP_PROF(12);
 		const int four = n > 1023, hdr = four ? 4 : 3;
@@ -433,15 +539,6 @@ static __device__ int zw_plan_literals(zp_workspace *ws, int n, uint8_t *op, uin
 	return 1;
 }
 
-// zw_put ORs the low nb bits of v into the bit stream out at bit pos.
-static __device__ __forceinline__ void zw_put(uint32_t *out, uint32_t pos, uint32_t v, int nb) {
-	if (nb == 0) return;
-	v &= (1u << nb) - 1;
-	const uint32_t w = pos >> 5, sh = pos & 31;
-	atomicOr(&out[w], v << sh);
-	if (sh + nb > 32) atomicOr(&out[w + 1], v >> (32 - sh));
-}
-
 // zw_huf_streams writes the planned Huffman streams as zp_huf_stream does,
 // with the warp: a stream's literals 32 at a time from its last, each
 // lane's code placed by a prefix sum of the code lengths into a buffer in
@@ -495,6 +592,108 @@ static __device__ bool zw_huf_streams(zp_workspace *ws, const zp_lit_plan *pl, i
 static __device__ __forceinline__ uint8_t *zw_codes(zp_workspace *ws, int t) { return (uint8_t *)ws->seq_ll + t * ZP_MAX_SEQ; }
 static_assert(3 * ZP_MAX_SEQ <= sizeof(((zp_workspace *)0)->seq_ll) * 3, "the codes fit the sequences' arrays");
 
+// zw_seq_plan_tables is zp_seq_plan_table (FSE tables allowed) for the
+// three types at once, with the same choices: each type's distinct codes
+// and predefined table's cost from the warp, its two table logs tried on
+// two lanes (the second's distribution and description kept in the
+// type's tsym, free until the table is built), and the choice on the
+// type's lane. It returns whether every type can be coded, on every lane.
+static __device__ bool zw_seq_plan_tables(zp_workspace *ws, int nseq, zp_seq_plan *sp, int lane) {
+	static_assert(ZP_FSE_TRIES <= 2, "two table logs a type, on two lanes");
+	const unsigned full = 0xFFFFFFFFu;
+	__shared__ int distinct[3], maxSym[3];
+	__shared__ uint32_t pre[3], tryCost[3][2];
+	__shared__ int tryDesc[3][2];
+	for (int t = 0; t < 3; t++) {
+		const uint16_t *count = ws->u.seq.x.b.count[t];
+		const int c0 = count[lane], c1 = count[lane + 32];
+		const unsigned b0 = __ballot_sync(full, c0 != 0), b1 = __ballot_sync(full, c1 != 0);
+		const int top = b1 ? 32 + zp_highbit(b1) : zp_highbit(b0); // nseq > 0: some code is counted
+		const int16_t *def = t == 0 ? zp_ll_def : t == 1 ? zp_of_def : zp_ml_def;
+		const int defMax = t == 0 ? 35 : t == 1 ? 28 : 52, defLog = t == 1 ? 5 : 6;
+		uint32_t bits = 0;
+		bool bad = false;
+		for (int k = 0; k < 2; k++) {
+			const int s = lane + 32 * k, c = k ? c1 : c0;
+			if (c == 0 || s > top) continue;
+			int p = s <= defMax ? def[s] : 0;
+			if (p == 0) {
+				bad = true;
+				continue;
+			}
+			if (p < 0) p = 1;
+			bits += (uint32_t)c * (uint32_t)((defLog << 8) - zp_log2q8_tab[p]);
+		}
+		bad = __any_sync(full, bad);
+		bits = zw_sum(bits);
+		if (lane == 0) {
+			distinct[t] = __popc(b0) + __popc(b1);
+			maxSym[t] = top;
+			pre[t] = bad ? 0xFFFFFFFFu : bits + ((uint32_t)defLog << 8);
+		}
+	}
+	__syncwarp();
+	if (lane < 3 * ZP_FSE_TRIES) {
+		const int t = lane % 3, k = lane / 3;
+		uint32_t c = 0xFFFFFFFFu;
+		int h = -1;
+		if (distinct[t] > 1) {
+			int minLog = zp_highbit((uint32_t)distinct[t] - 1) + 1;
+			if (minLog < 5) minLog = 5;
+			const int tl = minLog + k, maxLog = t == 1 ? 8 : 9;
+			if (tl <= maxLog && tl <= ZP_FSE_TRY_MAX) {
+				const uint16_t *count = ws->u.seq.x.b.count[t];
+				int16_t *norm = k == 0 ? ws->u.seq.x.b.norm[t] : (int16_t *)ws->u.seq.x.b.tsym[t];
+				uint8_t *ncount = k == 0 ? ws->u.seq.x.b.ncount[t] : ws->u.seq.x.b.tsym[t] + 128;
+				zp_fse_normalize(count, maxSym[t], (uint32_t)nseq, tl, norm);
+				h = zp_fse_write_ncount(ncount, 96, norm, maxSym[t], tl);
+				if (h >= 0) c = zp_fse_cost(count, maxSym[t], norm, maxSym[t], tl) + ((uint32_t)tl << 8) + ((uint32_t)h << 11);
+			}
+		}
+		tryCost[t][k] = c;
+		tryDesc[t][k] = h;
+	}
+	__syncwarp();
+	bool ok = true;
+	if (lane < 3) {
+		const int t = lane, m = maxSym[t];
+		sp->maxs[t] = m;
+		sp->desc[t] = 0;
+		if (distinct[t] == 1) {
+			sp->mode[t] = 1;
+			sp->log[t] = 0;
+			sp->desc[t] = 1;
+			ws->u.seq.x.b.ncount[t][0] = (uint8_t)m;
+		} else {
+			uint32_t best = pre[t];
+			int bestK = -1;
+			sp->mode[t] = 0;
+			sp->log[t] = t == 1 ? 5 : 6;
+			for (int k = 0; k < ZP_FSE_TRIES; k++) {
+				if (tryCost[t][k] < best) {
+					best = tryCost[t][k];
+					bestK = k;
+				}
+			}
+			if (bestK >= 0) {
+				int minLog = zp_highbit((uint32_t)distinct[t] - 1) + 1;
+				if (minLog < 5) minLog = 5;
+				sp->mode[t] = 2;
+				sp->log[t] = minLog + bestK;
+				sp->desc[t] = tryDesc[t][bestK];
+				if (bestK == 1) {
+					const int16_t *norm = (const int16_t *)ws->u.seq.x.b.tsym[t];
+					const uint8_t *ncount = ws->u.seq.x.b.tsym[t] + 128;
+					for (int s = 0; s <= m; s++) ws->u.seq.x.b.norm[t][s] = norm[s];
+					for (int i = 0; i < sp->desc[t]; i++) ws->u.seq.x.b.ncount[t][i] = ncount[i];
+				}
+			}
+			ok = best != 0xFFFFFFFFu;
+		}
+	}
+	return __all_sync(full, ok);
+}
+
 // zw_encode_sequences writes the bytes zp_encode_sequences writes (with FSE
 // tables allowed), with the warp: the codes counted by every lane, the
 // three types' tables planned and built on three lanes, each type's chain
@@ -524,9 +723,7 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, const zw_parsed
 	__syncwarp();
 	ZP_PROF(20);
 	zp_seq_plan *sp = &ws->u.seq.plan;
-	int ok = 1;
-	if (lane < 3) ok = zp_seq_plan_table(ws, lane, nseq, 1, sp);
-	if (!__all_sync(full, ok)) return 0;
+	if (!zw_seq_plan_tables(ws, nseq, sp, lane)) return 0;
 	__syncwarp();
 	ZP_PROF(21);
 	const int d0 = sp->desc[0], d1 = sp->desc[1], d2 = sp->desc[2];
