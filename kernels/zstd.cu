@@ -68,6 +68,9 @@ static __shared__ long long zw_t[32]; // a warp's last checkpoint
 #define ZW_HASH_BITS 9
 #endif
 #define ZW_MIN_MATCH 4 // a new offset's shortest match (the hashed length)
+#ifndef ZW_REPS
+#define ZW_REPS 3 // repeat offsets tried at every position
+#endif
 #define ZW_REP_MIN 3   // a repeat offset's
 #define ZW_LIMIT (ZP_PAGE - 4) // the last position a match may start at
 
@@ -216,6 +219,75 @@ static __device__ int zw_huf_sort(zp_workspace *ws, int lane) {
 		}
 	}
 	return n;
+}
+
+// zw_huf_depths is zp_huf_depths with the warp around lane 0's
+// Moffat-Katajainen passes (which keep the heads of both queues in
+// registers): the counts loaded and the depths counted across lanes, into
+// dc (shared).
+static __device__ void zw_huf_depths(zp_workspace *ws, int n, int *dc, int lane) {
+	const unsigned full = 0xFFFFFFFFu, lt = (1u << lane) - 1;
+	const uint16_t *hist = ws->u.lit.hist, *sym = ws->u.lit.sym;
+	uint16_t *A = ws->u.lit.depth;
+	for (int i = lane; i < n; i += 32) A[i] = hist[sym[i]];
+	for (int i = lane; i <= 32; i += 32) dc[i] = 0;
+	__syncwarp();
+	if (lane == 0) {
+		int root = 0, leaf = 2, next;
+		A[0] = (uint16_t)(A[0] + A[1]);
+		uint32_t vr = A[0], vl = leaf < n ? A[leaf] : 0;
+		// vr is A[root] while root < next (an internal node's weight), vl
+		// A[leaf]; with root == next no internal node waits.
+		for (next = 1; next < n - 1; next++) {
+			uint32_t w;
+			if (leaf >= n || (root < next && vr < vl)) {
+				w = vr;
+				A[root++] = (uint16_t)next;
+				vr = A[root];
+			} else {
+				w = vl;
+				leaf++;
+				vl = leaf < n ? A[leaf] : 0;
+			}
+			if (leaf >= n || (root < next && vr < vl)) {
+				w += vr;
+				A[root++] = (uint16_t)next;
+				vr = A[root];
+			} else {
+				w += vl;
+				leaf++;
+				vl = leaf < n ? A[leaf] : 0;
+			}
+			A[next] = (uint16_t)w;
+			if (root == next) vr = w;
+		}
+		A[n - 2] = 0;
+		for (next = n - 3; next >= 0; next--) A[next] = (uint16_t)(A[A[next]] + 1);
+		int avbl = 1, used = 0, dpth = 0;
+		root = n - 2;
+		next = n - 1;
+		while (avbl > 0) {
+			while (root >= 0 && A[root] == dpth) {
+				used++;
+				root--;
+			}
+			while (avbl > used) {
+				A[next--] = (uint16_t)dpth;
+				avbl--;
+			}
+			avbl = 2 * used;
+			dpth++;
+			used = 0;
+		}
+	}
+	__syncwarp();
+	for (int i0 = 0; i0 < n; i0 += 32) {
+		const int i = i0 + lane;
+		const int d = i < n ? min((int)A[i], 32) : -1 - lane;
+		const unsigned peers = __match_any_sync(full, d);
+		if (i < n && (peers & lt) == 0) dc[d] += __popc(peers);
+		__syncwarp();
+	}
 }
 
 // The code-length counts of the last zw_huf_lengths (a warp a block), and
@@ -456,8 +528,8 @@ static __device__ int zw_plan_literals(zp_workspace *ws, int n, uint8_t *op, uin
 	if (distinct >= 2) {
 		const int nsorted = zw_huf_sort(ws, lane);
 		ZP_PROF(11);
-		int dc[33];
-		if (lane == 0) zp_huf_depths(ws, nsorted, dc);
+		__shared__ int dc[33];
+		zw_huf_depths(ws, nsorted, dc, lane);
 		__syncwarp();
 		ZP_PROF(16);
 		int bestLimit = 0, lo = zp_highbit((uint32_t)distinct - 1) + 1;
@@ -890,7 +962,7 @@ gz_zstd_parse(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch
 				const int g = zw_gain(l, (uint32_t)(p - q) + 3);
 				if (g > gain) ml = l, off = p - q, gain = g;
 			}
-			for (int r = 0; r < 3; r++) {
+			for (int r = 0; r < ZW_REPS; r++) {
 				const int o = (int)rep[r];
 				if (o <= 0 || o > p) continue;
 				const int l = zw_match_len(page, p - o, p);
