@@ -327,6 +327,104 @@ static __device__ __forceinline__ void zw_put(uint32_t *out, uint32_t pos, uint3
 	if (sh + nb > 32) atomicOr(&out[w + 1], v >> (32 - sh));
 }
 
+// zw_put64 ORs v, nb < 64 bits, into the bit stream out at bit pos.
+static __device__ __forceinline__ void zw_put64(uint32_t *out, uint32_t pos, uint64_t v, int nb) {
+	if (nb == 0) return;
+	const uint32_t w = pos >> 5, sh = pos & 31;
+	const uint64_t lo = v << sh;
+	atomicOr(&out[w], (uint32_t)lo);
+	if (sh + nb > 32) atomicOr(&out[w + 1], (uint32_t)(lo >> 32));
+	if (sh + nb > 64) atomicOr(&out[w + 2], (uint32_t)(v >> (64 - sh)));
+}
+
+// zw_scan64 gives a lane the exclusive prefix sums of two per-symbol
+// values, a for symbol lane and b for lane + 32, and their total.
+static __device__ __forceinline__ void zw_scan64(int a, int b, int lane, int *exA, int *exB, int *total) {
+	const unsigned full = 0xFFFFFFFFu;
+	int ia = a, ib = b;
+	for (int d = 1; d < 32; d <<= 1) {
+		const int ya = __shfl_up_sync(full, ia, d), yb = __shfl_up_sync(full, ib, d);
+		if (lane >= d) ia += ya, ib += yb;
+	}
+	const int ta = __shfl_sync(full, ia, 31), tb = __shfl_sync(full, ib, 31);
+	*exA = ia - a;
+	*exB = ta + ib - b;
+	*total = ta + tb;
+}
+
+// zw_fse_build is zp_fse_build (maxSym < 64) with the warp, the same
+// table: each cell of the spread is where the k-th step of the walk lands
+// (k times step, the cells above high skipped), holding the symbol whose
+// share of the walk's valid cells the cell's rank falls in; each state is
+// the next of its symbol's, in cell order.
+static __device__ void zw_fse_build(uint16_t *state, int16_t *dfs, uint32_t *dnb, const int16_t *norm, int maxSym, int tableLog,
+	uint8_t *tsym, int lane) {
+	const unsigned full = 0xFFFFFFFFu, lt = (1u << lane) - 1;
+	__shared__ uint16_t start[64], cell[64], seen[64];
+	const int T = 1 << tableLog, mask = T - 1, step = (T >> 1) + (T >> 3) + 3;
+	const int n0 = lane <= maxSym ? norm[lane] : 0, n1 = lane + 32 <= maxSym ? norm[lane + 32] : 0;
+	// Low-probability symbols (-1) take the top cells, in symbol order.
+	const unsigned low0 = __ballot_sync(full, n0 == -1), low1 = __ballot_sync(full, n1 == -1);
+	const int high = T - 1 - __popc(low0) - __popc(low1);
+	if (n0 == -1) tsym[T - 1 - __popc(low0 & lt)] = (uint8_t)lane;
+	if (n1 == -1) tsym[T - 1 - __popc(low0) - __popc(low1 & lt)] = (uint8_t)(lane + 32);
+	int c0, c1, r0, r1, total;
+	zw_scan64(n0 == -1 ? 1 : n0, n1 == -1 ? 1 : n1, lane, &c0, &c1, &total); // each symbol's first state
+	zw_scan64(n0 > 0 ? n0 : 0, n1 > 0 ? n1 : 0, lane, &r0, &r1, &total);     // its first rank in the walk
+	cell[lane] = (uint16_t)c0;
+	cell[lane + 32] = (uint16_t)c1;
+	start[lane] = (uint16_t)r0;
+	start[lane + 32] = (uint16_t)r1;
+	seen[lane] = seen[lane + 32] = 0;
+	__syncwarp();
+	int rank = 0;
+	for (int k0 = 0; k0 < T; k0 += 32) {
+		const int pos = ((k0 + lane) * step) & mask;
+		const bool valid = k0 + lane < T && pos <= high;
+		const unsigned vb = __ballot_sync(full, valid);
+		if (valid) {
+			const int r = rank + __popc(vb & lt);
+			int lo = 0, hi = maxSym; // the last symbol whose first rank is r or less
+			while (lo < hi) {
+				const int mid = (lo + hi + 1) >> 1;
+				if (start[mid] <= r) lo = mid;
+				else hi = mid - 1;
+			}
+			tsym[pos] = (uint8_t)lo;
+		}
+		rank += __popc(vb);
+	}
+	__syncwarp();
+	for (int u0 = 0; u0 < T; u0 += 32) {
+		const int u = u0 + lane;
+		const int s = u < T ? tsym[u] : 64 + lane;
+		const unsigned peers = __match_any_sync(full, s);
+		if (u < T) {
+			state[cell[s] + seen[s] + __popc(peers & lt)] = (uint16_t)(T + u);
+		}
+		__syncwarp();
+		if (u < T && (peers & lt) == 0) seen[s] += (uint16_t)__popc(peers);
+		__syncwarp();
+	}
+	for (int k = 0; k < 2; k++) {
+		const int s = lane + 32 * k, n = k ? n1 : n0, before = k ? c1 : c0;
+		if (s > maxSym) continue;
+		if (n == 0) {
+			dnb[s] = ((uint32_t)(tableLog + 1) << 16) - (uint32_t)T;
+			dfs[s] = 0;
+		} else if (n == -1 || n == 1) {
+			dnb[s] = ((uint32_t)tableLog << 16) - (uint32_t)T;
+			dfs[s] = (int16_t)(before - 1);
+		} else {
+			const int maxBitsOut = tableLog - zp_highbit((uint32_t)(n - 1));
+			const uint32_t minStatePlus = (uint32_t)n << maxBitsOut;
+			dnb[s] = ((uint32_t)maxBitsOut << 16) - minStatePlus;
+			dfs[s] = (int16_t)(before - n);
+		}
+	}
+	__syncwarp();
+}
+
 // zw_huf_weights_fse is zp_huf_weights_fse (exact, the weights counted)
 // with the warp: the table on lane 0, the two interleaved states' chains
 // on lanes 0 and 1 (each weight's bits kept in ws->u.lit.depth, free once
@@ -336,29 +434,30 @@ static __device__ __forceinline__ void zw_put(uint32_t *out, uint32_t pos, uint3
 static __device__ int zw_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int n, int tl, uint8_t *out, int cap, int lane) {
 	const unsigned full = 0xFFFFFFFFu;
 	const zp_fse_ct_small *ct = &ws->u.lit.wct;
-	__shared__ int head;
+	__shared__ int head, maxW;
 	__shared__ uint32_t fin[2];
 	if (lane == 0) {
 		const uint16_t *cnt = ws->u.lit.wcount;
-		int maxW = 0, distinct = 0;
+		int top = 0, distinct = 0;
 		for (int i = 0; i < 16; i++) {
 			if (cnt[i]) {
-				maxW = i;
+				top = i;
 				distinct++;
 			}
 		}
 		int h = -1;
 		if (n >= 2 && distinct >= 2) {
 			int16_t *norm = ws->u.lit.wnorm;
-			zp_fse_normalize(cnt, maxW, (uint32_t)n, tl, norm);
-			h = zp_fse_write_ncount(out, cap, norm, maxW, tl);
-			if (h >= 0) zp_fse_build(ws->u.lit.wct.state, ws->u.lit.wct.dfs, ws->u.lit.wct.dnb, norm, maxW, tl, ws->u.lit.tsym, ws->u.lit.wcumul);
+			zp_fse_normalize(cnt, top, (uint32_t)n, tl, norm);
+			h = zp_fse_write_ncount(out, cap, norm, top, tl);
 		}
 		head = h;
+		maxW = top;
 	}
 	__syncwarp();
 	const int h = head;
 	if (h < 0) return -1;
+	zw_fse_build(ws->u.lit.wct.state, ws->u.lit.wct.dfs, ws->u.lit.wct.dnb, ws->u.lit.wnorm, maxW, tl, ws->u.lit.tsym, lane);
 	uint16_t *fb = ws->u.lit.depth;
 	if (lane < 2) {
 		const int i0 = ((n - 1) & 1) == lane ? n - 1 : n - 2;
@@ -810,8 +909,19 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, const zw_parsed
 		op[i] = c;
 	}
 	op += dlen;
-	if (lane < 3) zp_seq_build_table(ws, lane, sp);
-	__syncwarp();
+	for (int t = 0; t < 3; t++) {
+		if (sp->mode[t] == 1) continue;
+		int16_t *norm = ws->u.seq.x.b.norm[t];
+		int maxSym = sp->maxs[t];
+		if (sp->mode[t] == 0) { // zp_seq_build_table's predefined distribution
+			const int16_t *def = t == 0 ? zp_ll_def : t == 1 ? zp_of_def : zp_ml_def;
+			maxSym = t == 0 ? 35 : t == 1 ? 28 : 52;
+			for (int s = lane; s <= maxSym; s += 32) norm[s] = def[s];
+			__syncwarp();
+		}
+		zp_fse_ct *ct = &ws->u.seq.ct[t];
+		zw_fse_build(ct->state, ct->dfs, ct->dnb, norm, maxSym, sp->log[t], ws->u.seq.x.b.tsym[t], lane);
+	}
 	ZP_PROF(22);
 	// Each type's states, last sequence first, on its own lane: the bits
 	// that encoding sequence i's code emits (none for the last, whose code
@@ -867,17 +977,20 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, const zw_parsed
 		uint32_t pos = base + sum - bits;
 		base += __shfl_sync(full, sum, 31);
 		if (i >= 0 && pos + bits <= capBits) {
-			zw_put(out, pos, fo >> 4, (int)(fo & 15));
-			pos += fo & 15;
-			zw_put(out, pos, fm >> 4, (int)(fm & 15));
-			pos += fm & 15;
-			zw_put(out, pos, fl >> 4, (int)(fl & 15));
-			pos += fl & 15;
-			zw_put(out, pos, ll - zp_ll_base[lc], zp_ll_bits[lc]);
-			pos += zp_ll_bits[lc];
-			zw_put(out, pos, mlb - zp_ml_base[mc], zp_ml_bits[mc]);
-			pos += zp_ml_bits[mc];
-			zw_put(out, pos, of, oc);
+			// A sequence's fields in one value: at most 3 * 9 state bits
+			// and 12 + 11 + 12 extra bits on a page.
+			uint64_t v = fo >> 4;
+			int nb = (int)(fo & 15);
+			v |= (uint64_t)(fm >> 4) << nb;
+			nb += (int)(fm & 15);
+			v |= (uint64_t)(fl >> 4) << nb;
+			nb += (int)(fl & 15);
+			v |= (uint64_t)(ll - zp_ll_base[lc]) << nb;
+			nb += zp_ll_bits[lc];
+			v |= (uint64_t)(mlb - zp_ml_base[mc]) << nb;
+			nb += zp_ml_bits[mc];
+			v |= (uint64_t)(of & ((1u << oc) - 1)) << nb;
+			zw_put64(out, pos, v, nb + oc);
 		}
 	}
 	const uint32_t total = base + (uint32_t)(sp->log[0] + sp->log[1] + sp->log[2]) + 1;
