@@ -71,7 +71,7 @@ static __shared__ long long zw_t[32]; // a warp's last checkpoint
 #ifndef ZW_REPS
 #define ZW_REPS 3 // repeat offsets tried at every position
 #endif
-#define ZW_REP_MIN 3   // a repeat offset's
+#define ZW_REP_MIN 3   // a repeat offset's (at most 3: checked in one word)
 #define ZW_LIMIT (ZP_PAGE - 4) // the last position a match may start at
 
 // A page's part of scratch: its literals in the first ZP_PAGE bytes (then
@@ -89,6 +89,12 @@ static_assert(sizeof(zw_parsed) <= ZW_SCRATCH_PAGE - ZP_PAGE, "the parse must fi
 // Pages (warps) a block of gz_zstd_parse; pkg/gpu launches it so.
 #ifndef ZW_PARSE_WARPS
 #define ZW_PARSE_WARPS 4
+#endif
+// Blocks of gz_zstd_parse an SM holds at least: its registers are what
+// limits them (10 blocks of 4 warps: 48 registers a thread, none
+// spilled; at 12 blocks some spill, and the parse is no faster).
+#ifndef ZW_PARSE_BLOCKS
+#define ZW_PARSE_BLOCKS 10
 #endif
 
 static __device__ __forceinline__ uint32_t zw_hash(uint32_t v) { return (v * 2654435761u) >> (32 - ZW_HASH_BITS); }
@@ -114,11 +120,12 @@ static __device__ __forceinline__ uint32_t zw_rd32(const uint32_t *w, int p) {
 	return __funnelshift_r(zw_word(w, p >> 2), zw_word(w, (p >> 2) + 1), (p & 3) * 8);
 }
 
-// zw_match_len is zp_match_len stopped at ZW_CAP bytes: four bytes at a
-// time, each side's words loaded once.
-static __device__ __forceinline__ int zw_match_len(const uint32_t *w, int a, int b) {
+// zw_match_len is zp_match_len stopped at ZW_CAP bytes, from the n bytes
+// (0 or 4) already known equal: four bytes at a time, each side's words
+// loaded once.
+static __device__ __forceinline__ int zw_match_len(const uint32_t *w, int a, int b, int n) {
 	const int sa = (a & 3) * 8, sb = (b & 3) * 8;
-	int ia = a >> 2, ib = b >> 2, n = 0;
+	int ia = (a + n) >> 2, ib = (b + n) >> 2;
 	uint32_t a0 = zw_word(w, ia), b0 = zw_word(w, ib);
 	while (n < ZW_CAP) {
 		const uint32_t a1 = zw_word(w, ++ia), b1 = zw_word(w, ++ib);
@@ -757,6 +764,27 @@ static __device__ bool zw_huf_streams(zp_workspace *ws, const zp_lit_plan *pl, i
 	return true;
 }
 
+// zp_ll_code and zp_ml_code without their branches, which diverge across
+// the lanes: the codes of the smaller values from tables.
+static __device__ const uint8_t zw_ll_code_tab[64] = {
+	0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+	16, 16, 17, 17, 18, 18, 19, 19, 20, 20, 20, 20, 21, 21, 21, 21,
+	22, 22, 22, 22, 22, 22, 22, 22, 23, 23, 23, 23, 23, 23, 23, 23,
+	24, 24, 24, 24, 24, 24, 24, 24, 24, 24, 24, 24, 24, 24, 24, 24,
+};
+static __device__ const uint8_t zw_ml_code_tab[128] = {
+	0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+	16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+	32, 32, 33, 33, 34, 34, 35, 35, 36, 36, 36, 36, 37, 37, 37, 37,
+	38, 38, 38, 38, 38, 38, 38, 38, 39, 39, 39, 39, 39, 39, 39, 39,
+	40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40,
+	41, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41,
+	42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42,
+	42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42,
+};
+static __device__ __forceinline__ int zw_ll_code(uint32_t ll) { return ll < 64 ? zw_ll_code_tab[ll] : zp_highbit(ll) + 19; }
+static __device__ __forceinline__ int zw_ml_code(uint32_t mlBase) { return mlBase < 128 ? zw_ml_code_tab[mlBase] : zp_highbit(mlBase) + 36; }
+
 // The GPU keeps a sequence's three codes (by type: 0 LL, 1 OF, 2 ML) where
 // the host keeps its values, which stay in scratch (zw_parsed) until the
 // bitstream reads their extra bits.
@@ -1022,7 +1050,7 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, const zw_parsed
 #define ZW_PROF_START()
 #endif
 
-extern "C" __global__ void __launch_bounds__(32 * ZW_PARSE_WARPS)
+extern "C" __global__ void __launch_bounds__(32 * ZW_PARSE_WARPS, ZW_PARSE_BLOCKS)
 gz_zstd_parse(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
 		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
 		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
@@ -1070,16 +1098,20 @@ gz_zstd_parse(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch
 			int cand[3] = {same4 ? w + 31 - __clz(same4) : -1, (int)(bucket & 0xFFFF) - 1, (int)(bucket >> 16) - 1};
 			for (int k = 0; k < 3; k++) {
 				const int q = cand[k];
-				if (q < 0 || zw_rd32(page, q) != v) continue;
-				const int l = zw_match_len(page, q, p);
+				// The window's candidate has the lane's four bytes.
+				if (q < 0 || (k > 0 && zw_rd32(page, q) != v)) continue;
+				const int l = zw_match_len(page, q, p, 4);
 				const int g = zw_gain(l, (uint32_t)(p - q) + 3);
 				if (g > gain) ml = l, off = p - q, gain = g;
 			}
 			for (int r = 0; r < ZW_REPS; r++) {
 				const int o = (int)rep[r];
 				if (o <= 0 || o > p) continue;
-				const int l = zw_match_len(page, p - o, p);
-				if (l < ZW_REP_MIN) continue;
+				// Its first four bytes against the lane's: most repeat
+				// offsets fail here, at a load and a shift.
+				const uint32_t x = zw_rd32(page, p - o) ^ v;
+				if (x & ((1u << (8 * ZW_REP_MIN)) - 1)) continue;
+				const int l = x ? (__ffs(x) - 1) >> 3 : zw_match_len(page, p - o, p, 4);
 				const int g = zw_gain(l, (uint32_t)r + 1);
 				if (g > gain) ml = l, off = o, gain = g;
 			}
@@ -1170,9 +1202,9 @@ gz_zstd_encode(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratc
 		uint4 *ws16 = (uint4 *)ws.u.lit.lit;
 		for (int i = lane; i < (nlit + 15) >> 4; i += 32) ws16[i] = lit16[i];
 		for (int i = lane; i < nseq; i += 32) {
-			zw_codes(&ws, 0)[i] = (uint8_t)zp_ll_code(parsed->ll[i]);
+			zw_codes(&ws, 0)[i] = (uint8_t)zw_ll_code(parsed->ll[i]);
 			zw_codes(&ws, 1)[i] = (uint8_t)zp_highbit(parsed->of[i]);
-			zw_codes(&ws, 2)[i] = (uint8_t)zp_ml_code((uint32_t)parsed->ml[i] - 3);
+			zw_codes(&ws, 2)[i] = (uint8_t)zw_ml_code((uint32_t)parsed->ml[i] - 3);
 		}
 		__syncwarp();
 		ZP_PROF(3);
