@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
 	CK(cudaMemcpy(lens.data(), dLens, n * 4, cudaMemcpyDeviceToHost));
 	double stored = 0;
 	for (unsigned l : lens) stored += l ? l : ZP_PAGE;
-	printf("| zstd.cu, both (encode's shared memory %zu bytes a warp) | %.2f | %.2f | %.4f |\n", sizeof(zp_workspace), ms,
+	printf("| zstd.cu, both (encode's workspace %zu bytes a warp) | %.2f | %.2f | %.4f |\n", sizeof(zp_workspace), ms,
 		gb / ms * 1e3, (double)n * ZP_PAGE / stored);
 	printf("| gz_zstd_parse | %.2f | %.2f | |\n| gz_zstd_encode%s | %.2f | %.2f | |\n", msParse, gb / msParse * 1e3,
 		pad ? " (padded)" : "", msEncode, gb / msEncode * 1e3);
