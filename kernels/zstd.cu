@@ -229,9 +229,8 @@ static __device__ int zw_huf_sort(zp_workspace *ws, int lane) {
 }
 
 // zw_huf_depths is zp_huf_depths with the warp around lane 0's
-// Moffat-Katajainen passes (which keep the heads of both queues in
-// registers): the counts loaded and the depths counted across lanes, into
-// dc (shared).
+// Moffat-Katajainen passes (zp_huf_mk): the counts loaded and the depths
+// counted across lanes, into dc (shared).
 static __device__ void zw_huf_depths(zp_workspace *ws, int n, int *dc, int lane) {
 	const unsigned full = 0xFFFFFFFFu, lt = (1u << lane) - 1;
 	const uint16_t *hist = ws->u.lit.hist, *sym = ws->u.lit.sym;
@@ -239,54 +238,7 @@ static __device__ void zw_huf_depths(zp_workspace *ws, int n, int *dc, int lane)
 	for (int i = lane; i < n; i += 32) A[i] = hist[sym[i]];
 	for (int i = lane; i <= 32; i += 32) dc[i] = 0;
 	__syncwarp();
-	if (lane == 0) {
-		int root = 0, leaf = 2, next;
-		A[0] = (uint16_t)(A[0] + A[1]);
-		uint32_t vr = A[0], vl = leaf < n ? A[leaf] : 0;
-		// vr is A[root] while root < next (an internal node's weight), vl
-		// A[leaf]; with root == next no internal node waits.
-		for (next = 1; next < n - 1; next++) {
-			uint32_t w;
-			if (leaf >= n || (root < next && vr < vl)) {
-				w = vr;
-				A[root++] = (uint16_t)next;
-				vr = A[root];
-			} else {
-				w = vl;
-				leaf++;
-				vl = leaf < n ? A[leaf] : 0;
-			}
-			if (leaf >= n || (root < next && vr < vl)) {
-				w += vr;
-				A[root++] = (uint16_t)next;
-				vr = A[root];
-			} else {
-				w += vl;
-				leaf++;
-				vl = leaf < n ? A[leaf] : 0;
-			}
-			A[next] = (uint16_t)w;
-			if (root == next) vr = w;
-		}
-		A[n - 2] = 0;
-		for (next = n - 3; next >= 0; next--) A[next] = (uint16_t)(A[A[next]] + 1);
-		int avbl = 1, used = 0, dpth = 0;
-		root = n - 2;
-		next = n - 1;
-		while (avbl > 0) {
-			while (root >= 0 && A[root] == dpth) {
-				used++;
-				root--;
-			}
-			while (avbl > used) {
-				A[next--] = (uint16_t)dpth;
-				avbl--;
-			}
-			avbl = 2 * used;
-			dpth++;
-			used = 0;
-		}
-	}
+	if (lane == 0) zp_huf_mk(A, n);
 	__syncwarp();
 	for (int i0 = 0; i0 < n; i0 += 32) {
 		const int i = i0 + lane;

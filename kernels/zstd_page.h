@@ -894,28 +894,37 @@ ZP_FN_BIG int zp_huf_sort(zp_workspace *ws) {
 	return n;
 }
 
-// zp_huf_depths counts the unlimited Huffman code lengths of the n >= 2
-// sorted symbols (Moffat & Katajainen, in place): dc[d] symbols of length
-// d, d <= 32.
-ZP_FN_BIG void zp_huf_depths(zp_workspace *ws, int n, int *dc) {
-	const uint16_t *hist = ws->u.lit.hist, *sym = ws->u.lit.sym;
-	uint16_t *A = ws->u.lit.depth;
-	for (int i = 0; i < n; i++) A[i] = hist[sym[i]];
+// zp_huf_mk turns the n >= 2 ascending counts in A into the depths of a
+// Huffman tree's leaves, A[i] the depth of count i (Moffat & Katajainen,
+// in place). The
+// heads of both queues stay in registers: vr is A[root] while root < next
+// (an internal node's weight; with root == next none waits), vl A[leaf].
+ZP_FN_BIG void zp_huf_mk(uint16_t *A, int n) {
 	int root = 0, leaf = 2, next;
 	A[0] = (uint16_t)(A[0] + A[1]);
+	uint32_t vr = A[0], vl = leaf < n ? A[leaf] : 0;
 	for (next = 1; next < n - 1; next++) {
-		if (leaf >= n || A[root] < A[leaf]) {
-			A[next] = A[root];
+		uint32_t w;
+		if (leaf >= n || (root < next && vr < vl)) {
+			w = vr;
 			A[root++] = (uint16_t)next;
+			vr = A[root];
 		} else {
-			A[next] = A[leaf++];
+			w = vl;
+			leaf++;
+			vl = leaf < n ? A[leaf] : 0;
 		}
-		if (leaf >= n || (root < next && A[root] < A[leaf])) {
-			A[next] = (uint16_t)(A[next] + A[root]);
+		if (leaf >= n || (root < next && vr < vl)) {
+			w += vr;
 			A[root++] = (uint16_t)next;
+			vr = A[root];
 		} else {
-			A[next] = (uint16_t)(A[next] + A[leaf++]);
+			w += vl;
+			leaf++;
+			vl = leaf < n ? A[leaf] : 0;
 		}
+		A[next] = (uint16_t)w;
+		if (root == next) vr = w;
 	}
 	A[n - 2] = 0;
 	for (next = n - 3; next >= 0; next--) A[next] = (uint16_t)(A[A[next]] + 1);
@@ -935,6 +944,15 @@ ZP_FN_BIG void zp_huf_depths(zp_workspace *ws, int n, int *dc) {
 		dpth++;
 		used = 0;
 	}
+}
+
+// zp_huf_depths counts the unlimited Huffman code lengths of the n >= 2
+// sorted symbols: dc[d] symbols of length d, d <= 32.
+ZP_FN_BIG void zp_huf_depths(zp_workspace *ws, int n, int *dc) {
+	const uint16_t *hist = ws->u.lit.hist, *sym = ws->u.lit.sym;
+	uint16_t *A = ws->u.lit.depth;
+	for (int i = 0; i < n; i++) A[i] = hist[sym[i]];
+	zp_huf_mk(A, n);
 	for (int i = 0; i <= 32; i++) dc[i] = 0;
 	for (int i = 0; i < n; i++) dc[A[i] > 32 ? 32 : A[i]]++;
 }

@@ -7,12 +7,11 @@
 # the zstd kernel with it (every frame of the corpus and the edge pages
 # decoded by libzstd), times the kernel with bench/gpu/zstdbench.cu (the
 # corpus' first 16,384 pages, data on the GPU) as built and in each variant
-# of ZSTD_VARIANTS (flag sets separated by ';', e.g. "-DZW_STAGE1_ONLY"),
+# of ZSTD_VARIANTS (flag sets separated by ";", e.g. "-DZW_REPS=2;-DZW_CAP=32"),
 # prints where lane 0's cycles go (-DZW_PROFILE), and, with ZSTD_E2E=1,
 # the end-to-end report (TestZstdBenchReport). With ZSTD_NCU=1 Nsight
 # Compute's warp-state and occupancy sections of each kernel go to
-# $OUT/ncu-<kernel>.txt; with ZSTD_NCU_SOURCE=1 its stalls by line of
-# source to $OUT/src-<kernel>.csv. Seven files at most come back in $OUT.
+# $OUT/ncu-<kernel>.txt. Six files at most come back in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/gzramd-zstd}
 mkdir -p "$OUT"
@@ -66,17 +65,6 @@ if [ "${ZSTD_NCU:-0}" = 1 ]; then
 		echo "$k:"
 		grep -E 'Warp Cycles Per Issued|Achieved Active Warps|Block Limit (Reg|Shared)|Registers Per|Issued Ipc Active|No Eligible|Active Threads' "$OUT/ncu-$k.txt"
 		grep -B1 -A2 'stalled' "$OUT/ncu-$k.txt" | grep -oE 'each warp of this workload spends [0-9.]+ cycles being stalled [a-z ]+' | head -3
-	done
-fi
-if [ "${ZSTD_NCU_SOURCE:-0}" = 1 ]; then
-	# Where each kernel's warps stall, by line of source (-lineinfo).
-	nvcc -O3 -arch=native -lineinfo -o /tmp/zstdbench-li bench/gpu/zstdbench.cu
-	for k in gz_zstd_parse gz_zstd_encode; do
-		ncu --section SourceCounters --section WarpStateStats --import-source yes -k $k -c 1 \
-			-o /tmp/src-$k /tmp/zstdbench-li /tmp/pages.bin 8192 >/dev/null 2>&1
-		ncu -i /tmp/src-$k.ncu-rep --page source --csv --print-source cuda >"$OUT/src-$k.csv" 2>&1 ||
-			ncu -i /tmp/src-$k.ncu-rep --page source --csv >"$OUT/src-$k.csv" 2>&1
-		wc -l "$OUT/src-$k.csv"
 	done
 fi
 exit $rc

@@ -33,6 +33,8 @@ static int zp_go_log2_table_errors(void) {
 	for (uint32_t p = 1; p <= 512; p++) bad += zp_log2q8_tab[p] != zp_log2q8(p);
 	return bad;
 }
+
+static void zp_go_huf_mk(uint16_t *a, int n) { zp_huf_mk(a, n); }
 */
 import "C"
 
@@ -149,3 +151,11 @@ func parse(page []byte, opts Options) []sequence {
 
 // log2TableErrors counts the wrong entries of the encoder's log2 table.
 func log2TableErrors() int { return int(C.zp_go_log2_table_errors()) }
+
+// hufDepths returns the depths zp_huf_mk gives the leaves of a Huffman
+// tree of counts (ascending, at least two), deepest first.
+func hufDepths(counts []uint16) []uint16 {
+	a := append([]uint16(nil), counts...)
+	C.zp_go_huf_mk((*C.uint16_t)(unsafe.Pointer(&a[0])), C.int(len(a)))
+	return a
+}

@@ -2,10 +2,12 @@ package zstdpage
 
 import (
 	"bytes"
+	"container/heap"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -495,4 +497,55 @@ func TestLog2Table(t *testing.T) {
 	if n := log2TableErrors(); n != 0 {
 		t.Fatalf("%d entries of zp_log2q8_tab differ from zp_log2q8", n)
 	}
+}
+
+// TestHuffmanDepths: zp_huf_mk's code is complete and optimal (its cost,
+// the sum of count times depth, is a heap-built Huffman code's) on random
+// ascending counts of 2 to 256 symbols, runs of equal counts among them.
+func TestHuffmanDepths(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 25))
+	for it := range 20000 {
+		n := 2 + rng.IntN(255)
+		counts := make([]uint16, n)
+		spread := []int{3, 40, 4096 / n}[it%3]
+		for i := range counts {
+			counts[i] = uint16(1 + rng.IntN(spread))
+		}
+		slices.Sort(counts)
+		depths := hufDepths(counts)
+		var cost, want uint64
+		kraft := 0.0
+		for i, d := range depths {
+			if d == 0 || d > 32 {
+				t.Fatalf("counts %v: depth %d", counts, d)
+			}
+			cost += uint64(counts[i]) * uint64(d)
+			kraft += math.Ldexp(1, -int(d))
+		}
+		h := &weights{}
+		for _, c := range counts {
+			heap.Push(h, uint64(c))
+		}
+		for h.Len() > 1 {
+			a, b := heap.Pop(h).(uint64), heap.Pop(h).(uint64)
+			want += a + b
+			heap.Push(h, a+b)
+		}
+		if cost != want || kraft != 1 {
+			t.Fatalf("counts %v: depths %v cost %d (Huffman: %d), Kraft sum %g", counts, depths, cost, want, kraft)
+		}
+	}
+}
+
+type weights []uint64
+
+func (w weights) Len() int           { return len(w) }
+func (w weights) Less(i, j int) bool { return w[i] < w[j] }
+func (w weights) Swap(i, j int)      { w[i], w[j] = w[j], w[i] }
+func (w *weights) Push(x any)        { *w = append(*w, x.(uint64)) }
+func (w *weights) Pop() any {
+	old := *w
+	x := old[len(old)-1]
+	*w = old[:len(old)-1]
+	return x
 }
