@@ -45,15 +45,17 @@ type kernel struct {
 	pagesPerBlock int
 }
 
-// The kernels a batch runs, in order, and the scratch each needs a page:
-// lz4.cu's one (C_WARPS pages a block), zstd.cu's two (ZW_PARSE_WARPS pages
-// a block of gz_zstd_parse, one of gz_zstd_encode; ZW_SCRATCH_PAGE).
+// An algorithm's embedded PTX, the kernels a batch runs, in order, and the
+// scratch they need a page: lz4.cu's one kernel (C_WARPS pages a block),
+// zstd.cu's two (ZW_PARSE_WARPS pages a block of gz_zstd_parse, one of
+// gz_zstd_encode; ZW_SCRATCH_PAGE).
 var batchKernels = map[string]struct {
+	ptx          []byte
 	kernels      []kernel
 	scratchPages int
 }{
-	"lz4":  {[]kernel{{name: "gz_lz4_compress", pagesPerBlock: 4}}, 1},
-	"zstd": {[]kernel{{name: "gz_zstd_parse", pagesPerBlock: 4}, {name: "gz_zstd_encode", pagesPerBlock: 1}}, 2},
+	"lz4":  {kernels.LZ4, []kernel{{name: "gz_lz4_compress", pagesPerBlock: 4}}, 1},
+	"zstd": {kernels.Zstd, []kernel{{name: "gz_zstd_parse", pagesPerBlock: 4}, {name: "gz_zstd_encode", pagesPerBlock: 1}}, 2},
 }
 
 // Config selects and sizes the GPU backend.
@@ -173,18 +175,14 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 }
 
 func (g *Backend) setup(ptx []byte) error {
-	embedded := kernels.LZ4
-	if g.cfg.Algorithm == "zstd" {
-		embedded = kernels.Zstd
-	}
+	batch := batchKernels[g.cfg.Algorithm]
 	if ptx == nil {
-		ptx = embedded
+		ptx = batch.ptx
 	}
 	var err error
 	if g.mod, err = g.dr.loadModule(ptx); err != nil {
 		return err
 	}
-	batch := batchKernels[g.cfg.Algorithm]
 	for _, k := range batch.kernels {
 		if k.f, err = g.dr.function(g.mod, k.name); err != nil {
 			return err

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-
-	"github.com/gzramd/gzramd/kernels"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -75,10 +73,9 @@ func TestFaultPlan(t *testing.T) {
 // from __launch_bounds__): a block of another size would fail to launch,
 // or leave pages without a warp.
 func TestLaunchShapesMatchPTX(t *testing.T) {
-	ptx := map[string][]byte{"lz4": kernels.LZ4, "zstd": kernels.Zstd}
 	for alg, batch := range batchKernels {
 		for _, k := range batch.kernels {
-			_, rest, ok := strings.Cut(string(ptx[alg]), ".entry "+k.name+"(")
+			_, rest, ok := strings.Cut(string(batch.ptx), ".entry "+k.name+"(")
 			if !ok {
 				t.Errorf("%s: the PTX has no entry %s", alg, k.name)
 				continue
