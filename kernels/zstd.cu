@@ -160,6 +160,15 @@ static __device__ __forceinline__ int zw_extend(const uint32_t *w, int a, int b,
 	}
 }
 
+// zw_scan returns the sum of v over the lanes up to and including this one.
+static __device__ __forceinline__ uint32_t zw_scan(uint32_t v, int lane) {
+	for (int d = 1; d < 32; d <<= 1) {
+		const uint32_t y = __shfl_up_sync(0xFFFFFFFFu, v, d);
+		if (lane >= d) v += y;
+	}
+	return v;
+}
+
 static __device__ __forceinline__ uint32_t zw_sum(uint32_t v) {
 	for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, d);
 	return v;
@@ -191,11 +200,7 @@ static __device__ int zw_huf_sort(zp_workspace *ws, int lane) {
 		__syncwarp();
 		const uint32_t b0 = bucket[4 * lane], b1 = bucket[4 * lane + 1], b2 = bucket[4 * lane + 2], b3 = bucket[4 * lane + 3];
 		const uint32_t own = b0 + b1 + b2 + b3;
-		uint32_t incl = own;
-		for (int d = 1; d < 32; d <<= 1) {
-			const uint32_t y = __shfl_up_sync(full, incl, d);
-			if (lane >= d) incl += y;
-		}
+		const uint32_t incl = zw_scan(own, lane);
 		const uint32_t ex = incl - own;
 		__syncwarp();
 		bucket[4 * lane] = ex;
@@ -300,11 +305,7 @@ static __device__ __forceinline__ void zw_put64(uint32_t *out, uint32_t pos, uin
 // values, a for symbol lane and b for lane + 32, and their total.
 static __device__ __forceinline__ void zw_scan64(int a, int b, int lane, int *exA, int *exB, int *total) {
 	const unsigned full = 0xFFFFFFFFu;
-	int ia = a, ib = b;
-	for (int d = 1; d < 32; d <<= 1) {
-		const int ya = __shfl_up_sync(full, ia, d), yb = __shfl_up_sync(full, ib, d);
-		if (lane >= d) ia += ya, ib += yb;
-	}
+	const int ia = (int)zw_scan((uint32_t)a, lane), ib = (int)zw_scan((uint32_t)b, lane);
 	const int ta = __shfl_sync(full, ia, 31), tb = __shfl_sync(full, ib, 31);
 	*exA = ia - a;
 	*exB = ta + ib - b;
@@ -367,19 +368,7 @@ static __device__ void zw_fse_build(uint16_t *state, int16_t *dfs, uint32_t *dnb
 	}
 	for (int k = 0; k < 2; k++) {
 		const int s = lane + 32 * k, n = k ? n1 : n0, before = k ? c1 : c0;
-		if (s > maxSym) continue;
-		if (n == 0) {
-			dnb[s] = ((uint32_t)(tableLog + 1) << 16) - (uint32_t)T;
-			dfs[s] = 0;
-		} else if (n == -1 || n == 1) {
-			dnb[s] = ((uint32_t)tableLog << 16) - (uint32_t)T;
-			dfs[s] = (int16_t)(before - 1);
-		} else {
-			const int maxBitsOut = tableLog - zp_highbit((uint32_t)(n - 1));
-			const uint32_t minStatePlus = (uint32_t)n << maxBitsOut;
-			dnb[s] = ((uint32_t)maxBitsOut << 16) - minStatePlus;
-			dfs[s] = (int16_t)(before - n);
-		}
+		if (s <= maxSym) zp_fse_symbol(n, tableLog, before, &dnb[s], &dfs[s]);
 	}
 	__syncwarp();
 }
@@ -437,11 +426,7 @@ static __device__ int zw_huf_weights_fse(zp_workspace *ws, const uint8_t *w, int
 	for (int r0 = 0; r0 < n - 2; r0 += 32) {
 		const int i = n - 3 - (r0 + lane);
 		const uint32_t f = i >= 0 ? fb[i] : 0, nb = f & 15;
-		uint32_t sum = nb;
-		for (int d = 1; d < 32; d <<= 1) {
-			const uint32_t y = __shfl_up_sync(full, sum, d);
-			if (lane >= d) sum += y;
-		}
+		const uint32_t sum = zw_scan(nb, lane);
 		const uint32_t pos = base + sum - nb;
 		base += __shfl_sync(full, sum, 31);
 		if (pos + nb <= capBits) zw_put(buf, pos, f >> 4, (int)nb);
@@ -696,11 +681,7 @@ static __device__ bool zw_huf_streams(zp_workspace *ws, const zp_lit_plan *pl, i
 				nb = hlen[c];
 				code = hcode[c];
 			}
-			uint32_t sum = (uint32_t)nb;
-			for (int d = 1; d < 32; d <<= 1) {
-				const uint32_t y = __shfl_up_sync(full, sum, d);
-				if (lane >= d) sum += y;
-			}
+			const uint32_t sum = zw_scan((uint32_t)nb, lane);
 			const uint32_t pos = base + sum - (uint32_t)nb;
 			base += __shfl_sync(full, sum, 31);
 			if (pos + (uint32_t)nb <= (uint32_t)words * 32) zw_put(buf, pos, code, nb);
@@ -949,11 +930,7 @@ static __device__ uint8_t *zw_encode_sequences(zp_workspace *ws, const zw_parsed
 			}
 			bits = (fo & 15) + (fm & 15) + (fl & 15) + zp_ll_bits[lc] + zp_ml_bits[mc] + (uint32_t)oc;
 		}
-		uint32_t sum = bits;
-		for (int d = 1; d < 32; d <<= 1) {
-			const uint32_t y = __shfl_up_sync(full, sum, d);
-			if (lane >= d) sum += y;
-		}
+		const uint32_t sum = zw_scan(bits, lane);
 		uint32_t pos = base + sum - bits;
 		base += __shfl_sync(full, sum, 31);
 		if (i >= 0 && pos + bits <= capBits) {

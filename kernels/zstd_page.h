@@ -549,6 +549,24 @@ ZP_FN_BIG int zp_fse_write_ncount(uint8_t *out, int cap, const int16_t *norm, in
 	return pos;
 }
 
+// zp_fse_symbol sets a symbol's deltaNbBits and deltaFindState from its
+// normalized count n (-1: "less than 1") and the states of the symbols
+// before it (before), as FSE_buildCTable does.
+ZP_FN void zp_fse_symbol(int n, int tableLog, int before, uint32_t *dnb, int16_t *dfs) {
+	const uint32_t tableSize = 1u << tableLog;
+	if (n == 0) {
+		*dnb = ((uint32_t)(tableLog + 1) << 16) - tableSize;
+		*dfs = 0;
+	} else if (n == -1 || n == 1) {
+		*dnb = ((uint32_t)tableLog << 16) - tableSize;
+		*dfs = (int16_t)(before - 1);
+	} else {
+		const int maxBitsOut = tableLog - zp_highbit((uint32_t)(n - 1));
+		*dnb = ((uint32_t)maxBitsOut << 16) - ((uint32_t)n << maxBitsOut);
+		*dfs = (int16_t)(before - n);
+	}
+}
+
 // zp_fse_build fills an encoding table from norm[0..maxSym] (-1: "less
 // than 1"), spreading symbols exactly as the decoder does (RFC 8878
 // 4.1.1): tsym is tableSize bytes of scratch, cumul maxSym + 2 entries.
@@ -580,21 +598,8 @@ ZP_FN_BIG void zp_fse_build(uint16_t *state, int16_t *dfs, uint32_t *dnb, const 
 	}
 	int total = 0;
 	for (int s = 0; s <= maxSym; s++) {
-		int n = norm[s];
-		if (n == 0) {
-			dnb[s] = ((uint32_t)(tableLog + 1) << 16) - (uint32_t)tableSize;
-			dfs[s] = 0;
-		} else if (n == -1 || n == 1) {
-			dnb[s] = ((uint32_t)tableLog << 16) - (uint32_t)tableSize;
-			dfs[s] = (int16_t)(total - 1);
-			total++;
-		} else {
-			int maxBitsOut = tableLog - zp_highbit((uint32_t)(n - 1));
-			uint32_t minStatePlus = (uint32_t)n << maxBitsOut;
-			dnb[s] = ((uint32_t)maxBitsOut << 16) - minStatePlus;
-			dfs[s] = (int16_t)(total - n);
-			total += n;
-		}
+		zp_fse_symbol(norm[s], tableLog, total, &dnb[s], &dfs[s]);
+		total += norm[s] == -1 ? 1 : norm[s];
 	}
 }
 
