@@ -120,9 +120,12 @@ func TestTraceRuns(t *testing.T) {
 	if _, err := exec.LookPath("zstd"); err != nil {
 		t.Skip("zstd missing: the committed trace is compressed")
 	}
-	out := run(t, "./trace.sh", "GZRAMD="+bin, "TRACE_TARGETS=gzramd-cpu", "TRACE_JOBS=1",
-		"TRACE_REPEAT=1", "TRACE_ROUNDS=2", "TRACE_PAIRS=gzramd-cpu/gzramd-cpu")
-	for _, want := range []string{"| gzramd-cpu | 1 |", "0.0% |", "| jobs-1 | 1.00 | 1.00 |", "gzramd-cpu 1 2 "} {
+	// gzramd-cpu+b is an A/B variant (bench/lib.sh): here the same
+	// binary with flags of its own, which the log must show it ran with.
+	out := run(t, "./trace.sh", "GZRAMD="+bin, "TRACE_TARGETS=gzramd-cpu gzramd-cpu+b", "TRACE_JOBS=1",
+		"TRACE_REPEAT=1", "TRACE_ROUNDS=2", "TRACE_PAIRS=gzramd-cpu/gzramd-cpu", "GZRAMD_b="+bin,
+		"GZRAMD_ARGS_b=--prefault 8MiB")
+	for _, want := range []string{"| gzramd-cpu | 1 |", "| gzramd-cpu+b | 1 |", "0.0% |", "| jobs-1 | 1.00 | 1.00 |", "gzramd-cpu 1 2 "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("trace.sh output lacks %q:\n%s", want, out)
 		}
@@ -133,6 +136,52 @@ func TestOrderAlternates(t *testing.T) {
 	for round, want := range map[string]string{"1": "a b c", "2": "c b a", "3": "a b c"} {
 		if got := strings.Join(strings.Fields(lib(t, "bench_order "+round+" a b c")), " "); got != want {
 			t.Errorf("bench_order %s a b c = %q, want %q", round, got, want)
+		}
+	}
+}
+
+// The footprint report from raw readings: the median start's processes,
+// the ratio of what was stored, and the swapped size from which gzramd
+// saves more memory than zram: (own_gzramd - own_zram) / (1/ratio_zram -
+// 1/ratio_gzramd), here (60000 - 40960) KiB / (1/2.5 - 1/3.333) = 0.18
+// GiB; never when gzramd's ratio is the lower and its own memory larger.
+func TestFootprintReport(t *testing.T) {
+	raw := filepath.Join(t.TempDir(), "raw")
+	readings := `drop gzramd-cpu-zstd 8GiB idle 1 70000
+proc gzramd-cpu-zstd 8GiB idle 1 serving 90000 50000 80000 16384 0 0
+drop gzramd-cpu-zstd 8GiB idle 2 60000
+proc gzramd-cpu-zstd 8GiB idle 2 supervisor 10000 2000 9000 0 0 0
+proc gzramd-cpu-zstd 8GiB idle 2 serving 80000 40000 70000 16384 0 0
+drop gzramd-cpu-zstd 8GiB idle 3 50000
+drop gzramd-cpu-zstd 8GiB stored 3 380000
+store gzramd-cpu-zstd 8GiB 3 1073741824 322122547
+drop gzramd-cpu-lz4 8GiB idle 1 61000
+drop gzramd-cpu-lz4 8GiB stored 1 480000
+store gzramd-cpu-lz4 8GiB 1 1073741824 466848139
+drop zram-lzo-rle 8GiB idle 1 40960
+drop zram-lzo-rle 8GiB stored 1 460000
+store zram-lzo-rle 8GiB 1 1073741824 429496730
+`
+	if err := os.WriteFile(raw, []byte(readings), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 missing: bench/footprint.sh needs it")
+	}
+	b, err := exec.Command("bash", "./footprint.sh", "--report", raw).CombinedOutput()
+	if err != nil {
+		t.Fatalf("footprint.sh --report: %v\n%s", err, b)
+	}
+	out := string(b)
+	for _, want := range []string{
+		"| gzramd-cpu-zstd | 8GiB | idle | 58.6 (median of 3) | supervisor | 9.8 | 2.0 | 8.8 | 0.0 | 0.0 | 0.0 |",
+		"| | | | | serving | 78.1 | 39.1 | 68.4 | 16.0 | 0.0 | 0.0 |",
+		"ratio 3.333",
+		"| gzramd-cpu-zstd | 8GiB | 58.6 | 3.333 | 0.18 GiB (40.0, 2.500) |",
+		"| gzramd-cpu-lz4 | 8GiB | 59.6 | 2.300 | never (40.0, 2.500) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("footprint.sh --report lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -9,6 +9,9 @@
 # fio's libaio engine with O_DIRECT; needs root), nbdkit (its memory plugin,
 # fio's nbd engine).
 #
+# A gzramd target may end in +NAME, a variant for A/B runs: its binary is
+# $GZRAMD_NAME and its flags $GZRAMD_ARGS_NAME where set (gzramd_variant).
+#
 # Environment: GZRAMD (default bin/gzramd), GZRAMD_ARGS (more serve flags),
 # E2E_NBDKIT_MEMORY (the memory plugin: a name or a .so path),
 # BENCH_SIZE (device size, default 2G), BENCH_REGION (what fio touches,
@@ -70,6 +73,20 @@ bench_free_port() {
 	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# gzramd_variant TARGET: for a target named gzramd-...+NAME (an A/B
+# variant), sets bin and args (locals of the caller) from GZRAMD_NAME and
+# GZRAMD_ARGS_NAME, each defaulting to GZRAMD and GZRAMD_ARGS: e.g.
+# GZRAMD_base=/tmp/old/gzramd with targets gzramd-gpu+base gzramd-gpu.
+gzramd_variant() {
+	case "$1" in
+	*+*)
+		local v=${1##*+}
+		[[ $v =~ ^[A-Za-z0-9_]+$ ]] || bench_die "target $1: a variant name is letters, digits and _"
+		eval "bin=\${GZRAMD_$v:-\$bin} args=\${GZRAMD_ARGS_$v:-\$args}"
+		;;
+	esac
+}
+
 # target_start TARGET: starts it; on failure sets BENCH_WHY (for a skip
 # line) and returns 1. Sets BENCH_PID (0 for zram) and BENCH_METRICS
 # (gzramd).
@@ -79,19 +96,21 @@ target_start() {
 	BENCH_METRICS=""
 	case "$target" in
 	gzramd-*)
-		local backend=${target#gzramd-} algorithm=lz4
+		local backend=${target#gzramd-} algorithm=lz4 bin=$GZRAMD args=${GZRAMD_ARGS:-}
+		gzramd_variant "$target"
+		backend=${backend%%+*}
 		case "$backend" in
 		*-*) algorithm=${backend#*-} backend=${backend%%-*} ;;
 		esac
-		[ -x "$GZRAMD" ] || { BENCH_WHY="$GZRAMD not built (make build)"; return 1; }
-		sock=$WORK/$target.sock log=$WORK/$target.log
+		[ -x "$bin" ] || { BENCH_WHY="$bin not built (make build)"; return 1; }
+		sock=$WORK/${target//+/_}.sock log=$WORK/$target.log
 		# The log of an earlier start would say "ready" before this daemon
 		# has even truncated it.
 		rm -f "$log"
 		BENCH_METRICS=127.0.0.1:$(bench_free_port)
-		# shellcheck disable=SC2086 # GZRAMD_ARGS is a list of flags
-		"$GZRAMD" serve --size "$BENCH_SIZE" --socket "$sock" --export "$BENCH_EXPORT" \
-			--metrics "$BENCH_METRICS" --backend "$backend" --algorithm "$algorithm" ${GZRAMD_ARGS:-} >"$log" 2>&1 &
+		# shellcheck disable=SC2086 # args is a list of flags
+		"$bin" serve --size "$BENCH_SIZE" --socket "$sock" --export "$BENCH_EXPORT" \
+			--metrics "$BENCH_METRICS" --backend "$backend" --algorithm "$algorithm" $args >"$log" 2>&1 &
 		BENCH_PID=$!
 		BENCH_PIDS+=("$BENCH_PID")
 		for _ in $(seq 300); do
@@ -161,7 +180,7 @@ target_stop() {
 target_fio() {
 	local target=$1 name=$2
 	shift 2
-	local io=(--ioengine=nbd --uri="nbd+unix:///$BENCH_EXPORT?socket=$WORK/$target.sock")
+	local io=(--ioengine=nbd --uri="nbd+unix:///$BENCH_EXPORT?socket=$WORK/${target//+/_}.sock")
 	case "$target" in zram | zram-*) io=(--ioengine=libaio --direct=1 --filename=/dev/zram0) ;; esac
 	fio --name="$name" "${io[@]}" --group_reporting \
 		--buffer_compress_percentage=50 --buffer_compress_chunk=4096 "$@" ||
