@@ -3,11 +3,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 
 	"github.com/gzramd/gzramd/pkg/gpu"
 	"github.com/gzramd/gzramd/pkg/metrics"
@@ -22,17 +30,35 @@ type accelerator struct {
 	mon  *gpu.Monitor // nil without NVML
 }
 
+// gpuSetup is what opening the GPU takes: --backend, --algorithm,
+// --gpu-device, the batches' shape, and the kernels compiled ahead.
+type gpuSetup struct {
+	backend, algorithm   string
+	device               int
+	batchPages, inFlight int
+	kernels              kernelImage
+}
+
 // openAccelerator opens the GPU for --backend gpu (which must find one)
-// or auto (when one is usable), its kernels writing algorithm's format;
-// --backend cpu and a machine without a usable GPU under auto get none.
-func openAccelerator(backend, algorithm string, device, batchPages, inFlight int, log *slog.Logger) (*accelerator, error) {
+// or auto (when one is usable), its kernels writing the algorithm's
+// format; --backend cpu and a machine without a usable GPU under auto get
+// none.
+func openAccelerator(c gpuSetup, log *slog.Logger) (*accelerator, error) {
 	a := &accelerator{}
-	if backend == "cpu" {
+	if c.backend == "cpu" {
 		return a, nil
 	}
-	g, err := gpu.Open(gpu.Config{Device: device, Slots: inFlight, MaxBatchPages: batchPages, Algorithm: algorithm, Logger: log})
+	g, err := gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
+		Algorithm: c.algorithm, Image: c.kernels.image, WorkQueues: gpuWorkQueues(c.algorithm), Logger: log})
+	if err != nil && c.kernels.image != nil {
+		// An image the driver refuses (a driver upgraded since) costs
+		// the JIT compiler in this process, not the GPU.
+		log.Warn("the GPU refused the kernels compiled ahead; compiling them here", "err", err)
+		g, err = gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
+			Algorithm: c.algorithm, WorkQueues: gpuWorkQueues(c.algorithm), Logger: log})
+	}
 	if err != nil {
-		if backend == "gpu" {
+		if c.backend == "gpu" {
 			return nil, fmt.Errorf("--backend gpu: %w", err)
 		}
 		if !errors.Is(err, gpu.ErrUnavailable) {
@@ -42,13 +68,88 @@ func openAccelerator(backend, algorithm string, device, batchPages, inFlight int
 		}
 		return a, nil
 	}
+	if !g.Info().Compiled && c.kernels.err != nil {
+		log.Warn("the GPU kernels were compiled in the serving process, which keeps the driver's PTX compiler (about 20 MiB, locked): compiling them ahead failed",
+			"err", c.kernels.err)
+	}
 	a.gpu, a.info = g, g.Info()
-	if mon, err := gpu.OpenMonitor(device); err != nil {
+	if mon, err := gpu.OpenMonitor(c.device); err != nil {
 		log.Info("GPU telemetry off", "reason", err)
 	} else {
 		a.mon = mon
 	}
 	return a, nil
+}
+
+// gpuWorkQueues is the hardware work queues gzramd's CUDA context gets
+// (gpu.Config.WorkQueues; CUDA_DEVICE_MAX_CONNECTIONS in the environment
+// wins). Each costs the host about 7 MiB: on an H100 (driver 580) a bare
+// context took 109, 124 and 137 MiB of MemAvailable with 1, 2 and 4
+// queues, 165 with the driver's default. One is enough for LZ4: the
+// recorded swap trace moved as much with it, at the same CPU per GB, and
+// the kernels compressed 6.8 GB/s (10.2 with the default), far above what
+// NBD brings. zstd's batches take longer and overlap less on one queue
+// (2.1 GB/s; 3.6 with two, 9.0 with the default), so it gets two.
+func gpuWorkQueues(algorithm string) int {
+	if algorithm == "zstd" {
+		return 2
+	}
+	return 1
+}
+
+// kernelImage is the GPU kernels compiled ahead for the serving process,
+// or why they are not.
+type kernelImage struct {
+	image []byte
+	err   error
+}
+
+// compileKernels compiles the algorithm's kernels for GPU index device in
+// a process of its own (`gzramd gpu-compile`), so that the driver's PTX
+// compiler, its 20 MiB library and the heap it fills, never come into the
+// serving process. A standby calls it at its start, while memory is
+// plentiful, and so loads no compiler either when it takes over.
+func compileKernels(ctx context.Context, device int, algorithm string) kernelImage {
+	exe, err := os.Executable()
+	if err != nil {
+		return kernelImage{err: fmt.Errorf("finding gzramd's executable: %w", err)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "gpu-compile", "--gpu-device", strconv.Itoa(device), "--algorithm", algorithm)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			err = fmt.Errorf("%w: %s", err, msg)
+		}
+		return kernelImage{err: fmt.Errorf("gzramd gpu-compile: %w", err)}
+	}
+	return kernelImage{image: out.Bytes()}
+}
+
+// newGPUCompileCmd is `gzramd gpu-compile`, which `gzramd serve` runs to
+// compile the GPU kernels in a process of its own (compileKernels).
+func newGPUCompileCmd() *cobra.Command {
+	var device int
+	var algorithm string
+	cmd := &cobra.Command{
+		Use:    "gpu-compile",
+		Short:  "Compile the GPU kernels for one GPU and write the image to standard output (gzramd serve runs it)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			img, err := gpu.Compile(device, algorithm)
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(img)
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&device, "gpu-device", 0, "CUDA device index")
+	cmd.Flags().StringVar(&algorithm, "algorithm", "lz4", "lz4 or zstd")
+	return cmd
 }
 
 // routeAccelerator is the GPU for pkg/route, or nil.

@@ -448,7 +448,8 @@ func (r ingestResult) ratio() float64 {
 func benchDevice(ctx context.Context, cfg *benchConfig, data []byte, bar *progress) (ingestResult, error) {
 	var res ingestResult
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	accel, err := openAccelerator(cfg.devBackend, cfg.devAlg, cfg.gpuDevice, cfg.batchPages, cfg.inFlight, quiet)
+	accel, err := openAccelerator(gpuSetup{backend: cfg.devBackend, algorithm: cfg.devAlg, device: cfg.gpuDevice,
+		batchPages: cfg.batchPages, inFlight: cfg.inFlight}, quiet)
 	if err != nil {
 		return res, err
 	}

@@ -86,7 +86,7 @@ type daemon struct {
 // storeArenaSize is the page store's mapping step in the daemon.
 const storeArenaSize = 8 << 20
 
-func newDaemon(cfg *serveConfig, st *pipeline.State, log *slog.Logger) (_ *daemon, err error) {
+func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *slog.Logger) (_ *daemon, err error) {
 	d := &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier(), state: st, successor: make(chan *os.File, 1)}
 	defer func() {
 		if err != nil {
@@ -98,7 +98,8 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, log *slog.Logger) (_ *daemo
 		log.Info("compressing on the CPU: --staging 0 turns write-behind off, and the GPU works only on staged writes")
 		backend = "cpu"
 	}
-	if d.accel, err = openAccelerator(backend, cfg.algorithm, cfg.gpuDevice, cfg.batchPages, cfg.batchInFlight, log); err != nil {
+	if d.accel, err = openAccelerator(gpuSetup{backend: backend, algorithm: cfg.algorithm, device: cfg.gpuDevice,
+		batchPages: cfg.batchPages, inFlight: cfg.batchInFlight, kernels: kernels}, log); err != nil {
 		return nil, err
 	}
 	if cfg.harden && cfg.wantRealtime() && d.accel.gpu != nil && !d.accel.info.BlockingSync {

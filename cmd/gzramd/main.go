@@ -33,7 +33,7 @@ GPU when one is present (LZ4 block format) and on the CPU otherwise.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
-	root.AddCommand(newServeCmd(), newStatusCmd(), newBenchCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newStatusCmd(), newBenchCmd(), newVersionCmd(), newGPUCompileCmd())
 	if err := root.Execute(); err != nil {
 		var status exitStatus
 		if errors.As(err, &status) {

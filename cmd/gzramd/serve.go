@@ -177,7 +177,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 		"counted in gzramd_trace_dropped_records_total and logged")
 	f.BoolVar(&cfg.supervise, "supervise", true, "run the serving process under a small supervisor that holds the device's memory (in memfds, locked) and, when the serving process dies, starts another that takes the memory and the kernel device over: swapped pages survive a crash. Off, the device's memory goes with the process")
 	f.BoolVar(&cfg.standby, "standby", true, "with --supervise, keep the next serving process started ahead, hardened and its memory locked, so that a crash is taken over by a process that needs no memory at the moment the kernel's reclaim is stuck on the device")
-	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around a 32MiB heap reserve kept resident, else the runtime's")
+	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around the heap reserve kept resident (8MiB), else the runtime's")
 	return cmd
 }
 
@@ -299,6 +299,13 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	}
 	level, _ := parseLevel(cfg.logLevel)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Before hardening: the compiler runs neither at real-time priority
+	// nor counted in this process. A standby compiles now, ahead of the
+	// takeover.
+	var kernels kernelImage
+	if cfg.backend != "cpu" && cfg.staging > 0 {
+		kernels = compileKernels(ctx, cfg.gpuDevice, cfg.algorithm)
+	}
 	reserve, err := harden(cfg, log, reexecErr)
 	if err != nil {
 		return err
@@ -327,7 +334,7 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	d, err := newDaemon(cfg, st, log)
+	d, err := newDaemon(cfg, st, kernels, log)
 	if err != nil {
 		return err
 	}

@@ -94,9 +94,11 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 	}
 	defer g.release(s)
 	direct := g.ownsPinned(b.Out)
-	dst := s.hPacked
-	if direct {
-		dst = b.Out
+	dst := b.Out
+	if !direct {
+		if dst, err = g.bounce(s); err != nil {
+			return err
+		}
 	}
 	total, err := g.compress(ctx, s, b.Pages[:n*codec.PageSize], n, dst)
 	if err != nil {
@@ -112,7 +114,7 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 		}
 	}
 	if !direct {
-		copy(b.Out[:total], s.hPacked[:total])
+		copy(b.Out[:total], dst[:total])
 	}
 	for i := range n {
 		b.Lens[i] = lens[i]

@@ -20,6 +20,7 @@ typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
 typedef unsigned long long CUdeviceptr;
+typedef void *CUlinkState;
 
 enum {
 	GZ_CUDA_SUCCESS = 0,
@@ -31,6 +32,9 @@ enum {
 	GZ_CU_MEMHOSTREGISTER_PORTABLE = 1,
 	GZ_CU_CTX_SCHED_BLOCKING_SYNC = 4,
 	GZ_CU_STREAM_NON_BLOCKING = 1,
+	GZ_CU_JIT_ERROR_LOG_BUFFER = 5,
+	GZ_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+	GZ_CU_JIT_INPUT_PTX = 1,
 };
 
 typedef struct {
@@ -64,6 +68,10 @@ typedef struct {
 	CUresult (*launchKernel)(CUfunction, unsigned int, unsigned int, unsigned int,
 		unsigned int, unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
 	CUresult (*getErrorName)(CUresult, const char **);
+	CUresult (*linkCreate)(unsigned int, int *, void **, CUlinkState *);
+	CUresult (*linkAddData)(CUlinkState, int, void *, size_t, const char *, unsigned int, int *, void **);
+	CUresult (*linkComplete)(CUlinkState, void **, size_t *);
+	CUresult (*linkDestroy)(CUlinkState);
 } gz_cuda;
 
 // gz_cuda_open loads libcuda and resolves every entry point; it returns
@@ -114,6 +122,10 @@ static gz_cuda *gz_cuda_open(char *err, int errlen) {
 	SYM(streamQuery, "cuStreamQuery")
 	SYM(launchKernel, "cuLaunchKernel")
 	SYM(getErrorName, "cuGetErrorName")
+	SYM(linkCreate, "cuLinkCreate_v2")
+	SYM(linkAddData, "cuLinkAddData_v2")
+	SYM(linkComplete, "cuLinkComplete")
+	SYM(linkDestroy, "cuLinkDestroy")
 #undef SYM
 #undef SYM2
 	return d;
@@ -147,6 +159,32 @@ static CUresult gz_ctx_release(gz_cuda *d, CUdevice dev) { return d->primaryCtxR
 #define CTX(d, c) do { CUresult r_ = (d)->ctxSetCurrent(c); if (r_ != GZ_CUDA_SUCCESS) return r_; } while (0)
 
 static CUresult gz_module_load(gz_cuda *d, CUcontext c, CUmodule *m, const void *image) { CTX(d, c); return d->moduleLoadData(m, image); }
+// gz_link compiles PTX (NUL-terminated, len bytes with the NUL) for the
+// context's device and returns the image in *out, *outlen bytes, malloc'd
+// (the link state owns its own copy); the JIT's error log goes to log.
+static CUresult gz_link(gz_cuda *d, CUcontext c, void *ptx, size_t len, void **out, size_t *outlen, char *log, unsigned logsize) {
+	CTX(d, c);
+	int opts[] = {GZ_CU_JIT_ERROR_LOG_BUFFER, GZ_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+	void *vals[] = {log, (void *)(uintptr_t)logsize};
+	CUlinkState ls;
+	CUresult r = d->linkCreate(2, opts, vals, &ls);
+	if (r != GZ_CUDA_SUCCESS) return r;
+	r = d->linkAddData(ls, GZ_CU_JIT_INPUT_PTX, ptx, len, "gzramd", 0, NULL, NULL);
+	void *img = NULL;
+	size_t n = 0;
+	if (r == GZ_CUDA_SUCCESS) r = d->linkComplete(ls, &img, &n);
+	if (r == GZ_CUDA_SUCCESS) {
+		*out = malloc(n);
+		if (*out == NULL) {
+			r = 2; // CUDA_ERROR_OUT_OF_MEMORY
+		} else {
+			memcpy(*out, img, n);
+			*outlen = n;
+		}
+	}
+	d->linkDestroy(ls);
+	return r;
+}
 static CUresult gz_module_unload(gz_cuda *d, CUcontext c, CUmodule m) { CTX(d, c); return d->moduleUnload(m); }
 static CUresult gz_module_function(gz_cuda *d, CUcontext c, CUfunction *f, CUmodule m, const char *name) { CTX(d, c); return d->moduleGetFunction(f, m, name); }
 static CUresult gz_mem_alloc(gz_cuda *d, CUcontext c, CUdeviceptr *p, size_t n) { CTX(d, c); return d->memAlloc(p, n); }
@@ -182,8 +220,14 @@ import "C"
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"unsafe"
 )
+
+// envWorkQueues is the driver's setting of how many hardware work queues
+// (channels) a context gets.
+const envWorkQueues = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 // cudaError is a failed CUDA driver call.
 type cudaError struct {
@@ -244,9 +288,17 @@ func (dr *driver) check(call string, r C.CUresult) error {
 }
 
 // loadDriver opens libcuda, initializes it and retains the primary context
-// of device index. Every failure wraps ErrUnavailable.
-func loadDriver(index int) (*driver, DeviceInfo, error) {
+// of device index. A positive workQueues sets CUDA_DEVICE_MAX_CONNECTIONS
+// first, unless the environment has it (Config.WorkQueues). Every
+// failure wraps ErrUnavailable.
+func loadDriver(index, workQueues int) (*driver, DeviceInfo, error) {
 	var info DeviceInfo
+	if _, set := os.LookupEnv(envWorkQueues); !set && workQueues > 0 {
+		// Read by the driver when it initializes: cuInit below, the
+		// first in the process.
+		os.Setenv(envWorkQueues, strconv.Itoa(workQueues))
+	}
+	info.WorkQueues, _ = strconv.Atoi(os.Getenv(envWorkQueues))
 	var msg [256]C.char
 	d := C.gz_cuda_open(&msg[0], C.int(len(msg)))
 	if d == nil {
@@ -324,6 +376,23 @@ func (dr *driver) loadModule(ptx []byte) (module, error) {
 	defer C.free(img)
 	var m module
 	return m, dr.check("cuModuleLoadData", C.gz_module_load(dr.d, dr.ctx, &m, img))
+}
+
+// link compiles ptx for the device and returns the image.
+func (dr *driver) link(ptx []byte) ([]byte, error) {
+	src := C.CBytes(append(append([]byte(nil), ptx...), 0))
+	defer C.free(src)
+	var log [4096]C.char
+	var img unsafe.Pointer
+	var n C.size_t
+	if err := dr.check("cuLinkComplete", C.gz_link(dr.d, dr.ctx, src, C.size_t(len(ptx)+1), &img, &n, &log[0], C.uint(len(log)))); err != nil {
+		if msg := C.GoString(&log[0]); msg != "" {
+			return nil, fmt.Errorf("%w: %s", err, msg)
+		}
+		return nil, err
+	}
+	defer C.free(img)
+	return C.GoBytes(img, C.int(n)), nil
 }
 
 func (dr *driver) unloadModule(m module) error {

@@ -72,9 +72,11 @@ func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 	for i := 0; i < n && direct; i++ {
 		direct = b.Lens[i] != 0
 	}
-	dst := s.hPages
-	if direct {
-		dst = b.Pages
+	dst := b.Pages
+	if !direct {
+		if dst, err = g.bounce(s); err != nil {
+			return err
+		}
 	}
 	status, err := g.decompress(ctx, s, b.Out[lo:hi], uint32(lo), b.Offsets[:n], b.Lens[:n], dst)
 	if err != nil {
@@ -85,7 +87,7 @@ func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 		switch status[i] {
 		case 0:
 			if !direct {
-				copy(b.Page(i), s.hPages[i*codec.PageSize:(i+1)*codec.PageSize])
+				copy(b.Page(i), dst[i*codec.PageSize:(i+1)*codec.PageSize])
 			}
 		case 1:
 			bad++

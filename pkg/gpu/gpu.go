@@ -73,6 +73,16 @@ type Config struct {
 	Algorithm string
 	// Logger receives setup and quarantine messages (default slog.Default()).
 	Logger *slog.Logger
+	// Image is the kernels compiled for this GPU by Compile, loaded in
+	// place of the embedded PTX, so that the driver's PTX compiler never
+	// comes into the process. nil: the PTX, compiled here.
+	Image []byte
+	// WorkQueues is how many hardware work queues the CUDA context gets
+	// (CUDA_DEVICE_MAX_CONNECTIONS, which wins when set): each costs the
+	// host about 7 MiB of driver memory, mostly mapped from /dev/nvidiactl
+	// (bench/gpu/ctxmem.c). 0 leaves the driver's default. It takes effect only for the first
+	// GPU a process opens.
+	WorkQueues int
 }
 
 func (c Config) withDefaults() Config {
@@ -116,6 +126,12 @@ type DeviceInfo struct {
 	// BlockingSync reports that a thread waiting for the GPU sleeps
 	// rather than spins (CU_CTX_SCHED_BLOCKING_SYNC).
 	BlockingSync bool
+	// WorkQueues is CUDA_DEVICE_MAX_CONNECTIONS as the driver found it
+	// (0: unset, the driver's default).
+	WorkQueues int
+	// Compiled reports that the kernels came from Config.Image, not from
+	// PTX compiled in this process.
+	Compiled bool
 }
 
 const (
@@ -138,8 +154,9 @@ type Backend struct {
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close
 
-	mu     sync.Mutex
-	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
+	mu      sync.Mutex
+	pinned  [][]byte // memory of batches made by NewBatch and NewOutputs
+	bounced int64    // bytes of the slots' bounce buffers
 }
 
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates
@@ -156,7 +173,7 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	dr, info, err := loadDriver(cfg.Device)
+	dr, info, err := loadDriver(cfg.Device, cfg.WorkQueues)
 	if err != nil {
 		return nil, err
 	}
@@ -169,13 +186,21 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 		g.teardown()
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, info.Name, err)
 	}
+	kernels := "PTX compiled in this process"
+	if g.info.Compiled {
+		kernels = "compiled ahead"
+	}
 	g.log.Info("gpu: backend ready", "device", info.Name, "index", info.Index,
-		"sms", info.Multiprocessors, "slots", cfg.Slots, "max_batch_pages", cfg.MaxBatchPages)
+		"sms", info.Multiprocessors, "slots", cfg.Slots, "max_batch_pages", cfg.MaxBatchPages,
+		"kernels", kernels, "work_queues", g.info.WorkQueues)
 	return g, nil
 }
 
 func (g *Backend) setup(ptx []byte) error {
 	batch := batchKernels[g.cfg.Algorithm]
+	if ptx == nil && g.cfg.Image != nil {
+		ptx, g.info.Compiled = g.cfg.Image, true
+	}
 	if ptx == nil {
 		ptx = batch.ptx
 	}
@@ -207,12 +232,6 @@ func (g *Backend) setup(ptx []byte) error {
 		if s.dMeta, err = g.dr.memAlloc(4 * metaWords(n)); err != nil {
 			return err
 		}
-		if s.hPacked, err = g.dr.hostAlloc(n * codec.PageSize); err != nil {
-			return err
-		}
-		if s.hPages, err = g.dr.hostAlloc(n * codec.PageSize); err != nil {
-			return err
-		}
 		if s.hMetaBytes, err = g.dr.hostAlloc(4 * metaWords(n)); err != nil {
 			return err
 		}
@@ -232,7 +251,7 @@ func (g *Backend) teardown() error {
 				errs = append(errs, g.dr.memFree(d))
 			}
 		}
-		for _, h := range [][]byte{s.hPacked, s.hPages, s.hMetaBytes} {
+		for _, h := range [][]byte{s.hBounce, s.hMetaBytes} {
 			errs = append(errs, g.dr.hostFree(h))
 		}
 		if s.stream != nil {

@@ -18,20 +18,43 @@ type slot struct {
 	// size (word 0, padded to 16 bytes), then offsets, lengths and
 	// decode status, maxPages words each.
 	dPages, dScratch, dPacked, dMeta devicePtr
-	// Pinned host buffers: packed bytes, decoded pages, meta.
-	hPacked, hPages []byte
-	hMeta           []uint32
-	hMetaBytes      []byte
+	// Pinned host buffers: meta, and a bounce buffer of MaxBatchPages
+	// pages, made on first need (bounce): the daemon's batches come and go
+	// in pinned memory of this backend's own (NewBatch, NewOutputs,
+	// RegisterPages), so it never makes one.
+	hMeta      []uint32
+	hMetaBytes []byte
+	hBounce    []byte
 	// pending, when set, delivers the result of a stream synchronization
 	// that a caller stopped waiting for.
 	pending chan error
 }
 
-// SlotBytes is the pinned host memory the slots hold: the packed output,
-// decoded pages and metadata of each.
+// SlotBytes is the pinned host memory the slots hold: the metadata of
+// each, and the bounce buffers made so far.
 func (g *Backend) SlotBytes() int64 {
 	n := g.cfg.MaxBatchPages
-	return int64(g.cfg.Slots) * (2*int64(n)*codec.PageSize + 4*int64(metaWords(n)))
+	total := int64(g.cfg.Slots) * 4 * int64(metaWords(n))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return total + g.bounced
+}
+
+// bounce returns s's bounce buffer, pinned, making it on first use: for a
+// batch whose memory is not pinned memory of this backend (a caller's
+// own buffers), which the device cannot reach by DMA. The caller holds s.
+func (g *Backend) bounce(s *slot) ([]byte, error) {
+	if s.hBounce == nil {
+		b, err := g.dr.hostAlloc(g.cfg.MaxBatchPages * codec.PageSize)
+		if err != nil {
+			return nil, fmt.Errorf("gpu: a bounce buffer for memory that is not pinned: %w", err)
+		}
+		s.hBounce = b
+		g.mu.Lock()
+		g.bounced += int64(len(b))
+		g.mu.Unlock()
+	}
+	return s.hBounce, nil
 }
 
 func (g *Backend) acquire(ctx context.Context) (*slot, error) {

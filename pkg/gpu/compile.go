@@ -1,0 +1,31 @@
+// Compiling the kernels for one GPU ahead, so that the process serving
+// swap loads a finished image and never maps the driver's PTX compiler.
+
+package gpu
+
+import "fmt"
+
+// Compile compiles algorithm's embedded PTX for GPU index device and
+// returns the module image (a cubin) for Config.Image. The driver's PTX
+// compiler is loaded into the calling process for it and stays: 20 MiB of
+// libnvidia-ptxjitcompiler, locked under mlockall, and 25-30 MiB more of
+// MemAvailable while it runs (H100, driver 580; bench/gpu/ctxmem.c). So
+// gzramd calls it in a short-lived process of its own (`gzramd
+// gpu-compile`) and hands the image to the process that serves. Every
+// error wraps ErrUnavailable.
+func Compile(device int, algorithm string) ([]byte, error) {
+	batch, ok := batchKernels[algorithm]
+	if !ok {
+		return nil, fmt.Errorf("%w: gpu: unknown algorithm %q (want lz4 or zstd)", ErrUnavailable, algorithm)
+	}
+	dr, info, err := loadDriver(device, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer dr.close()
+	img, err := dr.link(batch.ptx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: compiling the %s kernels: %w", ErrUnavailable, info.Name, algorithm, err)
+	}
+	return img, nil
+}
