@@ -228,6 +228,8 @@ func (c *conn) transmission(e *Export, early []byte) {
 	// serving (swap) I/O later allocates nothing, not even a stack.
 	for range c.srv.maxInFlight {
 		c.free <- new(request)
+	}
+	for range c.srv.workers() {
 		c.workers.Add(1)
 		go c.worker()
 	}

@@ -21,7 +21,11 @@ import (
 
 // Defaults of the Config fields that have them.
 const (
-	DefaultStagingBytes = 64 << 20
+	// DefaultStagingBytes is held, pinned, from the start. On an H100 the
+	// recorded swap trace (bench/trace.sh, LZ4, 1 and 4 jobs) moved 1.02x
+	// the bytes with 16 MiB that it moved with 64 MiB, at 1.00x and 0.97x
+	// the CPU per GB (bench/results/footprint-h100-2026-11-26.md).
+	DefaultStagingBytes = 16 << 20
 	// DefaultStagingWaitZstd bounds how long a zstd write waits for a
 	// staging buffer before it compresses on the CPU. Measured on an H100
 	// (gzramd bench, 32 writers overloading the GPU): no wait 2.45-2.50
