@@ -93,10 +93,9 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 			d.close()
 		}
 	}()
-	backend := cfg.backend
-	if cfg.staging == 0 && backend == "auto" {
-		log.Info("compressing on the CPU: --staging 0 turns write-behind off, and the GPU works only on staged writes")
-		backend = "cpu"
+	backend, why := cfg.resolveBackend()
+	if why != "" {
+		log.Info("compressing on the CPU: "+why, "backend", cfg.backend)
 	}
 	if d.accel, err = openAccelerator(gpuSetup{backend: backend, algorithm: cfg.algorithm, device: cfg.gpuDevice,
 		batchPages: cfg.batchPages, inFlight: cfg.batchInFlight, kernels: kernels}, log); err != nil {
@@ -168,6 +167,7 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 		Version: version, Export: cfg.export, Algorithm: cfg.algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.size),
 	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings),
+		metrics.NewSelf(d.selfMemory, log),
 		metrics.NewTakeover(func() metrics.Takeovers {
 			return metrics.Takeovers{Count: d.takeovers, LastPause: time.Duration(d.pause.Load())}
 		}),
@@ -279,10 +279,16 @@ func (d *daemon) kernelState() metrics.KernelState {
 }
 
 func (d *daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	rep := d.status()
+	if s, err := d.selfMemory(); err != nil {
+		d.log.Warn("status: reading gzramd's own memory", "err", err)
+	} else {
+		rep.SelfMemory, rep.OwnMemoryBytes, rep.NetSavedBytes = s.Processes, s.Own(), s.NetSaved()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(d.status())
+	_ = enc.Encode(rep)
 }
 
 // run serves until a signal asks it to stop and stopping is safe.

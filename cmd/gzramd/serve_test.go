@@ -111,8 +111,26 @@ func TestStatusMatchesMetrics(t *testing.T) {
 	if rep.Backend != f.Label("gzramd_info", "backend") || rep.Algorithm != "lz4" || rep.Export != "gzram0" {
 		t.Errorf("status backend/algorithm/export %q/%q/%q disagree with gzramd_info", rep.Backend, rep.Algorithm, rep.Export)
 	}
+	// gzramd's own memory: each process's, and the net saving made of it.
+	roles := map[string]bool{}
+	for _, p := range rep.SelfMemory {
+		roles[p.Role] = true
+		if p.PSS <= 0 || p.PSS > p.RSS {
+			t.Errorf("status: %s's memory %+v", p.Role, p)
+		}
+	}
+	if !roles["serving"] || !roles["supervisor"] {
+		t.Errorf("status names the memory of %v, want the serving process and the supervisor", roles)
+	}
+	if saved := rep.OrigDataBytes + 4096*rep.SamePages - rep.MemUsedBytes - rep.OwnMemoryBytes; rep.OwnMemoryBytes <= 0 || rep.NetSavedBytes != saved {
+		t.Errorf("status: own memory %d, net saving %d; want it positive, and %d", rep.OwnMemoryBytes, rep.NetSavedBytes, saved)
+	}
+	if v, ok := f.Value("gzramd_self_memory_bytes", "role", "serving", "kind", "pss"); !ok || v <= 0 {
+		t.Errorf("gzramd_self_memory_bytes{role=serving,kind=pss} = %v", v)
+	}
 	table, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
-	if code != 0 || lines(table) != 3 || !strings.HasPrefix(strings.Split(table, "\n")[2], "serving process ") {
+	if code != 0 || lines(table) != 4 || !strings.HasPrefix(strings.Split(table, "\n")[2], "serving process ") ||
+		!strings.HasPrefix(strings.Split(table, "\n")[3], "gzramd's processes ") {
 		t.Fatalf("status: exit status %d, output:\n%s", code, table)
 	}
 	row := strings.Fields(strings.Split(table, "\n")[1])
@@ -120,8 +138,13 @@ func TestStatusMatchesMetrics(t *testing.T) {
 	if gpuName == "" {
 		gpuName = "-"
 	}
+	// SELF and SAVED move between the two reports (the processes' sets
+	// change): they are checked above.
 	wantRow := strings.Fields(strings.Join([]string{"-", "gzram0", "lz4", "64M", humanBytes(rep.OrigDataBytes), humanBytes(rep.ComprDataBytes),
-		humanBytes(rep.MemUsedBytes), strconv.FormatFloat(rep.Ratio(), 'f', 2, 64), rep.Backend, gpuName, "no"}, " "))
+		humanBytes(rep.MemUsedBytes), strconv.FormatFloat(rep.Ratio(), 'f', 2, 64), "SELF", "SAVED", rep.Backend, gpuName, "no"}, " "))
+	if len(row) == len(wantRow) {
+		row[8], row[9] = "SELF", "SAVED"
+	}
 	if strings.Join(row, " ") != strings.Join(wantRow, " ") {
 		t.Errorf("status row %q, want %q", row, wantRow)
 	}

@@ -10,11 +10,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/gzramd/gzramd/pkg/swapsafe"
 	"github.com/spf13/cobra"
+
+	"github.com/gzramd/gzramd/pkg/metrics"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // statusReport is what /status serves and `gzramd status` prints: the
@@ -52,6 +55,13 @@ type statusReport struct {
 	UptimeSeconds     float64  `json:"uptime_seconds"`
 	// Holdings is what the daemon holds ahead of need (docs/DESIGN.md).
 	Holdings []swapsafe.Holding `json:"holdings"`
+	// SelfMemory is the memory of gzramd's processes, by role;
+	// OwnMemoryBytes their proportional sets summed less the store's
+	// memory in use, NetSavedBytes what the device saves net of both
+	// (metrics.SelfMemory). Absent when /proc could not be read.
+	SelfMemory     []metrics.ProcessMemory `json:"self_memory,omitempty"`
+	OwnMemoryBytes int64                   `json:"own_memory_bytes"`
+	NetSavedBytes  int64                   `json:"net_saved_bytes"`
 }
 
 // Ratio is orig_data_size / mem_used_total, zramctl's view of what the
@@ -72,7 +82,11 @@ func newStatusCmd() *cobra.Command {
 		Long: `Show the running daemon's device in a zramctl-like table, read from its
 HTTP endpoint (the --metrics address of gzramd serve, which also serves
 /status). DATA is the uncompressed size of the stored pages, COMPR their
-compressed size, TOTAL the memory the store holds, RATIO is DATA/TOTAL.`,
+compressed size, TOTAL the memory the store holds, RATIO is DATA/TOTAL.
+SELF is gzramd's own memory: its processes' proportional sets (each page
+they share counted once) less TOTAL; the GPU driver's memory in the
+kernel is not in it. SAVED is what the device saves net of both: DATA and
+the same-filled pages, less TOTAL and SELF.`,
 		Example: `  gzramd status
   gzramd status --metrics 127.0.0.1:9829 --json`,
 		Args: cobra.NoArgs,
@@ -128,7 +142,7 @@ func fetchStatus(ctx context.Context, addr string) (*statusReport, []byte, error
 
 func printStatus(w io.Writer, r *statusReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "DEVICE\tEXPORT\tALGORITHM\tDISKSIZE\tDATA\tCOMPR\tTOTAL\tRATIO\tBACKEND\tGPU\tSWAP\t")
+	fmt.Fprintln(tw, "DEVICE\tEXPORT\tALGORITHM\tDISKSIZE\tDATA\tCOMPR\tTOTAL\tRATIO\tSELF\tSAVED\tBACKEND\tGPU\tSWAP\t")
 	dev := r.Device
 	if dev == "" && len(r.SwapDevices) > 0 {
 		dev = r.SwapDevices[0]
@@ -144,10 +158,14 @@ func printStatus(w io.Writer, r *statusReport) error {
 	if len(r.SwapDevices) > 0 {
 		swap = "yes"
 	}
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+	self, saved := "-", "-"
+	if len(r.SelfMemory) > 0 {
+		self, saved = humanBytes(r.OwnMemoryBytes), signedBytes(r.NetSavedBytes)
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 		dev, r.Export, r.Algorithm, humanBytes(r.DiskSize), humanBytes(r.OrigDataBytes),
 		humanBytes(r.ComprDataBytes), humanBytes(r.MemUsedBytes), strconv.FormatFloat(r.Ratio(), 'f', 2, 64),
-		r.Backend, gpu, swap)
+		self, saved, r.Backend, gpu, swap)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -165,8 +183,27 @@ func printStatus(w io.Writer, r *statusReport) error {
 	if r.LostPages > 0 {
 		serving += fmt.Sprintf("; %d pages lost in a takeover read as I/O errors", r.LostPages)
 	}
-	_, err := fmt.Fprintln(w, serving)
+	if _, err := fmt.Fprintln(w, serving); err != nil {
+		return err
+	}
+	if len(r.SelfMemory) == 0 {
+		return nil
+	}
+	// What each process holds, its share of what they share.
+	var parts []string
+	for _, p := range r.SelfMemory {
+		parts = append(parts, fmt.Sprintf("%s %s", p.Role, humanBytes(p.PSS)))
+	}
+	_, err := fmt.Fprintf(w, "gzramd's processes (proportional sets, the store included): %s\n", strings.Join(parts, ", "))
 	return err
+}
+
+// signedBytes is humanBytes with a minus sign below zero.
+func signedBytes(n int64) string {
+	if n < 0 {
+		return "-" + humanBytes(-n)
+	}
+	return humanBytes(n)
 }
 
 // humanBytes formats like zramctl: 1024-based units with one decimal.
