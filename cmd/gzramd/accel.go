@@ -39,6 +39,32 @@ type gpuSetup struct {
 	kernels              kernelImage
 }
 
+// autoGPUMinSize is the smallest device --backend auto serves with the
+// GPU. The GPU's own memory is fixed, about 150 MiB on an H100 with LZ4
+// and 165 with zstd (the CUDA context, pinned staging and outputs;
+// bench/results/footprint-h100-2026-11-26.md): more than 2 % of what a
+// smaller device can hold. What it buys is CPU time, not memory (the GPU
+// writes the same formats at the same ratio as the CPU): on a recorded
+// swap trace 7-17 % of the daemon's CPU per GB with LZ4 and 40-50 % with
+// zstd, which pays where much is swapped, on large devices.
+const autoGPUMinSize = 8 << 30
+
+// resolveBackend is the backend --backend asks for, as far as it can be
+// told before the GPU is opened: auto is the CPU without write-behind
+// (--staging 0) and for a device under autoGPUMinSize, which why says.
+func (c *serveConfig) resolveBackend() (backend, why string) {
+	if c.backend != "auto" {
+		return c.backend, ""
+	}
+	switch {
+	case c.staging == 0:
+		return "cpu", "--staging 0 turns write-behind off, and the GPU works only on staged writes"
+	case int64(c.size) < autoGPUMinSize:
+		return "cpu", fmt.Sprintf("--backend auto uses a GPU only for a device of %s or more, where what it saves in CPU pays for its own memory (about 150 MiB); --backend gpu uses it anyway", formatSize(autoGPUMinSize))
+	}
+	return "auto", ""
+}
+
 // openAccelerator opens the GPU for --backend gpu (which must find one)
 // or auto (when one is usable), its kernels writing the algorithm's
 // format; --backend cpu and a machine without a usable GPU under auto get

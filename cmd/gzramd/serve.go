@@ -142,7 +142,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.StringVar(&cfg.tcp, "tcp", "", "TCP address to serve NBD on, e.g. 127.0.0.1:10809 (a bare :PORT means loopback); off by default")
 	f.StringVar(&cfg.export, "export", "gzram0", "export name; the empty name reaches it too")
 	f.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9829", "address for the HTTP endpoint serving /metrics (Prometheus) and /status; empty to disable")
-	f.StringVar(&cfg.backend, "backend", "auto", "compression backend: auto (GPU when present, else CPU), gpu or cpu")
+	f.StringVar(&cfg.backend, "backend", "auto", "compression backend: auto (the GPU when one is usable and the device is 8GiB or more, else the CPU: the GPU's own memory, about 150MiB, pays for itself in CPU time only where much is swapped), gpu (required, any size) or cpu")
 	f.StringVar(&cfg.algorithm, "algorithm", "lz4", "compression algorithm: lz4 (fast) or zstd (about a third more memory saved; on the CPU it costs several times lz4's CPU, on the GPU no more)")
 	f.DurationVar(&cfg.stagingWait, "staging-wait", 0, "with the GPU: how long a write that finds --staging full waits for room before it compresses on the CPU; 0: the algorithm's default (20ms with zstd, whose CPU codec costs about 30 times the GPU's CPU; none with lz4), negative: never wait")
 	f.Var(&cfg.staging, "staging", "with the GPU: write-behind memory (pinned, locked, counted in mem_used at 4KiB a page). A write is acknowledged once its pages are copied here; the GPU compresses them in batches nobody waits for. When it is full, writes wait up to --staging-wait for room, then compress inline on the CPU. At least --batch-inflight+1 batches; 0 turns write-behind off (and with it the GPU)")
@@ -303,7 +303,7 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	// nor counted in this process. A standby compiles now, ahead of the
 	// takeover.
 	var kernels kernelImage
-	if cfg.backend != "cpu" && cfg.staging > 0 {
+	if backend, _ := cfg.resolveBackend(); backend != "cpu" {
 		kernels = compileKernels(ctx, cfg.gpuDevice, cfg.algorithm)
 	}
 	reserve, err := harden(cfg, log, reexecErr)
