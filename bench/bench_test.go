@@ -154,13 +154,13 @@ proc gzramd-cpu-zstd 8GiB idle 2 supervisor 10000 2000 9000 0 0 0
 proc gzramd-cpu-zstd 8GiB idle 2 serving 80000 40000 70000 16384 0 0
 drop gzramd-cpu-zstd 8GiB idle 3 50000
 drop gzramd-cpu-zstd 8GiB stored 3 380000
-store gzramd-cpu-zstd 8GiB 3 1073741824 322122547
+store gzramd-cpu-zstd 8GiB 3 1073741824 322122547 1044537344
 drop gzramd-cpu-lz4 8GiB idle 1 61000
 drop gzramd-cpu-lz4 8GiB stored 1 480000
-store gzramd-cpu-lz4 8GiB 1 1073741824 466848139
+store gzramd-cpu-lz4 8GiB 1 1073741824 466848139 1044537344
 drop zram-lzo-rle 8GiB idle 1 40960
 drop zram-lzo-rle 8GiB stored 1 460000
-store zram-lzo-rle 8GiB 1 1073741824 429496730
+store zram-lzo-rle 8GiB 1 1073741824 429496730 1073741824
 `
 	if err := os.WriteFile(raw, []byte(readings), 0o644); err != nil {
 		t.Fatal(err)

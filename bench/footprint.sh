@@ -12,12 +12,15 @@
 #     and shared memory (smaps_rollup), pinned memory (VmPin) and GPU
 #     memory (nvidia-smi), from the median start;
 #   - stored: the same after writing FOOTPRINT_STORE of corpus pages (the
-#     corpus repeated), plus orig_data_size and mem_used_total; "own" is
-#     the drop less mem_used_total;
+#     corpus repeated), plus mem_used_total; "own" is the drop less
+#     mem_used_total;
+#   - zram: its own memory is its table, VmallocUsed's rise when disksize
+#     is set (MemAvailable's drop is in the raw file, as "avail");
 #   - the net saving against each zram target: gzramd saves more memory
 #     than zram once x bytes are swapped, x = (own_gzramd - own_zram) /
-#     (1/ratio_zram - 1/ratio_gzramd), ratio being orig_data_size /
-#     mem_used_total on the same pages.
+#     (1/ratio_zram - 1/ratio_gzramd), ratio being the bytes written /
+#     mem_used_total, the same pages written to each (nbdcopy leaves out
+#     zero pages, which orig_data_size then does not count).
 #
 # Usage: bench/footprint.sh [TARGET...]
 #        bench/footprint.sh --report RAW   (the report of a run's raw readings)
@@ -35,7 +38,10 @@
 #   FOOTPRINT_OUT     also write the report (markdown) to this file
 #   FOOTPRINT_RAW     keep the raw readings (a line each) in this file, as
 #                     they are taken (--report makes the report of them)
-#   FOOTPRINT_LOGS    append every gzramd start's log to this file
+#   FOOTPRINT_LOGS    append every gzramd start's log to this file, and
+#                     each process's resident memory by mapping
+#   FOOTPRINT_SETTLE  most seconds to wait for MemAvailable to hold still
+#                     before a reading (20)
 #   FOOTPRINT_CTXMEM  a built bench/gpu/ctxmem (default: built into the
 #                     work directory with cc)
 #   GZRAMD_CORPUS     memory-pages.bin.zst (default ../shared/corpus/)
@@ -86,19 +92,21 @@ print(int(m[1]) << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[m[2][:1]])' "$1"
 }
 
 mem_available() { awk '/^MemAvailable:/ { print $2 }' /proc/meminfo; }
+vmalloc_used() { awk '/^VmallocUsed:/ { print $2 }' /proc/meminfo; }
 
 # quiesce: drop clean caches, so that MemAvailable moves only with what
 # processes hold, and wait until it holds still: after a process ends or
 # the caches are dropped, the kernel goes on freeing memory for seconds
 # (on a 2-core VM, MemFree rose 24 MiB over 20 s with nothing running),
 # which would count against whatever starts next. Until it moves by
-# under 1 MiB a second for 2 s, at most 20 s.
+# under 1 MiB a second for 2 s, at most FOOTPRINT_SETTLE seconds (20; on
+# the H100 machine MemAvailable never holds that still).
 quiesce() {
 	local last now still=0
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 	last=$(mem_available)
-	for _ in $(seq 20); do
+	for _ in $(seq "${FOOTPRINT_SETTLE:-20}"); do
 		sleep 1
 		now=$(mem_available)
 		if [ $((now > last ? now - last : last - now)) -lt 1024 ]; then
@@ -109,7 +117,7 @@ quiesce() {
 		fi
 		last=$now
 	done
-	bench_log "MemAvailable still moved by 1 MiB a second after 20 s: this reading is noisy"
+	bench_log "MemAvailable still moved by 1 MiB a second after ${FOOTPRINT_SETTLE:-20} s: this reading is noisy"
 }
 
 # proc_row TARGET SIZE STATE RUN ROLE PID: one row of a process's memory
@@ -237,7 +245,7 @@ run_gzramd() {
 		quiesce
 		after=$(mem_available)
 		echo "drop $target $size stored $run $((before - after))" >>"$RAW"
-		echo "store $target $size $run $orig $used" >>"$RAW"
+		echo "store $target $size $run $store $used $orig" >>"$RAW"
 		while read -r role p; do proc_row "$target" "$size" stored "$run" "$role" "$p"; done < <(gzramd_procs "$pid")
 	fi
 	kill "$pid" 2>/dev/null || true
@@ -251,13 +259,19 @@ run_zram() {
 	echo 1 >"$z/reset" || { bench_log "$target: cannot reset zram0 (in use?)"; return 1; }
 	grep -qw "$alg" "$z/comp_algorithm" || { bench_log "$target: zram has no $alg"; return 1; }
 	BENCH_ZRAM=$z
+	# zram's own memory is its table (16 bytes a page), made with vmalloc
+	# when disksize is set: VmallocUsed's rise is exact, where
+	# MemAvailable moves by as much on its own on some machines.
+	local vbefore vafter
 	quiesce
-	before=$(mem_available)
+	before=$(mem_available) vbefore=$(vmalloc_used)
 	echo "$alg" >"$z/comp_algorithm"
 	bytes "$size" >"$z/disksize"
+	vafter=$(vmalloc_used)
 	quiesce
 	after=$(mem_available)
-	echo "drop $target $size idle $run $((before - after))" >>"$RAW"
+	echo "drop $target $size idle $run $((vafter - vbefore))" >>"$RAW"
+	echo "avail $target $size idle $run $((before - after))" >>"$RAW"
 	if [ "$store" -gt 0 ]; then
 		data_file "$store"
 		dd if="$WORK/data.bin" of=/dev/zram0 bs=1M oflag=direct status=none
@@ -267,7 +281,7 @@ run_zram() {
 		quiesce
 		after=$(mem_available)
 		echo "drop $target $size stored $run $((before - after))" >>"$RAW"
-		echo "store $target $size $run $orig $used" >>"$RAW"
+		echo "store $target $size $run $store $used $orig" >>"$RAW"
 	fi
 	echo 1 >"$z/reset"
 	BENCH_ZRAM=""
@@ -327,6 +341,8 @@ for line in open(sys.argv[1]):
     elif f[0] == "proc":
         procs.setdefault(tuple(f[1:5]), []).append([f[5]] + [int(x) for x in f[6:]])
     elif f[0] == "store":
+        # written, mem_used_total (and orig_data_size, which leaves out
+        # what nbdcopy skips as zeroes)
         stores[tuple(f[1:3])] = (int(float(f[4])), int(float(f[5])))
 mib = lambda kib: "%.1f" % (kib / 1024)
 print("| target | size | state | MemAvailable drop | process | RSS | anon | locked | shmem | pinned | GPU |")
@@ -347,7 +363,7 @@ for (t, size, state), runs in drops.items():
         print(head + " %s | %s | %s | %s | %s | %s | %s |" % (r[0], *[mib(x) for x in r[1:]]))
     if state == "stored" and (t, size) in stores:
         orig, used = stores[(t, size)]
-        print("| | | | | orig_data %s, mem_used_total %s: ratio %.3f; own (drop - mem_used) %s | | | | | | |" % (
+        print("| | | | | written %s, mem_used_total %s: ratio %.3f; own (drop - mem_used) %s | | | | | | |" % (
             mib(orig / 1024), mib(used / 1024), orig / used if used else 0, mib(med - used / 1024)))
 print()
 zrams = sorted({t for (t, _) in own if t.startswith("zram-")})
@@ -357,7 +373,7 @@ if ctx:
     print("A bare CUDA context (primary context, blocking sync, nothing loaded): %s MiB of MemAvailable." % mib(ctx[0]))
     print()
 if zrams and gzs:
-    print("Net saving: gzramd saves more memory than zram from this much swapped (own = idle drop, ratio = orig_data_size / mem_used_total on the stored pages).")
+    print("Net saving: gzramd saves more memory than zram from this much swapped (own: gzramd's idle drop, zram's table; ratio: bytes written / mem_used_total, the same pages written to each).")
     print()
     print("| gzramd | size | own | ratio | " + " | ".join("vs %s (own, ratio)" % z for z in zrams) + " |")
     print("|---|---|---:|---:|" + "---:|" * len(zrams))

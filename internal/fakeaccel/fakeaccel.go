@@ -49,10 +49,14 @@ func (*Accelerator) RegisterPages([]byte) error { return nil }
 func (*Accelerator) UnregisterPages([]byte) error { return nil }
 
 // NewOutputs implements route.Accelerator with Go memory.
-func (*Accelerator) NewOutputs(pages int) (*codec.Batch, error) {
-	return &codec.Batch{
-		Out: make([]byte, pages*codec.PageSize), Offsets: make([]uint32, pages), Lens: make([]uint32, pages),
-	}, nil
+func (*Accelerator) NewOutputs(sets, pages int) ([]*codec.Batch, error) {
+	bs := make([]*codec.Batch, sets)
+	for i := range bs {
+		bs[i] = &codec.Batch{
+			Out: make([]byte, pages*codec.PageSize), Offsets: make([]uint32, pages), Lens: make([]uint32, pages),
+		}
+	}
+	return bs, nil
 }
 
 // CompressBatch implements codec.BatchCompressor.

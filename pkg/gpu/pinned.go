@@ -52,43 +52,75 @@ func (g *Backend) UnregisterPages(mem []byte) error {
 	return nil
 }
 
-// NewOutputs returns a batch with pinned outputs and no pages: the shadow
-// outputs pkg/route gives the device, so that a late write by a batch it
-// gave up on reaches no memory in use.
-func (g *Backend) NewOutputs(capacity int) (*codec.Batch, error) {
-	return g.newPinned(capacity, false)
+// NewOutputs returns sets batches of capacity pages with pinned outputs
+// and no pages, the shadow outputs pkg/route gives the device, so that a
+// late write by a batch it gave up on reaches no memory in use. They are
+// carved from one allocation: the driver hands out pinned memory in
+// pieces of 2 MiB, and 16 sets of 256 pages (1 MiB and 2 KiB each),
+// allocated one by one, took 32 MiB (H100, driver 580).
+func (g *Backend) NewOutputs(sets, capacity int) ([]*codec.Batch, error) {
+	if sets < 1 {
+		return nil, fmt.Errorf("gpu: %d output sets", sets)
+	}
+	mem, err := g.pin(capacity, sets*capacity*(codec.PageSize+8))
+	if err != nil {
+		return nil, err
+	}
+	bs := make([]*codec.Batch, sets)
+	for i := range bs {
+		one := capacity * (codec.PageSize + 8)
+		bs[i] = outputsIn(mem[i*one:(i+1)*one], capacity)
+	}
+	return bs, nil
 }
 
+// newPinned returns a batch of capacity pages in one pinned allocation,
+// with pages when withPages.
 func (g *Backend) newPinned(capacity int, withPages bool) (*codec.Batch, error) {
+	pageBytes := 0
+	if withPages {
+		pageBytes = capacity * codec.PageSize
+	}
+	mem, err := g.pin(capacity, pageBytes+capacity*(codec.PageSize+8))
+	if err != nil {
+		return nil, err
+	}
+	b := outputsIn(mem[pageBytes:], capacity)
+	if withPages {
+		b.Pages = mem[:pageBytes]
+	}
+	return b, nil
+}
+
+// pin allocates size bytes of pinned memory for batches of capacity
+// pages and records it (ownsPinned, teardown).
+func (g *Backend) pin(capacity, size int) ([]byte, error) {
 	if capacity < 1 || capacity > g.cfg.MaxBatchPages {
 		return nil, fmt.Errorf("gpu: batch capacity %d out of range 1..%d", capacity, g.cfg.MaxBatchPages)
 	}
 	if g.closed.Load() {
 		return nil, errClosed
 	}
-	pageBytes := 0
-	if withPages {
-		pageBytes = capacity * codec.PageSize
-	}
-	size := pageBytes + capacity*codec.PageSize + 8*capacity
 	mem, err := g.dr.hostAlloc(size)
 	if err != nil {
-		return nil, fmt.Errorf("gpu: pinned batch of %d pages: %w", capacity, err)
+		return nil, fmt.Errorf("gpu: pinned memory for batches of %d pages: %w", capacity, err)
 	}
 	g.mu.Lock()
 	g.pinned = append(g.pinned, mem)
 	g.mu.Unlock()
-	out := mem[pageBytes : pageBytes+capacity*codec.PageSize]
-	meta := mem[pageBytes+capacity*codec.PageSize:]
-	b := &codec.Batch{
+	return mem, nil
+}
+
+// outputsIn lays a batch's outputs, offsets and lengths for capacity
+// pages over mem.
+func outputsIn(mem []byte, capacity int) *codec.Batch {
+	out := mem[:capacity*codec.PageSize]
+	meta := mem[capacity*codec.PageSize:]
+	return &codec.Batch{
 		Out:     out,
 		Offsets: unsafe.Slice((*uint32)(unsafe.Pointer(&meta[0])), capacity),
 		Lens:    unsafe.Slice((*uint32)(unsafe.Pointer(&meta[4*capacity])), capacity),
 	}
-	if withPages {
-		b.Pages = mem[:pageBytes]
-	}
-	return b, nil
 }
 
 // ownsPinned reports whether p lies in pinned memory made by NewBatch.

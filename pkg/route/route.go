@@ -40,8 +40,10 @@ type Accelerator interface {
 	// before the caller unmaps it.
 	RegisterPages(mem []byte) error
 	UnregisterPages(mem []byte) error
-	// NewOutputs returns a batch with outputs only, in that memory.
-	NewOutputs(pages int) (*codec.Batch, error)
+	// NewOutputs returns sets batches of pages pages with outputs only,
+	// in that memory, made together: pinned memory comes in large
+	// pieces, and a piece for each set would waste most of each.
+	NewOutputs(sets, pages int) ([]*codec.Batch, error)
 }
 
 // Observer sees each compressed batch (for metrics); it must be cheap.
@@ -166,33 +168,26 @@ func New(cfg Config) (*Router, error) {
 		if cfg.Shadows < 1 || cfg.Outputs < 1 || cfg.BatchPages < 1 {
 			return nil, fmt.Errorf("route: %d shadows and %d output sets of %d pages for the accelerator: want at least 1 of 1", cfg.Shadows, cfg.Outputs, cfg.BatchPages)
 		}
-		var err error
-		if r.shadows, err = r.outputSets(cfg.Shadows); err != nil {
-			return nil, fmt.Errorf("route: shadow outputs for the accelerator: %w", err)
+		sets, err := r.accel.NewOutputs(cfg.Shadows+cfg.Outputs, cfg.BatchPages)
+		if err != nil {
+			return nil, fmt.Errorf("route: outputs for staged batches and the accelerator's shadows: %w", err)
 		}
-		if r.outputs, err = r.outputSets(cfg.Outputs); err != nil {
-			return nil, fmt.Errorf("route: outputs for staged batches: %w", err)
-		}
+		r.shadows, r.outputs = outputSets(sets[:cfg.Shadows]), outputSets(sets[cfg.Shadows:])
 		r.empty = make(chan *codec.Batch, cfg.Outputs)
 	}
 	return r, nil
 }
 
-// outputSets makes n output sets of BatchPages pages in the accelerator's
-// memory, written so that they are resident.
-func (r *Router) outputSets(n int) (chan *codec.Batch, error) {
-	c := make(chan *codec.Batch, n)
-	for range n {
-		sb, err := r.accel.NewOutputs(r.cfg.BatchPages)
-		if err != nil {
-			return nil, err
-		}
+// outputSets queues sets, written first so that they are resident.
+func outputSets(sets []*codec.Batch) chan *codec.Batch {
+	c := make(chan *codec.Batch, len(sets))
+	for _, sb := range sets {
 		for i := 0; i < len(sb.Out); i += codec.PageSize {
 			sb.Out[i] = 0
 		}
 		c <- sb
 	}
-	return c, nil
+	return c
 }
 
 // AttachOutputs gives a staged batch, whose buffer holds pages only, an
