@@ -12,7 +12,7 @@ LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_v
 	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
 TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-unit test-race vet lz4-oracle test-nodeps bench bench-e2e bench-takeover test-e2e test-survive test-systemd test-systemd-mutants ptx install clean
+.PHONY: all build run test test-unit test-race vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover test-e2e test-survive test-systemd test-systemd-mutants ptx install clean
 
 all: build
 
@@ -80,8 +80,16 @@ test-systemd: build
 test-systemd-mutants: build
 	for m in test/e2e/systemd/mutants/*.conf; do E2E_SYSTEMD_DROPIN=$$m ./test/e2e/systemd.sh || exit 1; done
 
-bench:
+bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2x ./...
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) bench-footprint; \
+	else echo "make: bench-footprint skipped: it needs root (it drops the page cache and uses /dev/zram0)"; fi
+
+# What gzramd's own processes cost the machine against kernel zram's own
+# (and a bare CUDA context where there is a GPU), and the swapped size
+# from which gzramd saves more memory than zram (bench/footprint.sh).
+bench-footprint: build
+	./bench/footprint.sh
 
 # Kill the serving process 100 times: the pause from each kill to the first
 # request served again (median, 90th percentile, worst).

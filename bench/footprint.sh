@@ -299,7 +299,8 @@ run_context() {
 	quiesce
 	out=$("$CTXMEM" --flags 4) || { bench_log "cuda-context: $out"; return 1; }
 	echo "$out" | awk -v run="$run" '/^primary context/ {
-		for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+		# "key=  value" pairs, the value padded
+		for (i = 1; i <= NF; i++) if ($i ~ /=/) { split($i, kv, "="); v[kv[1]] = kv[2] != "" ? kv[2] : $(i + 1) }
 		printf "drop cuda-context - idle %s %d\n", run, v["avail_drop"]
 		printf "proc cuda-context - idle %s process %d %d %d %d 0 0\n", run, v["rss"], v["anon"], v["locked"], v["shmem"]
 	}' >>"$RAW"

@@ -22,11 +22,11 @@ func (d *daemon) holdings() []swapsafe.Holding {
 	hs := d.pipe.Holdings()
 	if d.accel.gpu != nil {
 		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: d.accel.gpu.SlotBytes(),
-			Why: "each GPU stream's packed output and metadata, pinned (--batch-inflight)"})
+			Why: "each GPU stream's metadata (the offsets and lengths the device writes back), pinned (--batch-inflight)"})
 	}
 	if n := connBuffers(d.cfg); n > 0 {
 		hs = append(hs, swapsafe.Holding{Name: "nbd-buffers", Bytes: n,
-			Why: "payload buffers each NBD connection keeps resident, written at its handshake: per connection"})
+			Why: "payload buffers each NBD connection keeps resident, written at its handshake, and as many workers: per connection"})
 	}
 	if d.reserve != nil {
 		hs = append(hs,
