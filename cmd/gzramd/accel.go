@@ -41,9 +41,10 @@ type gpuSetup struct {
 
 // autoGPUMinSize is the smallest device --backend auto serves with the
 // GPU. The GPU's own memory is fixed, about 150 MiB on an H100 with LZ4
-// and 165 with zstd (the CUDA context, pinned staging and outputs;
+// or zstd (the CUDA context, pinned staging and outputs;
 // bench/results/footprint-h100-2026-11-26.md): more than 2 % of what a
-// smaller device can hold. What it buys is CPU time, not memory (the GPU
+// smaller device can hold, and on a 1 GiB device more than zstd's better
+// ratio can ever pay back. What it buys is CPU time, not memory (the GPU
 // writes the same formats at the same ratio as the CPU): on a recorded
 // swap trace 7-17 % of the daemon's CPU per GB with LZ4 and 40-50 % with
 // zstd, which pays where much is swapped, on large devices.
