@@ -12,11 +12,13 @@
  * Prints "HOG-PASS" or "HOG-FAIL ..." and exits 0 or 1.
  * Built with gcc -static so the initramfs needs no libc for it.
  */
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -116,6 +118,14 @@ int main(int argc, char **argv)
 		if ((p + 1) % (pages / 4 ? pages / 4 : 1) == 0)
 			printf("hog: wrote %" PRIu64 " of %" PRIu64 " MiB (%.1f s)\n",
 			       (p + 1) * PAGE >> 20, mib, now() - t0);
+	}
+	/* HOG_WROTE_FILE tells the survive scenario's killer that the write
+	 * phase is over (it keeps kills for the verify phase). */
+	const char *wrote = getenv("HOG_WROTE_FILE");
+	if (wrote && *wrote) {
+		int fd = open(wrote, O_CREAT | O_WRONLY, 0644);
+		if (fd >= 0)
+			close(fd);
 	}
 	const char *peak = getenv("HOG_PEAK_CMD");
 	if (peak && *peak) {

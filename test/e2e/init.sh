@@ -135,9 +135,12 @@ if [ "$mode" = survive ]; then
 	# A static helper (killer.c), locked in memory and real-time: a shell
 	# loop was too slow to catch a takeover.
 	echo 0 >/tmp/upgrades
-	killer "$daemon_pid" "$maxkills" "$kmin" "$kmax" "$early" "$earlymax" /tmp/hog.done /tmp/kills "$upgrade_every" "$quiet" /tmp/upgrades &
+	# Half the kills at most while the hog writes, so that some fall while
+	# it verifies (survive.py wants both).
+	rm -f /tmp/hog.wrote
+	KILLER_WROTE_FILE=/tmp/hog.wrote killer "$daemon_pid" "$maxkills" "$kmin" "$kmax" "$early" "$earlymax" /tmp/hog.done /tmp/kills "$upgrade_every" "$quiet" /tmp/upgrades &
 	killer_pid=$!
-	hog "$hog" "$seed" "$random"
+	HOG_WROTE_FILE=/tmp/hog.wrote hog "$hog" "$seed" "$random"
 	hog_rc=$?
 	touch /tmp/hog.done
 	wait "$killer_pid"
