@@ -18,10 +18,13 @@ import (
 // slot is released; pkg/route gives the device shadow outputs (NewOutputs)
 // for that reason.
 func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
-	b, err := g.newPinned(capacity, true)
+	pageBytes := capacity * codec.PageSize
+	mem, err := g.pin(capacity, pageBytes+capacity*(codec.PageSize+8))
 	if err != nil {
 		return nil, err
 	}
+	b := outputsIn(mem[pageBytes:], capacity)
+	b.Pages = mem[:pageBytes]
 	return b, nil
 }
 
@@ -67,29 +70,11 @@ func (g *Backend) NewOutputs(sets, capacity int) ([]*codec.Batch, error) {
 		return nil, err
 	}
 	bs := make([]*codec.Batch, sets)
+	one := capacity * (codec.PageSize + 8)
 	for i := range bs {
-		one := capacity * (codec.PageSize + 8)
 		bs[i] = outputsIn(mem[i*one:(i+1)*one], capacity)
 	}
 	return bs, nil
-}
-
-// newPinned returns a batch of capacity pages in one pinned allocation,
-// with pages when withPages.
-func (g *Backend) newPinned(capacity int, withPages bool) (*codec.Batch, error) {
-	pageBytes := 0
-	if withPages {
-		pageBytes = capacity * codec.PageSize
-	}
-	mem, err := g.pin(capacity, pageBytes+capacity*(codec.PageSize+8))
-	if err != nil {
-		return nil, err
-	}
-	b := outputsIn(mem[pageBytes:], capacity)
-	if withPages {
-		b.Pages = mem[:pageBytes]
-	}
-	return b, nil
 }
 
 // pin allocates size bytes of pinned memory for batches of capacity
