@@ -9,15 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // lib runs a bash snippet with bench/lib.sh sourced and returns its
 // standard output.
 func lib(t *testing.T, snippet string, env ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 missing: bench/lib.sh needs it")
-	}
+	testneeds.Command(t, "python3", "python3") // bench/lib.sh runs it
 	cmd := exec.Command("bash", "-c", ". ./lib.sh && "+snippet)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.Output()
@@ -76,11 +76,8 @@ func gzramd(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("runs fio against a daemon")
 	}
-	for _, tool := range []string{"fio", "python3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s missing", tool)
-		}
-	}
+	testneeds.Command(t, "fio", "fio")
+	testneeds.Command(t, "python3", "python3") // bench/lib.sh runs it
 	bin := filepath.Join(t.TempDir(), "gzramd")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/gzramd").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -117,9 +114,7 @@ func TestGridRuns(t *testing.T) {
 
 func TestTraceRuns(t *testing.T) {
 	bin := gzramd(t)
-	if _, err := exec.LookPath("zstd"); err != nil {
-		t.Skip("zstd missing: the committed trace is compressed")
-	}
+	testneeds.Command(t, "zstd", "zstd") // the committed trace is compressed
 	// gzramd-cpu+b is an A/B variant (bench/lib.sh): here the same
 	// binary with flags of its own, which the log must show it ran with.
 	out := run(t, "./trace.sh", "GZRAMD="+bin, "TRACE_TARGETS=gzramd-cpu gzramd-cpu+b", "TRACE_JOBS=1",
@@ -165,9 +160,7 @@ store zram-lzo-rle 8GiB 1 1073741824 429496730 1073741824
 	if err := os.WriteFile(raw, []byte(readings), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("python3 missing: bench/footprint.sh needs it")
-	}
+	testneeds.Command(t, "python3", "python3") // bench/footprint.sh runs it
 	b, err := exec.Command("bash", "./footprint.sh", "--report", raw).CombinedOutput()
 	if err != nil {
 		t.Fatalf("footprint.sh --report: %v\n%s", err, b)

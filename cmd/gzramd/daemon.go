@@ -155,7 +155,7 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 	}
 	nbdObs := metrics.NewNBD()
 	var served nbd.Backend
-	served, d.host = withFaults(d.dev)
+	served, d.host = withFaults(d.dev, d.recovered != nil && os.Getenv(supervise.EnvHandedOver) == "", log)
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: served}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.nbdInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
@@ -164,7 +164,7 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 		return nil, err
 	}
 	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
-		Version: version, Export: cfg.export, Algorithm: cfg.algorithm,
+		Version: buildVersion(), Export: cfg.export, Algorithm: cfg.algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.size),
 	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings),
 		metrics.NewSelf(d.selfMemory, log),
@@ -245,7 +245,7 @@ func (d *daemon) listen() error {
 func (d *daemon) status() statusReport {
 	st := d.dev.Stats()
 	r := statusReport{
-		Version: version, PID: os.Getpid(), Export: d.cfg.export, Socket: d.cfg.socket, TCP: d.cfg.tcp,
+		Version: buildVersion(), PID: os.Getpid(), Export: d.cfg.export, Socket: d.cfg.socket, TCP: d.cfg.tcp,
 		Algorithm: d.cfg.algorithm, Backend: d.accel.name(), GPU: d.accel.info.Name,
 		DiskSize: int64(d.cfg.size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
@@ -372,7 +372,7 @@ func (d *daemon) run(ctx context.Context) error {
 		serveErr = err
 		d.log.Error("stopping", "err", err)
 	} else {
-		d.log.Info("gzramd ready", "version", version, "size", d.cfg.size.String(), "algorithm", d.cfg.algorithm,
+		d.log.Info("gzramd ready", "version", buildVersion(), "size", d.cfg.size.String(), "algorithm", d.cfg.algorithm,
 			"backend", d.accel.name(), "mem_limit", d.cfg.memLimit.String())
 		if d.recovered != nil && !d.diedAt.IsZero() {
 			pause := time.Since(d.diedAt)

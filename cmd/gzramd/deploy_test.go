@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 const unitDir = "../../deploy/systemd"
@@ -15,10 +17,7 @@ const unitDir = "../../deploy/systemd"
 // ExecStart pointed at the binary under test (verify checks it exists).
 // Any complaint fails the test, not only the exit status.
 func TestSystemdUnitsVerify(t *testing.T) {
-	path, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		t.Skip("systemd-analyze not installed, units not verified (Debian package systemd: apt-get install systemd)")
-	}
+	path := testneeds.Command(t, "systemd-analyze", "systemd")
 	units, _ := filepath.Glob(filepath.Join(unitDir, "*.service"))
 	if len(units) == 0 {
 		t.Fatal("no units in " + unitDir)

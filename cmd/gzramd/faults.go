@@ -8,7 +8,9 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"os"
+	"slices"
 	"sync/atomic"
 
 	"github.com/gzramd/gzramd/pkg/device"
@@ -17,16 +19,45 @@ import (
 )
 
 // withFaults applies the GZRAMD_FAULT_* variables: reads that corrupt
-// pages (GZRAMD_FAULT_CORRUPT_READS=1), and stand-ins for the kernel's
+// pages (GZRAMD_FAULT_CORRUPT_READS=1), a page lost by a serving process
+// that took the device over from one that died
+// (GZRAMD_FAULT_LOSE_PAGE_ON_TAKEOVER=1), and stand-ins for the kernel's
 // swap list and block devices (GZRAMD_FAULT_PROC_SWAPS,
 // GZRAMD_FAULT_SYS_BLOCK). It returns the backend to serve and where to
 // read the kernel's swap state.
-func withFaults(dev *device.Device) (nbd.Backend, swapctl.Host) {
+func withFaults(dev *device.Device, tookOver bool, log *slog.Logger) (nbd.Backend, swapctl.Host) {
 	host := swapctl.Host{ProcSwaps: os.Getenv("GZRAMD_FAULT_PROC_SWAPS"), SysBlock: os.Getenv("GZRAMD_FAULT_SYS_BLOCK")}
-	if os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1" {
+	switch {
+	case os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1":
 		return &corruptReads{Device: dev}, host
+	case os.Getenv("GZRAMD_FAULT_LOSE_PAGE_ON_TAKEOVER") == "1" && tookOver:
+		return &losePage{Device: dev, log: log}, host
 	}
 	return dev, host
+}
+
+// losePage reads the first page it serves that is not all zeroes as
+// zeroes, once: the page a takeover that lost one stored page would lose,
+// as the survive scenario's mutant, which must fail.
+type losePage struct {
+	*device.Device
+	log  *slog.Logger
+	lost atomic.Bool
+}
+
+func (l *losePage) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if err := l.Device.ReadAt(ctx, p, off); err != nil || l.lost.Load() {
+		return err
+	}
+	for i := 0; i+4096 <= len(p); i += 4096 {
+		page := p[i : i+4096]
+		if slices.ContainsFunc(page, func(b byte) bool { return b != 0 }) && l.lost.CompareAndSwap(false, true) {
+			clear(page)
+			l.log.Warn("fault: lost a page after the takeover (GZRAMD_FAULT_LOSE_PAGE_ON_TAKEOVER)", "offset", off+int64(i))
+			break
+		}
+	}
+	return nil
 }
 
 // corruptReads flips a byte in every 64th page it reads back that is not

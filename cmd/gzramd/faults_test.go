@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
@@ -44,7 +45,7 @@ func TestServingDoesNotFaultWithZstd(t *testing.T) {
 func testServingDoesNotFault(t *testing.T, args ...string) *daemonProc {
 	d := startDaemon(t, nil, append([]string{"--size", "256MiB", "--backend", "cpu"}, args...)...)
 	if !strings.Contains(d.log.String(), "msg=hardening step=mlockall done=") {
-		t.Skip("mlockall fails on this machine: page faults are not locked-memory faults here")
+		testneeds.Machine(t, "mlockall, which fails here (RLIMIT_MEMLOCK: ulimit -l unlimited, or CAP_IPC_LOCK): without it page faults are not locked-memory faults")
 	}
 	pid := d.servingPID()
 	conns := []net.Conn{dialRaw(t, d.socket).nc, dialRaw(t, d.socket).nc}

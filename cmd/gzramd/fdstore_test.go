@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 )
 
@@ -89,7 +90,7 @@ func TestStateThroughSystemdsStore(t *testing.T) {
 func TestStateFromSystemdChild(t *testing.T) {
 	n := os.Getenv("GZRAMD_TEST_LISTEN_FDS")
 	if n == "" {
-		t.Skip("run by TestStateThroughSystemdsStore")
+		testneeds.Helper(t, "TestStateThroughSystemdsStore")
 	}
 	t.Setenv("LISTEN_PID", strconv.Itoa(os.Getpid()))
 	t.Setenv("LISTEN_FDS", n)

@@ -89,10 +89,10 @@ func logStep(log *slog.Logger, s swapsafe.Step) bool {
 		log.Info("hardening", "step", s.Name, "done", s.Done)
 		return true
 	}
-	attrs := []any{"step", s.Name, "err", s.Err}
+	attrs := []any{"step", s.Name, "err", s.Err, "without_it", s.Without()}
 	if s.Hint != "" {
 		attrs = append(attrs, "hint", s.Hint)
 	}
-	log.Warn("hardening step failed", attrs...)
+	log.Warn("hardening step failed; gzramd serves without it (it matters while the export is swap)", attrs...)
 	return false
 }

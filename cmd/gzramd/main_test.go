@@ -205,14 +205,6 @@ func (d *daemonProc) waitLog(re string, timeout time.Duration) []string {
 	return nil
 }
 
-// needTool skips the test when a client tool is missing.
-func needTool(t *testing.T, name, pkg string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("%s not installed (Debian package %s: apt-get install %s)", name, pkg, pkg)
-	}
-}
-
 // runClient runs a client tool with /usr/bin first on PATH, so nbdsh finds the
 // system python3 and its libnbd module.
 func runClient(t *testing.T, stdin io.Reader, name string, args ...string) string {

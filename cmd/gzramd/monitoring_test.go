@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/metrics"
 )
 
@@ -546,16 +547,6 @@ func described(t *testing.T, c prometheus.Collector) map[string]map[string]bool 
 	return out
 }
 
-// promtoolPath returns promtool or skips the test.
-func promtoolPath(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not installed (Debian package prometheus: apt-get install prometheus)")
-	}
-	return p
-}
-
 // TestAlertRules runs promtool's checks and the rules' unit tests, and
 // checks what promtool does not: each alert tells the operator what to
 // do, has a severity, and has test cases that fire it and that do not.
@@ -603,7 +594,7 @@ func TestAlertRules(t *testing.T) {
 		}
 	}
 
-	promtool := promtoolPath(t)
+	promtool := testneeds.Command(t, "promtool", "prometheus")
 	for _, args := range [][]string{{"check", "rules", rulesFile}, {"test", "rules", rulesTest}} {
 		out, err := exec.Command(promtool, args...).CombinedOutput()
 		if err != nil {
@@ -616,7 +607,7 @@ func TestAlertRules(t *testing.T) {
 // a recording rule, with Grafana's variables filled in.
 func TestDashboardQueriesParse(t *testing.T) {
 	qs := dashboardQueries(t)
-	promtool := promtoolPath(t)
+	promtool := testneeds.Command(t, "promtool", "prometheus")
 	vars := strings.NewReplacer("$__rate_interval", "5m", "$__interval", "1m", "$__range", "1h", "$instance", ".+")
 	type rule struct {
 		Record string `json:"record"`

@@ -5,6 +5,8 @@
 package main
 
 import (
+	"log/slog"
+
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/swapctl"
@@ -12,4 +14,6 @@ import (
 
 // withFaults returns the backend to serve, the device itself, and the
 // kernel's own swap state.
-func withFaults(dev *device.Device) (nbd.Backend, swapctl.Host) { return dev, swapctl.Host{} }
+func withFaults(dev *device.Device, _ bool, _ *slog.Logger) (nbd.Backend, swapctl.Host) {
+	return dev, swapctl.Host{}
+}

@@ -94,8 +94,10 @@ func serveCmd(cfg *serveConfig) *cobra.Command {
 		Short: "Run the daemon in the foreground",
 		Long: `Run the daemon in the foreground: create the compressed device and serve it
 over NBD on a Unix socket (and TCP, if asked) until SIGINT or SIGTERM.
-Prometheus metrics and a JSON status report (read by "gzramd status") are
-served on --metrics.
+Pages are kept as LZ4 blocks (--algorithm lz4) or zstd frames (--algorithm
+zstd: about 45 % more memory saved, about 1.3-2.3x the CPU per swap-in),
+compressed on the GPU (--backend) or the CPU. Prometheus metrics and a
+JSON status report (read by "gzramd status") are served on --metrics.
 
 Every flag can also be set from the environment as GZRAMD_<FLAG>, upper case
 with dashes as underscores (GZRAMD_SIZE=8GiB, GZRAMD_MEM_LIMIT=2GiB,

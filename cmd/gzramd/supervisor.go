@@ -36,7 +36,11 @@ func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) erro
 	adj := -1000
 	for _, s := range swapsafe.Apply(supervisorHardening(cfg, &adj)) {
 		if s.Err != nil {
-			log.Warn("supervisor hardening step failed", "step", s.Name, "err", s.Err, "hint", s.Hint)
+			without := s.Without()
+			if s.Name == "oom_score_adj" {
+				without = "the OOM killer may choose the supervisor: the serving process goes on alone, with no standby and no restart if it dies"
+			}
+			log.Warn("supervisor hardening step failed; gzramd serves without it", "step", s.Name, "err", s.Err, "without_it", without, "hint", s.Hint)
 		}
 	}
 	st, err := stateFromSystemd()

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 
 	"github.com/gzramd/gzramd/pkg/nbd"
@@ -244,9 +245,10 @@ func TestOrphanHandsOverToTheNextSupervisor(t *testing.T) {
 // before reads back after each takeover. It reports the median and the
 // worst; it asserts no time.
 func TestTakeoverPauseReport(t *testing.T) {
-	kills, _ := strconv.Atoi(os.Getenv("GZRAMD_TAKEOVER_KILLS"))
+	v := testneeds.Env(t, "GZRAMD_TAKEOVER_KILLS", "measures the pause of that many takeovers; make bench-takeover runs 100")
+	kills, _ := strconv.Atoi(v)
 	if kills <= 0 {
-		t.Skip("GZRAMD_TAKEOVER_KILLS not set")
+		testneeds.Skip(t, testneeds.KindOptIn, "GZRAMD_TAKEOVER_KILLS", "set to %q, not a number of kills above 0; make bench-takeover sets 100", v)
 	}
 	d := startDaemon(t, nil, append(hardeningOff, "--size", "256MiB")...)
 	c := dialRaw(t, d.socket)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/fiotest"
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // TestRecordTraceReplaysWithFio records what real clients send to the
@@ -30,7 +31,7 @@ func TestRecordTraceReplaysWithFio(t *testing.T) {
 		"--iodepth=16", "--fsync=64", "--output="+filepath.Join(t.TempDir(), "load.json"))
 	// nbdsh, where there is one: requests of known shape.
 	nbdsh := false
-	if _, err := exec.LookPath("nbdsh"); err == nil {
+	if _, ok := testneeds.CommandFor(t, "nbdsh", "python3-libnbd", "requests of known shape not sent, nor looked for in the trace"); ok {
 		runClient(t, nil, "nbdsh", "-u", d.uri(),
 			"-c", "h.pwrite(b'x' * 131072, 1048576)", "-c", "h.pread(32768, 1052672)",
 			"-c", "h.trim(65536, 2097152)", "-c", "h.zero(8192, 3145728)", "-c", "h.flush()")
@@ -123,9 +124,9 @@ func TestRecordTraceReplaysWithFio(t *testing.T) {
 // needFioNBD skips the test unless fio with its nbd engine is here.
 func needFioNBD(t *testing.T) {
 	t.Helper()
-	needTool(t, "fio", "fio")
-	if err := exec.Command("fio", "--enghelp=nbd").Run(); err != nil {
-		t.Skip("this fio has no nbd engine (Debian's fio has)")
+	fio := testneeds.Command(t, "fio", "fio")
+	if err := exec.Command(fio, "--enghelp=nbd").Run(); err != nil {
+		testneeds.Skip(t, testneeds.KindPackage, "fio", "the fio here (%s) has no nbd engine: Debian's fio has it (apt-get install fio)", fio)
 	}
 }
 

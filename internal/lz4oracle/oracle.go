@@ -3,13 +3,17 @@
 // (pkg/gpu) are checked against it. gzramd itself does not use liblz4, so
 // the oracle is built in only with -tags liblz4, which needs liblz4-dev;
 // `make test` adds the tag when lz4.h is present. Without it, Available
-// is false, the functions panic, and Require skips.
+// is false, the functions panic, Require skips, and Check says which
+// comparisons did not run.
 package lz4oracle
 
 import (
 	"errors"
 	"os"
+	"sync"
 	"testing"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // ErrDecode reports a block that liblz4 does not decode to exactly the
@@ -20,8 +24,8 @@ var ErrDecode = errors.New("lz4oracle: liblz4 did not decode the block to the ex
 // CI does), makes Require fail rather than skip without the oracle.
 const EnvRequired = "GZRAMD_LZ4_ORACLE"
 
-// missing is the one line a test without the oracle says.
-const missing = "liblz4 oracle not built in: install liblz4-dev (apt-get install liblz4-dev) and run make test, which adds -tags liblz4 when lz4.h is present"
+// missing says what a test without the oracle lacks, and how to get it.
+const missing = "liblz4 oracle not built in (apt-get install liblz4-dev; make test then builds with -tags liblz4)"
 
 // Require skips tb unless the oracle is built in, or fails it when
 // EnvRequired is "required".
@@ -31,7 +35,33 @@ func Require(tb testing.TB) {
 		return
 	}
 	if os.Getenv(EnvRequired) == "required" {
-		tb.Fatal(missing + " (" + EnvRequired + "=required)")
+		tb.Fatal(testneeds.Message(testneeds.KindPackage, "liblz4-dev", missing) + " (" + EnvRequired + "=required)")
 	}
-	tb.Skip(missing)
+	testneeds.Skip(tb, testneeds.KindPackage, "liblz4-dev", "%s", missing)
+}
+
+// checked holds the comparisons (a test and what) that Check has said did
+// not run, so that a helper called a thousand times says so once.
+var checked sync.Map
+
+// Check reports whether the oracle is built in, for a test whose
+// comparison with liblz4 (what) is one of its checks: without the oracle
+// it logs, once per test and what, that this part did not run
+// (testneeds.Part), or fails tb when EnvRequired is "required".
+func Check(tb testing.TB, what string) bool {
+	tb.Helper()
+	if Available {
+		return true
+	}
+	if os.Getenv(EnvRequired) == "required" {
+		tb.Fatal(testneeds.Message(testneeds.KindPackage, "liblz4-dev", missing) + " (" + EnvRequired + "=required)")
+	}
+	type key struct {
+		tb   testing.TB
+		what string
+	}
+	if _, said := checked.LoadOrStore(key{tb, what}, true); !said {
+		testneeds.Part(tb, testneeds.KindPackage, "liblz4-dev", "%s: %s", missing, what)
+	}
+	return false
 }

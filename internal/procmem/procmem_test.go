@@ -5,12 +5,14 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 func TestReadSelf(t *testing.T) {
 	u, err := Read(os.Getpid())
 	if err != nil {
-		t.Skipf("no smaps_rollup here (Linux 4.14 and later): %v", err)
+		testneeds.Machine(t, "/proc/PID/smaps_rollup (Linux 4.14 and later): %v", err)
 	}
 	if u.RSS <= 0 || u.PSS <= 0 || u.PSS > u.RSS || u.Anon <= 0 || u.Anon > u.RSS {
 		t.Fatalf("implausible usage of this process: %+v", u)
@@ -31,9 +33,9 @@ func TestReadSelf(t *testing.T) {
 }
 
 func TestChildren(t *testing.T) {
-	cmd := exec.Command("sleep", "10")
+	cmd := exec.Command(testneeds.Command(t, "sleep", "coreutils"), "10")
 	if err := cmd.Start(); err != nil {
-		t.Skip(err)
+		testneeds.Machine(t, "a child process to start: %v", err)
 	}
 	defer cmd.Wait()
 	defer cmd.Process.Kill()

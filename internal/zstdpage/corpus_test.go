@@ -2,7 +2,6 @@ package zstdpage
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -10,28 +9,9 @@ import (
 
 	"github.com/DataDog/zstd"
 
-	"github.com/gzramd/gzramd/internal/corpus"
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
-
-var (
-	corpusOnce  sync.Once
-	corpusPages []byte
-	corpusErr   error
-)
-
-// loadCorpus returns the shared corpus of memory pages, or skips.
-func loadCorpus(tb testing.TB) []byte {
-	tb.Helper()
-	corpusOnce.Do(func() { corpusPages, corpusErr = corpus.Load("") })
-	if errors.Is(corpusErr, corpus.ErrNotFound) {
-		tb.Skipf("no corpus: %v", corpusErr)
-	}
-	if corpusErr != nil {
-		tb.Fatal(corpusErr)
-	}
-	return corpusPages
-}
 
 func isZero(p []byte) bool {
 	for _, b := range p {
@@ -125,7 +105,7 @@ func zstdComp(level int) func(page, buf []byte) int {
 // the ratio (original / stored bytes, all-zero pages left out on every
 // side) of each encoder stage next to libzstd's level 1 and LZ4.
 func TestCorpus(t *testing.T) {
-	pages := loadCorpus(t)
+	pages := testneeds.Corpus(t)
 	var idx []int
 	zero := 0
 	for i := 0; i < len(pages)/PageSize; i++ {
@@ -190,7 +170,7 @@ func TestCorpus(t *testing.T) {
 // BenchmarkCompress measures the host C encoder with the default options
 // on the corpus (non-zero pages), one page per iteration.
 func BenchmarkCompress(b *testing.B) {
-	pages := loadCorpus(b)
+	pages := testneeds.Corpus(b)
 	var nz []byte
 	for i := 0; i < len(pages)/PageSize; i++ {
 		if p := pages[i*PageSize : (i+1)*PageSize]; !isZero(p) {
@@ -210,7 +190,7 @@ func BenchmarkCompress(b *testing.B) {
 }
 
 func BenchmarkZstdLevel1(b *testing.B) {
-	pages := loadCorpus(b)
+	pages := testneeds.Corpus(b)
 	n := len(pages) / PageSize
 	buf := make([]byte, zstd.CompressBound(PageSize))
 	ctx := zstd.NewCtx()
@@ -228,7 +208,7 @@ func BenchmarkZstdLevel1(b *testing.B) {
 // frames from libzstd's level 1 (the CPU codec's), so the read cost of
 // each encoder's choices can be compared.
 func BenchmarkDecode(b *testing.B) {
-	pages := loadCorpus(b)
+	pages := testneeds.Corpus(b)
 	var nz []byte
 	for i := 0; i < len(pages)/PageSize; i++ {
 		if p := pages[i*PageSize : (i+1)*PageSize]; !isZero(p) {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // TestSweep measures the corpus ratio over match-finder settings; it runs
@@ -15,11 +17,8 @@ import (
 //
 //	CGO_CFLAGS="-O2 -DZP_GAIN_BYTE=4" ZSTDPAGE_SWEEP="4,3,16,2,10" go test -run TestSweep -v ./internal/zstdpage
 func TestSweep(t *testing.T) {
-	spec := os.Getenv("ZSTDPAGE_SWEEP")
-	if spec == "" {
-		t.Skip("set ZSTDPAGE_SWEEP to run")
-	}
-	pages := loadCorpus(t)
+	spec := testneeds.Env(t, "ZSTDPAGE_SWEEP", `measures the corpus ratio over match-finder settings, "1" for the default grid`)
+	pages := testneeds.Corpus(t)
 	var idx []int
 	step := 1
 	if s := os.Getenv("ZSTDPAGE_SWEEP_STEP"); s != "" {
@@ -60,10 +59,8 @@ func TestSweep(t *testing.T) {
 // TestLevels reports libzstd's ratio at several levels on the same pages
 // as TestSweep (with ZSTDPAGE_SWEEP set).
 func TestLevels(t *testing.T) {
-	if os.Getenv("ZSTDPAGE_SWEEP") == "" {
-		t.Skip("set ZSTDPAGE_SWEEP to run")
-	}
-	pages := loadCorpus(t)
+	testneeds.Env(t, "ZSTDPAGE_SWEEP", "reports libzstd's corpus ratio at several levels, on TestSweep's pages")
+	pages := testneeds.Corpus(t)
 	step := 1
 	if s := os.Getenv("ZSTDPAGE_SWEEP_STEP"); s != "" {
 		step, _ = strconv.Atoi(s)

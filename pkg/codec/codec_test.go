@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/lz4oracle"
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 func edgePages() map[string][]byte {
@@ -40,18 +40,6 @@ func edgePages() map[string][]byte {
 	pages["one-byte"][1234] = 1
 	pages["last-byte"][PageSize-1] = 7
 	return pages
-}
-
-func loadCorpus(tb testing.TB) []byte {
-	tb.Helper()
-	data, err := corpus.Load("")
-	if errors.Is(err, corpus.ErrNotFound) {
-		tb.Skip("shared corpus not found; skipping:", err)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return data
 }
 
 func roundTrip(t *testing.T, c Codec, name string, page []byte) int {
@@ -120,7 +108,7 @@ func TestDecompressRejectsGarbage(t *testing.T) {
 }
 
 func TestCorpusRoundTrip(t *testing.T) {
-	data := loadCorpus(t)
+	data := testneeds.Corpus(t)
 	if testing.Short() {
 		// Every 8th page: all six workloads, an eighth of the time.
 		var sample []byte
@@ -198,7 +186,7 @@ const daemonLimit = 3264 - 1
 //     batches of benchBatchPages pages, each compressed by CPUBatch into
 //     one reused batch-sized Out.
 func BenchmarkLZ4Compress(b *testing.B) {
-	data := loadCorpus(b)
+	data := testneeds.Corpus(b)
 	for _, limit := range []int{PageSize - 1, daemonLimit} {
 		b.Run(fmt.Sprintf("limit=%d/liblz4-reference", limit), func(b *testing.B) {
 			lz4oracle.Require(b)
@@ -268,7 +256,7 @@ func storedSize(b *Batch) int64 {
 // through the same kind of cgo call (liblz4), and with liblz4 in one C
 // loop (liblz4-reference), the baselines.
 func BenchmarkDecompress(b *testing.B) {
-	data := loadCorpus(b)
+	data := testneeds.Corpus(b)
 	for _, c := range codecs(b) {
 		packed, offs, lens := packPages(c, data)
 		if c.Name() == "lz4" {
@@ -323,7 +311,7 @@ func packPages(c Codec, data []byte) (packed []byte, offs, lens []int32) {
 }
 
 func BenchmarkZstdCompress(b *testing.B) {
-	data := loadCorpus(b)
+	data := testneeds.Corpus(b)
 	c := codecs(b)[1]
 	dst := make([]byte, PageSize-1)
 	b.SetBytes(int64(len(data)))
@@ -344,10 +332,10 @@ func BenchmarkZstdCompress(b *testing.B) {
 // limit, 4095).
 func TestLZ4SpeedReport(t *testing.T) {
 	if os.Getenv("GZRAMD_LZ4_REPORT") != "1" {
-		t.Skip("set GZRAMD_LZ4_REPORT=1 to run")
+		testneeds.Skip(t, testneeds.KindOptIn, "GZRAMD_LZ4_REPORT", "times gzramd's LZ4 compressor against liblz4's on the corpus (set GZRAMD_LZ4_REPORT=1 to run it, on an idle core)")
 	}
 	lz4oracle.Require(t)
-	data := loadCorpus(t)
+	data := testneeds.Corpus(t)
 	rounds, limit := 15, PageSize-1
 	if s := os.Getenv("GZRAMD_LZ4_ROUNDS"); s != "" {
 		rounds, _ = strconv.Atoi(s)
@@ -394,10 +382,10 @@ func TestLZ4SpeedReport(t *testing.T) {
 // rounds, 15).
 func TestLZ4DecodeSpeedReport(t *testing.T) {
 	if os.Getenv("GZRAMD_LZ4_REPORT") != "1" {
-		t.Skip("set GZRAMD_LZ4_REPORT=1 to run")
+		testneeds.Skip(t, testneeds.KindOptIn, "GZRAMD_LZ4_REPORT", "times gzramd's LZ4 decoder against liblz4's on the corpus (set GZRAMD_LZ4_REPORT=1 to run it, on an idle core)")
 	}
 	lz4oracle.Require(t)
-	data := loadCorpus(t)
+	data := testneeds.Corpus(t)
 	rounds := 15
 	if s := os.Getenv("GZRAMD_LZ4_ROUNDS"); s != "" {
 		rounds, _ = strconv.Atoi(s)

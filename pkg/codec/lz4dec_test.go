@@ -9,6 +9,7 @@ import (
 
 	"github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/lz4oracle"
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // errModel is decodeModel's only error.
@@ -134,7 +135,7 @@ func checkDecode(t testing.TB, f *fencedDecoder, src []byte, n int) bool {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("decode of % x to %d bytes: gzramd and the model disagree on the bytes", head(src), n)
 	}
-	if lz4oracle.Available {
+	if lz4oracle.Available { // the callers say when it is not (lz4oracle.Check)
 		ref := make([]byte, n)
 		if lerr := lz4oracle.Decompress(ref, src); lerr != nil || !bytes.Equal(ref, got) {
 			t.Fatalf("decode of % x to %d bytes: gzramd accepts a block liblz4 does not decode the same (err %v)", head(src), n, lerr)
@@ -142,6 +143,10 @@ func checkDecode(t testing.TB, f *fencedDecoder, src []byte, n int) bool {
 	}
 	return true
 }
+
+// notDecodedByLiblz4 is what an LZ4 test without the liblz4 oracle does
+// not check (lz4oracle.Check).
+const notDecodedByLiblz4 = "the blocks not also decoded with liblz4"
 
 func head(b []byte) []byte { return b[:min(len(b), 24)] }
 
@@ -192,6 +197,7 @@ func randomBytes(r *rand.Rand, n int) []byte {
 // TestLZ4DecodeBlocks decodes hand-made blocks, valid and malformed, each
 // to exactly one page unless it says otherwise.
 func TestLZ4DecodeBlocks(t *testing.T) {
+	lz4oracle.Check(t, notDecodedByLiblz4)
 	r := rand.New(rand.NewPCG(11, 12))
 	lits := randomBytes(r, 2*PageSize)
 	w := func() *blockWriter { return &blockWriter{} }
@@ -244,6 +250,7 @@ func TestLZ4DecodeBlocks(t *testing.T) {
 // long ones, of every length around the copy steps, at several distances
 // from the end of the page.
 func TestLZ4DecodeOffsets(t *testing.T) {
+	lz4oracle.Check(t, notDecodedByLiblz4)
 	r := rand.New(rand.NewPCG(13, 14))
 	f := newFencedDecoder(t)
 	var decoded int
@@ -285,7 +292,7 @@ func TestLZ4DecodesLiblz4(t *testing.T) {
 	for name, page := range lz4EdgePages() {
 		check(name, page)
 	}
-	data := loadCorpus(t)
+	data := testneeds.Corpus(t)
 	step := PageSize
 	if testing.Short() {
 		step = 8 * PageSize
@@ -299,6 +306,7 @@ func TestLZ4DecodesLiblz4(t *testing.T) {
 // pages, which must fail, and random corruptions of them, which must
 // decode as the model says or fail, without a fault.
 func TestLZ4DecodeCorrupted(t *testing.T) {
+	lz4oracle.Check(t, notDecodedByLiblz4)
 	r := rand.New(rand.NewPCG(15, 16))
 	f := newFencedDecoder(t)
 	c := NewLZ4()
@@ -310,7 +318,10 @@ func TestLZ4DecodeCorrupted(t *testing.T) {
 	if testing.Short() {
 		most, rounds = 40, 40
 	}
-	if data, err := corpus.Load(""); err == nil {
+	if _, err := corpus.Find(); err != nil {
+		testneeds.Part(t, testneeds.KindCorpus, "", "%s; the edge pages only were corrupted", testneeds.CorpusMissing)
+	} else {
+		data := testneeds.Corpus(t)
 		for off := 0; off+PageSize <= len(data) && len(pages) < most; off += 117 * PageSize {
 			pages = append(pages, data[off:off+PageSize])
 		}
@@ -356,6 +367,7 @@ func TestLZ4DecodeCorrupted(t *testing.T) {
 // the page compressor's code for any length up to 64 KiB, and decodes
 // them with gzramd's decoder and liblz4.
 func TestLZ4OtherSizes(t *testing.T) {
+	oracle := lz4oracle.Check(t, notDecodedByLiblz4)
 	r := rand.New(rand.NewPCG(17, 18))
 	c := NewLZ4()
 	for _, n := range []int{1, 2, 5, 11, 12, 13, 14, 15, 16, 17, 31, 64, 100, 1000, PageSize - 1, PageSize + 1, 3 * PageSize, 65535, 65536} {
@@ -375,7 +387,7 @@ func TestLZ4OtherSizes(t *testing.T) {
 		if err := decodeModel(got, dst[:m]); err != nil || !bytes.Equal(got, src) {
 			t.Fatalf("%d bytes: the model does not decode the block (err %v)", n, err)
 		}
-		if lz4oracle.Available {
+		if oracle {
 			clear(got)
 			if err := lz4oracle.Decompress(got, dst[:m]); err != nil || !bytes.Equal(got, src) {
 				t.Fatalf("%d bytes: liblz4 does not decode the block (err %v)", n, err)
@@ -391,6 +403,7 @@ func TestLZ4OtherSizes(t *testing.T) {
 // gzramd's decoder must agree with the model and never touch memory
 // outside its buffers.
 func FuzzLZ4Decode(f *testing.F) {
+	lz4oracle.Check(f, notDecodedByLiblz4)
 	c := NewLZ4()
 	buf := make([]byte, PageSize-1)
 	for _, page := range lz4EdgePages() {

@@ -3,11 +3,10 @@ package device
 import (
 	"bytes"
 	"context"
-	"errors"
 	"testing"
 	"time"
 
-	"github.com/gzramd/gzramd/internal/corpus"
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
@@ -16,13 +15,7 @@ import (
 // at least 0.95 of the codec's own ratio on the same pages, and the
 // metadata per stored page at most 16 bytes.
 func TestCorpusEffectiveRatio(t *testing.T) {
-	data, err := corpus.Load("")
-	if errors.Is(err, corpus.ErrNotFound) {
-		t.Skip("shared corpus not found; skipping:", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := testneeds.Corpus(t)
 	f := newDevice(t, int64(len(data)), 0)
 	ctx := context.Background()
 	for off := 0; off < len(data); off += 64 * pageSize {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/route"
 	"golang.org/x/sys/unix"
@@ -34,11 +35,8 @@ func (c routed) CompressBatch(_ context.Context, b *codec.Batch) error {
 // and the batch size at which the GPU beats the CPU codec, and writes a
 // markdown report to $GZRAMD_BENCH_OUT. It is skipped unless that is set.
 func TestBenchReport(t *testing.T) {
-	outPath := os.Getenv("GZRAMD_BENCH_OUT")
-	if outPath == "" {
-		t.Skip("GZRAMD_BENCH_OUT not set")
-	}
-	pages := corpus(t)
+	outPath := testneeds.Env(t, "GZRAMD_BENCH_OUT", "measures GPU throughput end to end and writes a markdown report to that file; bench/gpu/run.sh sets it")
+	pages := testneeds.Corpus(t)
 	total := len(pages) / codec.PageSize
 	var rep strings.Builder
 	fmt.Fprintf(&rep, "GOMAXPROCS %d, corpus %d pages.\n\n", runtime.GOMAXPROCS(0), total)

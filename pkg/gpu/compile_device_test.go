@@ -7,6 +7,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
@@ -14,7 +15,7 @@ import (
 // gpu-compile` runs) load as Config.Image and write the same bytes as the
 // embedded PTX compiled in the process, for each algorithm.
 func TestCompiledImage(t *testing.T) {
-	pages := corpus(t)
+	pages := testneeds.Corpus(t)
 	pages = pages[:min(len(pages), 4096*codec.PageSize)]
 	for alg, batch := range batchKernels {
 		img, err := Compile(0, alg)

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/batchtest"
-	sharedcorpus "github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/lz4oracle"
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/kernels"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/route"
@@ -75,23 +75,12 @@ func openPTX(t testing.TB, c Config, ptx []byte, wrap func(cuda) cuda) *Backend 
 	return g
 }
 
-var corpusOnce struct {
-	sync.Once
-	pages []byte
-	err   error
-}
-
-// corpus returns the shared corpus pages, or skips.
-func corpus(t testing.TB) []byte {
+// verify is batchtest.Verify, which decodes the batch with liblz4 too
+// where the oracle is built in, and says so where it is not.
+func verify(t testing.TB, b *codec.Batch, want []byte) {
 	t.Helper()
-	corpusOnce.Do(func() {
-		// GZRAMD_CORPUS (set on the GPU host) or the shared corpus.
-		corpusOnce.pages, corpusOnce.err = sharedcorpus.Load("")
-	})
-	if corpusOnce.err != nil {
-		t.Skipf("corpus not available (set GZRAMD_CORPUS): %v", corpusOnce.err)
-	}
-	return corpusOnce.pages
+	lz4oracle.Check(t, "the batches not also decoded with liblz4")
+	batchtest.Verify(t, b, want)
 }
 
 // edgePages returns n pages of the kinds that break compressors.
@@ -156,7 +145,7 @@ func roundTrip(t *testing.T, g *Backend, pages []byte) (gpuStored, cpuStored int
 		if err := g.CompressBatch(ctx, b); err != nil {
 			t.Fatalf("pages %d..%d: %v", lo, lo+n, err)
 		}
-		batchtest.Verify(t, b, want)
+		verify(t, b, want)
 		for i := range n {
 			if l := int(b.Lens[i]); l > 0 {
 				gpuStored += l
@@ -230,7 +219,7 @@ func TestGPUDeviceAndTelemetry(t *testing.T) {
 }
 
 func TestGPURoundTripCorpus(t *testing.T) {
-	pages := corpus(t)
+	pages := testneeds.Corpus(t)
 	g := openGPU(t, testConfig(t))
 	gs, cs := roundTrip(t, g, pages)
 	gr := float64(len(pages)) / float64(gs)
@@ -310,11 +299,11 @@ func TestGPUHeapBatches(t *testing.T) {
 	if err := g.CompressBatch(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 }
 
 func TestGPUConcurrent(t *testing.T) {
-	pages := corpus(t)
+	pages := testneeds.Corpus(t)
 	g := openGPU(t, testConfig(t))
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
@@ -337,7 +326,7 @@ func TestGPUConcurrent(t *testing.T) {
 					errs <- err
 					return
 				}
-				batchtest.Verify(t, b, want)
+				verify(t, b, want)
 			}
 		}()
 	}
@@ -376,7 +365,7 @@ func TestGPUFaultInjection(t *testing.T) {
 			c.Slots = 2
 			g := openWrapped(t, c, wrapFaults(plan, 0))
 			r := newRouter(t, g, route.Config{MinBackoff: time.Millisecond})
-			runOneFault(t, g, r, pages, func(b *codec.Batch) { batchtest.Verify(t, b, pages) })
+			runOneFault(t, g, r, pages, func(b *codec.Batch) { verify(t, b, pages) })
 		})
 	}
 	t.Run("alloc", func(t *testing.T) {
@@ -405,7 +394,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 	if d := time.Since(start); d > 300*time.Millisecond {
 		t.Errorf("watchdog fired after %v", d)
 	}
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	snapshot := append([]byte(nil), b.Out...)
 	// While the hung slot is quarantined the other one serves batches.
 	time.Sleep(2 * time.Millisecond)
@@ -413,7 +402,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 	copy(b2.Pages, pages)
 	b2.N = 256
 	r.CompressBatch(b2)
-	batchtest.Verify(t, b2, pages)
+	verify(t, b2, pages)
 	// After the hang, both slots work again and the first batch's results
 	// were never overwritten.
 	time.Sleep(600 * time.Millisecond)
@@ -426,7 +415,7 @@ func TestGPUHangQuarantine(t *testing.T) {
 			copy(bb.Pages, pages)
 			bb.N = 256
 			r.CompressBatch(bb)
-			batchtest.Verify(t, bb, pages)
+			verify(t, bb, pages)
 		}()
 	}
 	wg.Wait()
@@ -488,7 +477,7 @@ func TestGPUOversizeBatch(t *testing.T) {
 	if err := g.CompressBatch(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	for i := range b.Pages {
 		b.Pages[i] = 0x5A
 	}

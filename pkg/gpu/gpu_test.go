@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -23,7 +25,7 @@ func TestOpenReportsUnavailable(t *testing.T) {
 	g, err = Open(Config{Logger: quiet})
 	if err == nil {
 		g.Close()
-		t.Skip("a GPU is present; the no-GPU path is covered where there is none")
+		testneeds.Machine(t, "no GPU, and one is present here: the no-GPU path is covered where there is none")
 	}
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Open error %v does not wrap ErrUnavailable", err)

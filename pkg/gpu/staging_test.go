@@ -52,7 +52,7 @@ func TestGPURegisteredStaging(t *testing.T) {
 	if err := g.CompressBatch(context.Background(), b); err != nil {
 		t.Fatalf("CompressBatch from registered staging: %v", err)
 	}
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 
 	pinned, err := g.NewBatch(n)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/batchtest"
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/internal/zstdpage"
 	"github.com/gzramd/gzramd/kernels"
 	"github.com/gzramd/gzramd/pkg/codec"
@@ -72,7 +73,7 @@ func TestGPUZstdEdgePages(t *testing.T) {
 // zstd level 1 and the GPU's LZ4, stored the same way (a page when a
 // frame would not be smaller).
 func TestGPUZstdCorpus(t *testing.T) {
-	pages := corpus(t)
+	pages := testneeds.Corpus(t)
 	g := openZstd(t, testConfig(t))
 	gz := zstdRoundTrip(t, g, pages)
 	cpuZstd := storedBy(t, zstdCodec(t), pages)
@@ -110,11 +111,8 @@ func storedBy(t *testing.T, c codec.Codec, pages []byte) (stored int) {
 // frames out, 8 slots, 16 goroutines) and CPU zstd -1 on every core, and
 // appends a markdown table to $GZRAMD_BENCH_OUT.
 func TestZstdBenchReport(t *testing.T) {
-	outPath := os.Getenv("GZRAMD_BENCH_OUT")
-	if outPath == "" {
-		t.Skip("GZRAMD_BENCH_OUT not set")
-	}
-	pages := corpus(t)
+	outPath := testneeds.Env(t, "GZRAMD_BENCH_OUT", "measures the zstd kernel against CPU zstd and appends a markdown table to that file; bench/gpu/zstd.sh sets it")
+	pages := testneeds.Corpus(t)
 	c := testConfig(t)
 	c.Slots, c.MaxBatchPages = 8, 1024
 	g := openZstd(t, c)

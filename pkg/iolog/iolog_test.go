@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/fiotest"
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
@@ -353,10 +354,7 @@ func countLines(t *testing.T, path string) map[string]int {
 // fio replays a trace the Recorder wrote: every read, write and sync of
 // it, and its trims where this fio replays trims.
 func TestFioReplaysTrace(t *testing.T) {
-	fio, err := exec.LookPath("fio")
-	if err != nil {
-		t.Skip("iolog: fio not installed (Debian package fio: apt-get install fio)")
-	}
+	fio := testneeds.Command(t, "fio", "fio")
 	dir := t.TempDir()
 	path := filepath.Join(dir, "trace")
 	r, err := Create(path, "gzram0", quiet())

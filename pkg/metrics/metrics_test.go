@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gzramd/gzramd/internal/fakeaccel"
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/nbd"
@@ -329,9 +330,8 @@ func scraper(t *testing.T, collectors ...prometheus.Collector) func() (Families,
 
 func promtoolCheck(t *testing.T, body []byte) {
 	t.Helper()
-	path, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Log("promtool not installed, the scrape not linted (Debian package prometheus: apt-get install prometheus)")
+	path, ok := testneeds.CommandFor(t, "promtool", "prometheus", "the scrape not linted")
+	if !ok {
 		return
 	}
 	cmd := exec.Command(path, "check", "metrics")

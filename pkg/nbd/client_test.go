@@ -11,13 +11,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // Negotiate against nbdkit, the reference C server.
 func TestNegotiateWithNbdkit(t *testing.T) {
-	if _, err := exec.LookPath("nbdkit"); err != nil {
-		t.Skip("nbdkit not installed (Debian package nbdkit: apt-get install nbdkit)")
-	}
+	testneeds.Command(t, "nbdkit", "nbdkit")
 	sock := filepath.Join(t.TempDir(), "nbdkit.sock")
 	cmd := exec.Command("nbdkit", "-f", "-U", sock, "-e", "kit", "memory", "3M")
 	if err := cmd.Start(); err != nil {

@@ -11,26 +11,12 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // These tests drive the server with real NBD clients from Debian (libnbd-bin,
 // python3-libnbd, qemu-utils, fio), skipping when a tool is absent.
-
-// debianPackage names the Debian package of each client tool.
-var debianPackage = map[string]string{
-	"nbdinfo": "libnbd-bin", "nbdcopy": "libnbd-bin", "nbdsh": "python3-libnbd",
-	"qemu-io": "qemu-utils", "qemu-img": "qemu-utils", "fio": "fio",
-}
-
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		pkg := debianPackage[name]
-		t.Skipf("%s not installed (Debian package %s: apt-get install %s)", name, pkg, pkg)
-	}
-	return p
-}
 
 // runTool runs a client with /usr/bin first on PATH: nbdsh must find the
 // system python3 (with the libnbd module), not a virtualenv's.
@@ -47,7 +33,7 @@ func runTool(t *testing.T, name string, args ...string) string {
 }
 
 func TestNbdinfo(t *testing.T) {
-	needTool(t, "nbdinfo")
+	testneeds.Command(t, "nbdinfo", "libnbd-bin")
 	base := runtime.NumGoroutine()
 	mem := newMemBackend(3 << 20)
 	ts := startServer(t, []Export{
@@ -110,7 +96,7 @@ func TestNbdinfo(t *testing.T) {
 }
 
 func TestNbdsh(t *testing.T) {
-	needTool(t, "nbdsh")
+	testneeds.Command(t, "nbdsh", "python3-libnbd")
 	mem := newMemBackend(8 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 	script := `
@@ -190,7 +176,7 @@ print("ok")
 }
 
 func TestNbdcopyRoundTrip(t *testing.T) {
-	needTool(t, "nbdcopy")
+	testneeds.Command(t, "nbdcopy", "libnbd-bin")
 	const size = 16 << 20
 	mem := newMemBackend(size)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
@@ -218,8 +204,8 @@ func TestNbdcopyRoundTrip(t *testing.T) {
 }
 
 func TestQemu(t *testing.T) {
-	needTool(t, "qemu-io")
-	needTool(t, "qemu-img")
+	testneeds.Command(t, "qemu-io", "qemu-utils")
+	testneeds.Command(t, "qemu-img", "qemu-utils")
 	mem := newMemBackend(4 << 20)
 	ts := startServer(t, []Export{{Name: "q", Backend: mem}}, Options{})
 	uri := ts.uri("q")
@@ -261,7 +247,7 @@ func TestQemu(t *testing.T) {
 }
 
 func TestFioVerify(t *testing.T) {
-	needTool(t, "fio")
+	testneeds.Command(t, "fio", "fio")
 	mem := newMemBackend(32 << 20)
 	ts := startServer(t, []Export{{Name: "f", Backend: mem}}, Options{})
 	size := "32M"

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // BenchmarkFio measures 4 KiB random IOPS with fio's nbd engine against
@@ -16,10 +18,8 @@ import (
 // reference C server, in the same run. It reports IOPS for each and the
 // ratio (gzramd/nbdkit). Each b.N iteration is one fio run of -fio.runtime.
 func BenchmarkFio(b *testing.B) {
-	if _, err := exec.LookPath("fio"); err != nil {
-		b.Skip("fio not installed (Debian package fio: apt-get install fio)")
-	}
-	_, nbdkitErr := exec.LookPath("nbdkit")
+	testneeds.Command(b, "fio", "fio")
+	_, nbdkit := testneeds.CommandFor(b, "nbdkit", "nbdkit", "no comparison with nbdkit's memory plugin, the reference C server")
 	for _, rw := range []string{"randwrite", "randread"} {
 		for _, qd := range []int{1, 32} {
 			for _, jobs := range []int{1, 4} {
@@ -30,7 +30,7 @@ func BenchmarkFio(b *testing.B) {
 					var ours, theirs float64
 					for i := 0; i < b.N; i++ {
 						ours += fioIOPS(b, ts.uri(""), rw, qd, jobs)
-						if nbdkitErr == nil {
+						if nbdkit {
 							theirs += fioIOPS(b, startNbdkit(b), rw, qd, jobs)
 						}
 					}

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 	"golang.org/x/sys/unix"
 )
@@ -40,7 +41,7 @@ func le(vals ...any) []byte {
 
 func littleEndian(t *testing.T) {
 	if ne.Uint16([]byte{1, 0}) != 1 {
-		t.Skip("expected bytes are written for little-endian hosts")
+		testneeds.Machine(t, "a little-endian CPU: the expected bytes are written for one")
 	}
 }
 
@@ -131,7 +132,7 @@ func TestParseNetlinkErrors(t *testing.T) {
 func TestGenlResolve(t *testing.T) {
 	g, err := dialGenl()
 	if err != nil {
-		t.Skipf("no generic netlink here: %v", err)
+		testneeds.Machine(t, "generic netlink, which this kernel or sandbox refuses: %v", err)
 	}
 	defer g.Close()
 	id, err := g.resolveFamily("nlctrl")
@@ -220,12 +221,7 @@ func TestAttachKernelErrors(t *testing.T) {
 // netlink with several connections, reuse of a detached device, a busy
 // device refused, and the ioctl fallback.
 func TestKernelAttachLive(t *testing.T) {
-	if _, err := os.Stat("/sys/module/nbd"); err != nil {
-		t.Skip("nbd module not loaded (modprobe nbd); pkg/nbd/testdata/kernelvm.sh runs this in a VM")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("attaching /dev/nbdN needs root")
-	}
+	needKernelNBD(t)
 	mem := newMemBackend(64 << 20)
 	ts := startServer(t, []Export{{Name: "k", Backend: mem}}, Options{})
 	opts := KernelOptions{Network: "unix", Address: ts.sock, Export: "k", Index: AnyDevice, Connections: 4, Timeout: 30 * time.Second}
@@ -388,13 +384,8 @@ func TestCollectRepliesAcrossReceives(t *testing.T) {
 // while the kernel reclaims. It runs only where NBD_SWAP_HOG names the
 // e2e hog binary (testdata/kernelvm.sh sets it in the guest).
 func TestKernelSwapLive(t *testing.T) {
-	hog := os.Getenv("NBD_SWAP_HOG")
-	if hog == "" {
-		t.Skip("NBD_SWAP_HOG not set (pkg/nbd/testdata/kernelvm.sh swap runs this in a VM)")
-	}
-	if _, err := os.Stat("/sys/module/nbd"); err != nil || os.Geteuid() != 0 {
-		t.Skip("needs root and the nbd module")
-	}
+	hog := testneeds.Env(t, "NBD_SWAP_HOG", "swaps through a real /dev/nbdN while the e2e hog binary it names fills memory; pkg/nbd/testdata/kernelvm.sh swap runs it in a VM")
+	needKernelNBD(t)
 	hogMiB := os.Getenv("NBD_SWAP_HOG_MIB")
 	backendMiB := 512
 	if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE); err != nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // needKernelNBD skips a test that attaches real /dev/nbdN devices unless
@@ -20,11 +22,9 @@ import (
 func needKernelNBD(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/sys/module/nbd"); err != nil {
-		t.Skip("nbd module not loaded (modprobe nbd); pkg/nbd/testdata/kernelvm.sh runs this in a VM")
+		testneeds.Skip(t, testneeds.KindModule, "nbd", "attaches real /dev/nbdN devices, and the module is not loaded (modprobe nbd, as root); pkg/nbd/testdata/kernelvm.sh runs this in a VM")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("attaching /dev/nbdN needs root")
-	}
+	testneeds.Root(t, "attaching /dev/nbdN")
 }
 
 // dropServerConns closes the server's side of every connection but those

@@ -26,6 +26,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 	"golang.org/x/sys/unix"
 )
@@ -57,10 +58,7 @@ import (
 // never hands the kernel sockets). It prints SURVIVE-KILL and
 // SURVIVE-STATS lines for the measurements.
 func TestKernelSurviveLive(t *testing.T) {
-	mode := os.Getenv("NBD_SURVIVE")
-	if mode == "" {
-		t.Skip("NBD_SURVIVE not set (pkg/nbd/testdata/kernelvm.sh survive runs this in a VM)")
-	}
+	mode := testneeds.Env(t, "NBD_SURVIVE", "kills and restarts the server under a real /dev/nbdN; pkg/nbd/testdata/kernelvm.sh survive runs it in a VM")
 	needKernelNBD(t)
 	cfg := surviveConfig{
 		mode: mode, kills: envInt(t, "NBD_SURVIVE_KILLS", 20), conns: envInt(t, "NBD_SURVIVE_CONNS", 2),

@@ -1,33 +1,18 @@
 package pagestore_test
 
 import (
-	"errors"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gzramd/gzramd/internal/corpus"
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
-// loadCorpus returns the shared corpus, and skips the test when it is not
-// there.
-func loadCorpus(tb testing.TB) []byte {
-	tb.Helper()
-	pages, err := corpus.Load("")
-	if errors.Is(err, corpus.ErrNotFound) {
-		tb.Skip("shared corpus not found; skipping:", err)
-	}
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return pages
-}
-
 // compressCorpus compresses every page with LZ4; a page that does not
 // shrink is kept raw, as the device keeps huge pages.
 func compressCorpus(tb testing.TB) (pages int, compressed [][]byte) {
-	data := loadCorpus(tb)
+	data := testneeds.Corpus(tb)
 	lz4 := codec.NewLZ4()
 	buf := make([]byte, codec.PageSize)
 	for off := 0; off < len(data); off += codec.PageSize {

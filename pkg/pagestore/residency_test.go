@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 func mincore(mem, vec []byte) error {
@@ -112,7 +114,7 @@ func TestReleaseLocked(t *testing.T) {
 	r := s.rec(uint32(h >> slotBits))
 	mem := (*s.arenas.Load())[r.arena]
 	if err := unix.Mlock(mem[:64<<10]); err != nil {
-		t.Skipf("cannot mlock 64 KiB here: %v", err)
+		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
 	}
 	for i := range 64 << 10 {
 		mem[i] = 0xA5

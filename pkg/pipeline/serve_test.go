@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/fakeaccel"
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
@@ -22,10 +23,7 @@ import (
 // server receives write payloads straight into staging slots, same-filled
 // pages among them included.
 func TestServedThroughStaging(t *testing.T) {
-	nbdcopy, err := exec.LookPath("nbdcopy")
-	if err != nil {
-		t.Skip("nbdcopy not found (Debian package libnbd-bin: apt-get install libnbd-bin)")
-	}
+	nbdcopy := testneeds.Command(t, "nbdcopy", "libnbd-bin")
 	p, err := New(Config{Size: 64 << 20, Accelerator: fakeaccel.New(), StagingBytes: 8 << 20,
 		BatchPages: 64, BatchWorkers: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

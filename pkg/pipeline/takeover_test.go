@@ -21,6 +21,7 @@ import (
 
 	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/internal/memfd"
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // The data path a writer child serves: staged writes on a slow fake
@@ -72,7 +73,7 @@ func takeoverPage(seed uint64, i int, p []byte) {
 // request and "A w" once it returned.
 func TestTakeoverChild(t *testing.T) {
 	if os.Getenv("GZRAMD_TAKEOVER_CHILD") == "" {
-		t.Skip("run by TestTakeoverAfterKill")
+		testneeds.Helper(t, "TestTakeoverAfterKill")
 	}
 	files := make([]*memfd.File, len(StateFileNames))
 	for i := range files {

@@ -11,10 +11,19 @@ import (
 
 	"github.com/gzramd/gzramd/internal/batchtest"
 	"github.com/gzramd/gzramd/internal/fakeaccel"
+	"github.com/gzramd/gzramd/internal/lz4oracle"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// verify is batchtest.Verify, which decodes the batch with liblz4 too
+// where the oracle is built in, and says so where it is not.
+func verify(t testing.TB, b *codec.Batch, want []byte) {
+	t.Helper()
+	lz4oracle.Check(t, "the batches not also decoded with liblz4")
+	batchtest.Verify(t, b, want)
+}
 
 func newRouter(t *testing.T, a *fakeaccel.Accelerator, cfg Config) *Router {
 	t.Helper()
@@ -43,7 +52,7 @@ func TestUsesTheAccelerator(t *testing.T) {
 		t.Fatal("a healthy accelerator is not used for staged writes")
 	}
 	r.CompressBatch(b)
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	if s := r.Stats(); s.AcceleratorBatches != 1 || s.AcceleratorPages != 40 || s.CPUBatches != 0 || s.Fallbacks != 0 {
 		t.Errorf("stats %+v, want one accelerated batch of 40 pages", s)
 	}
@@ -57,10 +66,10 @@ func TestWithoutAcceleratorEverythingIsCPU(t *testing.T) {
 	pages := batchtest.Pages(40, 2)
 	b := batchtest.BatchOf(pages)
 	r.CompressBatch(b)
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	b2 := batchtest.BatchOf(pages[:8*codec.PageSize])
 	r.CompressInline(b2)
-	batchtest.Verify(t, b2, pages)
+	verify(t, b2, pages)
 	if s := r.Stats(); s.CPUPages != 48 || s.InlinePages != 8 || s.AcceleratorPages != 0 {
 		t.Errorf("stats %+v", s)
 	}
@@ -75,7 +84,7 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 	b := batchtest.BatchOf(pages)
 	batchtest.Poison(b)
 	r.CompressBatch(b)
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	if s := r.Stats(); s.Fallbacks != 1 || s.CPUBatches != 1 || s.AcceleratorBatches != 0 {
 		t.Fatalf("after a failure: stats %+v", s)
 	}
@@ -87,7 +96,7 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 	calls := a.Calls.Load()
 	b2 := batchtest.BatchOf(pages)
 	r.CompressBatch(b2)
-	batchtest.Verify(t, b2, pages)
+	verify(t, b2, pages)
 	if a.Calls.Load() != calls || r.Stats().Skipped != 1 {
 		t.Fatalf("accelerator tried during backoff: calls %d→%d, stats %+v", calls, a.Calls.Load(), r.Stats())
 	}
@@ -96,7 +105,7 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 	time.Sleep(25 * time.Millisecond)
 	b3 := batchtest.BatchOf(pages)
 	r.CompressBatch(b3)
-	batchtest.Verify(t, b3, pages)
+	verify(t, b3, pages)
 	if s := r.Stats(); s.Fallbacks != 2 {
 		t.Fatalf("stats %+v, want 2 fallbacks", s)
 	}
@@ -107,7 +116,7 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 	}
 	b4 := batchtest.BatchOf(pages)
 	r.CompressBatch(b4)
-	batchtest.Verify(t, b4, pages)
+	verify(t, b4, pages)
 	if s := r.Stats(); s.AcceleratorBatches != 1 {
 		t.Fatalf("accelerator not retried after backoff: stats %+v", s)
 	}
@@ -125,7 +134,7 @@ func TestWatchdogQuarantinesLateWrites(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("watchdog did not fire: call took %v", d)
 	}
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	snapshot := append([]byte(nil), b.Out...)
 	lens := append([]uint32(nil), b.Lens...)
 	// The hung accelerator now finishes and writes its (shadow) outputs.
@@ -141,13 +150,13 @@ func TestWatchdogQuarantinesLateWrites(t *testing.T) {
 		b2 := batchtest.BatchOf(pages)
 		batchtest.Poison(b2)
 		r.CompressBatch(b2)
-		batchtest.Verify(t, b2, pages)
+		verify(t, b2, pages)
 	}
 	time.Sleep(10 * time.Millisecond)
 	if !bytes.Equal(snapshot, b.Out) || !slices.Equal(lens, b.Lens) {
 		t.Fatal("a late write of the timed-out accelerator reached the caller's batch")
 	}
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	if s := r.Stats(); s.Timeouts != 1 || s.Fallbacks != 1 || s.AcceleratorBatches != 6 {
 		t.Errorf("stats %+v, want one timeout and 6 accelerated batches", s)
 	}
@@ -159,7 +168,7 @@ func TestSmallBatchesGoToCPU(t *testing.T) {
 	pages := batchtest.Pages(7, 4)
 	b := batchtest.BatchOf(pages)
 	r.CompressBatch(b)
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	if s := r.Stats(); s.Small != 1 || a.Calls.Load() != 0 {
 		t.Errorf("stats %+v, accelerator calls %d", s, a.Calls.Load())
 	}
@@ -175,11 +184,11 @@ func TestNoShadowGoesToCPU(t *testing.T) {
 	a.HangFor.Store(int64(100 * time.Millisecond))
 	b := batchtest.BatchOf(pages)
 	r.CompressBatch(b) // times out; the one shadow stays with the hung call
-	batchtest.Verify(t, b, pages)
+	verify(t, b, pages)
 	time.Sleep(time.Millisecond)
 	b2 := batchtest.BatchOf(pages)
 	r.CompressBatch(b2)
-	batchtest.Verify(t, b2, pages)
+	verify(t, b2, pages)
 	if s := r.Stats(); s.NoShadow != 1 {
 		t.Fatalf("stats %+v, want one batch without a shadow", s)
 	}
@@ -193,7 +202,7 @@ func TestNoShadowGoesToCPU(t *testing.T) {
 		}
 	}
 	r.CompressBatch(b3)
-	batchtest.Verify(t, b3, big)
+	verify(t, b3, big)
 	if s := r.Stats(); s.NoShadow != 2 {
 		t.Fatalf("stats %+v, want a second batch without a shadow (too large)", s)
 	}
@@ -222,7 +231,7 @@ func TestConcurrent(t *testing.T) {
 				batchtest.Poison(b)
 				a.Failing.Store(i%3 == 0)
 				r.CompressBatch(b)
-				batchtest.Verify(t, b, pages)
+				verify(t, b, pages)
 			}
 		}()
 	}

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/memfd"
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // TestMain plays the serving process when the supervisor starts this
@@ -177,7 +178,7 @@ func TestKeeperLocksWhatTheFileHolds(t *testing.T) {
 	defer k.Close()
 	held, err := k.Lock()
 	if err != nil {
-		t.Skipf("cannot lock here: %v", err)
+		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
 	}
 	if held != 4*4096 {
 		t.Fatalf("locked %d bytes, want 4 pages", held)

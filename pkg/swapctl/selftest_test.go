@@ -7,18 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // TestSelfTestOnALoopDevice runs the self-test on a real block device (a
 // loop device over a file): it writes, reads back, compares and discards.
 func TestSelfTestOnALoopDevice(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("not root: a loop device needs root")
-	}
-	losetup, err := exec.LookPath("losetup")
-	if err != nil {
-		t.Skip("losetup not found (Debian package mount: apt-get install mount)")
-	}
+	testneeds.Root(t, "setting up a loop device")
+	losetup := testneeds.Command(t, "losetup", "mount")
 	backing := filepath.Join(t.TempDir(), "disk")
 	if err := os.WriteFile(backing, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -28,7 +25,7 @@ func TestSelfTestOnALoopDevice(t *testing.T) {
 	}
 	out, err := exec.Command(losetup, "--find", "--show", backing).Output()
 	if err != nil {
-		t.Skipf("no loop device to be had here: %v", err)
+		testneeds.Machine(t, "a free loop device, which losetup could not set up here (modprobe loop; containers seldom have one): %v", err)
 	}
 	dev := strings.TrimSpace(string(out))
 	t.Cleanup(func() { exec.Command(losetup, "--detach", dev).Run() })

@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // reserveHeap runs ReserveHeap for a test, from GOGC 100 and no memory
@@ -122,7 +124,7 @@ func TestReserveThreadsStartsThreads(t *testing.T) {
 	}
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		t.Skip(err)
+		testneeds.Machine(t, "/proc/self/status (Linux's /proc mounted): %v", err)
 	}
 	for line := range strings.Lines(string(b)) {
 		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
@@ -142,7 +144,7 @@ func TestReserveThreadsStartsThreads(t *testing.T) {
 func TestLockHeapAllocatesOnlyItsProbe(t *testing.T) {
 	r, _ := reserveHeap(t, 4<<20)
 	if _, err := r.LockHeap(); err != nil {
-		t.Skipf("LockHeap: %v (mlock not permitted here?)", err)
+		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
 	}
 	if n := testing.AllocsPerRun(10, func() { r.LockHeap() }); n > 1 {
 		t.Errorf("%v allocations per LockHeap, want at most 1 (the small probe)", n)
@@ -185,7 +187,7 @@ func TestLockMissingFaultsInWhatIsNotResident(t *testing.T) {
 	lo := uintptr(unsafe.Pointer(&mem[0]))
 	var vec []byte
 	if err := lockMissing(lo, lo+pages*page, &vec); err != nil {
-		t.Skipf("mlock not permitted here: %v", err)
+		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
 	}
 	defer unix.Munlock(mem)
 	if _, _, e := unix.Syscall(unix.SYS_MINCORE, lo, pages*page, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {

@@ -32,6 +32,25 @@ type Step struct {
 	Hint string // what the operator can do about Err
 }
 
+// Without says what serving swap risks when the step failed: gzramd
+// serves without any of them, and a plain export (no swap) loses nothing
+// that matters.
+func (s Step) Without() string {
+	switch s.Name {
+	case "mlockall":
+		return "gzramd's own memory may be reclaimed while it serves swap, and bringing it back may wait on gzramd itself: under heavy memory pressure the machine can stall"
+	case "io_flusher":
+		return "an allocation while storing a page may wait on swap I/O, which waits on gzramd: under heavy memory pressure the machine can stall"
+	case "oom_score_adj":
+		return "the OOM killer may choose gzramd, and every process with pages in it dies with it"
+	case "realtime":
+		return "a reply may wait for the CPU behind the processes whose memory the kernel is reclaiming: swap slows under pressure, and a small machine can freeze"
+	case "heap_reserve", "heap_top_up", "thread_reserve":
+		return "serving may fault in memory while the kernel waits on gzramd to free some"
+	}
+	return "nothing gzramd needs to serve"
+}
+
 // Options choose the steps. The zero value does nothing.
 type Options struct {
 	LockMemory  bool  // mlockall(MCL_CURRENT|MCL_FUTURE|MCL_ONFAULT)

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 func TestStatFlags(t *testing.T) {
@@ -48,8 +50,9 @@ func TestReExecMarksEveryThread(t *testing.T) {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 	s := string(out)
-	if i := strings.Index(s, "SKIP:"); i >= 0 {
-		t.Skip(strings.SplitN(s[i:], "\n", 2)[0])
+	if i := strings.Index(s, childSkip); i >= 0 {
+		kind, detail, _ := strings.Cut(strings.SplitN(s[i+len(childSkip):], "\n", 2)[0], ": ")
+		testneeds.Skip(t, kind, "", "%s", detail)
 	}
 	var flushers, threads, pid0, pid1 int
 	i := strings.Index(s, "RESULT")
@@ -67,6 +70,10 @@ func TestReExecMarksEveryThread(t *testing.T) {
 	}
 }
 
+// childSkip begins the line on which child says why the test cannot run
+// here: the kind of need (testneeds), ": ", what is missing.
+const childSkip = "CHILD-SKIP "
+
 func child() {
 	reexeced := os.Getenv(reexecEnv) == "1"
 	pid0 := os.Getenv("SWAPSAFE_PID")
@@ -75,7 +82,11 @@ func child() {
 		pid0 = fmt.Sprint(os.Getpid())
 	}
 	if err := ReExecAsIOFlusher(); err != nil {
-		fmt.Println("SKIP: cannot set PR_SET_IO_FLUSHER here:", err)
+		kind := testneeds.KindMachine
+		if errors.Is(err, syscall.EPERM) && os.Geteuid() != 0 {
+			kind = testneeds.KindRoot
+		}
+		fmt.Printf("%s%s: setting PR_SET_IO_FLUSHER, refused here: %v\n", childSkip, kind, err)
 		return
 	}
 	if !reexeced {
@@ -157,7 +168,7 @@ func TestMayLockFuture(t *testing.T) {
 func TestLockMappedFiles(t *testing.T) {
 	n, err := lockMappedFiles("/proc/self/maps")
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOMEM) {
-		t.Skip("mlock not allowed here:", err)
+		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +190,10 @@ func TestRealtimeAndDrop(t *testing.T) {
 		t.Fatalf("steps %+v, want one realtime step", steps)
 	}
 	if errors.Is(steps[0].Err, syscall.EPERM) {
-		t.Skip("no CAP_SYS_NICE here:", steps[0].Err)
+		if os.Geteuid() != 0 {
+			testneeds.Root(t, "making threads SCHED_RR (CAP_SYS_NICE)")
+		}
+		testneeds.Machine(t, "CAP_SYS_NICE, which root lacks here (a container?): %v", steps[0].Err)
 	}
 	if steps[0].Err != nil {
 		t.Fatal(steps[0].Err)

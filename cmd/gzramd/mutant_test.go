@@ -1,0 +1,39 @@
+package main
+
+import (
+	"bytes"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The survive scenario's mutant (GZRAMD_FAULT_LOSE_PAGE_ON_TAKEOVER, a
+// faults build) loses exactly one stored page when a serving process takes
+// the device over from one that died, and none without a takeover: the
+// scenario must fail with it, so that its pass means something.
+func TestLosePageOnTakeoverMutant(t *testing.T) {
+	d := startDaemon(t, []string{"GZRAMD_FAULT_LOSE_PAGE_ON_TAKEOVER=1"}, append(hardeningOff, "--size", "16MiB", "--backend", "cpu")...)
+	c := dialRaw(t, d.socket)
+	const pages = 256
+	data := writePages(t, c, pages, 512, 32, 11)
+	checkPages(t, c, data, "before any takeover")
+	if err := syscall.Kill(d.servingPID(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(`took the device over from a serving process that died`, 20*time.Second)
+	c = dialRaw(t, d.socket)
+	lost := 0
+	for i := range pages {
+		got, errno, err := c.read(uint64(i)*4096, 4096)
+		if err != nil || errno != 0 {
+			t.Fatalf("read page %d: %v, errno %d", i, err, errno)
+		}
+		if !bytes.Equal(got, data[i*4096:(i+1)*4096]) {
+			lost++
+		}
+	}
+	if lost != 1 {
+		t.Errorf("%d pages differ after the takeover, want the mutant's 1", lost)
+	}
+	d.waitLog(`fault: lost a page after the takeover`, time.Second)
+}

@@ -1,0 +1,148 @@
+// Package testneeds skips a test, or says what part of it did not run,
+// in words that name what is missing and how to get it. Each message reads
+// "needs KIND [NAME]: DETAIL", which internal/testreport groups into the
+// summary that ends make test: a newcomer reads what did not run and
+// the one command that would run it, instead of "ok".
+package testneeds
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+
+	"github.com/gzramd/gzramd/internal/corpus"
+)
+
+// The kinds of need, as the summary groups them.
+const (
+	// KindPackage is a Debian package (NAME) that apt-get installs.
+	KindPackage = "package"
+	// KindCorpus is the corpus of real memory pages (internal/corpus).
+	KindCorpus = "corpus"
+	// KindModule is a kernel module (NAME) that modprobe loads.
+	KindModule = "module"
+	// KindRoot is root, or a capability root has.
+	KindRoot = "root"
+	// KindOptIn is an environment variable (NAME) that turns on a test
+	// too slow, too heavy or too specific for every run.
+	KindOptIn = "opt-in"
+	// KindMachine is something this machine or kernel lacks that no
+	// command here gives it (a GPU, a little-endian CPU, a kernel feature).
+	KindMachine = "machine"
+	// KindHelper marks a test that is the body of a process another test
+	// starts: it runs there, not on its own.
+	KindHelper = "helper"
+)
+
+// Message is the text of a need: "needs KIND NAME: DETAIL", or without
+// NAME where it is empty.
+func Message(kind, name, detail string) string {
+	if name == "" {
+		return fmt.Sprintf("needs %s: %s", kind, detail)
+	}
+	return fmt.Sprintf("needs %s %s: %s", kind, name, detail)
+}
+
+// PartPrefix begins the log line of a test that ran without one of its
+// checks (Part).
+const PartPrefix = "did not check all: "
+
+// Skip skips the test for want of kind NAME.
+func Skip(tb testing.TB, kind, name, format string, args ...any) {
+	tb.Helper()
+	tb.Skip(Message(kind, name, fmt.Sprintf(format, args...)))
+}
+
+// Part logs that a part of the test did not run for want of kind NAME;
+// the test goes on with the rest, and the summary counts it.
+func Part(tb testing.TB, kind, name, format string, args ...any) {
+	tb.Helper()
+	tb.Log(PartPrefix + Message(kind, name, fmt.Sprintf(format, args...)))
+}
+
+// Command returns the path of the command name, or skips the test: it
+// comes in the Debian package pkg.
+func Command(tb testing.TB, name, pkg string) string {
+	tb.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Skip(tb, KindPackage, pkg, "%s not installed (apt-get install %s)", name, pkg)
+	}
+	return p
+}
+
+// CommandFor returns the path of the command name and true, or logs that
+// the part of the test that needs it (what) did not run, and returns false.
+func CommandFor(tb testing.TB, name, pkg, what string) (string, bool) {
+	tb.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Part(tb, KindPackage, pkg, "%s not installed (apt-get install %s): %s", name, pkg, what)
+		return "", false
+	}
+	return p, true
+}
+
+// Env returns the value of the environment variable name, or skips the
+// test, which runs only when it is set: what says what the test does.
+func Env(tb testing.TB, name, what string) string {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		Skip(tb, KindOptIn, name, "%s (set %s to run it)", what, name)
+	}
+	return v
+}
+
+// Root skips the test unless it runs as root: what says what needs it.
+func Root(tb testing.TB, what string) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		Skip(tb, KindRoot, "", "%s needs root", what)
+	}
+}
+
+// Machine skips the test: this machine lacks what it needs, and no
+// command here gives it.
+func Machine(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	Skip(tb, KindMachine, "", format, args...)
+}
+
+// Helper skips a test that is the body of a process that parent (a test
+// name) starts, when it runs on its own.
+func Helper(tb testing.TB, parent string) {
+	tb.Helper()
+	Skip(tb, KindHelper, "", "the body of a process %s starts", parent)
+}
+
+// CorpusMissing is the detail of a corpus skip: what the corpus is, and
+// the two ways to have one.
+const CorpusMissing = "memory-pages.bin.zst, real anonymous memory pages (4 KiB each) " +
+	"that the ratio, codec and store tests read, was not found: take the one beside " +
+	"the repository (../shared/corpus/), or capture one from this machine's memory " +
+	"(as root: go run ./internal/corpus/capture -o /tmp/memory-pages.bin.zst), " +
+	"and set " + corpus.EnvPath + " to its path (README: The corpus)"
+
+var corpusOnce struct {
+	sync.Once
+	pages []byte
+	err   error
+}
+
+// Corpus returns the corpus's pages, loaded once per test binary, or
+// skips the test when there is none.
+func Corpus(tb testing.TB) []byte {
+	tb.Helper()
+	corpusOnce.Do(func() { corpusOnce.pages, corpusOnce.err = corpus.Load("") })
+	if errors.Is(corpusOnce.err, corpus.ErrNotFound) {
+		Skip(tb, KindCorpus, "", CorpusMissing)
+	}
+	if corpusOnce.err != nil {
+		tb.Fatal(corpusOnce.err)
+	}
+	return corpusOnce.pages
+}
