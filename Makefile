@@ -78,6 +78,7 @@ test-nodeps:
 	./test/nodeps.sh
 
 test-e2e: build
+	./test/e2e/harness-test.sh
 	./test/e2e/run.sh
 
 # Crash survival with a real kernel (test/e2e/README.md): gzramd serves the
@@ -86,6 +87,7 @@ test-e2e: build
 # under TCG when it passes (test/e2e/README.md: it does not always, yet).
 test-survive: build
 	E2E_SCENARIOS="survive survive-control" ./test/e2e/run.sh
+	./test/e2e/survive-mutant.sh
 
 # The unit under a real systemd: a Debian 12 guest whose init is systemd,
 # in QEMU, installs gzramd as the README says and checks start, watchdog,
@@ -112,7 +114,7 @@ bench-footprint: build
 # Kill the serving process 100 times: the pause from each kill to the first
 # request served again (median, 90th percentile, worst).
 bench-takeover:
-	GZRAMD_TAKEOVER_KILLS=$${KILLS:-100} $(GO) test -tags "$(TAGS)" -count=1 -run '^TestTakeoverPauseReport$$' -v ./cmd/gzramd | grep -E 'kills of|^(ok|FAIL|---)'
+	GZRAMD_TAKEOVER_KILLS=$${KILLS:-100} GZRAMD_TAKEOVER_ARGS="$(ARGS)" $(GO) test -tags "$(TAGS)" -count=1 -run '^TestTakeoverPauseReport$$' -v ./cmd/gzramd | grep -E 'kills of|^(ok|FAIL|---)'
 
 bench-e2e: build
 	./bench/e2e.sh

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,14 +21,67 @@ import (
 	"github.com/gzramd/gzramd/pkg/gpu"
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // accelerator is what --backend resolves to: the GPU, or nothing (the CPU
-// alone).
+// alone). In a serving process that took the device over, the GPU is
+// opened while it serves (late, openLate): until then gpu is nil.
 type accelerator struct {
+	mu   sync.Mutex   // guards gpu, info and mon while openLate may set them
 	gpu  *gpu.Backend // nil: compress on the CPU
 	info gpu.DeviceInfo
 	mon  *gpu.Monitor // nil without NVML
+	late *lateGPU     // the router's accelerator until the GPU is open
+	done bool         // closed: a GPU openLate opens now is closed at once
+}
+
+// current returns the GPU, its description and its telemetry, if open.
+func (a *accelerator) current() (*gpu.Backend, gpu.DeviceInfo, *gpu.Monitor) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gpu, a.info, a.mon
+}
+
+// staged reports whether staged writes go to a GPU, now or once it is open.
+func (a *accelerator) staged() bool {
+	g, _, _ := a.current()
+	return g != nil || a.late != nil
+}
+
+// openLate opens the GPU for a serving process that took the device over
+// and already serves on the CPU (lateGPU), and hands it to the router;
+// onOpen runs once it is open (before the router uses it). If it cannot
+// be opened, the device goes on on the CPU.
+func (a *accelerator) openLate(c gpuSetup, onOpen func(gpu.DeviceInfo), log *slog.Logger) {
+	start := time.Now()
+	if c.kernels.image == nil && c.kernels.err == nil {
+		c.kernels = compileKernels(context.Background(), c.device, c.algorithm)
+	}
+	opened, err := openAccelerator(c, log)
+	if err == nil && opened.gpu == nil {
+		return // --backend auto, and the GPU no longer usable: openAccelerator said so
+	}
+	if err != nil {
+		log.Error("the GPU did not open after the takeover: compressing on the CPU", "err", err)
+		return
+	}
+	onOpen(opened.info)
+	if err := a.late.attach(opened.gpu); err != nil {
+		log.Error("the GPU could not pin the staging and output memory after the takeover: compressing on the CPU", "err", err)
+		opened.close(log)
+		return
+	}
+	a.mu.Lock()
+	a.gpu, a.info, a.mon = opened.gpu, opened.info, opened.mon
+	done := a.done
+	a.mu.Unlock()
+	if done {
+		opened.close(log)
+		return
+	}
+	log.Info("the GPU is open: staged writes go to it again", "device", opened.info.Name,
+		"opened_in", time.Since(start).Round(time.Millisecond))
 }
 
 // gpuSetup is what opening the GPU takes: --backend, --algorithm,
@@ -166,6 +220,10 @@ func newGPUCompileCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A serving process that took over runs this while it serves,
+			// maybe at real-time priority, which a compiler must not
+			// inherit.
+			swapsafe.DropRealtime() //nolint:errcheck // not real-time to begin with, most often
 			img, err := gpu.Compile(device, algorithm)
 			if err != nil {
 				return err
@@ -181,7 +239,10 @@ func newGPUCompileCmd() *cobra.Command {
 
 // routeAccelerator is the GPU for pkg/route, or nil.
 func (a *accelerator) routeAccelerator() route.Accelerator {
-	if a.gpu == nil {
+	switch {
+	case a.late != nil:
+		return a.late
+	case a.gpu == nil:
 		return nil
 	}
 	return a.gpu
@@ -189,24 +250,25 @@ func (a *accelerator) routeAccelerator() route.Accelerator {
 
 // name is the backend staged batches go to: "gpu" or "cpu".
 func (a *accelerator) name() string {
-	if a.gpu == nil {
+	if !a.staged() {
 		return "cpu"
 	}
-	return a.gpu.Name()
+	return "gpu"
 }
 
 // collectors are the GPU's metrics: the router's counters of its batches
 // and NVML's telemetry.
 func (a *accelerator) collectors(index int, router *route.Router, log *slog.Logger) []prometheus.Collector {
-	if a.gpu == nil {
+	if !a.staged() {
 		return nil
 	}
-	var telemetry func() (metrics.GPUTelemetry, error)
-	if a.mon != nil {
-		telemetry = func() (metrics.GPUTelemetry, error) {
-			t, err := a.mon.Snapshot()
-			return metrics.GPUTelemetry(t), err
+	telemetry := func() (metrics.GPUTelemetry, error) {
+		_, _, mon := a.current()
+		if mon == nil {
+			return metrics.GPUTelemetry{}, metrics.ErrNoTelemetry
 		}
+		t, err := mon.Snapshot()
+		return metrics.GPUTelemetry(t), err
 	}
 	return []prometheus.Collector{metrics.NewGPU(index, func() metrics.GPUCounters {
 		s := router.Stats()
@@ -217,6 +279,9 @@ func (a *accelerator) collectors(index int, router *route.Router, log *slog.Logg
 
 // close releases the GPU, after the pipeline that used it is closed.
 func (a *accelerator) close(log *slog.Logger) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.done = true
 	if a.mon != nil {
 		if err := a.mon.Close(); err != nil {
 			log.Warn("closing GPU telemetry", "err", err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/gpu"
 	"github.com/gzramd/gzramd/pkg/iolog"
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/nbd"
@@ -59,6 +60,7 @@ type daemon struct {
 
 	listeners []net.Listener
 	reserve   *swapsafe.HeapReserve // topped up before serving swap
+	gpuSetup  gpuSetup              // how the GPU opens, for openLate
 	// kernel is the device attached by us (--device); /status reads it
 	// from the HTTP server's goroutines.
 	kernel atomic.Pointer[nbd.KernelDevice]
@@ -97,25 +99,27 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 	if why != "" {
 		log.Info("compressing on the CPU: "+why, "backend", cfg.backend)
 	}
-	if d.accel, err = openAccelerator(gpuSetup{backend: backend, algorithm: cfg.algorithm, device: cfg.gpuDevice,
-		batchPages: cfg.batchPages, inFlight: cfg.batchInFlight, kernels: kernels}, log); err != nil {
-		return nil, err
-	}
-	if cfg.harden && cfg.wantRealtime() && d.accel.gpu != nil && !d.accel.info.BlockingSync {
-		// The CUDA driver spins while it waits for the GPU unless its
-		// context could be made to block (gpu.DeviceInfo.BlockingSync):
-		// at real-time priority that spinning would take whole CPUs from
-		// everything else.
-		if err := swapsafe.DropRealtime(); err != nil {
-			log.Warn("dropping real-time scheduling for the GPU backend failed", "err", err)
-		} else {
-			log.Warn("real-time scheduling off: the GPU driver busy-waits, and must not do so at real-time priority")
+	d.gpuSetup = gpuSetup{backend: backend, algorithm: cfg.algorithm, device: cfg.gpuDevice,
+		batchPages: cfg.batchPages, inFlight: cfg.batchInFlight, kernels: kernels}
+	switch {
+	case os.Getenv(supervise.EnvDiedAt) != "" && (backend == "gpu" || backend == "auto" && kernels.image != nil):
+		// A takeover after a death: every request waits for it, so serve
+		// first, on the CPU, and open the GPU meanwhile (openLate). With
+		// auto, only where the kernels compiled (a standby's, ahead): the
+		// GPU is there.
+		d.accel = &accelerator{late: &lateGPU{}}
+	default:
+		if d.accel, err = openAccelerator(d.gpuSetup, log); err != nil {
+			return nil, err
+		}
+		if d.accel.gpu != nil {
+			d.gpuOpened(d.accel.info)
 		}
 	}
 	batchObs := metrics.NewBatches()
 	batchObs.Track("cpu")
-	if d.accel.gpu != nil {
-		batchObs.Track(d.accel.name())
+	if d.accel.staged() {
+		batchObs.Track("gpu")
 	}
 	if d.pipe, d.recovered, err = pipeline.Open(pipeline.Config{
 		State: st,
@@ -185,6 +189,21 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 	return d, nil
 }
 
+// gpuOpened is what opening the GPU changes beside the router: the CUDA
+// driver spins while it waits for the GPU unless its context could be made
+// to block (gpu.DeviceInfo.BlockingSync), and at real-time priority that
+// spinning would take whole CPUs from everything else.
+func (d *daemon) gpuOpened(info gpu.DeviceInfo) {
+	if !d.cfg.harden || !d.cfg.wantRealtime() || info.BlockingSync {
+		return
+	}
+	if err := swapsafe.DropRealtime(); err != nil {
+		d.log.Warn("dropping real-time scheduling for the GPU backend failed", "err", err)
+	} else {
+		d.log.Warn("real-time scheduling off: the GPU driver busy-waits, and must not do so at real-time priority")
+	}
+}
+
 // close releases what newDaemon and run built, in reverse order.
 func (d *daemon) close() {
 	for _, l := range d.listeners {
@@ -242,11 +261,17 @@ func (d *daemon) listen() error {
 	return nil
 }
 
+// gpuName is the GPU's name, once it is open.
+func (d *daemon) gpuName() string {
+	_, info, _ := d.accel.current()
+	return info.Name
+}
+
 func (d *daemon) status() statusReport {
 	st := d.dev.Stats()
 	r := statusReport{
 		Version: buildVersion(), PID: os.Getpid(), Export: d.cfg.export, Socket: d.cfg.socket, TCP: d.cfg.tcp,
-		Algorithm: d.cfg.algorithm, Backend: d.accel.name(), GPU: d.accel.info.Name,
+		Algorithm: d.cfg.algorithm, Backend: d.accel.name(), GPU: d.gpuName(),
 		DiskSize: int64(d.cfg.size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
 		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.Count(),
@@ -378,6 +403,9 @@ func (d *daemon) run(ctx context.Context) error {
 			pause := time.Since(d.diedAt)
 			d.pause.Store(int64(pause))
 			d.log.Warn("serving again after the takeover", "pause", pause.Round(time.Millisecond), "takeovers", d.takeovers)
+		}
+		if d.accel.late != nil {
+			go d.accel.openLate(d.gpuSetup, d.gpuOpened, d.log)
 		}
 		if err := d.notify.notify("READY=1\nSTATUS=serving " + d.cfg.export); err != nil {
 			d.log.Warn("sd_notify READY=1 failed", "err", err)

@@ -36,9 +36,10 @@ func withFaults(dev *device.Device, tookOver bool, log *slog.Logger) (nbd.Backen
 	return dev, host
 }
 
-// losePage reads the first page it serves that is not all zeroes as
-// zeroes, once: the page a takeover that lost one stored page would lose,
-// as the survive scenario's mutant, which must fail.
+// losePage loses the first page it reads that is not all zeroes, once:
+// the read returns zeroes and the stored page is dropped, so that later
+// reads of it return zeroes too, as a takeover that lost a stored page
+// would. It is the survive scenario's mutant, which must fail.
 type losePage struct {
 	*device.Device
 	log  *slog.Logger
@@ -53,6 +54,9 @@ func (l *losePage) ReadAt(ctx context.Context, p []byte, off int64) error {
 		page := p[i : i+4096]
 		if slices.ContainsFunc(page, func(b byte) bool { return b != 0 }) && l.lost.CompareAndSwap(false, true) {
 			clear(page)
+			if err := l.Device.WriteZeroes(ctx, off+int64(i), int64(len(page)), false); err != nil {
+				return err
+			}
 			l.log.Warn("fault: lost a page after the takeover (GZRAMD_FAULT_LOSE_PAGE_ON_TAKEOVER)", "offset", off+int64(i))
 			break
 		}

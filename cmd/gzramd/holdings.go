@@ -20,8 +20,8 @@ func connBuffers(cfg *serveConfig) int64 {
 // hardening's.
 func (d *daemon) holdings() []swapsafe.Holding {
 	hs := d.pipe.Holdings()
-	if d.accel.gpu != nil {
-		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: d.accel.gpu.SlotBytes(),
+	if g, _, _ := d.accel.current(); g != nil {
+		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: g.SlotBytes(),
 			Why: "each GPU stream's metadata (the offsets and lengths the device writes back), pinned (--batch-inflight)"})
 	}
 	if n := connBuffers(d.cfg); n > 0 {

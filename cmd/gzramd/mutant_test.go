@@ -35,5 +35,16 @@ func TestLosePageOnTakeoverMutant(t *testing.T) {
 	if lost != 1 {
 		t.Errorf("%d pages differ after the takeover, want the mutant's 1", lost)
 	}
+	// Lost for good, not only in the one reply.
+	checked := 0
+	for i := range pages {
+		got, _, err := c.read(uint64(i)*4096, 4096)
+		if err == nil && !bytes.Equal(got, data[i*4096:(i+1)*4096]) {
+			checked++
+		}
+	}
+	if checked != 1 {
+		t.Errorf("%d pages differ when read again, want the lost one", checked)
+	}
 	d.waitLog(`fault: lost a page after the takeover`, time.Second)
 }

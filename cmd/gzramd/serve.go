@@ -304,8 +304,12 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	// Before hardening: the compiler runs neither at real-time priority
 	// nor counted in this process. A standby compiles now, ahead of the
 	// takeover.
+	// A serving process started to take over from one that died, with
+	// --backend gpu, compiles them later, while it already serves on the
+	// CPU (openLate): every request waits for a takeover.
 	var kernels kernelImage
-	if backend, _ := cfg.resolveBackend(); backend != "cpu" {
+	backend, _ := cfg.resolveBackend()
+	if backend != "cpu" && !(backend == "gpu" && os.Getenv(supervise.EnvDiedAt) != "") {
 		kernels = compileKernels(ctx, cfg.gpuDevice, cfg.algorithm)
 	}
 	reserve, err := harden(cfg, log, reexecErr)

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"unsafe"
 )
 
 // PageSize is the unit the device stores and the codecs compress.
@@ -85,6 +86,29 @@ func NewBatch(cap int) *Batch {
 		Offsets: make([]uint32, cap),
 		Lens:    make([]uint32, cap),
 	}
+}
+
+// OutputSetBytes is the memory OutputSets lays sets output sets of
+// capacity pages over.
+func OutputSetBytes(sets, capacity int) int { return sets * capacity * (PageSize + 8) }
+
+// OutputSets lays sets batches of capacity pages with outputs only (Out,
+// Offsets and Lens, no Pages) over mem, which must hold OutputSetBytes:
+// memory of one kind (pinned, registered with an accelerator) for output
+// sets made together.
+func OutputSets(mem []byte, sets, capacity int) []*Batch {
+	bs := make([]*Batch, sets)
+	one := capacity * (PageSize + 8)
+	for i := range bs {
+		m := mem[i*one : (i+1)*one]
+		meta := m[capacity*PageSize:]
+		bs[i] = &Batch{
+			Out:     m[:capacity*PageSize],
+			Offsets: unsafe.Slice((*uint32)(unsafe.Pointer(&meta[0])), capacity),
+			Lens:    unsafe.Slice((*uint32)(unsafe.Pointer(&meta[4*capacity])), capacity),
+		}
+	}
+	return bs
 }
 
 // Cap is the number of pages the batch can hold.

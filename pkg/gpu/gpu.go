@@ -154,9 +154,11 @@ type Backend struct {
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close
 
-	mu      sync.Mutex
-	pinned  [][]byte // memory of batches made by NewBatch and NewOutputs
-	bounced int64    // bytes of the slots' bounce buffers
+	mu     sync.Mutex
+	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
+	// registered is the caller's memory RegisterPages pinned.
+	registered [][]byte
+	bounced    int64 // bytes of the slots' bounce buffers
 }
 
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates

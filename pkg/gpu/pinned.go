@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/gzramd/gzramd/pkg/codec"
@@ -23,7 +24,7 @@ func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := outputsIn(mem[pageBytes:], capacity)
+	b := codec.OutputSets(mem[pageBytes:], 1, capacity)[0]
 	b.Pages = mem[:pageBytes]
 	return b, nil
 }
@@ -41,6 +42,9 @@ func (g *Backend) RegisterPages(mem []byte) error {
 	if err := g.dr.hostRegister(mem); err != nil {
 		return fmt.Errorf("gpu: pinning %d bytes of staging: %w", len(mem), err)
 	}
+	g.mu.Lock()
+	g.registered = append(g.registered, mem)
+	g.mu.Unlock()
 	return nil
 }
 
@@ -49,6 +53,9 @@ func (g *Backend) UnregisterPages(mem []byte) error {
 	if g.closed.Load() {
 		return errClosed
 	}
+	g.mu.Lock()
+	g.registered = slices.DeleteFunc(g.registered, func(m []byte) bool { return unsafe.SliceData(m) == unsafe.SliceData(mem) })
+	g.mu.Unlock()
 	if err := g.dr.hostUnregister(mem); err != nil {
 		return fmt.Errorf("gpu: unpinning staging: %w", err)
 	}
@@ -65,16 +72,11 @@ func (g *Backend) NewOutputs(sets, capacity int) ([]*codec.Batch, error) {
 	if sets < 1 {
 		return nil, fmt.Errorf("gpu: %d output sets", sets)
 	}
-	mem, err := g.pin(capacity, sets*capacity*(codec.PageSize+8))
+	mem, err := g.pin(capacity, codec.OutputSetBytes(sets, capacity))
 	if err != nil {
 		return nil, err
 	}
-	bs := make([]*codec.Batch, sets)
-	one := capacity * (codec.PageSize + 8)
-	for i := range bs {
-		bs[i] = outputsIn(mem[i*one:(i+1)*one], capacity)
-	}
-	return bs, nil
+	return codec.OutputSets(mem, sets, capacity), nil
 }
 
 // pin allocates size bytes of pinned memory for batches of capacity
@@ -96,19 +98,9 @@ func (g *Backend) pin(capacity, size int) ([]byte, error) {
 	return mem, nil
 }
 
-// outputsIn lays a batch's outputs, offsets and lengths for capacity
-// pages over mem.
-func outputsIn(mem []byte, capacity int) *codec.Batch {
-	out := mem[:capacity*codec.PageSize]
-	meta := mem[capacity*codec.PageSize:]
-	return &codec.Batch{
-		Out:     out,
-		Offsets: unsafe.Slice((*uint32)(unsafe.Pointer(&meta[0])), capacity),
-		Lens:    unsafe.Slice((*uint32)(unsafe.Pointer(&meta[4*capacity])), capacity),
-	}
-}
-
-// ownsPinned reports whether p lies in pinned memory made by NewBatch.
+// ownsPinned reports whether p lies in pinned memory: made by NewBatch or
+// NewOutputs, or registered (RegisterPages), as the output sets of an
+// accelerator attached after the pipeline was made are.
 func (g *Backend) ownsPinned(p []byte) bool {
 	if len(p) == 0 {
 		return false
@@ -117,11 +109,9 @@ func (g *Backend) ownsPinned(p []byte) bool {
 	hi := lo + uintptr(len(p))
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, m := range g.pinned {
+	within := func(m []byte) bool {
 		start := uintptr(unsafe.Pointer(&m[0]))
-		if lo >= start && hi <= start+uintptr(len(m)) {
-			return true
-		}
+		return lo >= start && hi <= start+uintptr(len(m))
 	}
-	return false
+	return slices.ContainsFunc(g.pinned, within) || slices.ContainsFunc(g.registered, within)
 }

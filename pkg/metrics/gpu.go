@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -44,6 +45,11 @@ type GPU struct {
 	batches, small, fallbacks, timeouts, skipped           *prometheus.Desc
 	memUsed, memTotal, util, memUtil, temp, pcieTx, pcieRx *prometheus.Desc
 }
+
+// ErrNoTelemetry is what a telemetry function returns while there is none
+// (NVML not open yet, or not on this machine): the scrape leaves it out,
+// and logs nothing.
+var ErrNoTelemetry = errors.New("metrics: no GPU telemetry")
 
 // NewGPU returns a collector for the GPU with the given index; telemetry
 // may be nil, and errors it returns drop the telemetry from that scrape.
@@ -90,6 +96,9 @@ func (m *GPU) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	t, err := m.telemetry()
+	if errors.Is(err, ErrNoTelemetry) {
+		return
+	}
 	if err != nil {
 		m.mu.Lock()
 		if m.log != nil && time.Since(m.lastErr) > time.Minute {

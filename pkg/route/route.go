@@ -46,6 +46,14 @@ type Accelerator interface {
 	NewOutputs(sets, pages int) ([]*codec.Batch, error)
 }
 
+// Readier is an Accelerator that is not ready from the start: one a
+// serving process that took the device over opens while it already serves
+// on the CPU. Until Ready, writes compress inline and staged batches on
+// the CPU, as with no accelerator, and none of that counts as a failure.
+type Readier interface {
+	Ready() bool
+}
+
 // Observer sees each compressed batch (for metrics); it must be cheap.
 type Observer interface {
 	BatchDone(backend string, pages int, d time.Duration)
@@ -108,12 +116,14 @@ type Stats struct {
 	Skipped                              uint64 // batches sent to the CPU while the accelerator backed off
 	Small                                uint64 // batches below MinAcceleratorPages, sent to the CPU
 	NoShadow                             uint64 // batches sent to the CPU for want of a free shadow
+	NotReady                             uint64 // batches sent to the CPU before the accelerator was ready (Readier)
 }
 
 // Router is safe for concurrent use.
 type Router struct {
 	cfg    Config
 	accel  Accelerator
+	ready  func() bool     // the accelerator's Readier, or nil: always ready
 	cpu    *codec.CPUBatch // batches, spread over CPUs
 	inline *codec.CPUBatch // a request's pages, in its goroutine
 	log    *slog.Logger
@@ -134,7 +144,7 @@ type Router struct {
 	busy               atomic.Bool
 
 	accelPages, accelBatches, cpuPages, cpuBatches, inlinePages atomic.Uint64
-	fallbacks, timeouts, skipped, small, noShadow               atomic.Uint64
+	fallbacks, timeouts, skipped, small, noShadow, notReady     atomic.Uint64
 }
 
 // New makes a router and the accelerator's shadow outputs.
@@ -164,6 +174,9 @@ func New(cfg Config) (*Router, error) {
 	}
 	r.busy.Store(true)
 	r.winStart.Store(time.Now().UnixNano())
+	if rd, ok := r.accel.(Readier); ok {
+		r.ready = rd.Ready
+	}
 	if r.accel != nil {
 		if cfg.Shadows < 1 || cfg.Outputs < 1 || cfg.BatchPages < 1 {
 			return nil, fmt.Errorf("route: %d shadows and %d output sets of %d pages for the accelerator: want at least 1 of 1", cfg.Shadows, cfg.Outputs, cfg.BatchPages)
@@ -227,7 +240,7 @@ func (r *Router) HeldBytes() int64 {
 // batch. Every whole-page write is to be asked, staged or not, so that the
 // rate is known.
 func (r *Router) Stage(pages int) bool {
-	if r.accel == nil {
+	if r.accel == nil || r.ready != nil && !r.ready() {
 		return false
 	}
 	now := time.Now().UnixNano()
@@ -299,6 +312,8 @@ func (r *Router) CompressBatch(b *codec.Batch) {
 	}
 	switch {
 	case r.accel == nil:
+	case r.ready != nil && !r.ready():
+		r.notReady.Add(1)
 	case b.N < r.cfg.MinAcceleratorPages:
 		r.small.Add(1)
 	case time.Now().UnixNano() < r.retryAt.Load():
@@ -415,6 +430,6 @@ func (r *Router) Stats() Stats {
 		AcceleratorPages: r.accelPages.Load(), AcceleratorBatches: r.accelBatches.Load(),
 		CPUPages: r.cpuPages.Load(), CPUBatches: r.cpuBatches.Load(), InlinePages: r.inlinePages.Load(),
 		Fallbacks: r.fallbacks.Load(), Timeouts: r.timeouts.Load(), Skipped: r.skipped.Load(),
-		Small: r.small.Load(), NoShadow: r.noShadow.Load(),
+		Small: r.small.Load(), NoShadow: r.noShadow.Load(), NotReady: r.notReady.Load(),
 	}
 }

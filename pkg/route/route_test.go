@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -272,5 +273,47 @@ func TestStageFollowsTheWriteRate(t *testing.T) {
 	time.Sleep(window)
 	if !r.Stage(1) {
 		t.Fatal("a window of 40 pages did not turn staging back on")
+	}
+}
+
+// lateAccel is an accelerator that becomes ready after the router is
+// made (Readier).
+type lateAccel struct {
+	*fakeaccel.Accelerator
+	ready atomic.Bool
+}
+
+func (l *lateAccel) Ready() bool { return l.ready.Load() }
+
+// Before a Readier is ready, the router works as with no accelerator:
+// writes inline, batches on the CPU, and no failure or back-off; once it
+// is ready, staged batches go to it.
+func TestAcceleratorReadyLater(t *testing.T) {
+	a := &lateAccel{Accelerator: fakeaccel.New()}
+	r, err := New(Config{Codec: codec.NewLZ4(), Logger: quiet, Accelerator: a,
+		Shadows: 4, Outputs: 1, BatchPages: 64, MinAcceleratorPages: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Stage(40) {
+		t.Error("writes are staged for an accelerator not ready yet")
+	}
+	pages := batchtest.Pages(40, 3)
+	b := batchtest.BatchOf(pages)
+	r.CompressBatch(b)
+	verify(t, b, pages)
+	if s := r.Stats(); s.CPUBatches != 1 || s.NotReady != 1 || s.Fallbacks != 0 || a.Calls.Load() != 0 {
+		t.Errorf("before ready: stats %+v, %d accelerator calls; want one CPU batch, not ready, no fallback", s, a.Calls.Load())
+	}
+	a.ready.Store(true)
+	if !r.Stage(40) {
+		t.Error("writes are not staged for the accelerator once ready")
+	}
+	b = batchtest.BatchOf(pages)
+	batchtest.Poison(b)
+	r.CompressBatch(b)
+	verify(t, b, pages)
+	if s := r.Stats(); s.AcceleratorBatches != 1 || s.Fallbacks != 0 {
+		t.Errorf("once ready: stats %+v, want one accelerated batch", s)
 	}
 }

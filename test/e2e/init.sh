@@ -23,6 +23,9 @@ kills=20 maxkills=40 kmin=3 kmax=12 early=5 earlymax=0.2
 upgrades=0 upgrade_every=0 quiet=13
 # daemon, survive: 1 runs gzramd in a cgroup with memory.swap.max=0.
 swapmax0=0
+# daemon, survive: NAME=VALUE[,NAME=VALUE...] in gzramd's environment (a
+# faults build's GZRAMD_FAULT_* switches: run.sh's survive-mutant).
+daemon_env=
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.*=*) kv=${arg#e2e.}; eval "${kv%%=*}='${kv#*=}'" ;;
@@ -73,6 +76,7 @@ sysctl -w vm.min_free_kbytes="$minfree" >/dev/null || fail "sysctl vm.min_free_k
 daemon_pid=
 case "$mode" in daemon | survive) metrics=127.0.0.1:9829 ;; esac
 daemon_args=$(echo "${daemon_args:-}" | tr ',' ' ')
+daemon_env=$(echo "${daemon_env:-}" | tr ',' ' ')
 case "$mode" in
 client)
 	step "nbd-client $host $port -N $export -C $conns"
@@ -99,8 +103,9 @@ daemon | survive)
 		cg=/sys/fs/cgroup/gzramd/cgroup.procs
 		step "gzramd in a cgroup with memory.swap.max=0"
 	fi
+	[ -z "$daemon_env" ] || step "gzramd's environment: $daemon_env"
 	PATH=/usr/local/sbin:$PATH cg=$cg sh -c '[ -z "$cg" ] || echo $$ >"$cg" || exit 99; exec "$@"' gzramd \
-		gzramd serve --swap --device /dev/nbd0 --size "$size" \
+		env $daemon_env gzramd serve --swap --device /dev/nbd0 --size "$size" \
 		--socket /run/gzramd/gzramd.sock --metrics 127.0.0.1:9829 --kernel-connections "$kconns" $daemon_args \
 		>/dev/console 2>&1 &
 	daemon_pid=$!
@@ -167,10 +172,14 @@ if [ "$mode" = survive ]; then
 	pause=$(awk '$1 == "gzramd_takeover_pause_seconds" { print $2 }' /tmp/metrics 2>/dev/null)
 	grep -E '^gzramd_(takeover|lost_pages|stored_pages|nbd_requests_total)' /tmp/metrics 2>/dev/null | sed 's/^/E2E-METRIC end /'
 	echo "E2E-SURVIVE takeovers_total=${takeovers:-none} lost_pages=${lost:-none} last_pause_seconds=${pause:-none}"
+	# Each kill and each upgrade is one takeover, unless a kill fell on
+	# the process that was to take over before it had (the next one then
+	# takes over once for both): only the console shows that, so
+	# survive.py checks the exact count. Here: never more than both.
 	if [ -z "$takeovers" ]; then
 		bad "no gzramd_takeovers_total: no serving process answered /metrics 120 s after the hog ended"
-	elif ! awk -v t="$takeovers" -v n="$((n + u))" 'BEGIN { exit !(t + 0 == n + 0) }'; then
-		bad "gzramd_takeovers_total=$takeovers but $n kills and $u upgrades"
+	elif ! awk -v t="$takeovers" -v n="$((n + u))" 'BEGIN { exit !(t + 0 <= n + 0) }'; then
+		bad "gzramd_takeovers_total=$takeovers but only $n kills and $u upgrades"
 	fi
 	[ -n "$lost" ] && awk -v l="$lost" 'BEGIN { exit !(l + 0 == 0) }' || bad "gzramd_lost_pages=${lost:-none}, want 0"
 	# The kernel's log since boot (its first line proves none scrolled
@@ -199,6 +208,9 @@ if [ "$mode" = survive ]; then
 		sed 's/^\[[ 0-9.]*\] //; s/(result -\{0,1\}[0-9]*)/(result N)/; s/([0-9]*\/[0-9]* alive)/(N\/M alive)/' |
 		sort | uniq -c | sed 's/^ */E2E-DMESG /'
 	grep -iE 'I/O error|Read-error|Write-error|critical|blk_update_request|Buffer I/O' /tmp/dmesg >/tmp/dmesg.io
+	# For survive.py, which forgives a kill that interrupted a takeover
+	# only while nothing was lost.
+	echo "E2E-SURVIVE io_error_lines=$(($(wc -l </tmp/dmesg.io)))"
 	[ -s /tmp/dmesg.io ] && bad "kernel I/O errors: $(wc -l </tmp/dmesg.io) lines, first: $(head -1 /tmp/dmesg.io | sed 's/^\[[ 0-9.]*\] //')"
 	grep -i 'nbd' /tmp/dmesg | sed 's/^\[[ 0-9.]*\] //' | grep -vE "$nbd_expected" >/tmp/dmesg.nbd
 	[ -s /tmp/dmesg.nbd ] && bad "unexpected nbd kernel messages: $(wc -l </tmp/dmesg.nbd) lines, first: $(head -1 /tmp/dmesg.nbd)"

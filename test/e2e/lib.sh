@@ -58,11 +58,11 @@ wait_log() { # file pattern seconds pid
 # without apt access the newest cached kernel is used.
 kernel_fetch() {
 	local meta=${E2E_KERNEL_META:-linux-image-amd64} pkg ver dir deb
-	pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+	pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ && !found { print $2; found = 1 }')
 	if [ -z "$pkg" ] && [ "$(id -u)" = 0 ] && ! ls -d "$E2E_CACHE"/kernel/*/ >/dev/null 2>&1; then
 		# A fresh machine may have no package lists at all.
 		apt-get update -qq >/dev/null 2>&1 || true
-		pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+		pkg=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ && !found { print $2; found = 1 }')
 	fi
 	if [ -n "$pkg" ]; then
 		ver=$(apt-cache policy "$pkg" | awk '/Candidate:/ { print $2 }')
@@ -197,7 +197,9 @@ bundle_open() {
 	. "$E2E_BUNDLE/bundle.env"
 	PATH=$E2E_BUNDLE/bin:$PATH
 	local v
-	v=$(qemu-system-x86_64 --version 2>&1 | head -1) ||
+	# awk reads to the end: `| head -1` could kill QEMU with SIGPIPE and,
+	# under pipefail, fail a QEMU that works.
+	v=$(qemu-system-x86_64 --version 2>&1 | awk 'NR == 1') ||
 		die "the bundle's QEMU does not start: $v"
 	log "bundle $E2E_BUNDLE ($MADE): $v, kernel $KVER"
 }
@@ -279,6 +281,21 @@ PY
 	sleep 3
 }
 
+# served_since_last_kill CONSOLE: true when a serving process logged "gzramd
+# ready" or "serving again after the takeover" after the console's last
+# E2E-KILL line (a survive guest's takeover ended), false when none did or
+# the console is unreadable. One reader over the whole file, no pipeline:
+# `tac | sed '/^E2E-KILL /q' | grep -q` under pipefail failed as soon as the
+# console outgrew the pipe buffer (tac died of SIGPIPE when sed quit), and
+# the stall watch took that for a stall (issue 26).
+served_since_last_kill() {
+	[ -r "$1" ] || return 1
+	LC_ALL=C awk '
+		/^E2E-KILL / { served = 0 }
+		/msg="(serving again after the takeover|gzramd ready)"/ { served = 1 }
+		END { exit !served }' "$1"
+}
+
 # guest_run TIMEOUT: boots $QEMU and watches $CONSOLE until a verdict, a
 # panic, QEMU exiting, or TIMEOUT seconds. Returns 0 only on
 # "E2E-RESULT: PASS"; prints the console's tail on anything else.
@@ -293,12 +310,14 @@ guest_run() {
 		# Read QEMU's state before the console: a guest that prints its
 		# verdict and powers off between the two reads is not "no verdict".
 		kill -0 "$qpid" 2>/dev/null || exited=1
-		if grep -q '^E2E-RESULT: ' "$CONSOLE" 2>/dev/null; then
-			verdict=$(grep -m1 '^E2E-RESULT: ' "$CONSOLE" | tr -d '\r')
+		# -a: a console with a stray NUL or binary byte is still text
+		# (without it grep prints "binary file matches", not the line).
+		if grep -aq '^E2E-RESULT: ' "$CONSOLE" 2>/dev/null; then
+			verdict=$(grep -am1 '^E2E-RESULT: ' "$CONSOLE" | tr -d '\r')
 			break
 		fi
-		if grep -qE 'Kernel panic|BUG: |Oops|general protection fault' "$CONSOLE" 2>/dev/null; then
-			verdict="kernel failure: $(grep -m1 -E 'Kernel panic|BUG: |Oops|general protection fault' "$CONSOLE" | tr -d '\r')"
+		if grep -aqE 'Kernel panic|BUG: |Oops|general protection fault' "$CONSOLE" 2>/dev/null; then
+			verdict="kernel failure: $(grep -am1 -E 'Kernel panic|BUG: |Oops|general protection fault' "$CONSOLE" | tr -d '\r')"
 			break
 		fi
 		if [ "$exited" = 1 ]; then

@@ -12,9 +12,12 @@
 #   survive gzramd inside the guest as in guest, its serving process
 #           SIGKILLed >= 20 times while the hog runs (killer.c); every kill
 #           must be taken over with nothing lost (survive.py, README.md).
-#           survive-fast: 3-6 kills; survive-control: survival off
-#           (--kernel-dead-timeout=-1s), must fail. Not among the defaults
-#           (make test-survive).
+#           survive-fast: 3-10 kills (a default scenario); survive-control:
+#           survival off (--kernel-dead-timeout=-1s), must fail
+#           (make test-survive); survive-zstd: survive-fast with
+#           --algorithm zstd; survive-mutant: survive-fast with a faults
+#           build losing a page at each takeover, must fail
+#           (survive-mutant.sh). E2E_SURVIVE_ARGS adds gzramd flags.
 #   systemd deploy/systemd/gzramd.service under a real systemd: a Debian
 #           guest with systemd as init (test/e2e/systemd.sh, its own
 #           runner). Slow, so not among the defaults (make test-systemd).
@@ -148,7 +151,7 @@ server_stop() {
 # metrics_check: gzramd's metrics, scraped by the guest at the hog's peak
 # and after the swap is off, must show the traffic.
 metrics_check() {
-	grep '^E2E-METRIC ' "$CONSOLE" | tr -d '\r' | sed 's/^E2E-METRIC //' >"$CONSOLE.metrics"
+	{ grep -a '^E2E-METRIC ' "$CONSOLE" || true; } | tr -d '\r' | sed 's/^E2E-METRIC //' >"$CONSOLE.metrics"
 	# Until the daemon serves /metrics the check cannot be made; say so
 	# loudly rather than pass or fail on it (E2E_REQUIRE_METRICS=1: fail).
 	local served=1
@@ -208,8 +211,12 @@ run_host() { # name smp conns
 		if [ "$ok" -eq 0 ]; then
 			die "$name: E2E_EXPECT_FAIL=1 but the guest passed: the test did not catch the corruption"
 		fi
-		grep -E 'hog: pass|HOG-FAIL' "$CONSOLE" | tr -d '\r' | head -5 >&2
-		grep -q 'HOG-FAIL' "$CONSOLE" ||
+		# The first 5, by one reader: `grep | head -5` under pipefail
+		# (and set -e) ended the runner silently when grep matched
+		# nothing, or died of SIGPIPE on a hog that printed many wrong
+		# words.
+		awk '/hog: pass|HOG-FAIL/ && n < 5 { sub(/\r$/, ""); print; n++ }' "$CONSOLE" >&2
+		grep -aq 'HOG-FAIL' "$CONSOLE" ||
 			die "$name: expected the hog to find wrong words, got: $GUEST_VERDICT"
 		log "$name: failed as expected, the hog caught the corruption ($GUEST_WALL s)"
 		passed+=("$name(expected-fail):${GUEST_WALL}s")
@@ -261,6 +268,7 @@ run_guest() {
 # it passes only when the guest fails for that reason.
 run_survive() {
 	local name=$1 kills maxk kmin kmax every earlymax hog limit args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu} upgrades=0 uevery=0
+	local denv=${E2E_SURVIVE_DAEMON_ENV:-}
 	case "$name" in
 	survive)
 		kills=${E2E_SURVIVE_KILLS:-20} kmin=${E2E_SURVIVE_MIN_S:-2} kmax=${E2E_SURVIVE_MAX_S:-6}
@@ -268,11 +276,18 @@ run_survive() {
 		limit=${E2E_SURVIVE_TIMEOUT:-1500}
 		upgrades=${E2E_SURVIVE_UPGRADES:-2} uevery=10
 		;;
-	survive-fast)
+	survive-fast | survive-zstd | survive-mutant)
 		kills=${E2E_SURVIVE_KILLS:-3} kmin=${E2E_SURVIVE_MIN_S:-3} kmax=${E2E_SURVIVE_MAX_S:-8}
 		every=${E2E_SURVIVE_EARLY_EVERY:-2} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-900}
 		upgrades=${E2E_SURVIVE_UPGRADES:-1} uevery=1000
+		# survive-zstd: survive-fast with libzstd's codec (CPU backend).
+		[ "$name" != survive-zstd ] || args=$args,--algorithm,zstd
+		# survive-mutant: survive-fast with a gzramd that loses a page at
+		# each takeover from a dead process (a -tags faults build:
+		# survive-mutant.sh); it passes only if the run fails for it.
+		[ "$name" != survive-mutant ] ||
+			denv=${denv:+$denv,}${E2E_SURVIVE_MUTANT_ENV:-GZRAMD_FAULT_LOSE_PAGE_ON_TAKEOVER=1}
 		;;
 	survive-control)
 		kills=${E2E_SURVIVE_KILLS:-1} kmin=${E2E_SURVIVE_MIN_S:-5} kmax=${E2E_SURVIVE_MAX_S:-10}
@@ -281,6 +296,9 @@ run_survive() {
 		args=$args,${E2E_SURVIVE_CONTROL_ARGS:---kernel-dead-timeout=-1s}
 		;;
 	esac
+	# E2E_SURVIVE_ARGS: more gzramd flags for any survive scenario,
+	# comma-separated (e.g. --algorithm,zstd).
+	[ -z "${E2E_SURVIVE_ARGS:-}" ] || args=$args,$E2E_SURVIVE_ARGS
 	maxk=${E2E_SURVIVE_MAX_KILLS:-$((kills < 5 ? 10 : 2 * kills))}
 	# The initramfs is the guest's root: on tmpfs (the kernel's default) its
 	# files, gzramd's binary and libraries among them, are swapped out to
@@ -293,8 +311,8 @@ run_survive() {
 	CONSOLE=$WORK/$name.console
 	GUEST_INITRD=$WORK/$name.cpio.gz
 	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
-	qemu_cmd "${E2E_SURVIVE_MEM:-384M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_SURVIVE_MIN_FREE_KB:-65536} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1} e2e.upgrades=$upgrades e2e.upgrade_every=$uevery${root}"
-	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap inside the guest, killed $kills-$maxk times, $kmin-$kmax s apart, every ${every}th during a takeover; $upgrades+ planned upgrades; daemon args ${args//,/ })"
+	qemu_cmd "${E2E_SURVIVE_MEM:-384M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_SURVIVE_MIN_FREE_KB:-65536} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1} e2e.upgrades=$upgrades e2e.upgrade_every=$uevery${denv:+ e2e.daemon_env=$denv}${root}"
+	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap inside the guest, killed $kills-$maxk times, $kmin-$kmax s apart, every ${every}th during a takeover; $upgrades+ planned upgrades; daemon args ${args//,/ }${denv:+; daemon environment ${denv//,/ }})"
 	# A takeover that does not end is the failure to explain: once the
 	# last kill is E2E_SURVIVE_STALL_S (120) old with no serving process
 	# serving since, the kernel is asked for its blocked tasks and memory
@@ -306,7 +324,7 @@ run_survive() {
 		if [ "$kill" != "$STALL_KILL" ]; then
 			STALL_KILL=$kill STALL_SINCE=$1
 		elif [ "$kill" != 0 ] && (($1 - STALL_SINCE > STALL_S)) &&
-			! tac "$CONSOLE" | tr -d '\r' | sed '/^E2E-KILL /q' | grep -aqE 'msg="(serving again after the takeover|gzramd ready)"'; then
+			! served_since_last_kill "$CONSOLE"; then
 			log "$name: no serving process serves $STALL_S s after kill $kill: asking the guest for sysrq w, m"
 			echo "E2E-HOST: stalled: no serving process serves $STALL_S s after kill $kill" >>"$CONSOLE.host"
 			sysrq "$CONSOLE.monitor" w m
@@ -324,7 +342,9 @@ run_survive() {
 		cat "$CONSOLE.host" >&2
 		[ "${E2E_SURVIVE_STALL_END:-1}" = 0 ] || GUEST_VERDICT="$(sed 's/^E2E-HOST: //' "$CONSOLE.host") (sysrq w, m in the console)"
 	fi
-	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-UPGRADE|E2E-SURVIVE|E2E-DMESG)' "$CONSOLE" | tr -d '\r' >&2
+	# || true: a guest that failed before any of these lines must reach
+	# its verdict below, not end the runner silently (set -e, pipefail).
+	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-UPGRADE|E2E-SURVIVE|E2E-DMESG)|msg="fault: ' "$CONSOLE" | tr -d '\r' >&2 || true
 	if [ "$name" = survive-control ]; then
 		# The device must have failed I/O when its server died: the guest
 		# fails on the kernel's I/O errors or a hog that lost data (or the
@@ -343,7 +363,35 @@ run_survive() {
 		passed+=("$name(expected-fail):${GUEST_WALL}s")
 		return
 	fi
-	python3 "$E2E_DIR/survive.py" "$CONSOLE" "$kills" "$every" "$upgrades" >&2 || ok=1
+	local sok=0
+	python3 "$E2E_DIR/survive.py" "$CONSOLE" "$kills" "$every" "$upgrades" >&2 || sok=1
+	if [ "$name" = survive-mutant ]; then
+		# The fault must have fired, and the run must have failed for the
+		# page it lost: the hog found wrong words (or, where the page was
+		# init's own, the kernel killed init, or the guest saw lost pages).
+		local fired
+		fired=$(grep -ac 'fault: lost a page after the takeover' "$CONSOLE" || true)
+		[ "$fired" -gt 0 ] || die "$name: the fault never fired (GZRAMD a -tags faults build? $denv set? any kill taken over?): $GUEST_VERDICT"
+		[ "$ok" -ne 0 ] || [ "$sok" -ne 0 ] ||
+			die "$name: PASSED with $fired page(s) lost at takeovers: the survive checks do not notice a lost page"
+		case "$GUEST_VERDICT" in
+		*"hog failed"* | *"gzramd_lost_pages="* | *"Attempted to kill init"*) ;;
+		*) grep -aq '^HOG-FAIL' "$CONSOLE" ||
+			die "$name: failed, but not for the lost page ($fired lost): $GUEST_VERDICT" ;;
+		esac
+		log "$name: failed as expected ($GUEST_WALL s, $fired page(s) lost at takeovers): $GUEST_VERDICT"
+		passed+=("$name(expected-fail):${GUEST_WALL}s")
+		return
+	fi
+	[ "$sok" -eq 0 ] || ok=1
+	case ",$args," in
+	*,--algorithm,*)
+		local algo=${args#*--algorithm,}
+		algo=${algo%%,*}
+		grep -aqE "msg=\"gzramd ready\".* algorithm=$algo( |\$)" "$CONSOLE" ||
+			{ echo "e2e: $name: no \"gzramd ready\" line with algorithm=$algo" >&2; ok=1; }
+		;;
+	esac
 	[ "$ok" -eq 0 ] || {
 		[ "${E2E_KEEP:-0}" = 1 ] || cp "$CONSOLE" "$E2E_CACHE/$name.console.failed" 2>/dev/null || true
 		die "$name: $GUEST_VERDICT (console kept in $E2E_CACHE/$name.console.failed)"
@@ -358,7 +406,7 @@ for s in $SCENARIOS; do
 	host-1) run_host host-1 1 1 ;;
 	host-2) run_host host-2 2 2 ;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
-	survive | survive-fast | survive-control)
+	survive | survive-fast | survive-control | survive-zstd | survive-mutant)
 		if [ "$EXPECT_FAIL" = 1 ]; then
 			log "$s: skipped under E2E_EXPECT_FAIL"
 			continue
