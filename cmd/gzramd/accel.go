@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -200,6 +202,15 @@ func compileKernels(ctx context.Context, device int, algorithm string) kernelIma
 	cmd := exec.CommandContext(ctx, exe, "gpu-compile", "--gpu-device", strconv.Itoa(device), "--algorithm", algorithm)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
+	// The compiler dies with the process that asked for it: a serving
+	// process killed while it compiles (a cold takeover compiles while it
+	// serves) left it running, and 100 kills in a row left dozens, which
+	// held up the next start's own compile past 20 s. The kernel sends
+	// the signal when the thread that started it ends, so the thread is
+	// kept until the compiler exits.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Run(); err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			err = fmt.Errorf("%w: %s", err, msg)
