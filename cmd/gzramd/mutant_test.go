@@ -21,6 +21,7 @@ func TestLosePageOnTakeoverMutant(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.waitLog(`took the device over from a serving process that died`, 20*time.Second)
+	d.waitLog(`(?s)msg="serving NBD".*msg="serving NBD"`, 20*time.Second) // the next process listens
 	c = dialRaw(t, d.socket)
 	lost := 0
 	for i := range pages {
