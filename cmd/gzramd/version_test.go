@@ -12,7 +12,7 @@ import (
 // --version, -v and the version command say the same, as any tool does.
 func TestVersionFlag(t *testing.T) {
 	want, _, code := gzramd(t, nil, "version")
-	if code != 0 || !strings.HasPrefix(want, "gzramd ") || lines(want) != 1 {
+	if code != 0 || !strings.HasPrefix(want, "gzramd version ") || lines(want) != 1 {
 		t.Fatalf("gzramd version: status %d, %q", code, want)
 	}
 	for _, flag := range []string{"--version", "-v"} {
