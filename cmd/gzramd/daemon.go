@@ -99,10 +99,11 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 	if why != "" {
 		log.Info("compressing on the CPU: "+why, "backend", cfg.backend)
 	}
+	d.diedAt = lastDeath()
 	d.gpuSetup = gpuSetup{backend: backend, algorithm: cfg.algorithm, device: cfg.gpuDevice,
 		batchPages: cfg.batchPages, inFlight: cfg.batchInFlight, kernels: kernels}
 	switch {
-	case os.Getenv(supervise.EnvDiedAt) != "" && (backend == "gpu" || backend == "auto" && kernels.image != nil):
+	case !d.diedAt.IsZero() && (backend == "gpu" || backend == "auto" && kernels.image != nil):
 		// A takeover after a death: every request waits for it, so serve
 		// first, on the CPU, and open the GPU meanwhile (openLate). With
 		// auto, only where the kernels compiled (a standby's, ahead): the
@@ -138,9 +139,6 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 	}
 	info, _ := st.Info()
 	d.takeovers = info.Takeovers
-	if ns, err := strconv.ParseInt(os.Getenv(supervise.EnvDiedAt), 10, 64); err == nil {
-		d.diedAt = time.Unix(0, ns)
-	}
 	switch {
 	case d.recovered != nil && os.Getenv(supervise.EnvHandedOver) != "":
 		log.Info("took the device over from the serving process before this one, which handed it over (an upgrade)",
@@ -187,6 +185,17 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	return d, nil
+}
+
+// lastDeath is when the serving process before this one died
+// (supervise.EnvDiedAt), or zero: this process takes the device over from
+// one that died when it is set.
+func lastDeath() time.Time {
+	ns, err := strconv.ParseInt(os.Getenv(supervise.EnvDiedAt), 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // gpuOpened is what opening the GPU changes beside the router: the CUDA

@@ -309,7 +309,7 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	// CPU (openLate): every request waits for a takeover.
 	var kernels kernelImage
 	backend, _ := cfg.resolveBackend()
-	if backend != "cpu" && !(backend == "gpu" && os.Getenv(supervise.EnvDiedAt) != "") {
+	if backend != "cpu" && !(backend == "gpu" && !lastDeath().IsZero()) {
 		kernels = compileKernels(ctx, cfg.gpuDevice, cfg.algorithm)
 	}
 	reserve, err := harden(cfg, log, reexecErr)

@@ -143,8 +143,8 @@ type Router struct {
 	winStart, winPages atomic.Int64
 	busy               atomic.Bool
 
-	accelPages, accelBatches, cpuPages, cpuBatches, inlinePages atomic.Uint64
-	fallbacks, timeouts, skipped, small, noShadow, notReady     atomic.Uint64
+	accelPages, accelBatches, cpuPages, cpuBatches, inlinePages    atomic.Uint64
+	fallbacks, timeouts, skipped, small, noShadow, notReadyBatches atomic.Uint64
 }
 
 // New makes a router and the accelerator's shadow outputs.
@@ -240,7 +240,7 @@ func (r *Router) HeldBytes() int64 {
 // batch. Every whole-page write is to be asked, staged or not, so that the
 // rate is known.
 func (r *Router) Stage(pages int) bool {
-	if r.accel == nil || r.ready != nil && !r.ready() {
+	if r.accel == nil || r.notReady() {
 		return false
 	}
 	now := time.Now().UnixNano()
@@ -258,6 +258,9 @@ func (r *Router) Stage(pages int) bool {
 	}
 	return pages >= r.cfg.MinAcceleratorPages || r.busy.Load()
 }
+
+// notReady reports whether the accelerator is a Readier not ready yet.
+func (r *Router) notReady() bool { return r.ready != nil && !r.ready() }
 
 // RegisterPages makes staging memory readable by the accelerator, if there
 // is one, with no copy.
@@ -312,8 +315,8 @@ func (r *Router) CompressBatch(b *codec.Batch) {
 	}
 	switch {
 	case r.accel == nil:
-	case r.ready != nil && !r.ready():
-		r.notReady.Add(1)
+	case r.notReady():
+		r.notReadyBatches.Add(1)
 	case b.N < r.cfg.MinAcceleratorPages:
 		r.small.Add(1)
 	case time.Now().UnixNano() < r.retryAt.Load():
@@ -430,6 +433,6 @@ func (r *Router) Stats() Stats {
 		AcceleratorPages: r.accelPages.Load(), AcceleratorBatches: r.accelBatches.Load(),
 		CPUPages: r.cpuPages.Load(), CPUBatches: r.cpuBatches.Load(), InlinePages: r.inlinePages.Load(),
 		Fallbacks: r.fallbacks.Load(), Timeouts: r.timeouts.Load(), Skipped: r.skipped.Load(),
-		Small: r.small.Load(), NoShadow: r.noShadow.Load(), NotReady: r.notReady.Load(),
+		Small: r.small.Load(), NoShadow: r.noShadow.Load(), NotReady: r.notReadyBatches.Load(),
 	}
 }
