@@ -114,7 +114,7 @@ bench-footprint: build
 # Kill the serving process 100 times: the pause from each kill to the first
 # request served again (median, 90th percentile, worst).
 bench-takeover:
-	GZRAMD_TAKEOVER_KILLS=$${KILLS:-100} GZRAMD_TAKEOVER_ARGS="$(ARGS)" $(GO) test -tags "$(TAGS)" -count=1 -run '^TestTakeoverPauseReport$$' -v ./cmd/gzramd | grep -E 'kills of|^(ok|FAIL|---)'
+	GZRAMD_TAKEOVER_KILLS=$${KILLS:-100} GZRAMD_TAKEOVER_ARGS="$(ARGS)" $(GO) test -tags "$(TAGS)" -count=1 -run '^TestTakeoverPauseReport$$' -v ./cmd/gzramd | grep -E 'kills of|own count|^(ok|FAIL|---)'
 
 bench-e2e: build
 	./bench/e2e.sh

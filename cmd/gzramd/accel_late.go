@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gzramd/gzramd/internal/memfd"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/gpu"
 )
@@ -65,7 +66,7 @@ func (l *lateGPU) UnregisterPages(mem []byte) error {
 	return nil
 }
 
-// NewOutputs lays the output sets over memory of their own, written now
+// NewOutputs lays the output sets over memory of their own, faulted in now
 // (resident and locked under mlockall) and pinned when the GPU is open;
 // they live as long as the process.
 func (l *lateGPU) NewOutputs(sets, pages int) ([]*codec.Batch, error) {
@@ -74,9 +75,7 @@ func (l *lateGPU) NewOutputs(sets, pages int) ([]*codec.Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory for %d output sets of %d pages: %w", sets, pages, err)
 	}
-	for i := 0; i < len(mem); i += unix.Getpagesize() {
-		mem[i] = 0
-	}
+	memfd.Populate(mem)
 	l.mu.Lock()
 	l.pending = append(l.pending, mem)
 	l.mu.Unlock()

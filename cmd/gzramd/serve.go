@@ -321,6 +321,9 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	} else if gone {
 		return errors.New("the supervisor died before the serving process started")
 	}
+	if err := supervise.HoldLifeline(); err != nil {
+		log.Warn("the supervisor will hear of this process's death only once its teardown ends", "err", err)
+	}
 	defer reserve.KeepAlive()
 	stopProfile, err := startCPUProfile()
 	if err != nil {

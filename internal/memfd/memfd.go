@@ -161,9 +161,9 @@ func (m *File) Close() error {
 	return nil
 }
 
-// Populate faults in every page of mem, a mapping of a File, without
-// changing a byte: MAP_POPULATE would not do, as it does nothing under
-// mlockall(MCL_ONFAULT).
+// Populate faults in every page of mem, a mapping of a File or any
+// other, without changing a byte: MAP_POPULATE would not do, as it does
+// nothing under mlockall(MCL_ONFAULT).
 //
 // In a system call where the kernel allows it (MADV_POPULATE_WRITE, Linux
 // 5.14): a thread faulting in Go code cannot be stopped by the runtime,

@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/memfd"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
@@ -191,13 +192,12 @@ func New(cfg Config) (*Router, error) {
 	return r, nil
 }
 
-// outputSets queues sets, written first so that they are resident.
+// outputSets queues sets, faulted in first so that they are resident (in
+// one system call: a takeover waits for this).
 func outputSets(sets []*codec.Batch) chan *codec.Batch {
 	c := make(chan *codec.Batch, len(sets))
 	for _, sb := range sets {
-		for i := 0; i < len(sb.Out); i += codec.PageSize {
-			sb.Out[i] = 0
-		}
+		memfd.Populate(sb.Out)
 		c <- sb
 	}
 	return c

@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/memfd"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
@@ -136,12 +137,12 @@ func New(cfg Config, newPages func(pages int) ([]byte, error), flush func(*Batch
 			return nil, fmt.Errorf("stage: allocator returned %d bytes for %d pages", len(pages), cfg.BatchPages)
 		}
 		cb := &codec.Batch{Pages: pages[:cfg.BatchPages*codec.PageSize], Limit: cfg.Limit}
-		// Written now: under mlockall(MCL_ONFAULT) a first touch is a
+		// Faulted in now: under mlockall(MCL_ONFAULT) a first touch is a
 		// fault, and a writer copying a swapped-out page in must not
-		// fault.
-		for i := 0; i < len(cb.Pages); i += codec.PageSize {
-			cb.Pages[i] = 0
-		}
+		// fault. In one system call, not a fault a page: under a
+		// hypervisor each fault costs an exit, and a takeover waits for
+		// these.
+		memfd.Populate(cb.Pages)
 		lo, hi := id*cfg.BatchPages, (id+1)*cfg.BatchPages
 		b := &Batch{Batch: cb, ID: id, Owners: owners[lo:hi:hi], Words: words[lo:hi:hi]}
 		a.batches = append(a.batches, b)

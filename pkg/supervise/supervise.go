@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -190,7 +191,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		if cfg.Standby && cfg.Handover {
 			standbyDue = time.After(cfg.StandbyAfter)
 		}
-		var err error
+		var end ending
+		dying := active.died()
 	wait:
 		for {
 			var standbyExited <-chan error
@@ -198,10 +200,18 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 				standbyExited = standby.exited
 			}
 			select {
-			case err = <-active.exited:
+			case err := <-active.exited:
+				end = endingOf(active.cmd.ProcessState, err)
 				break wait
+			case <-dying:
+				dying = nil
+				if ws, ok := active.deadEarly(&cfg); ok {
+					end = ending{ws: ws, early: true}
+					break wait
+				}
 			case <-standbyDue:
 				standbyDue = nil
+				var err error
 				if standby, err = cfg.spawn(nil, true); err != nil {
 					log.Warn("starting a standby serving process", "err", err)
 					standby = nil
@@ -210,7 +220,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 				}
 			case err := <-standbyExited:
 				log.Warn("the standby serving process ended while it waited; starting another later", "pid", standby.cmd.Process.Pid,
-					"how", describeExit(standby.cmd.ProcessState, err))
+					"how", endingOf(standby.cmd.ProcessState, err))
 				standby.exited = closedErr(err)
 				standby.discard()
 				standby = nil
@@ -227,7 +237,15 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			}
 		}
 		cmd, start := active.cmd, active.start
-		status, died := exitOf(cmd.ProcessState, err)
+		if end.early {
+			// Its teardown goes on (a GPU context's takes 100 ms); it is
+			// reaped meanwhile.
+			go func(c *child, diedAt time.Time) {
+				<-c.exited
+				log.Debug("the dead serving process's teardown ended", "pid", c.cmd.Process.Pid, "after", time.Since(diedAt).Round(time.Millisecond))
+			}(active, time.Now())
+		}
+		status, died := end.exit()
 		served := false
 		if pair := active.pair; pair != nil {
 			<-active.given
@@ -267,8 +285,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			// starts at once, however soon this one died.
 			delay, quick = cfg.MinDelay, 0
 		} else if quick++; cfg.GiveUp != nil && cfg.GiveUp(quick) {
-			log.Error("the serving process keeps dying as it starts; giving up", "deaths", quick,
-				"how", describeExit(cmd.ProcessState, err))
+			log.Error("the serving process keeps dying as it starts; giving up", "deaths", quick, "how", end)
 			return ExitFailed, fmt.Errorf("supervise: the serving process died %d times in a row within %v of its start", quick, cfg.StableAfter)
 		}
 		wait := delay
@@ -276,7 +293,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			wait = 0 // the device waits for a server: no time to lose
 		}
 		log.Error("the serving process died; starting another to take its state over",
-			"pid", cmd.Process.Pid, "how", describeExit(cmd.ProcessState, err), "lived", lived.Round(time.Millisecond),
+			"pid", cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
 			"takeovers", takeovers, "in", wait, "standby", standby != nil)
 		if wait > 0 {
 			select {
@@ -305,6 +322,12 @@ type child struct {
 	start  time.Time
 	exited chan error
 	given  chan struct{} // closed once release's messages are taken
+	// life and pidfd hear of its death early (see lifeline); nil and -1
+	// where they could not be made, and the death is heard by wait(2).
+	// The pidfd is closed once the process is reaped, under mu.
+	life  *lifeline
+	mu    sync.Mutex
+	pidfd int
 }
 
 // spawn starts a serving process with env added to Config.Env. It waits on
@@ -324,7 +347,7 @@ func (cfg *Config) spawn(env []string, standby bool) (*child, error) {
 	for _, f := range cfg.Files {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
 	}
-	c := &child{cmd: cmd}
+	c := &child{cmd: cmd, pidfd: -1}
 	if cfg.Handover {
 		var err error
 		if c.pair, err = newHandoverPair(); err != nil {
@@ -332,6 +355,13 @@ func (cfg *Config) spawn(env []string, standby bool) (*child, error) {
 		}
 		cmd.Env = append(cmd.Env, EnvHandover+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
 		cmd.ExtraFiles = append(cmd.ExtraFiles, c.pair.child)
+	}
+	if life, err := newLifeline(); err != nil {
+		cfg.Logger.Warn("no lifeline for the serving process: a death is heard only once its teardown ends", "err", err)
+	} else {
+		c.life = life
+		cmd.Env = append(cmd.Env, EnvLifeline+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, life.file.OSFile())
 	}
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
 	// Its own process group is not wanted: a terminal's ^C reaches
@@ -341,14 +371,81 @@ func (cfg *Config) spawn(env []string, standby bool) (*child, error) {
 		if c.pair != nil {
 			c.pair.close()
 		}
+		if c.life != nil {
+			c.life.close()
+		}
 		return nil, fmt.Errorf("supervise: starting the serving process: %w", err)
 	}
 	if c.pair != nil {
 		c.pair.child.Close()
 	}
+	if c.life != nil {
+		// Not yet waited for: the PID is the child's.
+		var err error
+		if c.pidfd, err = unix.PidfdOpen(cmd.Process.Pid, 0); err != nil {
+			cfg.Logger.Warn("no pidfd for the serving process: a death is heard only once its teardown ends", "err", err)
+			c.pidfd = -1
+			c.life.close()
+			c.life = nil
+		} else {
+			c.life.started()
+		}
+	}
 	c.exited = make(chan error, 1)
-	go func() { c.exited <- cmd.Wait() }()
+	go func() {
+		err := cmd.Wait()
+		if c.life != nil {
+			c.life.close()
+		}
+		c.mu.Lock()
+		if c.pidfd >= 0 {
+			unix.Close(c.pidfd)
+			c.pidfd = -1
+		}
+		c.mu.Unlock()
+		c.exited <- err
+	}()
 	return c, nil
+}
+
+// died returns the channel closed when the lifeline says the process is
+// dying (nil without one).
+func (c *child) died() <-chan struct{} {
+	if c.life == nil {
+		return nil
+	}
+	return c.life.died
+}
+
+// deadEarly is asked once the lifeline says the process is dying, before
+// wait(2) can tell: it returns the process's wait status if it died
+// (exitOf), and then shuts down its sockets (dying.shutSockets). ok is
+// false if it ended on its own, or if that could not be told; the caller
+// then waits for wait(2).
+func (c *child) deadEarly(cfg *Config) (ws syscall.WaitStatus, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pidfd < 0 {
+		return 0, false // reaped: wait(2) tells
+	}
+	d := dying{pid: c.cmd.Process.Pid, pidfd: c.pidfd}
+	ws, ok = d.end(time.Second)
+	if !ok {
+		return 0, false
+	}
+	if _, died := exitOf(ws, nil); !died {
+		return 0, false
+	}
+	keep := -1
+	if c.pair != nil {
+		keep = 3 + len(cfg.Files) // the handover socket: the supervisor reads it after
+	}
+	if n, err := d.shutSockets(keep); err != nil {
+		cfg.Logger.Warn("shutting the dead serving process's sockets: the kernel device may wait for its teardown", "shut", n, "err", err)
+	} else {
+		cfg.Logger.Debug("shut the dead serving process's sockets", "pid", d.pid, "shut", n)
+	}
+	return ws, true
 }
 
 // release lets the serving process go on: the connections handed over, and
@@ -419,19 +516,23 @@ func ParentDeath() (supervisorGone bool, err error) {
 	return strconv.Itoa(os.Getppid()) != os.Getenv(EnvSupervisor), nil
 }
 
-// exitOf says how a serving process ended: on its own with a status, or
-// died (a signal, a Go panic's status 2, any status of neither).
-func exitOf(ps *os.ProcessState, err error) (status int, died bool) {
+// waitStatus is the wait status of a process Wait returned err for: ok is
+// false where it was not waited for properly.
+func waitStatus(ps *os.ProcessState, err error) (ws syscall.WaitStatus, ok bool) {
 	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
+	if (err != nil && !errors.As(err, &exit)) || ps == nil {
+		return 0, false
+	}
+	ws, ok = ps.Sys().(syscall.WaitStatus)
+	return ws, ok
+}
+
+// exitOf says how a serving process ended: on its own with a status, or
+// died (a signal, a Go panic's status 2, any status of neither). err is
+// Wait's error where ws could not be had (waitStatus).
+func exitOf(ws syscall.WaitStatus, err error) (status int, died bool) {
+	if err != nil || ws.Signaled() {
 		return 0, true // not even waited for properly: treat as a death
-	}
-	if ps == nil {
-		return 0, true
-	}
-	ws, ok := ps.Sys().(syscall.WaitStatus)
-	if !ok || ws.Signaled() {
-		return 0, true
 	}
 	switch s := ws.ExitStatus(); s {
 	case ExitStopped, ExitFailed, ExitHandedOver:
@@ -441,12 +542,34 @@ func exitOf(ps *os.ProcessState, err error) (status int, died bool) {
 	}
 }
 
-func describeExit(ps *os.ProcessState, err error) string {
-	if ps == nil {
-		return fmt.Sprint(err)
+func describeExit(ws syscall.WaitStatus, err error) string {
+	if err != nil {
+		return err.Error()
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if ws.Signaled() {
 		return "killed by " + unix.SignalName(ws.Signal())
 	}
-	return fmt.Sprintf("exit status %d", ps.ExitCode())
+	return fmt.Sprintf("exit status %d", ws.ExitStatus())
 }
+
+// ending is how a serving process ended, as wait(2) or its lifeline
+// (early) told.
+type ending struct {
+	ws    syscall.WaitStatus
+	err   error // the process could not be waited for properly
+	early bool
+}
+
+func endingOf(ps *os.ProcessState, err error) ending {
+	ws, ok := waitStatus(ps, err)
+	if !ok {
+		if err == nil {
+			err = errors.New("no wait status")
+		}
+		return ending{err: err}
+	}
+	return ending{ws: ws}
+}
+
+func (e ending) exit() (status int, died bool) { return exitOf(e.ws, e.err) }
+func (e ending) String() string                { return describeExit(e.ws, e.err) }

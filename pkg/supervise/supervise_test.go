@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("SUPERVISE_TEST_HANDOVER") != "" {
 		os.Exit(handoverChild())
 	}
+	if path := os.Getenv("SUPERVISE_TEST_LIFELINE"); path != "" {
+		os.Exit(lifelineChild(path))
+	}
 	os.Exit(m.Run())
 }
 
@@ -38,6 +41,9 @@ func TestMain(m *testing.M) {
 // SIGTERM, then exit 0). It first appends a line to the file on fd 3:
 // its takeover count, died-at and stopping variables.
 func testChild(plan string) int {
+	if err := HoldLifeline(); err != nil {
+		return 8
+	}
 	n, _ := strconv.Atoi(os.Getenv(EnvTakeovers))
 	steps := strings.Split(plan, ",")
 	f, err := memfd.Open(3)
@@ -81,7 +87,7 @@ func runPlanGivingUp(t *testing.T, plan string, signals <-chan os.Signal, ctx co
 	status, err := Run(ctx, Config{
 		Path: os.Args[0], Env: append(os.Environ(), "SUPERVISE_TEST_CHILD="+plan),
 		Files: []*memfd.File{f}, Stdout: io.Discard, Stderr: io.Discard,
-		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger:  slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Signals: signals, MinDelay: time.Millisecond, MaxDelay: 4 * time.Millisecond,
 		GiveUp: giveUp,
 	})
