@@ -75,6 +75,7 @@ func (d *Device) ReceiveWrite(off int64, length int) (nbd.Receipt, bool) {
 		r.nsegs++
 		got += k
 	}
+	d.cfg.Router.Count(n) // a write declined is counted where it is written after
 	return r, true
 }
 

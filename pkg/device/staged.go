@@ -107,6 +107,8 @@ type commitScratch struct {
 	credit int64 // what is left of the pages' reservations
 	// The slots from done on that hold a write, and their objects.
 	slots   []int
+	objs    [][]byte // in the batch's memory
+	states  []int
 	sizes   []int
 	owners  []uint32
 	handles []pagestore.Handle
@@ -115,7 +117,8 @@ type commitScratch struct {
 
 func newCommitScratch(pages int) commitScratch {
 	return commitScratch{
-		slots: make([]int, pages), sizes: make([]int, pages), owners: make([]uint32, pages),
+		slots: make([]int, pages), objs: make([][]byte, pages), states: make([]int, pages),
+		sizes: make([]int, pages), owners: make([]uint32, pages),
 		handles: make([]pagestore.Handle, pages), free: make([]pagestore.Handle, 0, 2*pages),
 	}
 }
@@ -128,25 +131,22 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 		if b.Owners[i] == unusedSlot {
 			continue
 		}
-		_, obj := d.object(b.Batch, i, b.Page(i))
-		cs.slots[m], cs.sizes[m], cs.owners[m] = i, len(obj), b.Owners[i]
+		state, obj := d.object(b.Batch, i, b.Page(i))
+		cs.slots[m], cs.objs[m], cs.states[m], cs.sizes[m], cs.owners[m] = i, obj, state, len(obj), b.Owners[i]
 		m++
 	}
 	k, credit, err := d.cfg.Store.AllocBatch(cs.sizes[:m], cs.owners[:m], cs.handles[:m], cs.credit)
 	cs.credit = credit
 	for j := range k {
-		i := cs.slots[j]
-		_, obj := d.object(b.Batch, i, b.Page(i))
-		copy(d.cfg.Store.Bytes(cs.handles[j], len(obj)), obj)
+		copy(d.cfg.Store.Bytes(cs.handles[j], cs.sizes[j]), cs.objs[j])
 	}
 	cs.free = cs.free[:0]
 	for j := range k {
 		i, idx := cs.slots[j], cs.owners[j]
-		state, obj := d.object(b.Batch, i, b.Page(i))
 		s := d.stripe(idx)
 		s.mu.Lock()
 		if d.table[idx] == d.stagedAt(b, i) {
-			d.swapLocked(s, idx, objectEntry(state, cs.handles[j], len(obj)))
+			d.swapLocked(s, idx, objectEntry(cs.states[j], cs.handles[j], cs.sizes[j]))
 		} else {
 			cs.free = append(cs.free, cs.handles[j]) // written again since
 		}

@@ -108,6 +108,7 @@ func (d *Device) writeFilled(idx uint32, w uint64) error {
 // when the router says so and staging has room, else compressed inline.
 func (d *Device) writeRun(first uint32, run []byte) error {
 	n := len(run) / pageSize
+	d.cfg.Router.Count(n)
 	staging := d.stage != nil && d.cfg.Router.Stage(n)
 	for done := 0; done < n; {
 		if staging {

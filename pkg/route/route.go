@@ -237,26 +237,33 @@ func (r *Router) HeldBytes() int64 {
 // and the write alone, or the writes of the last window together, fill a
 // batch worth it (see Config.MinAcceleratorPages). Otherwise the write
 // compresses its pages inline, which costs no copy into staging and no
-// batch. Every whole-page write is to be asked, staged or not, so that the
-// rate is known.
+// batch. It is a question only: Count tells the router of each write.
 func (r *Router) Stage(pages int) bool {
 	if r.accel == nil || r.notReady() {
 		return false
 	}
-	now := time.Now().UnixNano()
-	if now < r.retryAt.Load() {
+	if time.Now().UnixNano() < r.retryAt.Load() {
 		return false
 	}
-	if w := int64(r.cfg.Window); w > 0 {
-		seen := r.winPages.Add(int64(pages))
-		if start := r.winStart.Load(); now-start >= w && r.winStart.CompareAndSwap(start, now) {
-			// The window that ended decides the next; pages counted
-			// meanwhile by other writers fall into either.
-			r.winPages.Add(-seen)
-			r.busy.Store(seen*w >= int64(r.cfg.MinAcceleratorPages)*(now-start))
-		}
-	}
 	return pages >= r.cfg.MinAcceleratorPages || r.busy.Load()
+}
+
+// Count tells the router of a write of pages whole pages, staged or not,
+// so that it knows the write rate (Config.Window): once for each write,
+// however many times Stage was asked about it.
+func (r *Router) Count(pages int) {
+	w := int64(r.cfg.Window)
+	if r.accel == nil || w <= 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	seen := r.winPages.Add(int64(pages))
+	if start := r.winStart.Load(); now-start >= w && r.winStart.CompareAndSwap(start, now) {
+		// The window that ended decides the next; pages counted
+		// meanwhile by other writers fall into either.
+		r.winPages.Add(-seen)
+		r.busy.Store(seen*w >= int64(r.cfg.MinAcceleratorPages)*(now-start))
+	}
 }
 
 // notReady reports whether the accelerator is a Readier not ready yet.

@@ -250,28 +250,41 @@ func TestStageFollowsTheWriteRate(t *testing.T) {
 	a := fakeaccel.New()
 	const window = 20 * time.Millisecond
 	r := newRouter(t, a, Config{MinAcceleratorPages: 16, Window: window})
-	if !r.Stage(1) {
+	write := func(pages int) bool {
+		r.Count(pages)
+		return r.Stage(pages)
+	}
+	if !write(1) {
 		t.Fatal("the first write is not staged: staging starts on")
 	}
 	// A trickle: one page a window.
 	for range 3 {
 		time.Sleep(window)
-		r.Stage(1)
+		write(1)
 	}
-	if r.Stage(1) {
+	if write(1) {
 		t.Fatal("a trickle of single pages is still staged")
 	}
-	if !r.Stage(16) {
+	// Asking is not writing: a write declined and asked about again
+	// counts once.
+	for range 100 {
+		r.Stage(1)
+	}
+	time.Sleep(window)
+	if write(1) {
+		t.Fatal("questions alone turned staging on")
+	}
+	if !write(16) {
 		t.Fatal("a write of a batch's worth of pages is not staged")
 	}
 	// A flood: many pages within one window, then the next write decides.
 	time.Sleep(window)
-	r.Stage(1)
+	write(1)
 	for range 40 {
-		r.Stage(1)
+		write(1)
 	}
 	time.Sleep(window)
-	if !r.Stage(1) {
+	if !write(1) {
 		t.Fatal("a window of 40 pages did not turn staging back on")
 	}
 }
