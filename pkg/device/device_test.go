@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/route/routetest"
 	"github.com/gzramd/gzramd/pkg/stage"
 )
 
@@ -28,7 +28,7 @@ type fixture struct {
 	dev    *Device
 	store  *pagestore.Store
 	router *route.Router
-	accel  *fakeaccel.Accelerator // nil on the inline path
+	accel  *routetest.Accelerator // nil on the inline path
 }
 
 // newDevice returns a device whose writes are staged for an accelerator
@@ -71,7 +71,7 @@ func newDeviceMode(t testing.TB, size int64, storeCfg pagestore.Config, path wri
 		rc.MinAcceleratorPages = 6
 	}
 	if path != pathInline {
-		f.accel = fakeaccel.New()
+		f.accel = routetest.NewAccelerator()
 		rc.Accelerator, rc.BatchPages, rc.Outputs, rc.Shadows = f.accel, sc.BatchPages, sc.Workers, sc.Workers
 	}
 	if f.router, err = route.New(rc); err != nil {
@@ -363,7 +363,7 @@ func writeReceived(d *Device, p []byte, off int64, abort bool) error {
 // injectFaults makes a the accelerator fail, hang past the router's
 // watchdog (and then write its outputs late), run slow or work, in turns
 // of a few milliseconds, until stop.
-func injectFaults(a *fakeaccel.Accelerator, stop <-chan struct{}) {
+func injectFaults(a *routetest.Accelerator, stop <-chan struct{}) {
 	r := rand.New(rand.NewPCG(5, 5))
 	for {
 		a.Failing.Store(false)
@@ -545,7 +545,7 @@ func TestCloseCommitsStagedPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	accel := fakeaccel.New()
+	accel := routetest.NewAccelerator()
 	accel.Delay.Store(int64(10 * time.Millisecond))
 	router, err := route.New(route.Config{Codec: codec.NewLZ4(), Accelerator: accel, BatchPages: 32, Outputs: 2, Shadows: 2, MinAcceleratorPages: 1, Logger: quiet})
 	if err != nil {

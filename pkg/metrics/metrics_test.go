@@ -18,12 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/route/routetest"
 )
 
 const pageSize = codec.PageSize
@@ -43,7 +43,7 @@ func newStack(t *testing.T, size int64) *stack {
 	s := &stack{nbd: NewNBD(), batches: NewBatches()}
 	var err error
 	s.pipe, err = pipeline.New(pipeline.Config{
-		Size: size, Accelerator: fakeaccel.New(), MinAcceleratorPages: 4,
+		Size: size, Accelerator: routetest.NewAccelerator(), MinAcceleratorPages: 4,
 		StagingBytes: 1 << 20, BatchPages: 32, BatchWorkers: 2, Observer: s.batches,
 		// Long enough for a scrape to see a page staged.
 		BatchDeadline: 500 * time.Millisecond,

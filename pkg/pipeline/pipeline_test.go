@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gzramd/gzramd/internal/fakeaccel"
+	"github.com/gzramd/gzramd/pkg/route/routetest"
 )
 
 // TestRoundTrip builds each kind of data path and writes, reads back and
@@ -19,8 +19,8 @@ func TestRoundTrip(t *testing.T) {
 		staged bool
 	}{
 		{"cpu", Config{}, false},
-		{"accelerated", Config{Accelerator: fakeaccel.New(), StagingBytes: 4 << 20, BatchPages: 64, BatchWorkers: 2}, true},
-		{"accelerator without staging", Config{Accelerator: fakeaccel.New()}, false},
+		{"accelerated", Config{Accelerator: routetest.NewAccelerator(), StagingBytes: 4 << 20, BatchPages: 64, BatchWorkers: 2}, true},
+		{"accelerator without staging", Config{Accelerator: routetest.NewAccelerator()}, false},
 		{"zstd", Config{Algorithm: "zstd"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +64,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestStagingTooSmall(t *testing.T) {
-	_, err := New(Config{Size: 1 << 20, Accelerator: fakeaccel.New(), StagingBytes: 1 << 20, BatchPages: 256, BatchWorkers: 8})
+	_, err := New(Config{Size: 1 << 20, Accelerator: routetest.NewAccelerator(), StagingBytes: 1 << 20, BatchPages: 256, BatchWorkers: 8})
 	if err == nil {
 		t.Fatal("1 MiB of staging accepted for 8 workers of 1 MiB batches")
 	}
@@ -84,7 +84,7 @@ func TestStagingWaitByAlgorithm(t *testing.T) {
 		{"zstd", -1, 0},
 		{"lz4", 3 * time.Millisecond, 3 * time.Millisecond},
 	} {
-		cfg := Config{Algorithm: c.algorithm, StagingWait: c.wait, Accelerator: fakeaccel.New(), StagingBytes: 4 << 20, BatchPages: 64, BatchWorkers: 2}
+		cfg := Config{Algorithm: c.algorithm, StagingWait: c.wait, Accelerator: routetest.NewAccelerator(), StagingBytes: 4 << 20, BatchPages: 64, BatchWorkers: 2}
 		sc, err := stagingConfig(&cfg)
 		if err != nil {
 			t.Fatal(err)

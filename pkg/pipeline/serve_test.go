@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/route/routetest"
 )
 
 // TestServedThroughStaging serves a data path with staging over NBD and
@@ -24,7 +24,7 @@ import (
 // pages among them included.
 func TestServedThroughStaging(t *testing.T) {
 	nbdcopy := testneeds.Command(t, "nbdcopy", "libnbd-bin")
-	p, err := New(Config{Size: 64 << 20, Accelerator: fakeaccel.New(), StagingBytes: 8 << 20,
+	p, err := New(Config{Size: 64 << 20, Accelerator: routetest.NewAccelerator(), StagingBytes: 8 << 20,
 		BatchPages: 64, BatchWorkers: 2, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

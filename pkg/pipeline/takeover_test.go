@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/internal/memfd"
 	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/pkg/route/routetest"
 )
 
 // The data path a writer child serves: staged writes on a slow fake
@@ -35,7 +35,7 @@ const (
 )
 
 func takeoverConfig(st *State) Config {
-	accel := fakeaccel.New()
+	accel := routetest.NewAccelerator()
 	accel.Delay.Store(int64(2 * time.Millisecond))
 	return Config{
 		Size: takeoverSize, State: st, Accelerator: accel, MinAcceleratorPages: 1,

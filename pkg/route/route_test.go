@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/batchtest"
-	"github.com/gzramd/gzramd/internal/fakeaccel"
 	"github.com/gzramd/gzramd/internal/lz4oracle"
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/route/routetest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -26,7 +26,7 @@ func verify(t testing.TB, b *codec.Batch, want []byte) {
 	batchtest.Verify(t, b, want)
 }
 
-func newRouter(t *testing.T, a *fakeaccel.Accelerator, cfg Config) *Router {
+func newRouter(t *testing.T, a *routetest.Accelerator, cfg Config) *Router {
 	t.Helper()
 	cfg.Codec = codec.NewLZ4()
 	cfg.Logger = quiet
@@ -44,7 +44,7 @@ func newRouter(t *testing.T, a *fakeaccel.Accelerator, cfg Config) *Router {
 }
 
 func TestUsesTheAccelerator(t *testing.T) {
-	a := fakeaccel.New()
+	a := routetest.NewAccelerator()
 	r := newRouter(t, a, Config{MinAcceleratorPages: 8})
 	pages := batchtest.Pages(40, 1)
 	b := batchtest.BatchOf(pages)
@@ -77,7 +77,7 @@ func TestWithoutAcceleratorEverythingIsCPU(t *testing.T) {
 }
 
 func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
-	a := fakeaccel.New()
+	a := routetest.NewAccelerator()
 	r := newRouter(t, a, Config{MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second, MinAcceleratorPages: 1})
 	pages := batchtest.Pages(30, 2)
 
@@ -124,7 +124,7 @@ func TestFailureFallsBackThenBacksOffAndRetries(t *testing.T) {
 }
 
 func TestWatchdogQuarantinesLateWrites(t *testing.T) {
-	a := fakeaccel.New()
+	a := routetest.NewAccelerator()
 	r := newRouter(t, a, Config{Watchdog: 20 * time.Millisecond, MinBackoff: time.Millisecond, MinAcceleratorPages: 1})
 	pages := batchtest.Pages(25, 3)
 	a.HangFor.Store(int64(200 * time.Millisecond))
@@ -164,7 +164,7 @@ func TestWatchdogQuarantinesLateWrites(t *testing.T) {
 }
 
 func TestSmallBatchesGoToCPU(t *testing.T) {
-	a := fakeaccel.New()
+	a := routetest.NewAccelerator()
 	r := newRouter(t, a, Config{MinAcceleratorPages: 8})
 	pages := batchtest.Pages(7, 4)
 	b := batchtest.BatchOf(pages)
@@ -179,7 +179,7 @@ func TestSmallBatchesGoToCPU(t *testing.T) {
 // its shadows until it returns), batches go to the CPU instead of waiting
 // or allocating.
 func TestNoShadowGoesToCPU(t *testing.T) {
-	a := fakeaccel.New()
+	a := routetest.NewAccelerator()
 	r := newRouter(t, a, Config{Shadows: 1, Outputs: 1, BatchPages: 64, Watchdog: 10 * time.Millisecond, MinBackoff: time.Nanosecond, MinAcceleratorPages: 1})
 	pages := batchtest.Pages(10, 6)
 	a.HangFor.Store(int64(100 * time.Millisecond))
@@ -213,7 +213,7 @@ func TestNoShadowGoesToCPU(t *testing.T) {
 // flips between healthy and failing; under -race it also proves that no
 // output memory is shared between the accelerator and the caller.
 func TestConcurrent(t *testing.T) {
-	a := fakeaccel.New()
+	a := routetest.NewAccelerator()
 	r := newRouter(t, a, Config{MinBackoff: time.Microsecond, MaxBackoff: time.Millisecond, Shadows: 16, Outputs: 1, BatchPages: 20, MinAcceleratorPages: 1})
 	workers, rounds := 8, 30
 	if testing.Short() {
@@ -247,7 +247,7 @@ func TestConcurrent(t *testing.T) {
 // enough pages to fill a batch worth the accelerator, and compress inline
 // while fewer come.
 func TestStageFollowsTheWriteRate(t *testing.T) {
-	a := fakeaccel.New()
+	a := routetest.NewAccelerator()
 	const window = 20 * time.Millisecond
 	r := newRouter(t, a, Config{MinAcceleratorPages: 16, Window: window})
 	write := func(pages int) bool {
@@ -292,7 +292,7 @@ func TestStageFollowsTheWriteRate(t *testing.T) {
 // lateAccel is an accelerator that becomes ready after the router is
 // made (Readier).
 type lateAccel struct {
-	*fakeaccel.Accelerator
+	*routetest.Accelerator
 	ready atomic.Bool
 }
 
@@ -302,7 +302,7 @@ func (l *lateAccel) Ready() bool { return l.ready.Load() }
 // writes inline, batches on the CPU, and no failure or back-off; once it
 // is ready, staged batches go to it.
 func TestAcceleratorReadyLater(t *testing.T) {
-	a := &lateAccel{Accelerator: fakeaccel.New()}
+	a := &lateAccel{Accelerator: routetest.NewAccelerator()}
 	r, err := New(Config{Codec: codec.NewLZ4(), Logger: quiet, Accelerator: a,
 		Shadows: 4, Outputs: 1, BatchPages: 64, MinAcceleratorPages: 8})
 	if err != nil {

@@ -1,9 +1,10 @@
-// Package fakeaccel is a stand-in for the GPU in tests that run without
-// one: an accelerator (route.Accelerator) that compresses with the CPU
-// codec, so its results are real, and that can be made to fail or hang.
-// A hung call, once released, scribbles over the outputs it was given, as
-// a late GPU would write them by DMA.
-package fakeaccel
+// Package routetest gives tests that run without a GPU a stand-in for it,
+// as net/http/httptest does for a server: an accelerator
+// (route.Accelerator) that compresses with the CPU codec, so its results
+// are real, and that can be made to fail or hang. A hung call, once
+// released, scribbles over the outputs it was given, as a late GPU would
+// write them by DMA.
+package routetest
 
 import (
 	"context"
@@ -15,7 +16,7 @@ import (
 )
 
 // ErrFailed is what a failing Accelerator returns.
-var ErrFailed = errors.New("fakeaccel: device error")
+var ErrFailed = errors.New("routetest: device error")
 
 // Accelerator is safe for concurrent use.
 type Accelerator struct {
@@ -34,8 +35,8 @@ type Accelerator struct {
 	Calls, Returned, Pages atomic.Int64
 }
 
-// New returns a healthy accelerator.
-func New() *Accelerator {
+// NewAccelerator returns a healthy accelerator.
+func NewAccelerator() *Accelerator {
 	return &Accelerator{cpu: codec.NewCPUBatch(codec.NewLZ4(), 1)}
 }
 
@@ -69,7 +70,7 @@ func (a *Accelerator) CompressBatch(ctx context.Context, b *codec.Batch) error {
 	if d := a.HangFor.Load(); d > 0 {
 		time.Sleep(time.Duration(d))
 		scribble(b)
-		return errors.New("fakeaccel: late")
+		return errors.New("routetest: late")
 	}
 	if a.Failing.Load() || (a.FailEvery.Load() > 0 && n%a.FailEvery.Load() == 0) {
 		scribble(b)
