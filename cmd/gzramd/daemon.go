@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,11 +44,12 @@ type daemon struct {
 	// recovered is what the data path was taken over with, when a
 	// serving process before this one died; nil when it started empty.
 	recovered *device.Recovered
-	// takeovers counts them over the state's life; diedAt is when the
-	// last serving process died (zero if unknown), pause how long the
+	// start is what the supervisor told this process (the zero value
+	// without one): start.DiedAt is when the last serving process died.
+	// takeovers counts them over the state's life, pause how long the
 	// device went without a server then (set once this one serves).
+	start     supervise.Started
 	takeovers uint64
-	diedAt    time.Time
 	pause     atomic.Int64
 	srv       *nbd.Server
 	tracker   swapctl.Tracker
@@ -88,8 +88,8 @@ type daemon struct {
 // storeArenaSize is the page store's mapping step in the daemon.
 const storeArenaSize = 8 << 20
 
-func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *slog.Logger) (_ *daemon, err error) {
-	d := &daemon{cfg: cfg, log: log, started: time.Now(), notify: newNotifier(), state: st, successor: make(chan *os.File, 1)}
+func newDaemon(cfg *serveConfig, st *pipeline.State, start supervise.Started, kernels kernelImage, log *slog.Logger) (_ *daemon, err error) {
+	d := &daemon{cfg: cfg, start: start, log: log, started: time.Now(), notify: newNotifier(), state: st, successor: make(chan *os.File, 1)}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -99,11 +99,10 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 	if why != "" {
 		log.Info("compressing on the CPU: "+why, "backend", cfg.backend)
 	}
-	d.diedAt = lastDeath()
 	d.gpuSetup = gpuSetup{backend: backend, algorithm: cfg.algorithm, device: cfg.gpuDevice,
 		batchPages: cfg.batchPages, inFlight: cfg.batchInFlight, kernels: kernels}
 	switch {
-	case !d.diedAt.IsZero() && (backend == "gpu" || backend == "auto" && kernels.image != nil):
+	case !d.start.DiedAt.IsZero() && (backend == "gpu" || backend == "auto" && kernels.image != nil):
 		// A takeover after a death: every request waits for it, so serve
 		// first, on the CPU, and open the GPU meanwhile (openLate). With
 		// auto, only where the kernels compiled (a standby's, ahead): the
@@ -140,7 +139,7 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 	info, _ := st.Info()
 	d.takeovers = info.Takeovers
 	switch {
-	case d.recovered != nil && os.Getenv(supervise.EnvHandedOver) != "":
+	case d.recovered != nil && d.start.HandedOver:
 		log.Info("took the device over from the serving process before this one, which handed it over (an upgrade)",
 			"found", d.recovered.String(), "takeovers", info.Takeovers, "state", info.ID)
 	case d.recovered != nil:
@@ -157,7 +156,7 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 	}
 	nbdObs := metrics.NewNBD()
 	var served nbd.Backend
-	served, d.host = withFaults(d.dev, d.recovered != nil && os.Getenv(supervise.EnvHandedOver) == "", log)
+	served, d.host = withFaults(d.dev, d.recovered != nil && !d.start.HandedOver, log)
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: served}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.nbdInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
@@ -185,17 +184,6 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, kernels kernelImage, log *s
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	return d, nil
-}
-
-// lastDeath is when the serving process before this one died
-// (supervise.EnvDiedAt), or zero: this process takes the device over from
-// one that died when it is set.
-func lastDeath() time.Time {
-	ns, err := strconv.ParseInt(os.Getenv(supervise.EnvDiedAt), 10, 64)
-	if err != nil {
-		return time.Time{}
-	}
-	return time.Unix(0, ns)
 }
 
 // gpuOpened is what opening the GPU changes beside the router: the CUDA
@@ -288,7 +276,7 @@ func (d *daemon) status() statusReport {
 		Holdings: d.holdings(), Takeovers: d.takeovers, LastTakeoverPause: time.Duration(d.pause.Load()).Seconds(),
 		LostPages: st.LostPages,
 	}
-	if os.Getenv(supervise.EnvServing) != "" {
+	if d.start.Serving {
 		r.SupervisorPID = os.Getppid()
 	}
 	if kd := d.kernel.Load(); kd != nil {
@@ -340,8 +328,7 @@ func (d *daemon) run(ctx context.Context) error {
 	orphan := make(chan os.Signal, 1)
 	signal.Notify(orphan, supervisorGone)
 	defer signal.Stop(orphan)
-	if sup := os.Getenv(supervise.EnvSupervisor); sup != "" && sup != strconv.Itoa(os.Getppid()) &&
-		os.Getenv(supervise.EnvParentDeath) == strconv.Itoa(int(supervisorGone)) {
+	if d.start.Serving && !d.start.SupervisorAlive() && d.start.ParentDeath == supervisorGone {
 		// The supervisor died while this process started, and its signal
 		// came before anything listened for it (Go ignores SIGUSR2 then).
 		orphan <- supervisorGone
@@ -408,8 +395,8 @@ func (d *daemon) run(ctx context.Context) error {
 	} else {
 		d.log.Info("gzramd ready", "version", buildVersion(), "size", d.cfg.size.String(), "algorithm", d.cfg.algorithm,
 			"backend", d.accel.name(), "mem_limit", d.cfg.memLimit.String())
-		if d.recovered != nil && !d.diedAt.IsZero() {
-			pause := time.Since(d.diedAt)
+		if d.recovered != nil && !d.start.DiedAt.IsZero() {
+			pause := time.Since(d.start.DiedAt)
 			d.pause.Store(int64(pause))
 			d.log.Warn("serving again after the takeover", "pause", pause.Round(time.Millisecond), "takeovers", d.takeovers)
 		}
@@ -420,7 +407,7 @@ func (d *daemon) run(ctx context.Context) error {
 			d.log.Warn("sd_notify READY=1 failed", "err", err)
 		}
 
-		if os.Getenv(supervise.EnvStopping) != "" {
+		if d.start.Stopping {
 			// A stop was asked for while no serving process ran.
 			d.log.Info("stopping as the supervisor asked")
 			sigs <- syscall.SIGTERM
@@ -531,7 +518,7 @@ func (d *daemon) wait(ctx context.Context, sigs, dump, upgrade, orphan <-chan os
 			d.handoverTo = f
 			return errHandOver
 		case <-upgrade:
-			if os.Getenv(supervise.EnvServing) == "" {
+			if !d.start.Serving {
 				d.log.Warn("SIGHUP ignored: without a supervisor (--supervise=false) there is no next serving process to hand over to")
 				continue
 			}

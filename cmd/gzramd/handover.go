@@ -48,33 +48,36 @@ func decodeHanded(b []byte) (handedConn, error) {
 // process started after another ended, for as long as it takes for a
 // standby (started ahead, its start-up done, until a serving process
 // dies). It returns the handover socket (nil without a supervisor that
-// gives one) and the live connections the process before handed over.
-func receiveHandover(log *slog.Logger) (*os.File, []supervise.Message, error) {
-	sock, ok := supervise.HandoverSocket()
+// gives one), the live connections the process before handed over, and
+// what the supervisor told this process, the go's start environment
+// included.
+func receiveHandover(start supervise.Started, log *slog.Logger) (*os.File, []supervise.Message, supervise.Started, error) {
+	sock, ok := start.HandoverSocket()
 	if !ok {
-		return nil, nil, nil
+		return nil, nil, start, nil
 	}
-	standby := os.Getenv(supervise.EnvStandby) != ""
+	standby := start.Standby
 	timeout := 10 * time.Second
 	if standby {
 		log.Info("standby: started ahead and hardened; waiting to take over when the serving process ends")
 		timeout = 0
 	}
 	msgs, err := supervise.Receive(sock, timeout)
-	if standby && os.Getenv(supervise.EnvTakeovers) == "" {
+	start = supervise.FromEnv() // Receive set the start environment
+	if standby && !start.Released {
 		// No go (which carries the start environment): the socket
 		// closed, the supervisor died. The serving process serves on,
 		// and the next supervisor starts a standby of its own.
-		return nil, nil, errors.New("standby: the supervisor died before this process was needed")
+		return nil, nil, start, errors.New("standby: the supervisor died before this process was needed")
 	}
 	if err != nil {
 		log.Warn("the last serving process's connections did not arrive; the kernel device reconnects instead", "err", err)
-		return sock, nil, nil
+		return sock, nil, start, nil
 	}
 	if standby {
 		log.Warn("standby: taking over")
 	}
-	return sock, msgs, nil
+	return sock, msgs, start, nil
 }
 
 // adoptConnections serves the connections handed over, without a

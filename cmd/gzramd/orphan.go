@@ -47,8 +47,8 @@ const orphanHandover = 30 * time.Second
 // one's, if it serves on, for its connections, and waits for it to exit:
 // only then may this process take the state over. Nothing listening is
 // no error: no orphan serves.
-func takeFromOrphan(st *pipeline.State, log *slog.Logger) ([]supervise.Message, error) {
-	if os.Getenv(supervise.EnvServing) == "" {
+func takeFromOrphan(st *pipeline.State, start supervise.Started, log *slog.Logger) ([]supervise.Message, error) {
+	if !start.Serving {
 		return nil, nil
 	}
 	name, err := rendezvousName(st)

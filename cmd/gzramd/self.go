@@ -4,7 +4,6 @@ package main
 
 import (
 	"os"
-	"strconv"
 
 	"github.com/gzramd/gzramd/internal/procmem"
 	"github.com/gzramd/gzramd/pkg/codec"
@@ -18,7 +17,7 @@ import (
 func (d *daemon) selfMemory() (metrics.SelfMemory, error) {
 	st := d.dev.Stats()
 	s := metrics.SelfMemory{Saved: st.OrigDataSize + st.SamePages*codec.PageSize, MemUsed: st.MemUsedTotal}
-	for _, p := range selfProcesses() {
+	for _, p := range selfProcesses(d.start) {
 		u, err := procmem.Read(p.PID)
 		if err != nil {
 			if p.Role == "serving" {
@@ -35,13 +34,13 @@ func (d *daemon) selfMemory() (metrics.SelfMemory, error) {
 // selfProcesses is gzramd's processes for this export: this serving
 // process and, under a supervisor that is still its parent, the
 // supervisor and its other children (the standby).
-func selfProcesses() []metrics.ProcessMemory {
+func selfProcesses(start supervise.Started) []metrics.ProcessMemory {
 	me := os.Getpid()
 	procs := []metrics.ProcessMemory{{Role: "serving", PID: me}}
-	sup := os.Getppid()
-	if os.Getenv(supervise.EnvSupervisor) != strconv.Itoa(sup) {
+	if !start.SupervisorAlive() {
 		return procs // no supervisor, or an orphan whose supervisor died
 	}
+	sup := start.Supervisor
 	procs = append(procs, metrics.ProcessMemory{Role: "supervisor", PID: sup})
 	kids, _ := procmem.Children(sup)
 	for _, k := range kids {

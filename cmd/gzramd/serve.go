@@ -289,7 +289,8 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	if err := cfg.validate(); err != nil {
 		return usageErr(err)
 	}
-	if cfg.supervise && os.Getenv(supervise.EnvServing) == "" {
+	start := supervise.FromEnv()
+	if cfg.supervise && !start.Serving {
 		level, _ := parseLevel(cfg.logLevel)
 		return runSupervisor(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	}
@@ -309,19 +310,19 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 	// CPU (openLate): every request waits for a takeover.
 	var kernels kernelImage
 	backend, _ := cfg.resolveBackend()
-	if backend != "cpu" && !(backend == "gpu" && !lastDeath().IsZero()) {
+	if backend != "cpu" && !(backend == "gpu" && !start.DiedAt.IsZero()) {
 		kernels = compileKernels(ctx, cfg.gpuDevice, cfg.algorithm)
 	}
 	reserve, err := harden(cfg, log, reexecErr)
 	if err != nil {
 		return err
 	}
-	if gone, err := supervise.ParentDeath(); err != nil {
+	if gone, err := start.SetParentDeath(); err != nil {
 		log.Warn("the serving process will not hear of its supervisor's death", "err", err)
 	} else if gone {
 		return errors.New("the supervisor died before the serving process started")
 	}
-	if err := supervise.HoldLifeline(); err != nil {
+	if err := start.HoldLifeline(); err != nil {
 		log.Warn("the supervisor will hear of this process's death only once its teardown ends", "err", err)
 	}
 	defer reserve.KeepAlive()
@@ -330,20 +331,20 @@ func runServe(ctx context.Context, cfg *serveConfig) error {
 		return err
 	}
 	defer stopProfile()
-	st, err := servingState(cfg)
+	st, err := servingState(cfg, start)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	handover, handed, err := receiveHandover(log)
+	handover, handed, start, err := receiveHandover(start, log)
 	if err != nil {
 		return err
 	}
-	orphans, err := takeFromOrphan(st, log)
+	orphans, err := takeFromOrphan(st, start, log)
 	if err != nil {
 		return err
 	}
-	d, err := newDaemon(cfg, st, kernels, log)
+	d, err := newDaemon(cfg, st, start, kernels, log)
 	if err != nil {
 		return err
 	}

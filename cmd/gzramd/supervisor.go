@@ -140,8 +140,8 @@ func oomAdj(cfg *serveConfig, adj *int) *int {
 // servingState is the state a serving process serves: the supervisor's,
 // passed as descriptors 3 on, or a new one of its own without a
 // supervisor.
-func servingState(cfg *serveConfig) (*pipeline.State, error) {
-	if os.Getenv(supervise.EnvServing) == "" {
+func servingState(cfg *serveConfig, start supervise.Started) (*pipeline.State, error) {
+	if !start.Serving {
 		return pipeline.NewState("gzramd-" + cfg.export)
 	}
 	files := make([]*memfd.File, len(pipeline.StateFileNames))

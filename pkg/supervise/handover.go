@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -39,13 +38,12 @@ func Ready(sock *os.File) error {
 
 // HandoverSocket returns the serving process's handover socket, if its
 // supervisor gave it one.
-func HandoverSocket() (*os.File, bool) {
-	fd, err := strconv.Atoi(os.Getenv(EnvHandover))
-	if err != nil || fd < 3 {
+func (s Started) HandoverSocket() (*os.File, bool) {
+	if s.handover < 3 {
 		return nil, false
 	}
-	unix.CloseOnExec(fd)
-	return os.NewFile(uintptr(fd), "handover"), true
+	unix.CloseOnExec(s.handover)
+	return os.NewFile(uintptr(s.handover), "handover"), true
 }
 
 // Send hands m to the next serving process. The caller keeps m.File, and

@@ -20,7 +20,7 @@ import (
 // with ExitHandedOver; the second receives them and writes what it got to
 // the file on fd 3, then exits 0.
 func handoverChild() int {
-	sock, ok := HandoverSocket()
+	sock, ok := FromEnv().HandoverSocket()
 	if !ok {
 		return 11
 	}

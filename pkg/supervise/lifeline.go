@@ -6,9 +6,7 @@ package supervise
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -19,7 +17,7 @@ import (
 )
 
 // EnvLifeline is the descriptor of a serving process's lifeline page,
-// which HoldLifeline arms.
+// which Started.HoldLifeline arms.
 const EnvLifeline = "GZRAMD_LIFELINE_FD"
 
 // wait(2) returns only once a dead process is torn down, and a process
@@ -140,12 +138,11 @@ func (l *lifeline) close() {
 // lifeline's page and holds it for as long as the process lives. It must
 // come after any exec of the process's own, since an exec releases the
 // lock as an exit does.
-func HoldLifeline() error {
-	fd, err := strconv.Atoi(os.Getenv(EnvLifeline))
-	if err != nil || fd < 3 {
+func (s Started) HoldLifeline() error {
+	if s.lifeline < 3 {
 		return nil
 	}
-	f, err := memfd.Open(fd)
+	f, err := memfd.Open(s.lifeline)
 	if err != nil {
 		return fmt.Errorf("supervise: lifeline: %w", err)
 	}

@@ -20,7 +20,7 @@ import (
 // lifelineChild holds its lifeline, listens on path, says so on stdout
 // and waits; with SUPERVISE_TEST_EXIT set it exits 3 instead.
 func lifelineChild(path string) int {
-	if err := HoldLifeline(); err != nil {
+	if err := FromEnv().HoldLifeline(); err != nil {
 		return 8
 	}
 	if os.Getenv("SUPERVISE_TEST_EXIT") != "" {

@@ -44,7 +44,7 @@ const (
 	EnvStopping = "GZRAMD_STOPPING"
 	// EnvParentDeath is the signal (a number) the serving process gets
 	// when the supervisor dies; it sets it again after an exec of its own
-	// (see ParentDeath).
+	// (see Started.SetParentDeath).
 	EnvParentDeath = "GZRAMD_PARENT_DEATH_SIGNAL"
 	// EnvSupervisor is the supervisor's process ID.
 	EnvSupervisor = "GZRAMD_SUPERVISOR_PID"
@@ -501,19 +501,18 @@ func (cfg *Config) keep(log *slog.Logger) {
 	}()
 }
 
-// ParentDeath has a serving process get the signal its supervisor asked
-// for (EnvParentDeath) when the supervisor dies: an exec of the process's
-// own (a binary with file capabilities) clears it. It reports whether the
-// supervisor died already.
-func ParentDeath() (supervisorGone bool, err error) {
-	n, err := strconv.Atoi(os.Getenv(EnvParentDeath))
-	if err != nil || n <= 0 {
+// SetParentDeath has this serving process get the signal its supervisor
+// asked for (ParentDeath) when the supervisor dies: an exec of the
+// process's own (a binary with file capabilities) clears it. It reports
+// whether the supervisor died already.
+func (s Started) SetParentDeath() (supervisorGone bool, err error) {
+	if s.ParentDeath == 0 {
 		return false, nil
 	}
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(n), 0, 0, 0); err != nil {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(s.ParentDeath), 0, 0, 0); err != nil {
 		return false, fmt.Errorf("supervise: prctl(PR_SET_PDEATHSIG): %w", err)
 	}
-	return strconv.Itoa(os.Getppid()) != os.Getenv(EnvSupervisor), nil
+	return !s.SupervisorAlive(), nil
 }
 
 // waitStatus is the wait status of a process Wait returned err for: ok is

@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 // SIGTERM, then exit 0). It first appends a line to the file on fd 3:
 // its takeover count, died-at and stopping variables.
 func testChild(plan string) int {
-	if err := HoldLifeline(); err != nil {
+	if err := FromEnv().HoldLifeline(); err != nil {
 		return 8
 	}
 	n, _ := strconv.Atoi(os.Getenv(EnvTakeovers))

@@ -1,0 +1,82 @@
+// The serving process's side of the protocol: what its supervisor told it.
+
+package supervise
+
+import (
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// Started is what a serving process was told by the supervisor that
+// started it, read from its environment (the Env constants above) by
+// FromEnv. A standby is told the rest (Takeovers, DiedAt, HandedOver,
+// Stopping) with the go on its handover socket (Receive sets them): read
+// it again then.
+type Started struct {
+	// Serving: started by a supervisor (EnvServing); nothing below holds
+	// without it.
+	Serving bool
+	// Supervisor is the supervisor's process ID (EnvSupervisor).
+	Supervisor int
+	// Standby: started ahead, to wait on its handover socket until a
+	// serving process ends (EnvStandby).
+	Standby bool
+	// Released: the start environment has come (EnvTakeovers is set), at
+	// once for a process started after another ended, with the go for a
+	// standby.
+	Released bool
+	// Takeovers is how many serving processes ended before this one
+	// (EnvTakeovers).
+	Takeovers int
+	// DiedAt is when the one before died, zero if none did (EnvDiedAt):
+	// this process takes the device over from one that died.
+	DiedAt time.Time
+	// HandedOver: the one before handed over, an upgrade (EnvHandedOver).
+	HandedOver bool
+	// Stopping: a stop was asked for while none ran (EnvStopping).
+	Stopping bool
+	// ParentDeath is the signal this process is to get when the
+	// supervisor dies, 0 for none (EnvParentDeath).
+	ParentDeath syscall.Signal
+	// The handover socket's and the lifeline's descriptors, -1 for none.
+	handover, lifeline int
+}
+
+// FromEnv reads what the supervisor told this process.
+func FromEnv() Started {
+	s := Started{
+		Serving:    os.Getenv(EnvServing) != "",
+		Supervisor: atoi(os.Getenv(EnvSupervisor), 0),
+		Standby:    os.Getenv(EnvStandby) != "",
+		HandedOver: os.Getenv(EnvHandedOver) != "",
+		Stopping:   os.Getenv(EnvStopping) != "",
+		handover:   atoi(os.Getenv(EnvHandover), -1),
+		lifeline:   atoi(os.Getenv(EnvLifeline), -1),
+	}
+	if v, ok := os.LookupEnv(EnvTakeovers); ok {
+		s.Released, s.Takeovers = true, atoi(v, 0)
+	}
+	if ns, err := strconv.ParseInt(os.Getenv(EnvDiedAt), 10, 64); err == nil {
+		s.DiedAt = time.Unix(0, ns)
+	}
+	if n := atoi(os.Getenv(EnvParentDeath), 0); n > 0 {
+		s.ParentDeath = syscall.Signal(n)
+	}
+	return s
+}
+
+// SupervisorAlive reports whether this process's supervisor is still its
+// parent: false without one, and for an orphan whose supervisor died.
+func (s Started) SupervisorAlive() bool {
+	return s.Serving && s.Supervisor != 0 && s.Supervisor == os.Getppid()
+}
+
+func atoi(s string, none int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return none
+	}
+	return n
+}
