@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -97,4 +98,59 @@ func importsOf(t *testing.T, dir, module string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestDesignNamesEveryPackage checks that docs/DESIGN.md's "Where to look"
+// names every package of the module, and that the README's map names
+// none that does not exist.
+func TestDesignNamesEveryPackage(t *testing.T) {
+	root := filepath.Join("..", "..")
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "DESIGN.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, where, ok := strings.Cut(string(doc), "## Where to look")
+	if !ok {
+		t.Fatal(`docs/DESIGN.md has no "Where to look"`)
+	}
+	where, _, _ = strings.Cut(where, "\n## ")
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile("`((?:cmd|pkg|internal)/[a-z0-9/]+)`").FindAllStringSubmatch(where, -1) {
+		named[strings.TrimSuffix(m[1], "/")] = true
+	}
+	var packages []string
+	for _, dir := range []string{"cmd", "pkg", "internal"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() || d.Name() == "testdata" {
+				if d != nil && d.IsDir() && d.Name() == "testdata" {
+					return filepath.SkipDir
+				}
+				return err
+			}
+			if goFiles, _ := filepath.Glob(filepath.Join(path, "*.go")); len(goFiles) > 0 {
+				rel, _ := filepath.Rel(root, path)
+				packages = append(packages, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	exists := map[string]bool{}
+	for _, pkg := range packages {
+		exists[pkg] = true
+		if !named[pkg] {
+			t.Errorf("docs/DESIGN.md's \"Where to look\" does not name %s", pkg)
+		}
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`\b((?:pkg|internal)/[a-z0-9]+(?:/[a-z0-9]+)?)\b`).FindAllStringSubmatch(string(readme), -1) {
+		if name := m[1]; !exists[name] && !exists[filepath.Dir(name)] {
+			t.Errorf("the README names %s, which is no package", name)
+		}
+	}
 }
