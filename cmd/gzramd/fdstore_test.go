@@ -1,13 +1,12 @@
 package main
 
 import (
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -34,51 +33,26 @@ func TestStateThroughSystemdsStore(t *testing.T) {
 	copy(mem, "written before the handover")
 	unix.Munmap(mem)
 
-	sock := filepath.Join(t.TempDir(), "notify")
-	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	n := &notifier{addr: sock}
+	fake := listenNotify(t, false)
+	n := &notifier{addr: fake.addr}
 	if err := n.storeState(st); err != nil {
 		t.Fatal(err)
 	}
 	// What systemd would do: keep the descriptors, and pass them to the
 	// next process from 3 on, with their names.
-	var names []string
-	var fds []int
-	for range pipeline.StateFileNames {
-		buf, oob := make([]byte, 256), make([]byte, 64)
-		k, oobn, _, _, err := l.ReadMsgUnix(buf, oob)
-		if err != nil {
-			t.Fatal(err)
-		}
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err != nil || len(msgs) != 1 {
-			t.Fatalf("control messages %v, %v", msgs, err)
-		}
-		got, err := unix.ParseUnixRights(&msgs[0])
-		if err != nil || len(got) != 1 {
-			t.Fatalf("rights %v, %v", got, err)
-		}
-		fds = append(fds, got[0])
-		msg := string(buf[:k])
-		name, ok := strings.CutPrefix(msg, "FDSTORE=1\nFDNAME=")
-		if !ok {
-			t.Fatalf("message %q", msg)
-		}
-		names = append(names, name)
+	files, names, ok := fake.stored(len(pipeline.StateFileNames), 10*time.Second)
+	if !ok {
+		t.Fatalf("%d of %d files stored", len(files), len(pipeline.StateFileNames))
 	}
 	// systemd passes them to the next process from descriptor 3 on, in
 	// any order (reversed here): the names say which is which.
 	cmd := exec.Command(os.Args[0], "-test.run=^TestStateFromSystemdChild$", "-test.v")
 	var passedNames []string
-	for i := len(fds) - 1; i >= 0; i-- {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, os.NewFile(uintptr(fds[i]), names[i]))
+	for i := len(files) - 1; i >= 0; i-- {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, files[i])
 		passedNames = append(passedNames, names[i])
 	}
-	cmd.Env = append(os.Environ(), "GZRAMD_TEST_LISTEN_FDS="+strconv.Itoa(len(fds)), "LISTEN_FDNAMES="+strings.Join(passedNames, ":"))
+	cmd.Env = append(os.Environ(), "GZRAMD_TEST_LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(passedNames, ":"))
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestStateFromSystemdChild") {
 		t.Fatalf("the next process: %v\n%s", err, out)

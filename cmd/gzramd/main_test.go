@@ -101,11 +101,19 @@ var hardeningOff = []string{"--harden=false"}
 // ready.
 func startDaemon(t *testing.T, env []string, args ...string) *daemonProc {
 	t.Helper()
-	dir := t.TempDir()
-	d := &daemonProc{t: t, log: &syncBuffer{}, socket: filepath.Join(dir, "gzramd.sock"), done: make(chan struct{})}
-	full := append([]string{"serve", "--socket", d.socket, "--metrics", "127.0.0.1:0"}, args...)
-	d.cmd = exec.Command(gzramdBin, full...)
-	d.cmd.Env = append(cleanEnv(), env...)
+	socket := filepath.Join(t.TempDir(), "gzramd.sock")
+	cmd := exec.Command(gzramdBin, append([]string{"serve", "--socket", socket, "--metrics", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(cleanEnv(), env...)
+	d := runDaemon(t, cmd, socket)
+	d.waitReady(20 * time.Second)
+	return d
+}
+
+// runDaemon starts cmd, a gzramd serve on socket, and has the test's end
+// kill it and its serving process if they still run.
+func runDaemon(t *testing.T, cmd *exec.Cmd, socket string) *daemonProc {
+	t.Helper()
+	d := &daemonProc{t: t, cmd: cmd, log: &syncBuffer{}, socket: socket, done: make(chan struct{})}
 	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -118,30 +126,42 @@ func startDaemon(t *testing.T, env []string, args ...string) *daemonProc {
 		select {
 		case <-d.done:
 		default:
+			// Its serving process first: one whose supervisor died
+			// would serve on, holding the output pipe.
+			if pid := d.servingPID(); pid != d.cmd.Process.Pid {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
 			d.cmd.Process.Kill()
 			<-d.done
 		}
 		if t.Failed() {
-			t.Logf("gzramd log:\n%s", d.log.String())
+			t.Logf("gzramd log (%s):\n%s", strings.Join(d.cmd.Args, " "), d.log.String())
 		}
 	})
+	return d
+}
+
+// waitReady waits until the daemon says it is ready, and notes its
+// metrics address.
+func (d *daemonProc) waitReady(timeout time.Duration) {
+	d.t.Helper()
 	urlRE := regexp.MustCompile(`msg="serving metrics" url=http://([0-9.:]+)/metrics`)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for {
 		out := d.log.String()
 		if strings.Contains(out, "gzramd ready") {
 			if m := urlRE.FindStringSubmatch(out); m != nil {
 				d.metrics = m[1]
 			}
-			return d
+			return
 		}
 		select {
 		case <-d.done:
-			t.Fatalf("gzramd exited before it was ready: %v\n%s", d.err, out)
+			d.t.Fatalf("gzramd exited before it was ready: %v\n%s", d.err, out)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("gzramd not ready after 20s:\n%s", out)
+			d.t.Fatalf("gzramd not ready after %v:\n%s", timeout, out)
 		}
 	}
 }

@@ -379,39 +379,14 @@ func TestOtherSwapDoesNotBlockStop(t *testing.T) {
 
 // TestSystemdNotify plays systemd: a notify socket, a watchdog, a stop.
 func TestSystemdNotify(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	msgs := make(chan string, 64)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
+	fake := listenNotify(t, false)
 	expect := func(prefix string) {
 		t.Helper()
-		timeout := time.After(10 * time.Second)
-		for {
-			select {
-			case m := <-msgs:
-				if strings.HasPrefix(m, prefix) {
-					return
-				}
-			case <-timeout:
-				t.Fatalf("no %q from the daemon", prefix)
-			}
+		if _, ok := fake.expect(prefix, 10*time.Second); !ok {
+			t.Fatalf("no %q from the daemon", prefix)
 		}
 	}
-	d := startDaemon(t, []string{"NOTIFY_SOCKET=" + sock, "WATCHDOG_USEC=200000"}, hardeningOff...)
+	d := startDaemon(t, []string{"NOTIFY_SOCKET=" + fake.addr, "WATCHDOG_USEC=200000"}, hardeningOff...)
 	expect("READY=1")
 	expect("WATCHDOG=1")
 	expect("WATCHDOG=1")

@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/pipeline"
@@ -150,47 +146,14 @@ func TestUpgradeHandsOver(t *testing.T) {
 // has its serving process take the connections over from the orphan: a
 // connection open throughout goes on, and every page reads back.
 func TestOrphanHandsOverToTheNextSupervisor(t *testing.T) {
-	notify := filepath.Join(t.TempDir(), "notify")
-	nl, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
-	stored := make(chan *os.File, 16)
-	names := make(chan string, 16)
-	go func() {
-		for {
-			buf, oob := make([]byte, 4096), make([]byte, 128)
-			n, oobn, _, _, err := nl.ReadMsgUnix(buf, oob)
-			if err != nil {
-				return
-			}
-			name, ok := strings.CutPrefix(string(buf[:n]), "FDSTORE=1\nFDNAME=")
-			if !ok {
-				continue
-			}
-			cms, _ := unix.ParseSocketControlMessage(oob[:oobn])
-			for _, cm := range cms {
-				if fds, err := unix.ParseUnixRights(&cm); err == nil && len(fds) == 1 {
-					stored <- os.NewFile(uintptr(fds[0]), name)
-					names <- name
-				}
-			}
-		}
-	}()
+	notify := listenNotify(t, false)
 	args := append(hardeningOff, "--size", "64MiB")
-	d1 := startDaemon(t, []string{"NOTIFY_SOCKET=" + notify}, args...)
+	d1 := startDaemon(t, []string{"NOTIFY_SOCKET=" + notify.addr}, args...)
 	orphan := d1.servingPID()
 	t.Cleanup(func() { syscall.Kill(orphan, syscall.SIGKILL) })
-	var files []*os.File
-	var fdNames []string
-	for range pipeline.StateFileNames {
-		select {
-		case f := <-stored:
-			files, fdNames = append(files, f), append(fdNames, <-names)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the state did not reach the file descriptor store:\n%s", d1.log.String())
-		}
+	files, fdNames, ok := notify.stored(len(pipeline.StateFileNames), 10*time.Second)
+	if !ok {
+		t.Fatalf("the state did not reach the file descriptor store:\n%s", d1.log.String())
 	}
 	c := dialRaw(t, d1.socket)
 	data := writePages(t, c, 512, 256, 16, 6)
@@ -206,28 +169,10 @@ func TestOrphanHandsOverToTheNextSupervisor(t *testing.T) {
 
 	// systemd starts the unit again: the stored state from descriptor 3
 	// on, LISTEN_PID the new process's own.
-	d2 := &daemonProc{t: t, log: &syncBuffer{}, socket: d1.socket, done: make(chan struct{})}
-	d2.cmd = exec.Command("sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, gzramdBin, "serve", "--socket", d1.socket, "--metrics", "127.0.0.1:0"}, args...)...)
-	d2.cmd.Env = append(cleanEnv(), "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(fdNames, ":"))
-	d2.cmd.ExtraFiles = files
-	d2.cmd.Stdout, d2.cmd.Stderr = d2.log, d2.log
-	if err := d2.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		d2.err = d2.cmd.Wait()
-		close(d2.done)
-	}()
-	t.Cleanup(func() {
-		// Its serving process would serve on, an orphan, holding the
-		// output pipe: it goes first.
-		syscall.Kill(d2.servingPID(), syscall.SIGKILL)
-		d2.cmd.Process.Kill()
-		<-d2.done
-		if t.Failed() {
-			t.Logf("second gzramd log:\n%s", d2.log.String())
-		}
-	})
+	cmd := exec.Command("sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, gzramdBin, "serve", "--socket", d1.socket, "--metrics", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(cleanEnv(), "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(fdNames, ":"))
+	cmd.ExtraFiles = files
+	d2 := runDaemon(t, cmd, d1.socket)
 	d2.waitLog(`the orphaned serving process handed over and exited`, 30*time.Second)
 	d2.waitLog(`gzramd ready`, 30*time.Second)
 	d2.waitLog(`msg="serving the connections the last serving process handed over" connections=1`, time.Second)

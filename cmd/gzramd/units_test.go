@@ -1,12 +1,10 @@
 package main
 
 import (
-	"net"
 	"os"
 	"strconv"
 	"testing"
-
-	"github.com/gzramd/gzramd/internal/testneeds"
+	"time"
 )
 
 func TestParseDevice(t *testing.T) {
@@ -41,20 +39,13 @@ func TestSizes(t *testing.T) {
 }
 
 func TestNotifyAbstractSocket(t *testing.T) {
-	name := "gzramd-test-" + strconv.Itoa(os.Getpid())
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: "\x00" + name, Net: "unixgram"})
-	if err != nil {
-		testneeds.Machine(t, "abstract unix sockets (a Linux network namespace has them): %v", err)
-	}
-	defer conn.Close()
-	n := &notifier{addr: "@" + name}
+	fake := listenNotify(t, true)
+	n := &notifier{addr: fake.addr}
 	if err := n.notify("READY=1"); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 64)
-	k, err := conn.Read(buf)
-	if err != nil || string(buf[:k]) != "READY=1" {
-		t.Errorf("got %q, %v", buf[:k], err)
+	if m, ok := fake.expect("", 10*time.Second); !ok || m.text != "READY=1" {
+		t.Errorf("got %q", m.text)
 	}
 	if err := (&notifier{}).notify("READY=1"); err != nil {
 		t.Errorf("without NOTIFY_SOCKET notify must do nothing, got %v", err)
