@@ -137,9 +137,24 @@ var corpusOnce struct {
 // skips the test when there is none.
 func Corpus(tb testing.TB) []byte {
 	tb.Helper()
+	if pages := CorpusOr(tb, ""); pages != nil {
+		return pages
+	}
+	Skip(tb, KindCorpus, "", CorpusMissing)
+	return nil
+}
+
+// CorpusOr returns the corpus's pages, like Corpus, or, when there is
+// none, nil, having said what the test does instead (Part), for a test
+// that can go on without them.
+func CorpusOr(tb testing.TB, instead string) []byte {
+	tb.Helper()
 	corpusOnce.Do(func() { corpusOnce.pages, corpusOnce.err = corpus.Load("") })
 	if errors.Is(corpusOnce.err, corpus.ErrNotFound) {
-		Skip(tb, KindCorpus, "", CorpusMissing)
+		if instead != "" {
+			Part(tb, KindCorpus, "", "%s; %s", CorpusMissing, instead)
+		}
+		return nil
 	}
 	if corpusOnce.err != nil {
 		tb.Fatal(corpusOnce.err)

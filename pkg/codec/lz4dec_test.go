@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/lz4oracle"
 	"github.com/gzramd/gzramd/internal/testneeds"
 )
@@ -318,13 +317,9 @@ func TestLZ4DecodeCorrupted(t *testing.T) {
 	if testing.Short() {
 		most, rounds = 40, 40
 	}
-	if _, err := corpus.Find(); err != nil {
-		testneeds.Part(t, testneeds.KindCorpus, "", "%s; the edge pages only were corrupted", testneeds.CorpusMissing)
-	} else {
-		data := testneeds.Corpus(t)
-		for off := 0; off+PageSize <= len(data) && len(pages) < most; off += 117 * PageSize {
-			pages = append(pages, data[off:off+PageSize])
-		}
+	data := testneeds.CorpusOr(t, "the edge pages only were corrupted")
+	for off := 0; off+PageSize <= len(data) && len(pages) < most; off += 117 * PageSize {
+		pages = append(pages, data[off:off+PageSize])
 	}
 	buf := make([]byte, PageSize-1)
 	var accepted int

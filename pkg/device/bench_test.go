@@ -6,22 +6,18 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
 // BenchmarkWrite measures device ingest of corpus pages (or generated ones)
 // from several writers, one page per request, like the kernel's swap-out.
 func BenchmarkWrite(b *testing.B) {
-	var data []byte
-	if _, err := corpus.Find(); err != nil {
-		testneeds.Part(b, testneeds.KindCorpus, "", "%s; generated pages written instead", testneeds.CorpusMissing)
+	data := testneeds.CorpusOr(b, "generated pages written instead")
+	if data == nil {
 		data = make([]byte, 4096*pageSize)
 		for i := range data {
 			data[i] = byte(i/97) ^ byte(i/4096)
 		}
-	} else {
-		data = testneeds.Corpus(b)
 	}
 	pages := len(data) / pageSize
 	for _, writers := range []int{1, 8, 32} {
