@@ -48,7 +48,7 @@ func testServingDoesNotFault(t *testing.T, args ...string) *daemonProc {
 		testneeds.Machine(t, "mlockall, which fails here (RLIMIT_MEMLOCK: ulimit -l unlimited, or CAP_IPC_LOCK): without it page faults are not locked-memory faults")
 	}
 	pid := d.servingPID()
-	conns := []net.Conn{dialRaw(t, d.socket).nc, dialRaw(t, d.socket).nc}
+	conns := []net.Conn{dialRaw(t, d.socket).NC, dialRaw(t, d.socket).NC}
 	load := func(seed uint64, inFlight, maxShift int) {
 		var wg sync.WaitGroup
 		for i, nc := range conns {

@@ -453,7 +453,7 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	var enospc bool
 	for i := uint64(0); i < 4096 && !enospc; i++ {
 		rand.Read(page)
-		errno, err := c.write(i*4096, page)
+		errno, err := c.Write(i*4096, page)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,7 +25,7 @@ func TestLosePageOnTakeoverMutant(t *testing.T) {
 	c = dialRaw(t, d.socket)
 	lost := 0
 	for i := range pages {
-		got, errno, err := c.read(uint64(i)*4096, 4096)
+		got, errno, err := c.Read(uint64(i)*4096, 4096)
 		if err != nil || errno != 0 {
 			t.Fatalf("read page %d: %v, errno %d", i, err, errno)
 		}
@@ -39,7 +39,7 @@ func TestLosePageOnTakeoverMutant(t *testing.T) {
 	// Lost for good, not only in the one reply.
 	checked := 0
 	for i := range pages {
-		got, _, err := c.read(uint64(i)*4096, 4096)
+		got, _, err := c.Read(uint64(i)*4096, 4096)
 		if err == nil && !bytes.Equal(got, data[i*4096:(i+1)*4096]) {
 			checked++
 		}

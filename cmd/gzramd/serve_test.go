@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
 // TestStatusMatchesMetrics writes through real clients, then checks the
@@ -190,14 +189,10 @@ func promtool(t *testing.T, addr string) {
 	}
 }
 
-// rawClient speaks NBD's transmission phase directly, so a test knows
-// exactly which writes were acknowledged.
-type rawClient struct {
-	nc     net.Conn
-	cookie uint64
-}
-
-func dialRaw(t *testing.T, socket string) *rawClient {
+// dialRaw negotiates the daemon's export and speaks the transmission
+// phase directly (nbdtest), so that a test knows exactly which writes were
+// acknowledged.
+func dialRaw(t *testing.T, socket string) *nbdtest.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -206,30 +201,7 @@ func dialRaw(t *testing.T, socket string) *rawClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return &rawClient{nc: nc}
-}
-
-// write sends one NBD_CMD_WRITE and waits for its reply; it returns the
-// NBD error code, or an error when the connection failed first.
-func (c *rawClient) write(off uint64, data []byte) (uint32, error) {
-	c.cookie++
-	req := make([]byte, 28, 28+len(data))
-	binary.BigEndian.PutUint32(req[0:], 0x25609513)
-	binary.BigEndian.PutUint16(req[6:], uint16(nbd.CmdWrite))
-	binary.BigEndian.PutUint64(req[8:], c.cookie)
-	binary.BigEndian.PutUint64(req[16:], off)
-	binary.BigEndian.PutUint32(req[24:], uint32(len(data)))
-	if _, err := c.nc.Write(append(req, data...)); err != nil {
-		return 0, err
-	}
-	var rep [16]byte
-	if _, err := io.ReadFull(c.nc, rep[:]); err != nil {
-		return 0, err
-	}
-	if binary.BigEndian.Uint32(rep[0:]) != 0x67446698 || binary.BigEndian.Uint64(rep[8:]) != c.cookie {
-		return 0, io.ErrUnexpectedEOF
-	}
-	return binary.BigEndian.Uint32(rep[4:]), nil
+	return nbdtest.NewConn(nc)
 }
 
 // TestSIGTERMKeepsAcknowledgedWrites writes distinct pages one at a time
@@ -244,7 +216,7 @@ func TestSIGTERMKeepsAcknowledgedWrites(t *testing.T) {
 		page := make([]byte, 4096)
 		for i := uint64(0); i < 16384; i++ {
 			rand.Read(page[:512]) // distinct and compressible: never same-filled
-			errno, err := c.write(i*4096, page)
+			errno, err := c.Write(i*4096, page)
 			if err != nil {
 				errc <- nil // the daemon closed the connection: expected
 				return

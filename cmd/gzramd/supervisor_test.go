@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -18,34 +17,10 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
-	"github.com/gzramd/gzramd/pkg/pipeline"
-
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
+	"github.com/gzramd/gzramd/pkg/pipeline"
 )
-
-// read sends one NBD_CMD_READ and returns the data.
-func (c *rawClient) read(off uint64, n int) ([]byte, uint32, error) {
-	c.cookie++
-	req := make([]byte, 28)
-	binary.BigEndian.PutUint32(req[0:], 0x25609513)
-	binary.BigEndian.PutUint16(req[6:], uint16(nbd.CmdRead))
-	binary.BigEndian.PutUint64(req[8:], c.cookie)
-	binary.BigEndian.PutUint64(req[16:], off)
-	binary.BigEndian.PutUint32(req[24:], uint32(n))
-	if _, err := c.nc.Write(req); err != nil {
-		return nil, 0, err
-	}
-	var rep [16]byte
-	if _, err := io.ReadFull(c.nc, rep[:]); err != nil {
-		return nil, 0, err
-	}
-	if errno := binary.BigEndian.Uint32(rep[4:]); errno != 0 {
-		return nil, errno, nil
-	}
-	data := make([]byte, n)
-	_, err := io.ReadFull(c.nc, data)
-	return data, 0, err
-}
 
 // TestServingProcessDiesAndIsReplaced kills the serving process with
 // SIGKILL after it acknowledged writes: the supervisor starts another,
@@ -157,7 +132,7 @@ func TestOrphanHandsOverToTheNextSupervisor(t *testing.T) {
 	}
 	c := dialRaw(t, d1.socket)
 	data := writePages(t, c, 512, 256, 16, 6)
-	readAll := func(c *rawClient, when string) {
+	readAll := func(c *nbdtest.Conn, when string) {
 		t.Helper()
 		checkPages(t, c, data, when)
 	}
@@ -234,8 +209,8 @@ func TestTakeoverPauseReport(t *testing.T) {
 				time.Sleep(time.Millisecond)
 				continue
 			}
-			c = &rawClient{nc: nc}
-			got, errno, err := c.read(uint64(page)*4096, 4096)
+			c = nbdtest.NewConn(nc)
+			got, errno, err := c.Read(uint64(page)*4096, 4096)
 			if err != nil || errno != 0 {
 				nc.Close()
 				continue
@@ -247,7 +222,7 @@ func TestTakeoverPauseReport(t *testing.T) {
 			break
 		}
 		if last >= 0 {
-			got, errno, err := c.read(uint64(last)*4096, batch*4096)
+			got, errno, err := c.Read(uint64(last)*4096, batch*4096)
 			if err != nil || errno != 0 {
 				t.Fatalf("kill %d: reading back the pages written before it: %v, errno %d", k, err, errno)
 			}
@@ -259,10 +234,10 @@ func TestTakeoverPauseReport(t *testing.T) {
 		for i := range batch * 4096 / 8 {
 			binary.LittleEndian.PutUint64(data[last*4096+i*8:], r.Uint64()>>(r.Uint64()%64))
 		}
-		if errno, err := c.write(uint64(last)*4096, data[last*4096:(last+batch)*4096]); err != nil || errno != 0 {
+		if errno, err := c.Write(uint64(last)*4096, data[last*4096:(last+batch)*4096]); err != nil || errno != 0 {
 			t.Fatalf("kill %d: write of pages %d-%d: %v, errno %d", k, last, last+batch-1, err, errno)
 		}
-		c.nc.Close()
+		c.NC.Close()
 		for serving == d.servingPID() {
 			time.Sleep(time.Millisecond)
 		}
@@ -303,7 +278,7 @@ func TestTakeoverPauseReport(t *testing.T) {
 // writePages writes pages pages of half-random data (the first random
 // bytes of each, zeros after: they compress) through c, batch pages a
 // request, and returns what it wrote.
-func writePages(t *testing.T, c *rawClient, pages, random, batch int, seed uint64) []byte {
+func writePages(t *testing.T, c *nbdtest.Conn, pages, random, batch int, seed uint64) []byte {
 	t.Helper()
 	r := rand.New(rand.NewPCG(seed, seed))
 	data := make([]byte, pages*4096)
@@ -313,7 +288,7 @@ func writePages(t *testing.T, c *rawClient, pages, random, batch int, seed uint6
 		}
 	}
 	for i := 0; i < pages; i += batch {
-		if errno, err := c.write(uint64(i)*4096, data[i*4096:(i+batch)*4096]); err != nil || errno != 0 {
+		if errno, err := c.Write(uint64(i)*4096, data[i*4096:(i+batch)*4096]); err != nil || errno != 0 {
 			t.Fatalf("write %d: %v, errno %d", i, err, errno)
 		}
 	}
@@ -321,10 +296,10 @@ func writePages(t *testing.T, c *rawClient, pages, random, batch int, seed uint6
 }
 
 // checkPages reads data's pages back through c, 32 a request.
-func checkPages(t *testing.T, c *rawClient, data []byte, when string) {
+func checkPages(t *testing.T, c *nbdtest.Conn, data []byte, when string) {
 	t.Helper()
 	for i := 0; i < len(data)/4096; i += 32 {
-		got, errno, err := c.read(uint64(i)*4096, 32*4096)
+		got, errno, err := c.Read(uint64(i)*4096, 32*4096)
 		if err != nil || errno != 0 {
 			t.Fatalf("%s: read %d: %v, errno %d", when, i, err, errno)
 		}

@@ -13,9 +13,10 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
-	"golang.org/x/sys/unix"
 )
 
 // le builds expected netlink bytes (x86 and arm64 are little-endian; the

@@ -18,10 +18,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
-// rawClient speaks the transmission phase byte by byte, to send what no
-// well-behaved client would.
+// rawClient speaks the transmission phase byte by byte (nbdtest), to send
+// what no well-behaved client would.
 type rawClient struct {
 	t    testing.TB
 	nc   net.Conn
@@ -40,41 +42,26 @@ func dialRaw(t testing.TB, ts *testServer, export string) *rawClient {
 
 func (c *rawClient) send(cmd Command, flags uint16, cookie, off uint64, length uint32, payload []byte) {
 	c.t.Helper()
-	if _, err := c.nc.Write(appendRequest(nil, cmd, flags, cookie, off, length, payload)); err != nil {
+	if err := nbdtest.NewConn(c.nc).Send(uint16(cmd), flags, cookie, off, length, payload); err != nil {
 		c.t.Fatalf("sending %v: %v", cmd, err)
 	}
-}
-
-// appendRequest appends a request header and its payload to b.
-func appendRequest(b []byte, cmd Command, flags uint16, cookie, off uint64, length uint32, payload []byte) []byte {
-	var h [requestHeaderLen]byte
-	be.PutUint32(h[0:], magicRequest)
-	be.PutUint16(h[4:], flags)
-	be.PutUint16(h[6:], uint16(cmd))
-	be.PutUint64(h[8:], cookie)
-	be.PutUint64(h[16:], off)
-	be.PutUint32(h[24:], length)
-	return append(append(b, h[:]...), payload...)
 }
 
 // recv reads one simple reply header.
 func (c *rawClient) recv() (errno uint32, cookie uint64) {
 	c.t.Helper()
-	var h [replyHeaderLen]byte
 	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.ReadFull(c.nc, h[:]); err != nil {
+	errno, cookie, err := nbdtest.NewConn(c.nc).Reply()
+	if err != nil {
 		c.t.Fatalf("reading reply: %v", err)
 	}
-	if m := be.Uint32(h[:]); m != magicReply {
-		c.t.Fatalf("reply magic %#x", m)
-	}
-	return be.Uint32(h[4:]), be.Uint64(h[8:])
+	return errno, cookie
 }
 
 func (c *rawClient) recvData(n int) []byte {
 	c.t.Helper()
-	b := make([]byte, n)
-	if _, err := io.ReadFull(c.nc, b); err != nil {
+	b, err := nbdtest.NewConn(c.nc).Data(n)
+	if err != nil {
 		c.t.Fatalf("reading %d bytes of read reply: %v", n, err)
 	}
 	return b
@@ -922,7 +909,7 @@ func TestInlineHelpersRunSharesAtOnce(t *testing.T) {
 	// All n writes in one send, so that the reader finds them together.
 	var batch []byte
 	for i := range n {
-		batch = appendRequest(batch, CmdWrite, 0, uint64(i), uint64(i)*4096, 4096, bytes.Repeat([]byte{byte(i + 1)}, 4096))
+		batch = nbdtest.AppendRequest(batch, uint16(CmdWrite), 0, uint64(i), uint64(i)*4096, 4096, bytes.Repeat([]byte{byte(i + 1)}, 4096))
 	}
 	if _, err := c.nc.Write(batch); err != nil {
 		t.Fatal(err)

@@ -26,9 +26,10 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
-	"golang.org/x/sys/unix"
 )
 
 // TestKernelSurviveLive kills the process serving a kernel /dev/nbdN with
