@@ -25,6 +25,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/iolog"
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/nbddev"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/supervise"
 	"github.com/gzramd/gzramd/pkg/swapctl"
@@ -63,7 +64,7 @@ type daemon struct {
 	gpuSetup  gpuSetup              // how the GPU opens, for openLate
 	// kernel is the device attached by us (--device); /status reads it
 	// from the HTTP server's goroutines.
-	kernel atomic.Pointer[nbd.KernelDevice]
+	kernel atomic.Pointer[nbddev.Device]
 	swapOn bool // we ran swapon on kernel.Path
 	// stopKeeping stops replacing the kernel's closed connections
 	// (keepConnected), before the device is detached.
@@ -579,7 +580,7 @@ func (d *daemon) watchPrefault(ctx context.Context) {
 }
 
 // maxKernelRequest is the largest request the kernel device is allowed to
-// send (nbd.KernelDevice.LimitRequests): the largest reserved buffer.
+// send (nbddev.Device.LimitRequests): the largest reserved buffer.
 const maxKernelRequest = nbd.ReserveBufferMax
 
 // inlineHelpers decides nbd.Options.InlineHelpers from

@@ -11,7 +11,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/nbddev"
 	"github.com/gzramd/gzramd/pkg/supervise"
 )
 
@@ -153,7 +153,7 @@ func (d *daemon) handOverConnections(ctx context.Context) error {
 
 // keptAttached returns the kernel device whose connections were handed
 // over to this process: it kept them, and nothing is sent to it.
-func (d *daemon) keptAttached(opts nbd.KernelOptions) (*nbd.KernelDevice, error) {
-	opts.Index = nbd.AnyDevice
-	return nbd.FindAttached(opts)
+func (d *daemon) keptAttached(opts nbddev.Options) (*nbddev.Device, error) {
+	opts.Index = nbddev.AnyIndex
+	return nbddev.FindAttached(opts)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/nbddev"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/route"
 	"github.com/gzramd/gzramd/pkg/supervise"
@@ -160,8 +161,8 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.BoolVar(&cfg.swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
 	f.IntVar(&cfg.swapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
 	f.IntVar(&cfg.kernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
-	f.DurationVar(&cfg.kernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0: "+nbd.DefaultKernelTimeout.String()+"): a request in flight when the serving process dies is sent again to the next one after this long, and a request slower than this costs its connection (gzramd replaces it)")
-	f.DurationVar(&cfg.kernelDeadTimeout, "kernel-dead-timeout", nbd.DefaultDeadConnTimeout, "how long the kernel device holds its I/O while no serving process is connected (after a crash, until the supervisor's next one takes over) before failing it; -1s fails it at once, losing what is swapped there")
+	f.DurationVar(&cfg.kernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0: "+nbddev.DefaultTimeout.String()+"): a request in flight when the serving process dies is sent again to the next one after this long, and a request slower than this costs its connection (gzramd replaces it)")
+	f.DurationVar(&cfg.kernelDeadTimeout, "kernel-dead-timeout", nbddev.DefaultDeadConnTimeout, "how long the kernel device holds its I/O while no serving process is connected (after a crash, until the supervisor's next one takes over) before failing it; -1s fails it at once, losing what is swapped there")
 	f.BoolVar(&cfg.force, "force", false, "stop on SIGTERM even while the export is active swap that gzramd did not turn on (the swapped memory is lost)")
 
 	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")

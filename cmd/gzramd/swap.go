@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/nbddev"
 	"github.com/gzramd/gzramd/pkg/swapctl"
 )
 
@@ -50,7 +50,7 @@ func (d *daemon) attach(ctx context.Context) error {
 	if _, err := os.Stat(sysModuleNBD); err != nil {
 		return fmt.Errorf("--device %s: the kernel's nbd module is not loaded (run modprobe nbd; it ships with the kernel)", d.cfg.device)
 	}
-	opts := nbd.KernelOptions{
+	opts := nbddev.Options{
 		Export: d.cfg.export, Index: index, Connections: d.cfg.kernelConns,
 		Timeout: d.cfg.kernelTimeout, DeadConnTimeout: d.cfg.kernelDeadTimeout,
 	}
@@ -75,7 +75,7 @@ func (d *daemon) attach(ctx context.Context) error {
 			return nil
 		}
 	}
-	kd, err := nbd.AttachKernel(ctx, opts)
+	kd, err := nbddev.Attach(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("--device %s: %w", d.cfg.device, err)
 	}
@@ -101,13 +101,13 @@ func (d *daemon) attach(ctx context.Context) error {
 // reattach takes over the kernel device a serving process before this one
 // attached, if one waits for this export. It reports false, and no
 // error, when none does: the device was never attached, or was detached.
-func (d *daemon) reattach(ctx context.Context, opts nbd.KernelOptions) (bool, error) {
-	opts.Index = nbd.AnyDevice // the one whose backend is this export, whatever --device says
+func (d *daemon) reattach(ctx context.Context, opts nbddev.Options) (bool, error) {
+	opts.Index = nbddev.AnyIndex // the one whose backend is this export, whatever --device says
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, reattachTimeout)
-	kd, err := nbd.ReattachKernel(rctx, opts)
+	kd, err := nbddev.Reattach(rctx, opts)
 	cancel()
-	if errors.Is(err, nbd.ErrNoKernelDevice) {
+	if errors.Is(err, nbddev.ErrNoDevice) {
 		d.log.Warn("no kernel device waits for this export; attaching one afresh", "why", err)
 		return false, nil
 	}
@@ -119,7 +119,7 @@ func (d *daemon) reattach(ctx context.Context, opts nbd.KernelOptions) (bool, er
 
 // takeOver makes kd, the kernel device of the serving process before this
 // one, this one's: swap on it is ours to turn off at stop.
-func (d *daemon) takeOver(ctx context.Context, kd *nbd.KernelDevice, msg string, start time.Time) error {
+func (d *daemon) takeOver(ctx context.Context, kd *nbddev.Device, msg string, start time.Time) error {
 	d.kernel.Store(kd)
 	swap := d.host.IsSwap(kd.Path)
 	if !swap && swapctl.InUse(kd.Path) {
@@ -162,7 +162,7 @@ const reattachTimeout = 30 * time.Second
 // limitRequests keeps the kernel's requests within the buffers each
 // connection holds resident (connBufferReserve): larger ones would
 // allocate while serving.
-func (d *daemon) limitRequests(kd *nbd.KernelDevice) {
+func (d *daemon) limitRequests(kd *nbddev.Device) {
 	if !d.cfg.harden {
 		return
 	}
@@ -175,7 +175,7 @@ func (d *daemon) limitRequests(kd *nbd.KernelDevice) {
 
 // makeSwap checks the device with a write, read back and discard, and
 // turns swap on.
-func (d *daemon) makeSwap(ctx context.Context, kd *nbd.KernelDevice) error {
+func (d *daemon) makeSwap(ctx context.Context, kd *nbddev.Device) error {
 	start := time.Now()
 	if err := swapctl.SelfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.kernelConns, 16)); err != nil {
 		return fmt.Errorf("%s: not making it swap: %w", kd.Path, err)
@@ -198,7 +198,7 @@ func (d *daemon) makeSwap(ctx context.Context, kd *nbd.KernelDevice) error {
 // fails its I/O once the dead-connection timeout passes. The kernel's
 // connections are the ones this process dialed itself, which only a Unix
 // socket tells (the peer's pid).
-func (d *daemon) keepConnected(kd *nbd.KernelDevice) {
+func (d *daemon) keepConnected(kd *nbddev.Device) {
 	if kd.SurvivesRestart() != nil {
 		return
 	}

@@ -18,12 +18,8 @@
 // way writes every queued reply in one writev. Nothing on that path
 // allocates in steady state (BenchmarkRequests).
 //
-// The kernel: AttachKernel dials the server, negotiates each socket with
-// the client side of the handshake (Negotiate), and hands the sockets to
-// /dev/nbdN with generic netlink (NBD_CMD_CONNECT), or the ioctl interface
-// where netlink is missing; KernelDevice.Detach undoes it. DeviceInUse and
-// FindFreeDevice read /sys/block. testdata/kernelvm.sh runs the kernel
-// tests in a QEMU guest.
+// The client side of the handshake (Dial, Negotiate) is here too, for the
+// kernel's device (package nbddev) and for tests.
 package nbd
 
 import "context"

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
 // BenchmarkRequests drives the server over a unix socket with a pipelined
@@ -37,7 +39,7 @@ func (o *atomicObserver) RequestDone(cmd Command, length uint32, d time.Duration
 
 func benchRequests(b *testing.B, cmd Command, size uint32, qd int, obs Observer) {
 	const devSize = 64 << 20
-	mem := newMemBackend(devSize)
+	mem := nbdtest.NewMemBackend(devSize)
 	ts := startServer(b, []Export{{Name: "d", Backend: mem}}, Options{Observer: obs})
 	nc, _, err := Dial(context.Background(), "unix", ts.sock, "d")
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
 // Negotiate against nbdkit, the reference C server.
@@ -120,7 +122,7 @@ func TestNegotiateFallsBackToExportName(t *testing.T) {
 
 // Negotiate reports a refused export with the server's reply.
 func TestNegotiateUnknownExport(t *testing.T) {
-	ts := startServer(t, []Export{{Name: "d", Backend: newMemBackend(4096)}}, Options{})
+	ts := startServer(t, []Export{{Name: "d", Backend: nbdtest.NewMemBackend(4096)}}, Options{})
 	_, _, err := Dial(context.Background(), "unix", ts.sock, "nosuch")
 	var oe *OptionError
 	if !errors.As(err, &oe) || oe.Reply != repErrUnknown || oe.Message == "" {

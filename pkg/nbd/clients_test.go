@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
 // These tests drive the server with real NBD clients from Debian (libnbd-bin,
@@ -35,10 +37,10 @@ func runTool(t *testing.T, name string, args ...string) string {
 func TestNbdinfo(t *testing.T) {
 	testneeds.Command(t, "nbdinfo", "libnbd-bin")
 	base := runtime.NumGoroutine()
-	mem := newMemBackend(3 << 20)
+	mem := nbdtest.NewMemBackend(3 << 20)
 	ts := startServer(t, []Export{
 		{Name: "swap", Description: "gzramd test", Backend: mem},
-		{Name: "other", Backend: newMemBackend(1 << 20)},
+		{Name: "other", Backend: nbdtest.NewMemBackend(1 << 20)},
 	}, Options{})
 
 	var info struct {
@@ -97,7 +99,7 @@ func TestNbdinfo(t *testing.T) {
 
 func TestNbdsh(t *testing.T) {
 	testneeds.Command(t, "nbdsh", "python3-libnbd")
-	mem := newMemBackend(8 << 20)
+	mem := nbdtest.NewMemBackend(8 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 	script := `
 import nbd, os, random
@@ -170,7 +172,7 @@ print("ok")
 	if strings.TrimSpace(out) != "ok" {
 		t.Fatalf("nbdsh: %s", out)
 	}
-	if mem.flushCount() == 0 {
+	if mem.Flushes() == 0 {
 		t.Error("flush never reached the backend")
 	}
 }
@@ -178,7 +180,7 @@ print("ok")
 func TestNbdcopyRoundTrip(t *testing.T) {
 	testneeds.Command(t, "nbdcopy", "libnbd-bin")
 	const size = 16 << 20
-	mem := newMemBackend(size)
+	mem := nbdtest.NewMemBackend(size)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 	dir := t.TempDir()
 	src := make([]byte, size)
@@ -190,7 +192,7 @@ func TestNbdcopyRoundTrip(t *testing.T) {
 	}
 	// Four connections, many requests each.
 	runTool(t, "nbdcopy", "--connections=4", "--requests=32", in, ts.uri("d"))
-	if !bytes.Equal(mem.snapshot(), src) {
+	if !bytes.Equal(mem.Snapshot(), src) {
 		t.Fatal("backend differs from source after nbdcopy in")
 	}
 	runTool(t, "nbdcopy", "--connections=4", ts.uri("d"), outFile)
@@ -206,7 +208,7 @@ func TestNbdcopyRoundTrip(t *testing.T) {
 func TestQemu(t *testing.T) {
 	testneeds.Command(t, "qemu-io", "qemu-utils")
 	testneeds.Command(t, "qemu-img", "qemu-utils")
-	mem := newMemBackend(4 << 20)
+	mem := nbdtest.NewMemBackend(4 << 20)
 	ts := startServer(t, []Export{{Name: "q", Backend: mem}}, Options{})
 	uri := ts.uri("q")
 	runTool(t, "qemu-io", "-f", "raw",
@@ -225,7 +227,7 @@ func TestQemu(t *testing.T) {
 	if strings.Contains(out, "Pattern verification failed") || strings.Contains(out, "failed") {
 		t.Fatalf("qemu-io verify: %s", out)
 	}
-	data := mem.snapshot()
+	data := mem.Snapshot()
 	if data[776] != 0xab || data[777] != 0xcd || data[777+4999] != 0xcd || data[777+5000] != 0xab {
 		t.Fatal("qemu-io writes not in backend")
 	}
@@ -248,7 +250,7 @@ func TestQemu(t *testing.T) {
 
 func TestFioVerify(t *testing.T) {
 	testneeds.Command(t, "fio", "fio")
-	mem := newMemBackend(32 << 20)
+	mem := nbdtest.NewMemBackend(32 << 20)
 	ts := startServer(t, []Export{{Name: "f", Backend: mem}}, Options{})
 	size := "32M"
 	if testing.Short() {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
 // BenchmarkFio measures 4 KiB random IOPS with fio's nbd engine against
@@ -25,7 +27,7 @@ func BenchmarkFio(b *testing.B) {
 			for _, jobs := range []int{1, 4} {
 				name := fmt.Sprintf("%s/qd%d/conns%d", rw, qd, jobs)
 				b.Run(name, func(b *testing.B) {
-					mem := newMemBackend(256 << 20)
+					mem := nbdtest.NewMemBackend(256 << 20)
 					ts := startServer(b, []Export{{Name: "", Backend: mem}}, Options{})
 					var ours, theirs float64
 					for i := 0; i < b.N; i++ {

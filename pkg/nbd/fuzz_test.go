@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
 // scriptConn is a net.Conn that reads a fixed script and records what is
@@ -70,8 +72,8 @@ func serveScript(srv *Server, input []byte) []byte {
 
 func fuzzServer(t testing.TB) *Server {
 	srv, err := NewServer([]Export{
-		{Name: "d", Description: "fuzz", Backend: newMemBackend(1 << 20)},
-		{Name: "e", Backend: newMemBackend(4096)},
+		{Name: "d", Description: "fuzz", Backend: nbdtest.NewMemBackend(1 << 20)},
+		{Name: "e", Backend: nbdtest.NewMemBackend(4096)},
 	}, Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxInFlight: 8})
 	if err != nil {
 		t.Fatal(err)

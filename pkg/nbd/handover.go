@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // HandedConn is a connection in the transmission phase that a server
@@ -60,7 +62,7 @@ func (s *Server) HandOver(ctx context.Context) ([]HandedConn, error) {
 // replies written, as handed over: its socket is duplicated (the
 // connection's own descriptor closes as it ends).
 func (s *Server) handedOver(c *conn) {
-	f, err := socketFile(c.sock)
+	f, err := SocketFile(c.sock)
 	if err != nil {
 		s.log.Error("nbd: handing a connection over; dropping it", "remote", c.remote(), "err", err)
 		return
@@ -144,4 +146,24 @@ func (c *conn) stopAtBoundary(partial []byte) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// SocketFile returns a blocking duplicate of c's socket: for the kernel,
+// which reads and writes it itself, or for handing the connection over.
+func SocketFile(c net.Conn) (*os.File, error) {
+	fc, ok := c.(interface{ File() (*os.File, error) })
+	if !ok {
+		return nil, fmt.Errorf("%T has no file descriptor", c)
+	}
+	f, err := fc.File()
+	if err != nil {
+		return nil, fmt.Errorf("socket file descriptor: %w", err)
+	}
+	// The kernel reads and writes the socket itself; nbd-client hands
+	// it over blocking, and so do we.
+	if err := unix.SetNonblock(int(f.Fd()), false); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("clearing O_NONBLOCK: %w", err)
+	}
+	return f, nil
 }

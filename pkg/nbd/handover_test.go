@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
 // TestHandOverMidStream: a client keeps 32 requests in flight (writes of
@@ -17,7 +19,7 @@ import (
 // reply, in step, and never a disconnect.
 func TestHandOverMidStream(t *testing.T) {
 	const block, blocks = 4096, 1024
-	mem := newMemBackend(block * blocks)
+	mem := nbdtest.NewMemBackend(block * blocks)
 	exports := []Export{{Name: "h", Backend: mem}}
 	a := startServer(t, exports, Options{})
 	nc, _, err := Dial(context.Background(), "unix", a.sock, "h")
@@ -156,7 +158,7 @@ func TestHandOverMidStream(t *testing.T) {
 		t.Fatalf("the client saw %v", err)
 	default:
 	}
-	snap := mem.snapshot()
+	snap := mem.Snapshot()
 	for i, w := range want {
 		if w != nil && !bytes.Equal(snap[i*block:(i+1)*block], w) {
 			t.Fatalf("block %d differs after the handover", i)

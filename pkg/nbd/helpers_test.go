@@ -9,97 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 )
-
-// memBackend is an in-memory Backend for tests.
-type memBackend struct {
-	mu      sync.RWMutex
-	data    []byte
-	flushes int
-	// hook, if set, runs at the start of every call (to inject faults).
-	hook func(op string, off int64) error
-}
-
-func newMemBackend(size int) *memBackend { return &memBackend{data: make([]byte, size)} }
-
-func (m *memBackend) Size() int64 { return int64(len(m.data)) }
-
-func (m *memBackend) call(op string, off int64) error {
-	if m.hook != nil {
-		return m.hook(op, off)
-	}
-	return nil
-}
-
-func (m *memBackend) ReadAt(_ context.Context, p []byte, off int64) error {
-	if err := m.call("read", off); err != nil {
-		return err
-	}
-	m.mu.RLock()
-	copy(p, m.data[off:])
-	m.mu.RUnlock()
-	return nil
-}
-
-func (m *memBackend) WriteAt(_ context.Context, p []byte, off int64, fua bool) error {
-	if err := m.call("write", off); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	copy(m.data[off:], p)
-	m.mu.Unlock()
-	return nil
-}
-
-func (m *memBackend) zero(off, length int64) {
-	m.mu.Lock()
-	clear(m.data[off : off+length])
-	m.mu.Unlock()
-}
-
-func (m *memBackend) Trim(_ context.Context, off, length int64) error {
-	if err := m.call("trim", off); err != nil {
-		return err
-	}
-	m.zero(off, length)
-	return nil
-}
-
-func (m *memBackend) WriteZeroes(_ context.Context, off, length int64, noHole bool) error {
-	if err := m.call("zero", off); err != nil {
-		return err
-	}
-	m.zero(off, length)
-	return nil
-}
-
-func (m *memBackend) Flush(context.Context) error {
-	if err := m.call("flush", 0); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	m.flushes++
-	m.mu.Unlock()
-	return nil
-}
-
-func (m *memBackend) flushCount() int {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.flushes
-}
-
-func (m *memBackend) snapshot() []byte {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return append([]byte(nil), m.data...)
-}
 
 // testServer is a Server listening on a unix socket in a temp dir.
 type testServer struct {

@@ -9,13 +9,15 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
-// receivingBackend is a memBackend that receives write payloads itself
+// receivingBackend is a MemBackend that receives write payloads itself
 // (WriteReceiver), into two buffers of its own per write, for writes that
 // start on an 8 KiB boundary; it declines the others.
 type receivingBackend struct {
-	*memBackend
+	*nbdtest.MemBackend
 	received, completed, aborted, declined atomic.Int64
 }
 
@@ -39,7 +41,7 @@ func (b *receivingBackend) ReceiveWrite(off int64, length int) (Receipt, bool) {
 func (b *receivingBackend) CompleteWrite(ctx context.Context, rc Receipt, fua bool) error {
 	r := rc.(*testReceipt)
 	b.completed.Add(1)
-	return b.memBackend.WriteAt(ctx, append(append([]byte(nil), r.bufs[0]...), r.bufs[1]...), r.off, fua)
+	return b.MemBackend.WriteAt(ctx, append(append([]byte(nil), r.bufs[0]...), r.bufs[1]...), r.off, fua)
 }
 
 func (b *receivingBackend) AbortWrite(Receipt) { b.aborted.Add(1) }
@@ -49,7 +51,7 @@ func (b *receivingBackend) AbortWrite(Receipt) { b.aborted.Add(1) }
 // through WriteAt, and every receipt is completed.
 func TestWriteReceiverGetsPayloads(t *testing.T) {
 	base := runtime.NumGoroutine()
-	be := &receivingBackend{memBackend: newMemBackend(1 << 20)}
+	be := &receivingBackend{MemBackend: nbdtest.NewMemBackend(1 << 20)}
 	ts := startServer(t, []Export{{Name: "r", Backend: be}}, Options{})
 	c := dialRaw(t, ts, "r")
 	r := rand.New(rand.NewPCG(1, 1))
@@ -88,7 +90,7 @@ func TestWriteReceiverGetsPayloads(t *testing.T) {
 	if be.completed.Load() != be.received.Load() || be.aborted.Load() != 0 {
 		t.Fatalf("received %d, completed %d, aborted %d", be.received.Load(), be.completed.Load(), be.aborted.Load())
 	}
-	if !bytes.Equal(be.snapshot(), model) {
+	if !bytes.Equal(be.Snapshot(), model) {
 		t.Fatal("the export differs from the model")
 	}
 }
@@ -96,7 +98,7 @@ func TestWriteReceiverGetsPayloads(t *testing.T) {
 // TestWriteReceiverAbortsTruncatedPayload: a client that hangs up in the
 // middle of a received payload leaves no receipt behind.
 func TestWriteReceiverAbortsTruncatedPayload(t *testing.T) {
-	be := &receivingBackend{memBackend: newMemBackend(1 << 20)}
+	be := &receivingBackend{MemBackend: nbdtest.NewMemBackend(1 << 20)}
 	ts := startServer(t, []Export{{Name: "r", Backend: be}}, Options{})
 	c := dialRaw(t, ts, "r")
 	c.send(CmdWrite, 0, 1, 0, 65536, make([]byte, 40000))
@@ -115,7 +117,7 @@ func TestWriteReceiverAbortsTruncatedPayload(t *testing.T) {
 // TestWriteReceiverConcurrent writes from several connections at once
 // (run with -race).
 func TestWriteReceiverConcurrent(t *testing.T) {
-	be := &receivingBackend{memBackend: newMemBackend(4 << 20)}
+	be := &receivingBackend{MemBackend: nbdtest.NewMemBackend(4 << 20)}
 	ts := startServer(t, []Export{{Name: "r", Backend: be}}, Options{})
 	var wg sync.WaitGroup
 	for w := range 4 {

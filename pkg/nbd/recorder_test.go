@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
 type recorded struct {
@@ -29,7 +31,7 @@ func (r *listRecorder) RecordRequest(cmd Command, off uint64, length uint32) {
 func TestRecorder(t *testing.T) {
 	rec := &listRecorder{}
 	const size = 1 << 20
-	ts := startServer(t, []Export{{Name: "d", Backend: newMemBackend(size)}}, Options{Recorder: rec})
+	ts := startServer(t, []Export{{Name: "d", Backend: nbdtest.NewMemBackend(size)}}, Options{Recorder: rec})
 	c := dialRaw(t, ts, "d")
 	c.expect(0, CmdWrite, 0, 8192, 4096, make([]byte, 4096))
 	c.expect(0, CmdRead, 0, 4096, 12288, nil)

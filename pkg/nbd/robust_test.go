@@ -106,7 +106,7 @@ func expectClosed(t testing.TB, nc net.Conn) {
 
 func TestBadRequests(t *testing.T) {
 	base := runtime.NumGoroutine()
-	mem := newMemBackend(1 << 20)
+	mem := nbdtest.NewMemBackend(1 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 	c := dialRaw(t, ts, "d")
 	if c.info.Size != 1<<20 || c.info.Flags != serverFlags || c.info.PreferredBlock != 4096 || c.info.MaxBlock != MaxPayload {
@@ -146,7 +146,7 @@ func TestBadRequests(t *testing.T) {
 	// connection stays usable.
 	c.expect(errnoInval, CmdWrite, 0, 0, MaxPayload+4096, bytes.Repeat([]byte{0xcc}, MaxPayload+4096))
 	c.roundTrip(4096)
-	if got := mem.snapshot(); got[0] != 0 {
+	if got := mem.Snapshot(); got[0] != 0 {
 		t.Error("oversized write reached the backend")
 	}
 
@@ -165,7 +165,7 @@ func TestBadRequests(t *testing.T) {
 
 func TestTruncatedAndAbrupt(t *testing.T) {
 	base := runtime.NumGoroutine()
-	mem := newMemBackend(1 << 20)
+	mem := nbdtest.NewMemBackend(1 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 
 	// A write whose payload never fully arrives changes nothing.
@@ -193,7 +193,7 @@ func TestTruncatedAndAbrupt(t *testing.T) {
 
 	ok := dialRaw(t, ts, "d")
 	ok.roundTrip(1 << 19)
-	if got := mem.snapshot(); got[0] != 0 {
+	if got := mem.Snapshot(); got[0] != 0 {
 		t.Error("a truncated write reached the backend")
 	}
 	ts.shutdown(t)
@@ -235,7 +235,7 @@ func goData(name string, infos ...uint16) []byte {
 
 func TestHandshakeBadInput(t *testing.T) {
 	base := runtime.NumGoroutine()
-	mem := newMemBackend(1 << 20)
+	mem := nbdtest.NewMemBackend(1 << 20)
 	ts := startServer(t, []Export{{Name: "d", Description: "desc", Backend: mem}}, Options{})
 
 	expectReply := func(nc net.Conn, opt, want uint32) []byte {
@@ -351,7 +351,7 @@ func TestHandshakeBadInput(t *testing.T) {
 
 func TestHalfOpenConnections(t *testing.T) {
 	base := runtime.NumGoroutine()
-	mem := newMemBackend(1 << 20)
+	mem := nbdtest.NewMemBackend(1 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{HandshakeTimeout: 300 * time.Millisecond})
 	n := 300
 	if testing.Short() {
@@ -382,8 +382,8 @@ func TestHalfOpenConnections(t *testing.T) {
 
 func TestBackendPanicAndErrors(t *testing.T) {
 	base := runtime.NumGoroutine()
-	mem := newMemBackend(1 << 20)
-	mem.hook = func(op string, off int64) error {
+	mem := nbdtest.NewMemBackend(1 << 20)
+	mem.Hook = func(op string, off int64) error {
 		switch off {
 		case 200 * 4096:
 			panic("backend bug")
@@ -422,7 +422,7 @@ func TestBackendPanicAndErrors(t *testing.T) {
 
 // blockingBackend holds every write until released, to test shutdown.
 type blockingBackend struct {
-	*memBackend
+	*nbdtest.MemBackend
 	entered chan struct{}
 	release chan struct{}
 }
@@ -430,13 +430,13 @@ type blockingBackend struct {
 func (b *blockingBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
 	b.entered <- struct{}{}
 	<-b.release
-	return b.memBackend.WriteAt(ctx, p, off, fua)
+	return b.MemBackend.WriteAt(ctx, p, off, fua)
 }
 
 func TestShutdownFinishesInFlight(t *testing.T) {
 	needsConcurrency(t)
 	base := runtime.NumGoroutine()
-	bb := &blockingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	bb := &blockingBackend{MemBackend: nbdtest.NewMemBackend(1 << 20), entered: make(chan struct{}, 8), release: make(chan struct{})}
 	ts := startServer(t, []Export{{Name: "d", Backend: bb}}, Options{})
 	c := dialRaw(t, ts, "d")
 	idle := handshakeConn(t, ts) // a connection still in its handshake
@@ -469,7 +469,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 		t.Fatalf("Shutdown: %v; replies %v", shutdownErr, seen)
 	}
 	for i := range 4 {
-		if got := bb.snapshot()[i*4096]; got != byte(i+1) {
+		if got := bb.Snapshot()[i*4096]; got != byte(i+1) {
 			t.Errorf("write %d not held: %d", i, got)
 		}
 	}
@@ -486,7 +486,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 func TestShutdownDeadline(t *testing.T) {
 	needsConcurrency(t)
 	base := runtime.NumGoroutine()
-	bb := &blockingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	bb := &blockingBackend{MemBackend: nbdtest.NewMemBackend(1 << 20), entered: make(chan struct{}, 1), release: make(chan struct{})}
 	ts := startServer(t, []Export{{Name: "d", Backend: bb}}, Options{})
 	c := dialRaw(t, ts, "d")
 	c.send(CmdWrite, 0, 1, 0, 4096, make([]byte, 4096))
@@ -506,7 +506,7 @@ func TestShutdownDeadline(t *testing.T) {
 }
 
 func TestNewServerValidates(t *testing.T) {
-	m := newMemBackend(4096)
+	m := nbdtest.NewMemBackend(4096)
 	for _, tc := range []struct {
 		name    string
 		exports []Export
@@ -526,7 +526,7 @@ func TestNewServerValidates(t *testing.T) {
 
 func TestMultipleListeners(t *testing.T) {
 	base := runtime.NumGoroutine()
-	mem := newMemBackend(1 << 20)
+	mem := nbdtest.NewMemBackend(1 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 	tl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -558,7 +558,7 @@ func TestMultipleListeners(t *testing.T) {
 
 // countingBackend records how many writes run at once.
 type countingBackend struct {
-	*memBackend
+	*nbdtest.MemBackend
 	mu        sync.Mutex
 	cur, peak int
 	entered   chan struct{}
@@ -575,13 +575,13 @@ func (b *countingBackend) WriteAt(ctx context.Context, p []byte, off int64, fua 
 	b.mu.Lock()
 	b.cur--
 	b.mu.Unlock()
-	return b.memBackend.WriteAt(ctx, p, off, fua)
+	return b.MemBackend.WriteAt(ctx, p, off, fua)
 }
 
 func TestInFlightByteBudget(t *testing.T) {
 	needsConcurrency(t)
 	base := runtime.NumGoroutine()
-	cb := &countingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, 16), release: make(chan struct{})}
+	cb := &countingBackend{MemBackend: nbdtest.NewMemBackend(1 << 20), entered: make(chan struct{}, 16), release: make(chan struct{})}
 	ts := startServer(t, []Export{{Name: "d", Backend: cb}}, Options{MaxInFlightBytes: 64 << 10})
 	c := dialRaw(t, ts, "d")
 	// The writes outgrow the socket buffer once the server stops reading,
@@ -618,7 +618,7 @@ func TestInFlightByteBudget(t *testing.T) {
 // A client that sends its requests right behind NBD_OPT_GO, before the
 // server's replies, is served all the same.
 func TestPipelinedHandshake(t *testing.T) {
-	mem := newMemBackend(1 << 20)
+	mem := nbdtest.NewMemBackend(1 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 	nc, err := net.Dial("unix", ts.sock)
 	if err != nil {
@@ -668,7 +668,7 @@ func TestPipelinedHandshake(t *testing.T) {
 // the handshake deadline, even with the server blocked writing to it.
 func TestHandshakeClientNeverReads(t *testing.T) {
 	base := runtime.NumGoroutine()
-	mem := newMemBackend(1 << 20)
+	mem := nbdtest.NewMemBackend(1 << 20)
 	names := make([]Export, 50)
 	for i := range names {
 		names[i] = Export{Name: fmt.Sprintf("export-%02d-%s", i, bytes.Repeat([]byte("x"), 3000)), Backend: mem}
@@ -707,7 +707,7 @@ func (o *countObserver) RequestDone(cmd Command, length uint32, d time.Duration,
 
 func TestObserver(t *testing.T) {
 	obs := &countObserver{byCmd: map[Command]int{}, errors: map[uint32]int{}}
-	ts := startServer(t, []Export{{Name: "d", Backend: newMemBackend(1 << 20)}}, Options{Observer: obs})
+	ts := startServer(t, []Export{{Name: "d", Backend: nbdtest.NewMemBackend(1 << 20)}}, Options{Observer: obs})
 	c := dialRaw(t, ts, "d")
 	c.roundTrip(0)
 	c.expect(0, CmdFlush, 0, 0, 0, nil)
@@ -747,7 +747,7 @@ func TestProtocolErrorWithUnreadReplies(t *testing.T) {
 	// Inline, the reader is the one writing the unread replies: it reaches
 	// the bad magic only once the client reads.
 	needsConcurrency(t)
-	mem := newMemBackend(16 << 20)
+	mem := nbdtest.NewMemBackend(16 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
 	c := dialRaw(t, ts, "d")
 	// 100 reads of 64 KiB: more reply data than a socket holds, fewer
@@ -766,7 +766,7 @@ func TestProtocolErrorWithUnreadReplies(t *testing.T) {
 // With ReplyTimeout, a client that keeps MaxInFlight requests waiting on
 // replies it never reads is dropped.
 func TestReplyTimeout(t *testing.T) {
-	mem := newMemBackend(16 << 20)
+	mem := nbdtest.NewMemBackend(16 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{ReplyTimeout: 200 * time.Millisecond, MaxInFlight: 16})
 	c := dialRaw(t, ts, "d")
 	var msg []byte
@@ -784,7 +784,7 @@ func TestReplyTimeout(t *testing.T) {
 // they mix, and however many larger requests came before.
 func TestReserveBuffersServeWithoutAllocating(t *testing.T) {
 	const reserve = 2 << 20
-	mem := newMemBackend(32 << 20)
+	mem := nbdtest.NewMemBackend(32 << 20)
 	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{ReserveBuffers: reserve})
 	c := dialRaw(t, ts, "d")
 	// Large writes first, which allocate and fill the connection's cache
@@ -870,7 +870,7 @@ func (l *wrappingListener) Accept() (net.Conn, error) {
 // (NetConn), in one writev for a header and its payload (or for several
 // replies), not through the wrapper's Write, a system call for each.
 func TestRepliesBypassConnWrapper(t *testing.T) {
-	ts := startServer(t, []Export{{Name: "d", Backend: newMemBackend(1 << 20)}}, Options{})
+	ts := startServer(t, []Export{{Name: "d", Backend: nbdtest.NewMemBackend(1 << 20)}}, Options{})
 	l, err := net.Listen("unix", filepath.Join(t.TempDir(), "w.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -903,7 +903,7 @@ func TestRepliesBypassConnWrapper(t *testing.T) {
 // with the right data.
 func TestInlineHelpersRunSharesAtOnce(t *testing.T) {
 	const helpers, n = 3, 32
-	b := &countingBackend{memBackend: newMemBackend(1 << 20), entered: make(chan struct{}, n), release: make(chan struct{})}
+	b := &countingBackend{MemBackend: nbdtest.NewMemBackend(1 << 20), entered: make(chan struct{}, n), release: make(chan struct{})}
 	ts := startServer(t, []Export{{Name: "d", Backend: b}}, Options{Inline: true, InlineHelpers: helpers})
 	c := dialRaw(t, ts, "d")
 	// All n writes in one send, so that the reader finds them together.
@@ -952,7 +952,7 @@ func TestInlineHelpersRunSharesAtOnce(t *testing.T) {
 // connection's reader (transmit) or on a worker; it receives payloads
 // itself (WriteReceiver) for writes at offsets in receive.
 type stackBackend struct {
-	*memBackend
+	*nbdtest.MemBackend
 	receive  func(off int64) bool
 	mu       sync.Mutex
 	onReader []bool
@@ -967,7 +967,7 @@ func (b *stackBackend) record() {
 
 func (b *stackBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
 	b.record()
-	return b.memBackend.WriteAt(ctx, p, off, fua)
+	return b.MemBackend.WriteAt(ctx, p, off, fua)
 }
 
 func (b *stackBackend) ReceiveWrite(off int64, length int) (Receipt, bool) {
@@ -980,7 +980,7 @@ func (b *stackBackend) ReceiveWrite(off int64, length int) (Receipt, bool) {
 func (b *stackBackend) CompleteWrite(ctx context.Context, rc Receipt, fua bool) error {
 	b.record()
 	r := rc.(*testReceipt)
-	return b.memBackend.WriteAt(ctx, r.bufs[0], r.off, fua)
+	return b.MemBackend.WriteAt(ctx, r.bufs[0], r.off, fua)
 }
 
 func (b *stackBackend) AbortWrite(Receipt) {}
@@ -989,7 +989,7 @@ func (b *stackBackend) AbortWrite(Receipt) {}
 // reader whatever its size (storing it is cheap), and an ordinary write
 // over 64 KiB on a worker.
 func TestReceivedWritesRunOnTheReader(t *testing.T) {
-	b := &stackBackend{memBackend: newMemBackend(1 << 20), receive: func(off int64) bool { return off == 0 }}
+	b := &stackBackend{MemBackend: nbdtest.NewMemBackend(1 << 20), receive: func(off int64) bool { return off == 0 }}
 	ts := startServer(t, []Export{{Name: "d", Backend: b}}, Options{Inline: true})
 	c := dialRaw(t, ts, "d")
 	big := bytes.Repeat([]byte{0x77}, 128<<10)
@@ -1000,7 +1000,7 @@ func TestReceivedWritesRunOnTheReader(t *testing.T) {
 	if !slices.Equal(b.onReader, []bool{true, false}) {
 		t.Errorf("128 KiB writes on the reader: %v, want the received one only", b.onReader)
 	}
-	if !bytes.Equal(b.snapshot()[256<<10:384<<10], big) || !bytes.Equal(b.snapshot()[:128<<10], big) {
+	if !bytes.Equal(b.Snapshot()[256<<10:384<<10], big) || !bytes.Equal(b.Snapshot()[:128<<10], big) {
 		t.Error("a 128 KiB write did not arrive")
 	}
 }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# kernelvm.sh runs pkg/nbd's kernel tests (TestKernelAttachLive: netlink
+# kernelvm.sh runs pkg/nbddev's kernel tests (TestKernelAttachLive: netlink
 # attach with several connections, re-attach, EBUSY, the ioctl fallback,
 # detach; TestKernelReconnectLive: reconnecting a device whose server lost
 # its sockets) as root in a QEMU guest booting Debian's kernel, because CI
 # containers have no nbd module. It reuses test/e2e/lib.sh for the kernel,
-# its modules and the base initramfs, and adds a static pkg/nbd test
+# its modules and the base initramfs, and adds a static pkg/nbddev test
 # binary with its own /init. Prints the guest's test output; exits 0 only
 # when the tests pass. Needs qemu-system-x86_64, busybox-static, apt.
 #   kernelvm.sh swap    instead: TestKernelSwapLive, swap on the device
@@ -75,8 +75,8 @@ accel_pick
 work=$(mktemp -d /tmp/gzramd-nbdvm.XXXXXX)
 E2E_TMPS+=("$work")
 mkdir -p "$work/root/bin"
-log "building the static pkg/nbd test binary"
-(cd "$E2E_ROOT" && CGO_ENABLED=0 go test -c -o "$work/root/bin/nbd.test" ./pkg/nbd)
+log "building the static pkg/nbddev test binary"
+(cd "$E2E_ROOT" && CGO_ENABLED=0 go test -c -o "$work/root/bin/nbd.test" ./pkg/nbddev)
 cat >"$work/root/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s

@@ -1,4 +1,4 @@
-package nbd
+package nbddev
 
 import (
 	"bytes"
@@ -14,6 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
+
+	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
 // needKernelNBD skips a test that attaches real /dev/nbdN devices unless
@@ -22,37 +26,9 @@ import (
 func needKernelNBD(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/sys/module/nbd"); err != nil {
-		testneeds.Skip(t, testneeds.KindModule, "nbd", "attaches real /dev/nbdN devices, and the module is not loaded (modprobe nbd, as root); pkg/nbd/testdata/kernelvm.sh runs this in a VM")
+		testneeds.Skip(t, testneeds.KindModule, "nbd", "attaches real /dev/nbdN devices, and the module is not loaded (modprobe nbd, as root); pkg/nbddev/testdata/kernelvm.sh runs this in a VM")
 	}
 	testneeds.Root(t, "attaching /dev/nbdN")
-}
-
-// dropServerConns closes the server's side of every connection but those
-// in keep, as a server that loses its sockets would: the kernel reads
-// end-of-file and marks the connections dead.
-func dropServerConns(ts *testServer, keep ...map[*conn]bool) int {
-	ts.srv.mu.Lock()
-	defer ts.srv.mu.Unlock()
-	n := 0
-	for c := range ts.srv.conns {
-		if len(keep) > 0 && keep[0][c] {
-			continue
-		}
-		c.nc.Close()
-		n++
-	}
-	return n
-}
-
-// serverConns returns the server's connections now.
-func serverConns(ts *testServer) map[*conn]bool {
-	ts.srv.mu.Lock()
-	defer ts.srv.mu.Unlock()
-	m := make(map[*conn]bool)
-	for c := range ts.srv.conns {
-		m[c] = true
-	}
-	return m
 }
 
 // alignedBuf returns n bytes aligned for O_DIRECT.
@@ -61,7 +37,7 @@ func alignedBuf(n int) []byte {
 	return raw[4096-int(uintptrOf(raw)&4095):][:n]
 }
 
-// TestKernelReconnectLive drives Reconnect and ReattachKernel against the
+// TestKernelReconnectLive drives Reconnect and Reattach against the
 // kernel in one process: the backend identifier reaches sysfs, a reconnect
 // while every connection is alive is refused rather than reported as done
 // (the kernel drops such sockets silently), I/O issued while the server
@@ -70,16 +46,16 @@ func alignedBuf(n int) []byte {
 // request timeout and returns the right data.
 func TestKernelReconnectLive(t *testing.T) {
 	needKernelNBD(t)
-	mem := newMemBackend(16 << 20)
-	for i := range mem.data {
-		mem.data[i] = byte(i * 13)
+	mem := nbdtest.NewMemBackend(16 << 20)
+	for i := range mem.Bytes() {
+		mem.Bytes()[i] = byte(i * 13)
 	}
 	// A read at stuckOff blocks the first time, like a server that dies
 	// in the middle of serving it.
 	const stuckOff = 5 << 20
 	var stuckCalls atomic.Int32
 	stuck, release := make(chan struct{}), make(chan struct{})
-	mem.hook = func(op string, off int64) error {
+	mem.Hook = func(op string, off int64) error {
 		if op == "read" && off == stuckOff && stuckCalls.Add(1) == 1 {
 			close(stuck)
 			<-release
@@ -93,13 +69,13 @@ func TestKernelReconnectLive(t *testing.T) {
 			close(release)
 		}
 	}()
-	ts := startServer(t, []Export{{Name: "r", Backend: mem}}, Options{})
+	ts := startServer(t, []nbd.Export{{Name: "r", Backend: mem}}, nbd.Options{})
 	id := fmt.Sprintf("nbd-reconnect-test-%d-%d", os.Getpid(), time.Now().UnixNano())
 	const timeout = 2 * time.Second
-	opts := KernelOptions{Network: "unix", Address: ts.sock, Export: "r", Index: AnyDevice,
+	opts := Options{Network: "unix", Address: ts.sock, Export: "r", Index: AnyIndex,
 		Connections: 2, Timeout: timeout, DeadConnTimeout: time.Minute, BackendID: id}
 	ctx := context.Background()
-	d, err := AttachKernel(ctx, opts)
+	d, err := Attach(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,10 +91,10 @@ func TestKernelReconnectLive(t *testing.T) {
 	if d.BackendID != id {
 		t.Errorf("backend %q in sysfs, want %q", d.BackendID, id)
 	}
-	if n, err := FindKernelDevice(id); err != nil || n != d.Index {
-		t.Errorf("FindKernelDevice = %d, %v; want %d", n, err, d.Index)
+	if n, err := sysfs(DefaultSysBlock).find(id); err != nil || n != d.Index {
+		t.Errorf("Find = %d, %v; want %d", n, err, d.Index)
 	}
-	if n, err := deviceConnections(d.Index); err != nil || n != 2 {
+	if n, err := sysfs(DefaultSysBlock).deviceConnections(d.Index); err != nil || n != 2 {
 		t.Errorf("deviceConnections = %d, %v; want 2", n, err)
 	}
 
@@ -137,7 +113,7 @@ func TestKernelReconnectLive(t *testing.T) {
 	}
 	defer f.Close()
 	buf := alignedBuf(64 << 10)
-	if _, err := f.ReadAt(buf, 1<<20); err != nil || !bytes.Equal(buf, mem.snapshot()[1<<20:1<<20+len(buf)]) {
+	if _, err := f.ReadAt(buf, 1<<20); err != nil || !bytes.Equal(buf, mem.Snapshot()[1<<20:1<<20+len(buf)]) {
 		t.Fatalf("read after the refused reconnect: %v (or wrong data)", err)
 	}
 
@@ -180,7 +156,7 @@ func TestKernelReconnectLive(t *testing.T) {
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	d2, tries, err := reattachKernel(rctx, KernelOptions{Network: "unix", Address: ts.sock, Export: "r", Index: AnyDevice,
+	d2, tries, err := reattachKernel(rctx, Options{Network: "unix", Address: ts.sock, Export: "r", Index: AnyIndex,
 		Timeout: timeout, DeadConnTimeout: time.Minute, BackendID: id})
 	cancel()
 	if err != nil {
@@ -198,7 +174,7 @@ func TestKernelReconnectLive(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("write held over the reconnect did not complete")
 	}
-	if !bytes.Equal(mem.snapshot()[8<<20:8<<20+len(want)], want) {
+	if !bytes.Equal(mem.Snapshot()[8<<20:8<<20+len(want)], want) {
 		t.Error("write held over the reconnect did not reach the backend")
 	}
 	select {
@@ -206,7 +182,7 @@ func TestKernelReconnectLive(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("read in flight over the reconnect: %v", r.err)
 		}
-		if !bytes.Equal(r.data, mem.snapshot()[stuckOff:stuckOff+4096]) {
+		if !bytes.Equal(r.data, mem.Snapshot()[stuckOff:stuckOff+4096]) {
 			t.Error("read in flight over the reconnect returned wrong data")
 		}
 		t.Logf("read in flight when the connections went: done after %v (request timeout %v)", r.took.Round(time.Millisecond), timeout)
@@ -245,7 +221,7 @@ func TestKernelReconnectLive(t *testing.T) {
 	// A standby: prepared while the connections are alive, it offers its
 	// sockets until the kernel finds the old ones dead, and no sooner.
 	before := serverConns(ts)
-	tk, err := PrepareReattach(ctx, KernelOptions{Network: "unix", Address: ts.sock, Export: "r", Index: AnyDevice,
+	tk, err := PrepareReattach(ctx, Options{Network: "unix", Address: ts.sock, Export: "r", Index: AnyIndex,
 		Timeout: timeout, DeadConnTimeout: time.Minute, BackendID: id})
 	if err != nil {
 		t.Fatal(err)
@@ -286,9 +262,9 @@ func TestKernelReconnectLive(t *testing.T) {
 	}
 }
 
-// reattachKernel is ReattachKernel, also returning how many
+// reattachKernel is Reattach, also returning how many
 // NBD_CMD_RECONFIGURE it took.
-func reattachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, int, error) {
+func reattachKernel(ctx context.Context, opts Options) (*Device, int, error) {
 	t, err := PrepareReattach(ctx, opts)
 	if err != nil {
 		return nil, 0, err
@@ -298,9 +274,9 @@ func reattachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, int
 	return d, t.tries, err
 }
 
-// reconnectTries is KernelDevice.Reconnect, also returning how many
+// reconnectTries is Device.Reconnect, also returning how many
 // NBD_CMD_RECONFIGURE it took.
-func reconnectTries(ctx context.Context, d *KernelDevice, n int) (int, error) {
+func reconnectTries(ctx context.Context, d *Device, n int) (int, error) {
 	t, err := d.prepare(ctx, n)
 	if err != nil {
 		return 0, err
@@ -314,11 +290,9 @@ func reconnectTries(ctx context.Context, d *KernelDevice, n int) (int, error) {
 // its server, and Reconnect refuses it.
 func TestKernelIoctlNotSurvivable(t *testing.T) {
 	needKernelNBD(t)
-	mem := newMemBackend(8 << 20)
-	ts := startServer(t, []Export{{Name: "i", Backend: mem}}, Options{})
-	forceIoctl = true
-	defer func() { forceIoctl = false }()
-	d, err := AttachKernel(context.Background(), KernelOptions{Network: "unix", Address: ts.sock, Export: "i", Index: AnyDevice})
+	mem := nbdtest.NewMemBackend(8 << 20)
+	ts := startServer(t, []nbd.Export{{Name: "i", Backend: mem}}, nbd.Options{})
+	d, err := Attach(context.Background(), Options{Network: "unix", Address: ts.sock, Export: "i", Index: AnyIndex, Ioctl: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +310,7 @@ func TestKernelIoctlNotSurvivable(t *testing.T) {
 	if err := d.Reconnect(context.Background(), 1); !errors.Is(err, ErrNotSurvivable) {
 		t.Errorf("ioctl device: Reconnect = %v, want ErrNotSurvivable", err)
 	}
-	if _, ok, _ := readBackendID(d.Index); ok {
+	if _, ok, _ := sysfs(DefaultSysBlock).readBackendID(d.Index); ok {
 		t.Error("an ioctl device shows a backend file")
 	}
 	// The kernel itself refuses to reconfigure it.

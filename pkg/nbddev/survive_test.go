@@ -1,4 +1,4 @@
-package nbd
+package nbddev
 
 import (
 	"bufio"
@@ -30,11 +30,13 @@ import (
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
+
+	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
 // TestKernelSurviveLive kills the process serving a kernel /dev/nbdN with
 // SIGKILL, again and again, while I/O is in flight, and has a new process
-// take the device over with ReattachKernel, as a supervisor restarting
+// take the device over with Reattach, as a supervisor restarting
 // gzramd would. The data lives in a memfd that outlives the servers (as
 // gzramd's store would have to). It runs where NBD_SURVIVE is set
 // (testdata/kernelvm.sh survive sets it in a QEMU guest):
@@ -59,11 +61,11 @@ import (
 // never hands the kernel sockets). It prints SURVIVE-KILL and
 // SURVIVE-STATS lines for the measurements.
 func TestKernelSurviveLive(t *testing.T) {
-	mode := testneeds.Env(t, "NBD_SURVIVE", "kills and restarts the server under a real /dev/nbdN; pkg/nbd/testdata/kernelvm.sh survive runs it in a VM")
+	mode := testneeds.Env(t, "NBD_SURVIVE", "kills and restarts the server under a real /dev/nbdN; pkg/nbddev/testdata/kernelvm.sh survive runs it in a VM")
 	needKernelNBD(t)
 	cfg := surviveConfig{
 		mode: mode, kills: envInt(t, "NBD_SURVIVE_KILLS", 20), conns: envInt(t, "NBD_SURVIVE_CONNS", 2),
-		timeout: DefaultKernelTimeout, deadConn: DefaultDeadConnTimeout,
+		timeout: DefaultTimeout, deadConn: DefaultDeadConnTimeout,
 		control: os.Getenv("NBD_SURVIVE_CONTROL"), standby: os.Getenv("NBD_SURVIVE_STANDBY") == "1" || mode == "swap",
 		size: 64 << 20,
 	}
@@ -340,7 +342,7 @@ func (s *survival) takeover() (killRecord, error) {
 		}
 	}
 	var r killRecord
-	if b, err := os.ReadFile(filepath.Join(sysBlock, "nbd"+strconv.Itoa(s.index), "inflight")); err == nil {
+	if b, err := os.ReadFile(filepath.Join(DefaultSysBlock, "nbd"+strconv.Itoa(s.index), "inflight")); err == nil {
 		r.inflight = strings.Join(strings.Fields(string(b)), "/")
 	}
 	r.kill = mono()
@@ -872,18 +874,18 @@ func surviveServe(cfgJSON string) int {
 	l := countingListener{fl, live}
 	obs := &firstServed{say: say}
 	// Connection-level events go to the console with the test output.
-	sopts := Options{Observer: obs, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("server", os.Getpid())}
+	sopts := nbd.Options{Observer: obs, Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)).With("server", os.Getpid())}
 	if c.Lock {
-		// As gzramd does: requests up to ReserveBufferMax (which the
+		// As gzramd does: requests up to nbd.ReserveBufferMax (which the
 		// first server limits the kernel's requests to) are served from
 		// buffers made resident at the handshake, not allocated.
-		sopts.ReserveBuffers = 32 * ReserveBufferMax
+		sopts.ReserveBuffers = 32 * nbd.ReserveBufferMax
 	}
-	srv, err := NewServer([]Export{{Name: "s", Backend: &mapBackend{data: data}}}, sopts)
+	srv, err := nbd.NewServer([]nbd.Export{{Name: "s", Backend: &mapBackend{data: data}}}, sopts)
 	if err != nil {
 		return fail("server", err)
 	}
-	opts := KernelOptions{Network: "unix", Address: c.Sock, Export: "s", Index: AnyDevice, Connections: c.Conns,
+	opts := Options{Network: "unix", Address: c.Sock, Export: "s", Index: AnyIndex, Connections: c.Conns,
 		Timeout: c.Timeout, DeadConnTimeout: c.DeadConn, BackendID: c.ID}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -916,13 +918,13 @@ func surviveServe(cfgJSON string) int {
 	go srv.Serve(l)
 	switch {
 	case c.First:
-		d, err := AttachKernel(ctx, opts)
+		d, err := Attach(ctx, opts)
 		if err != nil {
 			return fail("attach", err)
 		}
 		if c.Lock {
 			// The queue's limit outlives this server.
-			if err := d.LimitRequests(ReserveBufferMax); err != nil {
+			if err := d.LimitRequests(nbd.ReserveBufferMax); err != nil {
 				return fail("limiting requests", err)
 			}
 			freezeHeap()
@@ -986,7 +988,7 @@ func freezeHeap() {
 // timeout costs its connection), as gzramd must: nobody else will, and a
 // device with no live connection left fails its I/O after the
 // dead-connection timeout. It does not return.
-func keepConnected(d *KernelDevice, live *atomic.Int32, want int, say func(string, ...any)) {
+func keepConnected(d *Device, live *atomic.Int32, want int, say func(string, ...any)) {
 	for {
 		time.Sleep(100 * time.Millisecond)
 		missing := want - int(live.Load())
@@ -1057,11 +1059,11 @@ func waitExit(pid int) error {
 // request timeout, for the no-timeout control: Reconnect refuses to, as it
 // then cannot tell kept sockets from dropped ones, so this waits a moment
 // for the kernel to notice the old ones' end and trusts one reconfigure.
-func reconnectWithoutTimeout(ctx context.Context, opts KernelOptions) error {
+func reconnectWithoutTimeout(ctx context.Context, opts Options) error {
 	if err := opts.setDefaults(); err != nil {
 		return err
 	}
-	index, err := FindKernelDevice(opts.BackendID)
+	index, err := opts.sys().find(opts.BackendID)
 	if err != nil {
 		return err
 	}
@@ -1071,7 +1073,7 @@ func reconnectWithoutTimeout(ctx context.Context, opts KernelOptions) error {
 	}
 	var fds []int
 	for _, c := range conns {
-		f, err := socketFile(c)
+		f, err := nbd.SocketFile(c)
 		if err != nil {
 			return err
 		}
@@ -1089,7 +1091,7 @@ type firstServed struct {
 	once atomic.Bool
 }
 
-func (o *firstServed) RequestDone(Command, uint32, time.Duration, uint32) {
+func (o *firstServed) RequestDone(nbd.Command, uint32, time.Duration, uint32) {
 	if o.once.CompareAndSwap(false, true) {
 		o.say("served %d", mono())
 	}

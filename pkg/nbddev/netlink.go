@@ -1,7 +1,7 @@
 // The kernel NBD driver's generic-netlink family: the messages that
 // connect, reconfigure, query and disconnect a device.
 
-package nbd
+package nbddev
 
 import (
 	"bytes"

@@ -1,7 +1,20 @@
-// Attaching the export to the kernel's NBD client (/dev/nbdN): options,
-// timeouts, and the choice between netlink and the ioctl fallback.
-
-package nbd
+// Package nbddev is the kernel's side of NBD: it attaches an export to
+// /dev/nbdN and keeps it attached across its server's deaths. Attach dials
+// the server, negotiates each socket with the client side of the
+// handshake (nbd.Dial), and hands the sockets to the kernel with generic
+// netlink (NBD_CMD_CONNECT), or the ioctl interface where netlink is
+// missing (Options.Ioctl); Device.Detach undoes it. A later server
+// process finds the device by its backend identifier and hands it new
+// sockets (Reattach, PrepareReattach, Device.Reconnect: reconnect.go).
+// Whether a device is free, connected or whose it is, it reads from sysfs
+// (Options.SysBlock).
+//
+// testdata/kernelvm.sh runs the tests that need the nbd module in a QEMU
+// guest booting Debian's kernel.
+//
+// This file: attaching, its options and timeouts, and the choice between
+// netlink and the ioctl fallback.
+package nbddev
 
 import (
 	"context"
@@ -17,23 +30,25 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
-// AnyDevice asks AttachKernel for any free /dev/nbdN.
-const AnyDevice = -1
+// AnyIndex asks Attach for any free /dev/nbdN.
+const AnyIndex = -1
 
-// KernelOptions configure AttachKernel and ReattachKernel.
-type KernelOptions struct {
+// Options configure Attach and Reattach.
+type Options struct {
 	// Network and Address reach the server ("unix" and a socket path, or
 	// "tcp" and host:port); Export names the export ("" is the default).
 	Network, Address, Export string
-	// Index picks /dev/nbdN; AnyDevice lets the kernel (netlink) or
-	// FindFreeDevice (ioctl) choose, or, for ReattachKernel, finds the
+	// Index picks /dev/nbdN; AnyIndex lets the kernel (netlink) or
+	// FindFree (ioctl) choose, or, for Reattach, finds the
 	// device by BackendID.
 	Index int
 	// Connections is the number of sockets the kernel spreads requests
 	// over (default 1). The ioctl fallback supports only one.
-	// ReattachKernel ignores it: the kernel cannot add connections to a
+	// Reattach ignores it: the kernel cannot add connections to a
 	// device, so a reattach replaces as many as the device has.
 	Connections int
 	// BlockSize is the device's logical block size (default 4096).
@@ -44,7 +59,7 @@ type KernelOptions struct {
 	// out whole on whatever socket replaces it: this is what re-sends the
 	// requests that were in flight when a server died, and what a request
 	// slower than Timeout costs (its connection). 0 means
-	// DefaultKernelTimeout with netlink, and no timeout with the ioctl
+	// DefaultTimeout with netlink, and no timeout with the ioctl
 	// interface (whose device cannot wait for a new socket, so a timeout
 	// there only turns a slow request into an I/O error). Negative means
 	// no timeout: the kernel then re-sends requests in flight at its
@@ -58,22 +73,29 @@ type KernelOptions struct {
 	DeadConnTimeout time.Duration
 	// BackendID names the export to the kernel, which shows it in
 	// /sys/block/nbdN/backend (Linux 5.14 on; older kernels ignore it). A
-	// later process finds its device by it (FindKernelDevice), and the
+	// later process finds its device by it (Find), and the
 	// kernel refuses a reconfigure that names another. "" means
 	// DefaultBackendID. Netlink only.
 	BackendID string
 	// DialTimeout bounds dialing and negotiating each connection
 	// (default 10s).
 	DialTimeout time.Duration
+	// Ioctl attaches with the ioctl interface even where netlink is
+	// there: that of kernels before 4.12 and of nbd-client -nonetlink,
+	// whose device cannot outlive its server (SurvivesRestart).
+	Ioctl bool
+	// SysBlock is where sysfs describes block devices (default
+	// DefaultSysBlock), for a sysfs mounted elsewhere.
+	SysBlock string
 }
 
-// DefaultKernelTimeout is the request timeout of a netlink-attached
+// DefaultTimeout is the request timeout of a netlink-attached
 // device. Requests in flight when the server dies are re-sent this long
 // after they went out, so it bounds the pause a server restart causes
 // them. Shorter makes a request that is merely slow (a swap-in queued
 // behind a storm of swap-outs on a busy machine) cost its connection,
 // which then has to be reconnected while its requests wait.
-const DefaultKernelTimeout = 10 * time.Second
+const DefaultTimeout = 10 * time.Second
 
 // DefaultDeadConnTimeout is how long a netlink-attached device holds its
 // I/O while its server is away. Long enough for a supervisor to restart
@@ -82,8 +104,8 @@ const DefaultKernelTimeout = 10 * time.Second
 // that is never coming back does not hang the machine for good.
 const DefaultDeadConnTimeout = 5 * time.Minute
 
-// DefaultBackendID is the backend identifier AttachKernel gives a device
-// when KernelOptions.BackendID is empty: the export's NBD URI.
+// DefaultBackendID is the backend identifier Attach gives a device
+// when Options.BackendID is empty: the export's NBD URI.
 func DefaultBackendID(network, address, export string) string {
 	if network == "unix" {
 		return "nbd+unix:///" + export + "?socket=" + address
@@ -95,14 +117,14 @@ func DefaultBackendID(network, address, export string) string {
 // but it is a name for sysfs, not a payload.
 const maxBackendID = 1024
 
-// setDefaults fills in KernelOptions' defaults and checks what it can
+// setDefaults fills in Options' defaults and checks what it can
 // without the kernel.
-func (o *KernelOptions) setDefaults() error {
+func (o *Options) setDefaults() error {
 	if o.Connections == 0 {
 		o.Connections = 1
 	}
 	if o.BlockSize == 0 {
-		o.BlockSize = PreferredBlockSize
+		o.BlockSize = nbd.PreferredBlockSize
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 10 * time.Second
@@ -113,6 +135,9 @@ func (o *KernelOptions) setDefaults() error {
 	if o.BackendID == "" {
 		o.BackendID = DefaultBackendID(o.Network, o.Address, o.Export)
 	}
+	if o.SysBlock == "" {
+		o.SysBlock = DefaultSysBlock
+	}
 	if o.Connections < 1 || o.Connections > 256 {
 		return fmt.Errorf("%d connections: want 1..256", o.Connections)
 	}
@@ -121,8 +146,8 @@ func (o *KernelOptions) setDefaults() error {
 		// 512 up to the page size (64 KiB at most on any arch).
 		return fmt.Errorf("block size %d: want a power of two from 512 to the page size", bs)
 	}
-	if o.Index < AnyDevice {
-		return fmt.Errorf("device index %d: want >= 0 or AnyDevice", o.Index)
+	if o.Index < AnyIndex {
+		return fmt.Errorf("device index %d: want >= 0 or AnyIndex", o.Index)
 	}
 	if len(o.BackendID) > maxBackendID || strings.ContainsFunc(o.BackendID, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return fmt.Errorf("backend identifier %.40q...: want at most %d bytes and no control characters", o.BackendID, maxBackendID)
@@ -140,15 +165,15 @@ func seconds(d time.Duration) uint64 {
 }
 
 // netlinkTimeout is the request timeout a netlink-attached device gets.
-func (o *KernelOptions) netlinkTimeout() time.Duration {
+func (o *Options) netlinkTimeout() time.Duration {
 	if o.Timeout == 0 {
-		return DefaultKernelTimeout
+		return DefaultTimeout
 	}
 	return o.Timeout
 }
 
-// KernelDevice is a /dev/nbdN attached to an export.
-type KernelDevice struct {
+// Device is a /dev/nbdN attached to an export.
+type Device struct {
 	Index   int
 	Path    string // /dev/nbdN
 	Size    uint64 // bytes, as negotiated
@@ -161,7 +186,7 @@ type KernelDevice struct {
 	// opts are the options the device was attached (or reattached) with,
 	// defaults applied: Reconnect repeats them. connections is the
 	// number of sockets the device has.
-	opts        KernelOptions
+	opts        Options
 	connections int
 
 	// ioctl attachment: the open device and NBD_DO_IT's result.
@@ -171,10 +196,10 @@ type KernelDevice struct {
 
 // Connections returns the number of sockets the device spreads its
 // requests over.
-func (d *KernelDevice) Connections() int { return d.connections }
+func (d *Device) Connections() int { return d.connections }
 
 // Timeout returns the device's request timeout (0: none).
-func (d *KernelDevice) Timeout() time.Duration {
+func (d *Device) Timeout() time.Duration {
 	if !d.Netlink {
 		return max(d.opts.Timeout, 0)
 	}
@@ -183,24 +208,24 @@ func (d *KernelDevice) Timeout() time.Duration {
 
 // DeadConnTimeout returns how long the device holds its I/O while no
 // server is connected (0: not at all).
-func (d *KernelDevice) DeadConnTimeout() time.Duration {
+func (d *Device) DeadConnTimeout() time.Duration {
 	if !d.Netlink {
 		return 0
 	}
 	return max(d.opts.DeadConnTimeout, 0)
 }
 
-// AttachKernel connects a kernel /dev/nbdN to an export: it dials
+// Attach connects a kernel /dev/nbdN to an export: it dials
 // Connections sockets to the server, negotiates the export on each
 // (NBD_OPT_GO), and hands them to the kernel with generic netlink
 // (NBD_CMD_CONNECT), with a request timeout, a dead-connection timeout and
 // a backend identifier, so that the device waits for a restarted server
-// (ReattachKernel, Reconnect) instead of failing its I/O. Where the kernel
+// (Reattach, Reconnect) instead of failing its I/O. Where the kernel
 // has no nbd netlink family it falls back to the ioctl interface with one
 // connection, whose device does not survive its server: SurvivesRestart
 // says so. It needs CAP_SYS_ADMIN and the nbd module. Errors name the step
 // and the errno.
-func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error) {
+func Attach(ctx context.Context, opts Options) (*Device, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, fmt.Errorf("nbd: attach: %w", err)
 	}
@@ -220,7 +245,7 @@ func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error
 	}
 	fds := make([]int, len(conns))
 	for i, c := range conns {
-		f, err := socketFile(c)
+		f, err := nbd.SocketFile(c)
 		if err != nil {
 			return nil, fmt.Errorf("nbd: attach: connection %d: %w", i, err)
 		}
@@ -238,21 +263,21 @@ func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error
 		backendID:   opts.BackendID,
 		fds:         fds,
 	}
-	if forceIoctl {
+	if opts.Ioctl {
 		return attachIoctl(opts, info, fds[0])
 	}
 	index, err := netlinkConnect(req)
 	if err == nil {
-		d := &KernelDevice{Index: index, Path: devicePath(index), Size: info.Size, Netlink: true,
+		d := &Device{Index: index, Path: devicePath(index), Size: info.Size, Netlink: true,
 			opts: opts, connections: len(conns)}
 		// The kernel connects the device before acknowledging; check,
 		// rather than trust an acknowledgement that changed nothing.
-		if busy, err := DeviceInUse(index); err != nil || !busy {
+		if busy, err := opts.sys().inUse(index); err != nil || !busy {
 			d.Detach()
 			return nil, fmt.Errorf("nbd: attach via netlink: NBD_CMD_CONNECT acknowledged but %s is not connected (in use %v, %v)", d.Path, busy, err)
 		}
 		// A kernel before 5.14 ignores the identifier and shows none.
-		if id, ok, err := readBackendID(index); err == nil && ok {
+		if id, ok, err := opts.sys().readBackendID(index); err == nil && ok {
 			d.BackendID = id
 		}
 		return d, nil
@@ -268,18 +293,18 @@ func AttachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error
 }
 
 // dialKernelConns opens and negotiates the sockets for the kernel.
-func dialKernelConns(ctx context.Context, opts KernelOptions) ([]net.Conn, ExportInfo, error) {
+func dialKernelConns(ctx context.Context, opts Options) ([]net.Conn, nbd.ExportInfo, error) {
 	var conns []net.Conn
-	var first ExportInfo
+	var first nbd.ExportInfo
 	for i := 0; i < opts.Connections; i++ {
 		dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
-		c, info, err := Dial(dctx, opts.Network, opts.Address, opts.Export)
+		c, info, err := nbd.Dial(dctx, opts.Network, opts.Address, opts.Export)
 		cancel()
 		if err != nil {
 			for _, c := range conns {
 				c.Close()
 			}
-			return nil, ExportInfo{}, fmt.Errorf("nbd: attach: connection %d of %d: %w", i+1, opts.Connections, err)
+			return nil, nbd.ExportInfo{}, fmt.Errorf("nbd: attach: connection %d of %d: %w", i+1, opts.Connections, err)
 		}
 		conns = append(conns, c)
 		if i == 0 {
@@ -288,41 +313,22 @@ func dialKernelConns(ctx context.Context, opts KernelOptions) ([]net.Conn, Expor
 			for _, c := range conns {
 				c.Close()
 			}
-			return nil, ExportInfo{}, fmt.Errorf("nbd: attach: connection %d saw size %d flags %#x, connection 1 saw %d %#x",
+			return nil, nbd.ExportInfo{}, fmt.Errorf("nbd: attach: connection %d saw size %d flags %#x, connection 1 saw %d %#x",
 				i+1, info.Size, info.Flags, first.Size, first.Flags)
 		}
 	}
-	if opts.Connections > 1 && first.Flags&FlagCanMultiConn == 0 {
+	if opts.Connections > 1 && first.Flags&nbd.FlagCanMultiConn == 0 {
 		for _, c := range conns {
 			c.Close()
 		}
-		return nil, ExportInfo{}, fmt.Errorf("nbd: attach: export %q does not allow multiple connections", opts.Export)
+		return nil, nbd.ExportInfo{}, fmt.Errorf("nbd: attach: export %q does not allow multiple connections", opts.Export)
 	}
 	return conns, first, nil
 }
 
-// socketFile returns a blocking duplicate of c's socket for the kernel.
-func socketFile(c net.Conn) (*os.File, error) {
-	fc, ok := c.(interface{ File() (*os.File, error) })
-	if !ok {
-		return nil, fmt.Errorf("%T has no file descriptor", c)
-	}
-	f, err := fc.File()
-	if err != nil {
-		return nil, fmt.Errorf("socket file descriptor: %w", err)
-	}
-	// The kernel reads and writes the socket itself; nbd-client hands
-	// it over blocking, and so do we.
-	if err := unix.SetNonblock(int(f.Fd()), false); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("clearing O_NONBLOCK: %w", err)
-	}
-	return f, nil
-}
-
 // Detach disconnects the device: the kernel sends NBD_CMD_DISC, fails
 // what is still queued and shuts the sockets down.
-func (d *KernelDevice) Detach() error {
+func (d *Device) Detach() error {
 	if d.Netlink {
 		if err := netlinkDisconnect(d.Index); err != nil {
 			return fmt.Errorf("nbd: detach: %w", err)
@@ -347,8 +353,8 @@ func (d *KernelDevice) Detach() error {
 // until the dead-connection timeout fails its I/O (seen on 6.12 with
 // test/e2e's survive scenario). The limit belongs to the device, so the
 // serving process before this one has set it already.
-func (d *KernelDevice) LimitRequests(n int) error {
-	path := filepath.Join(sysBlock, "nbd"+strconv.Itoa(d.Index), "queue", "max_sectors_kb")
+func (d *Device) LimitRequests(n int) error {
+	path := filepath.Join(string(d.opts.sys()), "nbd"+strconv.Itoa(d.Index), "queue", "max_sectors_kb")
 	want := strconv.Itoa(n >> 10)
 	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == want {
 		return nil
@@ -361,20 +367,25 @@ func (d *KernelDevice) LimitRequests(n int) error {
 
 func devicePath(index int) string { return "/dev/nbd" + strconv.Itoa(index) }
 
-// forceIoctl makes AttachKernel skip netlink, so tests reach the ioctl
-// path on kernels that have both.
-var forceIoctl = false
+// sysfs is where the kernel describes block devices (Options.SysBlock).
+type sysfs string
 
-// sysBlock is where the kernel describes block devices; a variable so
-// tests can point it at a fake tree.
-var sysBlock = "/sys/block"
+func (o *Options) sys() sysfs {
+	if o.SysBlock == "" {
+		return DefaultSysBlock
+	}
+	return sysfs(o.SysBlock)
+}
 
-// DeviceInUse reports whether /dev/nbdN is connected: the kernel creates
+// DefaultSysBlock is where sysfs describes block devices.
+const DefaultSysBlock = "/sys/block"
+
+// InUse reports whether /dev/nbdN is connected: the kernel creates
 // /sys/block/nbdN/pid while a device is connected, and its size is
 // nonzero. An error means the device does not exist (module not loaded,
 // or N beyond nbds_max).
-func DeviceInUse(index int) (bool, error) {
-	dir := filepath.Join(sysBlock, "nbd"+strconv.Itoa(index))
+func (sys sysfs) inUse(index int) (bool, error) {
+	dir := filepath.Join(string(sys), "nbd"+strconv.Itoa(index))
 	if _, err := os.Stat(dir); err != nil {
 		return false, fmt.Errorf("nbd: /dev/nbd%d: %w (is the nbd module loaded?)", index, err)
 	}
@@ -395,8 +406,8 @@ func DeviceInUse(index int) (bool, error) {
 // readBackendID reads /sys/block/nbdN/backend; ok is false where the file
 // does not exist (the device is not connected through netlink, or the
 // kernel predates 5.14).
-func readBackendID(index int) (id string, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(sysBlock, "nbd"+strconv.Itoa(index), "backend"))
+func (sys sysfs) readBackendID(index int) (id string, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(string(sys), "nbd"+strconv.Itoa(index), "backend"))
 	if errors.Is(err, os.ErrNotExist) {
 		return "", false, nil
 	}
@@ -406,11 +417,11 @@ func readBackendID(index int) (id string, ok bool, err error) {
 	return strings.TrimSuffix(string(b), "\n"), true, nil
 }
 
-// FindFreeDevice returns the lowest N whose /dev/nbdN is not in use.
-func FindFreeDevice() (int, error) {
-	entries, err := os.ReadDir(sysBlock)
+// FindFree returns the lowest N whose /dev/nbdN is not in use.
+func (sys sysfs) findFree() (int, error) {
+	entries, err := os.ReadDir(string(sys))
 	if err != nil {
-		return 0, fmt.Errorf("nbd: listing %s: %w", sysBlock, err)
+		return 0, fmt.Errorf("nbd: listing %s: %w", string(sys), err)
 	}
 	best := -1
 	for _, e := range entries {
@@ -422,12 +433,12 @@ func FindFreeDevice() (int, error) {
 		if err != nil || (best >= 0 && n >= best) {
 			continue
 		}
-		if busy, err := DeviceInUse(n); err == nil && !busy {
+		if busy, err := sys.inUse(n); err == nil && !busy {
 			best = n
 		}
 	}
 	if best < 0 {
-		return 0, fmt.Errorf("nbd: no free /dev/nbdN in %s (is the nbd module loaded? nbds_max?)", sysBlock)
+		return 0, fmt.Errorf("nbd: no free /dev/nbdN in %s (is the nbd module loaded? nbds_max?)", string(sys))
 	}
 	return best, nil
 }
@@ -447,11 +458,11 @@ const (
 
 // attachIoctl is the pre-netlink interface: configure the device, give it
 // one socket, and run NBD_DO_IT, which blocks until disconnection.
-func attachIoctl(opts KernelOptions, info ExportInfo, sockFD int) (*KernelDevice, error) {
+func attachIoctl(opts Options, info nbd.ExportInfo, sockFD int) (*Device, error) {
 	index := opts.Index
-	if index == AnyDevice {
+	if index == AnyIndex {
 		var err error
-		if index, err = FindFreeDevice(); err != nil {
+		if index, err = opts.sys().findFree(); err != nil {
 			return nil, err
 		}
 	}
@@ -479,7 +490,7 @@ func attachIoctl(opts KernelOptions, info ExportInfo, sockFD int) (*KernelDevice
 			return nil, fmt.Errorf("%s %s (%d): %w", path, s.name, s.arg, errno)
 		}
 	}
-	d := &KernelDevice{Index: index, Path: path, Size: info.Size, opts: opts, connections: 1, dev: dev, doIt: make(chan error, 1)}
+	d := &Device{Index: index, Path: path, Size: info.Size, opts: opts, connections: 1, dev: dev, doIt: make(chan error, 1)}
 	go d.runDoIt()
 	// NBD_DO_IT fails at once if the configuration was refused; give it a
 	// moment to do so, then wait for the device to show its size.
@@ -491,7 +502,7 @@ func attachIoctl(opts KernelOptions, info ExportInfo, sockFD int) (*KernelDevice
 			return nil, fmt.Errorf("%s NBD_DO_IT: %w", path, err)
 		case <-time.After(5 * time.Millisecond):
 		}
-		if busy, err := DeviceInUse(index); err == nil && busy {
+		if busy, err := opts.sys().inUse(index); err == nil && busy {
 			return d, nil
 		}
 	}
@@ -501,7 +512,7 @@ func attachIoctl(opts KernelOptions, info ExportInfo, sockFD int) (*KernelDevice
 // runDoIt runs NBD_DO_IT on an OS thread with every signal blocked: a
 // signal delivered to the thread blocked in NBD_DO_IT (a SIGTERM to the
 // process, say) makes the kernel tear the device down.
-func (d *KernelDevice) runDoIt() {
+func (d *Device) runDoIt() {
 	// The thread is not unlocked: with its altered signal mask it must
 	// die with this goroutine rather than return to the pool.
 	runtime.LockOSThread()
@@ -521,7 +532,7 @@ func (d *KernelDevice) runDoIt() {
 	d.doIt <- nil
 }
 
-func (d *KernelDevice) detachIoctl() error {
+func (d *Device) detachIoctl() error {
 	fd := d.dev.Fd()
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, fd, ioctlDisconnect, 0); errno != 0 {
 		return fmt.Errorf("nbd: detach %s: NBD_DISCONNECT: %w", d.Path, errno)

@@ -1,7 +1,7 @@
 // Keeping a kernel device across a server's death: finding the device a
 // dead server left, and handing it the next server's sockets.
 
-package nbd
+package nbddev
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
 // A netlink-attached device outlives its server: when the server's
@@ -44,14 +46,14 @@ import (
 // goes, so that a restart of the server loses whatever is swapped to it.
 var ErrNotSurvivable = errors.New("nbd: the kernel device does not survive its server")
 
-// ErrNoKernelDevice says no connected /dev/nbdN matches what was asked for:
+// ErrNoDevice says no connected /dev/nbdN matches what was asked for:
 // there is nothing to reattach, and the export may be attached afresh.
-var ErrNoKernelDevice = errors.New("nbd: no connected kernel device")
+var ErrNoDevice = errors.New("nbd: no connected kernel device")
 
 // SurvivesRestart reports whether the device's I/O waits for a new server
 // when this one goes: nil, or an error wrapping ErrNotSurvivable that says
 // why not, for the caller to log.
-func (d *KernelDevice) SurvivesRestart() error {
+func (d *Device) SurvivesRestart() error {
 	switch {
 	case !d.Netlink:
 		return fmt.Errorf("%w: %s is attached with the ioctl interface, which has no dead-connection timeout and takes no new sockets", ErrNotSurvivable, d.Path)
@@ -63,18 +65,18 @@ func (d *KernelDevice) SurvivesRestart() error {
 	return nil
 }
 
-// FindKernelDevice returns the index of the connected /dev/nbdN whose
+// Find returns the index of the connected /dev/nbdN whose
 // /sys/block/nbdN/backend is backendID: how a new server process finds
-// the device its predecessor attached. The error wraps ErrNoKernelDevice
+// the device its predecessor attached. The error wraps ErrNoDevice
 // when there is none (the kernel may also predate backend identifiers,
 // Linux 5.14).
-func FindKernelDevice(backendID string) (int, error) {
+func (sys sysfs) find(backendID string) (int, error) {
 	if backendID == "" {
 		return 0, errors.New("nbd: find kernel device: empty backend identifier")
 	}
-	entries, err := os.ReadDir(sysBlock)
+	entries, err := os.ReadDir(string(sys))
 	if err != nil {
-		return 0, fmt.Errorf("nbd: listing %s: %w", sysBlock, err)
+		return 0, fmt.Errorf("nbd: listing %s: %w", string(sys), err)
 	}
 	var found []int
 	for _, e := range entries {
@@ -86,17 +88,17 @@ func FindKernelDevice(backendID string) (int, error) {
 		if err != nil {
 			continue
 		}
-		id, ok, err := readBackendID(n)
+		id, ok, err := sys.readBackendID(n)
 		if err != nil || !ok || id != backendID {
 			continue
 		}
-		if busy, err := DeviceInUse(n); err == nil && busy {
+		if busy, err := sys.inUse(n); err == nil && busy {
 			found = append(found, n)
 		}
 	}
 	switch len(found) {
 	case 0:
-		return 0, fmt.Errorf("%w with backend %q in %s", ErrNoKernelDevice, backendID, sysBlock)
+		return 0, fmt.Errorf("%w with backend %q in %s", ErrNoDevice, backendID, string(sys))
 	case 1:
 		return found[0], nil
 	}
@@ -105,8 +107,8 @@ func FindKernelDevice(backendID string) (int, error) {
 
 // deviceConnections counts /sys/block/nbdN/mq's entries: the kernel gives
 // a connected device one hardware queue per connection (nbd_start_device).
-func deviceConnections(index int) (int, error) {
-	entries, err := os.ReadDir(filepath.Join(sysBlock, "nbd"+strconv.Itoa(index), "mq"))
+func (sys sysfs) deviceConnections(index int) (int, error) {
+	entries, err := os.ReadDir(filepath.Join(string(sys), "nbd"+strconv.Itoa(index), "mq"))
 	if err != nil {
 		return 0, fmt.Errorf("nbd: /dev/nbd%d hardware queues: %w", index, err)
 	}
@@ -123,8 +125,8 @@ func deviceConnections(index int) (int, error) {
 }
 
 // deviceSize reads /sys/block/nbdN/size, in bytes.
-func deviceSize(index int) (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(sysBlock, "nbd"+strconv.Itoa(index), "size"))
+func (sys sysfs) deviceSize(index int) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(string(sys), "nbd"+strconv.Itoa(index), "size"))
 	if err != nil {
 		return 0, fmt.Errorf("nbd: /dev/nbd%d size: %w", index, err)
 	}
@@ -135,12 +137,12 @@ func deviceSize(index int) (uint64, error) {
 	return sectors << 9, nil
 }
 
-// ReattachKernel takes over a /dev/nbdN that an earlier server process
-// attached with AttachKernel and that is waiting for its server: it is
+// Reattach takes over a /dev/nbdN that an earlier server process
+// attached with Attach and that is waiting for its server: it is
 // PrepareReattach and Takeover.Complete, for a process that starts after
 // the old one is gone. ctx bounds the whole: give it a deadline. The error
-// wraps ErrNoKernelDevice when there is no such device to reattach.
-func ReattachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, error) {
+// wraps ErrNoDevice when there is no such device to reattach.
+func Reattach(ctx context.Context, opts Options) (*Device, error) {
 	t, err := PrepareReattach(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -158,7 +160,7 @@ func ReattachKernel(ctx context.Context, opts KernelOptions) (*KernelDevice, err
 // (their memory allocated) before the device depends on it, which matters
 // when the device is swap and memory is short.
 type Takeover struct {
-	d      *KernelDevice
+	d      *Device
 	conns  []net.Conn
 	files  []*os.File // blocking duplicates of conns, for the kernel
 	nl     *nbdGenl
@@ -168,14 +170,14 @@ type Takeover struct {
 }
 
 // PrepareReattach prepares the takeover of a /dev/nbdN that an earlier
-// server process attached with AttachKernel: the one at opts.Index, or,
-// with AnyDevice, the one FindKernelDevice finds for opts.BackendID. It
+// server process attached with Attach: the one at opts.Index, or,
+// with AnyIndex, the one Find finds for opts.BackendID. It
 // dials the export as often as the device has connections (the kernel
 // cannot add any; opts.Connections is ignored) and checks that its size is
 // the device's. opts must be the ones the device was attached with
 // (BackendID especially: the kernel refuses another). The error wraps
-// ErrNoKernelDevice when there is no such device.
-func PrepareReattach(ctx context.Context, opts KernelOptions) (*Takeover, error) {
+// ErrNoDevice when there is no such device.
+func PrepareReattach(ctx context.Context, opts Options) (*Takeover, error) {
 	d, err := attached(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nbd: reattach: %w", err)
@@ -184,10 +186,10 @@ func PrepareReattach(ctx context.Context, opts KernelOptions) (*Takeover, error)
 }
 
 // FindAttached returns the /dev/nbdN an earlier server process attached
-// with AttachKernel (found as PrepareReattach finds it) whose sockets this
+// with Attach (found as PrepareReattach finds it) whose sockets this
 // process serves already: they were handed over (Server.Adopt), and the
 // kernel kept its connections. Nothing is sent to the kernel.
-func FindAttached(opts KernelOptions) (*KernelDevice, error) {
+func FindAttached(opts Options) (*Device, error) {
 	d, err := attached(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nbd: %w", err)
@@ -197,26 +199,26 @@ func FindAttached(opts KernelOptions) (*KernelDevice, error) {
 
 // attached describes the connected device opts name, for a process that
 // did not attach it.
-func attached(opts KernelOptions) (*KernelDevice, error) {
+func attached(opts Options) (*Device, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
 	index := opts.Index
-	if index == AnyDevice {
+	if index == AnyIndex {
 		var err error
-		if index, err = FindKernelDevice(opts.BackendID); err != nil {
+		if index, err = opts.sys().find(opts.BackendID); err != nil {
 			return nil, err
 		}
 	}
 	path := devicePath(index)
-	busy, err := DeviceInUse(index)
+	busy, err := opts.sys().inUse(index)
 	if err != nil {
 		return nil, err
 	}
 	if !busy {
-		return nil, fmt.Errorf("%s: %w: it is not connected", path, ErrNoKernelDevice)
+		return nil, fmt.Errorf("%s: %w: it is not connected", path, ErrNoDevice)
 	}
-	id, ok, err := readBackendID(index)
+	id, ok, err := opts.sys().readBackendID(index)
 	if err != nil {
 		return nil, err
 	}
@@ -227,16 +229,16 @@ func attached(opts KernelOptions) (*KernelDevice, error) {
 	if ok && id != "" && id != opts.BackendID {
 		return nil, fmt.Errorf("%s: its backend is %q, not %q", path, id, opts.BackendID)
 	}
-	size, err := deviceSize(index)
+	size, err := opts.sys().deviceSize(index)
 	if err != nil {
 		return nil, err
 	}
-	conns, err := deviceConnections(index)
+	conns, err := opts.sys().deviceConnections(index)
 	if err != nil {
 		return nil, err
 	}
 	opts.Index, opts.Connections = index, conns
-	return &KernelDevice{Index: index, Path: path, Size: size, Netlink: true, BackendID: id, opts: opts, connections: conns}, nil
+	return &Device{Index: index, Path: path, Size: size, Netlink: true, BackendID: id, opts: opts, connections: conns}, nil
 }
 
 // Reconnect hands the device n new sockets (n <= 0: as many as it has
@@ -247,7 +249,7 @@ func attached(opts KernelOptions) (*KernelDevice, error) {
 // or ctx ends: give it a deadline. A device attached with the ioctl
 // interface, or without a request timeout, cannot be reconnected: the
 // error wraps ErrNotSurvivable.
-func (d *KernelDevice) Reconnect(ctx context.Context, n int) error {
+func (d *Device) Reconnect(ctx context.Context, n int) error {
 	t, err := d.prepare(ctx, n)
 	if err != nil {
 		return err
@@ -257,7 +259,7 @@ func (d *KernelDevice) Reconnect(ctx context.Context, n int) error {
 	return err
 }
 
-func (d *KernelDevice) prepare(ctx context.Context, n int) (*Takeover, error) {
+func (d *Device) prepare(ctx context.Context, n int) (*Takeover, error) {
 	// Without a dead-connection timeout the device can still take new
 	// sockets; only its I/O in the gap fails.
 	if !d.Netlink || d.opts.Timeout < 0 {
@@ -275,7 +277,7 @@ func (d *KernelDevice) prepare(ctx context.Context, n int) (*Takeover, error) {
 			t.Close()
 		}
 	}()
-	var info ExportInfo
+	var info nbd.ExportInfo
 	var err error
 	if t.conns, info, err = dialKernelConns(ctx, opts); err != nil {
 		return nil, fmt.Errorf("nbd: reconnect %s: %w", d.Path, err)
@@ -284,7 +286,7 @@ func (d *KernelDevice) prepare(ctx context.Context, n int) (*Takeover, error) {
 		return nil, fmt.Errorf("nbd: reconnect %s: export %q is %d bytes, the device %d: not the export it was attached to", d.Path, opts.Export, info.Size, d.Size)
 	}
 	for i, c := range t.conns {
-		f, err := socketFile(c)
+		f, err := nbd.SocketFile(c)
 		if err != nil {
 			return nil, fmt.Errorf("nbd: reconnect %s: connection %d: %w", d.Path, i, err)
 		}
@@ -333,7 +335,7 @@ const (
 // most reconnectMaxWait apart, until it has kept all of them or ctx ends:
 // the error then says how many it kept. A kept socket stays with the
 // device whatever happens after.
-func (t *Takeover) Complete(ctx context.Context) (*KernelDevice, error) {
+func (t *Takeover) Complete(ctx context.Context) (*Device, error) {
 	d := t.d
 	if t.closed {
 		return nil, fmt.Errorf("nbd: reconnect %s: takeover closed", d.Path)

@@ -1,4 +1,4 @@
-package nbd
+package nbddev
 
 import (
 	"bytes"
@@ -17,6 +17,10 @@ import (
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
+
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
+
+	"github.com/gzramd/gzramd/pkg/nbd"
 )
 
 // le builds expected netlink bytes (x86 and arm64 are little-endian; the
@@ -50,13 +54,13 @@ func TestConnectAttrsEncoding(t *testing.T) {
 	littleEndian(t)
 	got := connectAttrs(connectRequest{
 		index: 3, size: 1 << 30, blockSize: 4096, timeoutSec: 30,
-		serverFlags: uint64(serverFlags), fds: []int{7, 9},
+		serverFlags: uint64(testFlags), fds: []int{7, 9},
 	})
 	want := le(
 		uint16(8), uint16(nbdAttrIndex), uint32(3),
 		uint16(12), uint16(nbdAttrSizeBytes), uint64(1<<30),
 		uint16(12), uint16(nbdAttrBlockSizeBytes), uint64(4096),
-		uint16(12), uint16(nbdAttrServerFlags), uint64(serverFlags),
+		uint16(12), uint16(nbdAttrServerFlags), uint64(testFlags),
 		uint16(12), uint16(nbdAttrTimeout), uint64(30),
 		uint16(12), uint16(nbdAttrDeadConnTimeout), uint64(0),
 		// NBD_ATTR_SOCKETS { NBD_SOCK_ITEM { NBD_SOCK_FD 7 }, NBD_SOCK_ITEM { NBD_SOCK_FD 9 } }
@@ -70,7 +74,7 @@ func TestConnectAttrsEncoding(t *testing.T) {
 
 	// No index: the kernel picks the device; optional attributes omitted,
 	// but not the timeouts, whose absence would keep the last ones.
-	got = connectAttrs(connectRequest{index: AnyDevice, size: 8192, blockSize: 4096, fds: []int{5}})
+	got = connectAttrs(connectRequest{index: AnyIndex, size: 8192, blockSize: 4096, fds: []int{5}})
 	attrs, err := parseAttrs(got)
 	if err != nil {
 		t.Fatal(err)
@@ -151,10 +155,8 @@ func TestGenlResolve(t *testing.T) {
 }
 
 func TestDeviceInUse(t *testing.T) {
-	dir := t.TempDir()
-	old := sysBlock
-	sysBlock = dir
-	t.Cleanup(func() { sysBlock = old })
+	sys := fakeSys(t)
+	dir := string(sys)
 	mk := func(name, size string, pid bool) {
 		d := filepath.Join(dir, name)
 		os.MkdirAll(d, 0o755)
@@ -170,38 +172,38 @@ func TestDeviceInUse(t *testing.T) {
 	mk("nbd3", "0", false)
 	mk("sda", "0", false)
 	for i, want := range map[int]bool{0: true, 1: true, 2: true, 3: false, 10: false} {
-		if got, err := DeviceInUse(i); err != nil || got != want {
+		if got, err := sys.inUse(i); err != nil || got != want {
 			t.Errorf("nbd%d: in use %v (%v), want %v", i, got, err, want)
 		}
 	}
-	if _, err := DeviceInUse(7); err == nil || !strings.Contains(err.Error(), "module") {
+	if _, err := sys.inUse(7); err == nil || !strings.Contains(err.Error(), "module") {
 		t.Errorf("missing device: %v", err)
 	}
-	if n, err := FindFreeDevice(); err != nil || n != 3 {
-		t.Errorf("FindFreeDevice: %d, %v; want 3", n, err)
+	if n, err := sys.findFree(); err != nil || n != 3 {
+		t.Errorf("FindFree: %d, %v; want 3", n, err)
 	}
 	os.RemoveAll(filepath.Join(dir, "nbd3"))
 	os.RemoveAll(filepath.Join(dir, "nbd10"))
-	if _, err := FindFreeDevice(); err == nil {
-		t.Error("FindFreeDevice found a device with all busy")
+	if _, err := sys.findFree(); err == nil {
+		t.Error("FindFree found a device with all busy")
 	}
 }
 
 func TestAttachKernelErrors(t *testing.T) {
-	mem := newMemBackend(1 << 20)
-	ts := startServer(t, []Export{{Name: "d", Backend: mem}}, Options{})
+	mem := nbdtest.NewMemBackend(1 << 20)
+	ts := startServer(t, []nbd.Export{{Name: "d", Backend: mem}}, nbd.Options{})
 	ctx := context.Background()
 	for _, tc := range []struct {
-		opts KernelOptions
+		opts Options
 		want string
 	}{
-		{KernelOptions{Network: "unix", Address: ts.sock, Export: "d", BlockSize: 3000}, "block size"},
-		{KernelOptions{Network: "unix", Address: ts.sock, Export: "d", Connections: -1}, "connections"},
-		{KernelOptions{Network: "unix", Address: ts.sock, Export: "nosuch"}, "connection 1 of 1"},
-		{KernelOptions{Network: "unix", Address: ts.sock + ".missing", Export: "d"}, "dial"},
-		{KernelOptions{Network: "unix", Address: ts.sock, Export: "d", Index: -5}, "index"},
+		{Options{Network: "unix", Address: ts.sock, Export: "d", BlockSize: 3000}, "block size"},
+		{Options{Network: "unix", Address: ts.sock, Export: "d", Connections: -1}, "connections"},
+		{Options{Network: "unix", Address: ts.sock, Export: "nosuch"}, "connection 1 of 1"},
+		{Options{Network: "unix", Address: ts.sock + ".missing", Export: "d"}, "dial"},
+		{Options{Network: "unix", Address: ts.sock, Export: "d", Index: -5}, "index"},
 	} {
-		_, err := AttachKernel(ctx, tc.opts)
+		_, err := Attach(ctx, tc.opts)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error about %q", tc.opts, err, tc.want)
 		}
@@ -211,7 +213,7 @@ func TestAttachKernelErrors(t *testing.T) {
 	}
 	// Without the module: netlink has no family and the ioctl fallback
 	// cannot open the device; the error says both.
-	_, err := AttachKernel(ctx, KernelOptions{Network: "unix", Address: ts.sock, Export: "d", Index: 0, Connections: 2})
+	_, err := Attach(ctx, Options{Network: "unix", Address: ts.sock, Export: "d", Index: 0, Connections: 2})
 	if err == nil || !strings.Contains(err.Error(), "netlink unavailable") || !strings.Contains(err.Error(), "/dev/nbd0") {
 		t.Errorf("attach without nbd module: %v", err)
 	}
@@ -223,11 +225,11 @@ func TestAttachKernelErrors(t *testing.T) {
 // device refused, and the ioctl fallback.
 func TestKernelAttachLive(t *testing.T) {
 	needKernelNBD(t)
-	mem := newMemBackend(64 << 20)
-	ts := startServer(t, []Export{{Name: "k", Backend: mem}}, Options{})
-	opts := KernelOptions{Network: "unix", Address: ts.sock, Export: "k", Index: AnyDevice, Connections: 4, Timeout: 30 * time.Second}
+	mem := nbdtest.NewMemBackend(64 << 20)
+	ts := startServer(t, []nbd.Export{{Name: "k", Backend: mem}}, nbd.Options{})
+	opts := Options{Network: "unix", Address: ts.sock, Export: "k", Index: AnyIndex, Connections: 4, Timeout: 30 * time.Second}
 
-	d, err := AttachKernel(context.Background(), opts)
+	d, err := Attach(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +242,7 @@ func TestKernelAttachLive(t *testing.T) {
 	// The device is busy: asking for it again by index is refused.
 	busy := opts
 	busy.Index = d.Index
-	if _, err := AttachKernel(context.Background(), busy); err == nil || !errors.Is(err, unix.EBUSY) {
+	if _, err := Attach(context.Background(), busy); err == nil || !errors.Is(err, unix.EBUSY) {
 		t.Errorf("attaching busy %s: %v, want EBUSY", d.Path, err)
 	}
 	start := time.Now()
@@ -253,7 +255,7 @@ func TestKernelAttachLive(t *testing.T) {
 	// The same device again, by index, with one connection.
 	again := opts
 	again.Index, again.Connections = d.Index, 1
-	d2, err := AttachKernel(context.Background(), again)
+	d2, err := Attach(context.Background(), again)
 	if err != nil {
 		t.Fatalf("re-attaching %s: %v", d.Path, err)
 	}
@@ -266,12 +268,11 @@ func TestKernelAttachLive(t *testing.T) {
 	t.Logf("netlink detach took %v", time.Since(start))
 
 	// The ioctl fallback.
-	forceIoctl = true
-	defer func() { forceIoctl = false }()
 	io1 := opts
 	io1.Connections = 1
+	io1.Ioctl = true
 	start = time.Now()
-	d3, err := AttachKernel(context.Background(), io1)
+	d3, err := Attach(context.Background(), io1)
 	t.Logf("ioctl attach took %v", time.Since(start))
 	if err != nil {
 		t.Fatalf("ioctl attach: %v", err)
@@ -290,10 +291,10 @@ func TestKernelAttachLive(t *testing.T) {
 
 // exerciseKernelDevice writes, reads, flushes and discards through the
 // kernel's block device and checks the backend saw it.
-func exerciseKernelDevice(t *testing.T, d *KernelDevice, mem *memBackend) {
+func exerciseKernelDevice(t *testing.T, d *Device, mem *nbdtest.MemBackend) {
 	t.Helper()
-	if busy, err := DeviceInUse(d.Index); err != nil || !busy {
-		t.Errorf("DeviceInUse(%d) after attach: %v %v", d.Index, busy, err)
+	if busy, err := sysfs(DefaultSysBlock).inUse(d.Index); err != nil || !busy {
+		t.Errorf("inUse(%d) after attach: %v %v", d.Index, busy, err)
 	}
 	f, err := os.OpenFile(d.Path, os.O_RDWR|unix.O_DIRECT, 0)
 	if err != nil {
@@ -313,7 +314,7 @@ func exerciseKernelDevice(t *testing.T, d *KernelDevice, mem *memBackend) {
 	if err := f.Sync(); err != nil {
 		t.Fatalf("fsync %s: %v", d.Path, err)
 	}
-	if !bytes.Equal(mem.snapshot()[off:off+n], buf) {
+	if !bytes.Equal(mem.Snapshot()[off:off+n], buf) {
 		t.Fatal("write through the kernel device did not reach the backend")
 	}
 	back := make([]byte, n+4096)
@@ -328,7 +329,7 @@ func exerciseKernelDevice(t *testing.T, d *KernelDevice, mem *memBackend) {
 	rng := [2]uint64{uint64(off), 65536}
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKDISCARD, uintptr(unsafe.Pointer(&rng))); errno != 0 {
 		t.Errorf("BLKDISCARD: %v", errno)
-	} else if !bytes.Equal(mem.snapshot()[off:off+65536], make([]byte, 65536)) {
+	} else if !bytes.Equal(mem.Snapshot()[off:off+65536], make([]byte, 65536)) {
 		t.Error("discard did not reach the backend")
 	}
 }
@@ -336,7 +337,7 @@ func exerciseKernelDevice(t *testing.T, d *KernelDevice, mem *memBackend) {
 func waitFree(t *testing.T, index int) {
 	t.Helper()
 	for range 500 {
-		if busy, err := DeviceInUse(index); err == nil && !busy {
+		if busy, err := sysfs(DefaultSysBlock).inUse(index); err == nil && !busy {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -385,20 +386,20 @@ func TestCollectRepliesAcrossReceives(t *testing.T) {
 // while the kernel reclaims. It runs only where NBD_SWAP_HOG names the
 // e2e hog binary (testdata/kernelvm.sh sets it in the guest).
 func TestKernelSwapLive(t *testing.T) {
-	hog := testneeds.Env(t, "NBD_SWAP_HOG", "swaps through a real /dev/nbdN while the e2e hog binary it names fills memory; pkg/nbd/testdata/kernelvm.sh swap runs it in a VM")
+	hog := testneeds.Env(t, "NBD_SWAP_HOG", "swaps through a real /dev/nbdN while the e2e hog binary it names fills memory; pkg/nbddev/testdata/kernelvm.sh swap runs it in a VM")
 	needKernelNBD(t)
 	hogMiB := os.Getenv("NBD_SWAP_HOG_MIB")
 	backendMiB := 512
 	if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE); err != nil {
 		t.Fatalf("mlockall: %v", err)
 	}
-	mem := newMemBackend(backendMiB << 20)
-	for i := 0; i < len(mem.data); i += 4096 {
-		mem.data[i] = 0 // resident before the kernel needs it
+	mem := nbdtest.NewMemBackend(backendMiB << 20)
+	for i := 0; i < len(mem.Bytes()); i += 4096 {
+		mem.Bytes()[i] = 0 // resident before the kernel needs it
 	}
-	ts := startServer(t, []Export{{Name: "swap", Backend: mem}}, Options{})
-	d, err := AttachKernel(context.Background(), KernelOptions{
-		Network: "unix", Address: ts.sock, Export: "swap", Index: AnyDevice, Connections: 2})
+	ts := startServer(t, []nbd.Export{{Name: "swap", Backend: mem}}, nbd.Options{})
+	d, err := Attach(context.Background(), Options{
+		Network: "unix", Address: ts.sock, Export: "swap", Index: AnyIndex, Connections: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +437,7 @@ func TestKernelSwapLive(t *testing.T) {
 }
 
 func TestConnectAttrsBackendID(t *testing.T) {
-	got := connectAttrs(connectRequest{index: AnyDevice, size: 8192, blockSize: 4096, backendID: "nbd+unix:///x?socket=/s", fds: []int{3}})
+	got := connectAttrs(connectRequest{index: AnyIndex, size: 8192, blockSize: 4096, backendID: "nbd+unix:///x?socket=/s", fds: []int{3}})
 	attrs, err := parseAttrs(got)
 	if err != nil {
 		t.Fatal(err)
@@ -453,11 +454,11 @@ func TestConnectAttrsBackendID(t *testing.T) {
 }
 
 func TestKernelOptionsDefaults(t *testing.T) {
-	o := KernelOptions{Network: "unix", Address: "/run/g.sock", Export: "gzram0"}
+	o := Options{Network: "unix", Address: "/run/g.sock", Export: "gzram0"}
 	if err := o.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if o.DeadConnTimeout != DefaultDeadConnTimeout || o.netlinkTimeout() != DefaultKernelTimeout || o.Timeout != 0 {
+	if o.DeadConnTimeout != DefaultDeadConnTimeout || o.netlinkTimeout() != DefaultTimeout || o.Timeout != 0 {
 		t.Errorf("defaults: dead %v, netlink timeout %v, timeout %v", o.DeadConnTimeout, o.netlinkTimeout(), o.Timeout)
 	}
 	if o.BackendID != "nbd+unix:///gzram0?socket=/run/g.sock" {
@@ -466,7 +467,7 @@ func TestKernelOptionsDefaults(t *testing.T) {
 	if id := DefaultBackendID("tcp", "127.0.0.1:10809", "e"); id != "nbd://127.0.0.1:10809/e" {
 		t.Errorf("tcp backend %q", id)
 	}
-	neg := KernelOptions{Timeout: -1, DeadConnTimeout: -1}
+	neg := Options{Timeout: -1, DeadConnTimeout: -1}
 	if err := neg.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -478,8 +479,11 @@ func TestKernelOptionsDefaults(t *testing.T) {
 			t.Errorf("seconds(%v) = %d, want %d", d, got, want)
 		}
 	}
-	bad := KernelOptions{BackendID: "a\nb"}
+	bad := Options{BackendID: "a\nb"}
 	if err := bad.setDefaults(); err == nil || !strings.Contains(err.Error(), "backend") {
 		t.Errorf("backend identifier with a newline: %v", err)
 	}
 }
+
+// testFlags are transmission flags for the encoding tests.
+const testFlags = nbd.FlagHasFlags | nbd.FlagSendFlush | nbd.FlagSendTrim | nbd.FlagCanMultiConn

@@ -1,4 +1,4 @@
-package nbd
+package nbddev
 
 import (
 	"bytes"
@@ -43,14 +43,9 @@ func TestReconfigureAttrsEncoding(t *testing.T) {
 	}
 }
 
-// fakeSys points sysBlock at a temp dir for the test.
-func fakeSys(t *testing.T) string {
-	dir := t.TempDir()
-	old := sysBlock
-	sysBlock = dir
-	t.Cleanup(func() { sysBlock = old })
-	return dir
-}
+// fakeSys is a temporary directory for the test to describe devices in,
+// as sysfs would (fakeNBD).
+func fakeSys(t *testing.T) sysfs { return sysfs(t.TempDir()) }
 
 // fakeNBD makes /sys/block/nbdN as the kernel shows it; backend nil means
 // no backend file, queues the hardware queue count.
@@ -75,74 +70,77 @@ func fakeNBD(t *testing.T, dir string, index int, connected bool, backend *strin
 }
 
 func TestFindKernelDevice(t *testing.T) {
-	dir := fakeSys(t)
+	sys := fakeSys(t)
+	dir := string(sys)
 	ours, other, empty := "nbd+unix:///g?socket=/s", "nbd://h:1/x", ""
 	fakeNBD(t, dir, 0, true, &other, "2048", 1)
 	fakeNBD(t, dir, 1, false, &ours, "0", 1) // ours once, now disconnected
 	fakeNBD(t, dir, 2, true, &ours, "1048576", 2)
 	fakeNBD(t, dir, 3, true, nil, "2048", 1) // ioctl, or a kernel before 5.14
 	fakeNBD(t, dir, 4, true, &empty, "2048", 1)
-	if n, err := FindKernelDevice(ours); err != nil || n != 2 {
-		t.Errorf("FindKernelDevice(ours) = %d, %v; want 2", n, err)
+	if n, err := sys.find(ours); err != nil || n != 2 {
+		t.Errorf("find(ours) = %d, %v; want 2", n, err)
 	}
-	if _, err := FindKernelDevice("nbd://nobody/"); !errors.Is(err, ErrNoKernelDevice) {
-		t.Errorf("unknown backend: %v, want ErrNoKernelDevice", err)
+	if _, err := sys.find("nbd://nobody/"); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("unknown backend: %v, want ErrNoDevice", err)
 	}
-	if _, err := FindKernelDevice(""); err == nil {
+	if _, err := sys.find(""); err == nil {
 		t.Error("empty backend identifier accepted")
 	}
-	if n, err := deviceConnections(2); err != nil || n != 2 {
+	if n, err := sys.deviceConnections(2); err != nil || n != 2 {
 		t.Errorf("deviceConnections(2) = %d, %v; want 2", n, err)
 	}
-	if b, err := deviceSize(2); err != nil || b != 512<<20 {
+	if b, err := sys.deviceSize(2); err != nil || b != 512<<20 {
 		t.Errorf("deviceSize(2) = %d, %v", b, err)
 	}
 	fakeNBD(t, dir, 5, true, &ours, "1048576", 1)
-	if _, err := FindKernelDevice(ours); err == nil || !strings.Contains(err.Error(), "[2 5]") {
+	if _, err := sys.find(ours); err == nil || !strings.Contains(err.Error(), "[2 5]") {
 		t.Errorf("two devices with one backend: %v, want both named", err)
 	}
 }
 
 func TestReattachKernelRefuses(t *testing.T) {
-	dir := fakeSys(t)
+	sys := fakeSys(t)
+	dir := string(sys)
 	ours, other := "nbd+unix:///g?socket=/s", "nbd://h:1/x"
 	fakeNBD(t, dir, 0, true, &other, "2048", 1)
 	fakeNBD(t, dir, 1, false, &ours, "0", 1)
 	ctx := context.Background()
 	for _, tc := range []struct {
-		opts KernelOptions
+		opts Options
 		want string
 		is   error
 	}{
-		{KernelOptions{Index: AnyDevice, BackendID: ours}, "no connected kernel device", ErrNoKernelDevice},
-		{KernelOptions{Index: 1, BackendID: ours}, "not connected", ErrNoKernelDevice},
-		{KernelOptions{Index: 0, BackendID: ours}, "its backend is", nil},
-		{KernelOptions{Index: 7, BackendID: ours}, "nbd7", nil},
-		{KernelOptions{Index: 0, BackendID: other, Timeout: -time.Second}, "no request timeout", ErrNotSurvivable},
+		{Options{Index: AnyIndex, BackendID: ours}, "no connected kernel device", ErrNoDevice},
+		{Options{Index: 1, BackendID: ours}, "not connected", ErrNoDevice},
+		{Options{Index: 0, BackendID: ours}, "its backend is", nil},
+		{Options{Index: 7, BackendID: ours}, "nbd7", nil},
+		{Options{Index: 0, BackendID: other, Timeout: -time.Second}, "no request timeout", ErrNotSurvivable},
 	} {
-		_, err := ReattachKernel(ctx, tc.opts)
+		tc.opts.SysBlock = dir
+		_, err := Reattach(ctx, tc.opts)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.is != nil && !errors.Is(err, tc.is)) {
-			t.Errorf("ReattachKernel(%+v): %v; want an error about %q", tc.opts, err, tc.want)
+			t.Errorf("Reattach(%+v): %v; want an error about %q", tc.opts, err, tc.want)
 		}
 	}
 }
 
 func TestSurvivesRestart(t *testing.T) {
-	nl := &KernelDevice{Path: "/dev/nbd0", Netlink: true, opts: KernelOptions{DeadConnTimeout: time.Minute}}
+	nl := &Device{Path: "/dev/nbd0", Netlink: true, opts: Options{DeadConnTimeout: time.Minute}}
 	if err := nl.SurvivesRestart(); err != nil {
 		t.Errorf("netlink device with timeouts: %v", err)
 	}
-	for name, d := range map[string]*KernelDevice{
-		"ioctl":   {Path: "/dev/nbd0", opts: KernelOptions{DeadConnTimeout: time.Minute}},
-		"no dead": {Path: "/dev/nbd0", Netlink: true, opts: KernelOptions{DeadConnTimeout: -1}},
-		"no req":  {Path: "/dev/nbd0", Netlink: true, opts: KernelOptions{DeadConnTimeout: time.Minute, Timeout: -1}},
+	for name, d := range map[string]*Device{
+		"ioctl":   {Path: "/dev/nbd0", opts: Options{DeadConnTimeout: time.Minute}},
+		"no dead": {Path: "/dev/nbd0", Netlink: true, opts: Options{DeadConnTimeout: -1}},
+		"no req":  {Path: "/dev/nbd0", Netlink: true, opts: Options{DeadConnTimeout: time.Minute, Timeout: -1}},
 	} {
 		if err := d.SurvivesRestart(); !errors.Is(err, ErrNotSurvivable) {
 			t.Errorf("%s: SurvivesRestart() = %v, want ErrNotSurvivable", name, err)
 		}
 	}
 	// Reconnect refuses an ioctl device before dialing anything.
-	io := &KernelDevice{Path: "/dev/nbd0", opts: KernelOptions{Network: "unix", Address: "/nonexistent"}}
+	io := &Device{Path: "/dev/nbd0", opts: Options{Network: "unix", Address: "/nonexistent"}}
 	if err := io.Reconnect(context.Background(), 1); !errors.Is(err, ErrNotSurvivable) || strings.Contains(err.Error(), "dial") {
 		t.Errorf("Reconnect on an ioctl device: %v, want ErrNotSurvivable", err)
 	}
@@ -176,13 +174,14 @@ func TestKernelKept(t *testing.T) {
 // device over must not wait for: test/e2e survive), and a different one
 // is written.
 func TestLimitRequestsLeavesALimitInPlace(t *testing.T) {
-	dir := fakeSys(t)
+	sys := fakeSys(t)
+	dir := string(sys)
 	q := filepath.Join(dir, "nbd3", "queue")
 	if err := os.MkdirAll(q, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(q, "max_sectors_kb")
-	d := &KernelDevice{Index: 3, Path: "/dev/nbd3"}
+	d := &Device{Index: 3, Path: "/dev/nbd3", opts: Options{SysBlock: dir}}
 	for _, c := range []struct{ had, want string }{
 		{"128\n", "128\n"}, // as the kernel shows it: left alone
 		{"1280\n", "128"},  // written
