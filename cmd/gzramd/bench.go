@@ -25,6 +25,9 @@ import (
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/gpu"
 	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/route"
+
+	"github.com/gzramd/gzramd/pkg/serving"
 )
 
 type benchConfig struct {
@@ -448,15 +451,18 @@ func (r ingestResult) ratio() float64 {
 func benchDevice(ctx context.Context, cfg *benchConfig, data []byte, bar *progress) (ingestResult, error) {
 	var res ingestResult
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	accel, err := openAccelerator(gpuSetup{backend: cfg.devBackend, algorithm: cfg.devAlg, device: cfg.gpuDevice,
-		batchPages: cfg.batchPages, inFlight: cfg.inFlight}, quiet)
+	accel, err := devAccelerator(cfg, quiet)
 	if err != nil {
 		return res, err
 	}
-	defer accel.close(quiet)
-	res.backend = accel.name()
+	res.backend = "cpu"
+	var routeAccel route.Accelerator
+	if accel != nil {
+		defer accel.Close()
+		res.backend, routeAccel = "gpu", accel
+	}
 	p, err := pipeline.New(pipeline.Config{
-		Size: int64(len(data)), Algorithm: cfg.devAlg, Accelerator: accel.routeAccelerator(),
+		Size: int64(len(data)), Algorithm: cfg.devAlg, Accelerator: routeAccel,
 		StagingBytes: pipeline.DefaultStagingBytes, StagingWait: cfg.stagingWait, BatchPages: cfg.batchPages, BatchWorkers: cfg.inFlight,
 		Logger: quiet,
 	})
@@ -553,4 +559,22 @@ func (p *progress) done() {
 		fmt.Fprint(p.w, "\r\x1b[K")
 		p.shown = false
 	}
+}
+
+// devAccelerator opens the GPU for benchDevice as the daemon does
+// (serving.Config.ResolveBackend): required with --device-backend gpu, where
+// one is usable with auto, never with cpu; nil for none.
+func devAccelerator(cfg *benchConfig, log *slog.Logger) (*gpu.Backend, error) {
+	if cfg.devBackend == "cpu" {
+		return nil, nil
+	}
+	g, err := gpu.Open(gpu.Config{Device: cfg.gpuDevice, Slots: cfg.inFlight, MaxBatchPages: cfg.batchPages,
+		Algorithm: cfg.devAlg, WorkQueues: serving.GPUWorkQueues(cfg.devAlg), Logger: log})
+	if err != nil {
+		if cfg.devBackend == "gpu" {
+			return nil, fmt.Errorf("--device-backend gpu: %w", err)
+		}
+		return nil, nil
+	}
+	return g, nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+
+	"github.com/gzramd/gzramd/pkg/serving"
 )
 
 const unitDir = "../../deploy/systemd"
@@ -132,7 +134,7 @@ func TestEnvFileNamesRealFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cfg := serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20}
+	cfg := serving.Config{Size: 1 << 30, GoMemoryLimit: 512 << 20}
 	cmd := serveCmd(&cfg)
 	extra := map[string]bool{"GZRAMD_MIN_FREE_KBYTES": true} // read by the unit's ExecStartPre
 	sc := bufio.NewScanner(f)
@@ -163,7 +165,7 @@ func TestEnvFileNamesRealFlags(t *testing.T) {
 	if n < 5 {
 		t.Errorf("only %d settings in gzramd.env", n)
 	}
-	if err := cfg.validate(); err != nil {
+	if err := validate(&cfg); err != nil {
 		t.Errorf("gzramd.env does not validate: %v", err)
 	}
 }

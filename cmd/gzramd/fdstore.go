@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/memfd"
+	"github.com/gzramd/gzramd/internal/sdnotify"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 )
 
@@ -66,29 +67,15 @@ func stateFromSystemd() (*pipeline.State, error) {
 // storeState hands the state's descriptors to systemd's store
 // (FDSTORE=1), each named, so that the state outlives the supervisor too
 // when the unit allows it (FileDescriptorStoreMax=).
-func (n *notifier) storeState(st *pipeline.State) error {
-	if !n.enabled() {
+func storeState(n *sdnotify.Notifier, st *pipeline.State) error {
+	if !n.Enabled() {
 		return nil
 	}
 	for i, f := range st.Files() {
 		msg := "FDSTORE=1\nFDNAME=" + fdNamePrefix + pipeline.StateFileNames[i]
-		if err := n.notifyWithFDs(msg, f.Fd()); err != nil {
+		if err := n.NotifyWithFDs(msg, f.Fd()); err != nil {
 			return fmt.Errorf("handing %s to systemd's file descriptor store: %w", f.Name(), err)
 		}
 	}
 	return nil
-}
-
-// notifyWithFDs sends state with descriptors attached (sd_pid_notify_with_fds).
-func (n *notifier) notifyWithFDs(state string, fds ...int) error {
-	addr := n.addr
-	if addr[0] == '@' {
-		addr = "\x00" + addr[1:]
-	}
-	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(s)
-	return unix.Sendmsg(s, []byte(state), unix.UnixRights(fds...), &unix.SockaddrUnix{Name: addr}, 0)
 }

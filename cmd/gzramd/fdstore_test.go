@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/gzramd/gzramd/internal/sdnotify"
 	"os"
 	"os/exec"
 	"strconv"
@@ -34,8 +35,7 @@ func TestStateThroughSystemdsStore(t *testing.T) {
 	unix.Munmap(mem)
 
 	fake := listenNotify(t, false)
-	n := &notifier{addr: fake.addr}
-	if err := n.storeState(st); err != nil {
+	if err := storeState(sdnotify.New(fake.addr), st); err != nil {
 		t.Fatal(err)
 	}
 	// What systemd would do: keep the descriptors, and pass them to the

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gzramd/gzramd/pkg/serving"
 )
 
 // TestHoldingsMatchTheDesign: what a running daemon says it holds ahead of
@@ -41,7 +43,7 @@ func TestHoldingsMatchTheDesign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep statusReport
+	var rep serving.Status
 	if err := json.Unmarshal(body, &rep); err != nil {
 		t.Fatal(err)
 	}

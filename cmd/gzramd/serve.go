@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,57 +23,10 @@ import (
 	"github.com/gzramd/gzramd/pkg/nbddev"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/serving"
 	"github.com/gzramd/gzramd/pkg/supervise"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
-
-type serveConfig struct {
-	size          sizeValue
-	memLimit      sizeValue
-	prefault      sizeValue
-	socket        string
-	tcp           string
-	export        string
-	metrics       string
-	backend       string
-	algorithm     string
-	staging       sizeValue
-	stagingWait   time.Duration
-	batchPages    int
-	batchDeadline time.Duration
-	batchInFlight int
-	hugeThreshold int
-	logLevel      string
-
-	device        string
-	swap          bool
-	swapPriority  int
-	kernelConns   int
-	kernelTimeout time.Duration
-	// kernelDeadTimeout: how long the kernel device holds its I/O while
-	// no serving process is connected.
-	kernelDeadTimeout time.Duration
-	force             bool
-
-	gpuDevice   int
-	gpuMinPages int
-
-	harden           bool
-	reexec           bool
-	realtime         string
-	nbdInline        string
-	nbdInlineHelpers int
-	requireHardening bool
-	goMemoryLimit    sizeValue
-	gcPercent        int
-
-	recordTrace string
-	supervise   bool
-	standby     bool
-
-	// plan is what the daemon holds ahead of need on this machine.
-	plan swapsafe.Plan
-}
 
 func defaultSocket() string {
 	if dir := os.Getenv("RUNTIME_DIRECTORY"); dir != "" {
@@ -85,11 +37,11 @@ func defaultSocket() string {
 }
 
 func newServeCmd() *cobra.Command {
-	return serveCmd(&serveConfig{size: 1 << 30, goMemoryLimit: 512 << 20, prefault: 16 << 20, staging: pipeline.DefaultStagingBytes})
+	return serveCmd(&serving.Config{Size: 1 << 30, GoMemoryLimit: 512 << 20, Prefault: 16 << 20, Staging: pipeline.DefaultStagingBytes})
 }
 
 // serveCmd binds the flags of `gzramd serve` to cfg, which holds the defaults.
-func serveCmd(cfg *serveConfig) *cobra.Command {
+func serveCmd(cfg *serving.Config) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the daemon in the foreground",
@@ -130,141 +82,141 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 			if err := bindEnv(cmd.Flags()); err != nil {
 				return usageErr(err)
 			}
-			cfg.plan = machinePlan()
+			cfg.Plan = machinePlan()
 			if !cmd.Flags().Changed("prefault") {
-				cfg.prefault = sizeValue(cfg.plan.Prefault)
+				cfg.Prefault = serving.Size(cfg.Plan.Prefault)
 			}
 			return runServe(cmd.Context(), cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.Var(&cfg.size, "size", "device size (e.g. 8GiB); a multiple of 4KiB")
-	f.Var(&cfg.memLimit, "mem-limit", "most memory the compressed pages may use (e.g. 2GiB); 0 means no limit; writes past it fail with ENOSPC")
-	f.Var(&cfg.prefault, "prefault", "store memory kept faulted in ahead of use, so storing a swapped-out page never waits for a page fault that needs swap (0 to fault lazily); by default at most 1/32 of RAM")
-	f.StringVar(&cfg.socket, "socket", defaultSocket(), "Unix socket to serve NBD on (mode 0600); empty to disable")
-	f.StringVar(&cfg.tcp, "tcp", "", "TCP address to serve NBD on, e.g. 127.0.0.1:10809 (a bare :PORT means loopback); off by default")
-	f.StringVar(&cfg.export, "export", "gzram0", "export name; the empty name reaches it too")
-	f.StringVar(&cfg.metrics, "metrics", "127.0.0.1:9829", "address for the HTTP endpoint serving /metrics (Prometheus) and /status; empty to disable")
-	f.StringVar(&cfg.backend, "backend", "auto", "compression backend: auto (the GPU when one is usable and the device is 8GiB or more, else the CPU: the GPU's own memory, about 150MiB, pays for itself in CPU time only where much is swapped), gpu (required, any size) or cpu")
-	f.StringVar(&cfg.algorithm, "algorithm", "lz4", "compression algorithm: lz4 (fast) or zstd (about a third more memory saved; on the CPU it costs several times lz4's CPU, on the GPU no more)")
-	f.DurationVar(&cfg.stagingWait, "staging-wait", 0, "with the GPU: how long a write that finds --staging full waits for room before it compresses on the CPU; 0: the algorithm's default (20ms with zstd, whose CPU codec costs about 30 times the GPU's CPU; none with lz4), negative: never wait")
-	f.Var(&cfg.staging, "staging", "with the GPU: write-behind memory (pinned, locked, counted in mem_used at 4KiB a page). A write is acknowledged once its pages are copied here; the GPU compresses them in batches nobody waits for. When it is full, writes wait up to --staging-wait for room, then compress inline on the CPU. At least --batch-inflight+1 batches; 0 turns write-behind off (and with it the GPU)")
-	f.IntVar(&cfg.batchPages, "batch-pages", pipeline.DefaultBatchPages, "pages in one staged batch, the most the GPU takes at once")
-	f.DurationVar(&cfg.batchDeadline, "batch-deadline", pipeline.DefaultBatchDeadline, "longest a staged page waits for its batch to fill before the batch goes to compression anyway. Longer makes fewer, larger batches: with one writer of 4 KiB pages 4ms cost 12-21 % less CPU per GB than 1ms on an H100 machine, but 10 % more on a recorded swap trace")
-	f.IntVar(&cfg.batchInFlight, "batch-inflight", pipeline.DefaultBatchWorkers, "staged batches compressing at once (the GPU's streams)")
-	f.IntVar(&cfg.hugeThreshold, "huge-threshold", device.DefaultHugeThreshold, "pages that compress to this many bytes or more are stored raw (1-4096)")
-	f.StringVar(&cfg.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.Var((*sizeValue)(&cfg.Size), "size", "device size (e.g. 8GiB); a multiple of 4KiB")
+	f.Var((*sizeValue)(&cfg.MemLimit), "mem-limit", "most memory the compressed pages may use (e.g. 2GiB); 0 means no limit; writes past it fail with ENOSPC")
+	f.Var((*sizeValue)(&cfg.Prefault), "prefault", "store memory kept faulted in ahead of use, so storing a swapped-out page never waits for a page fault that needs swap (0 to fault lazily); by default at most 1/32 of RAM")
+	f.StringVar(&cfg.Socket, "socket", defaultSocket(), "Unix socket to serve NBD on (mode 0600); empty to disable")
+	f.StringVar(&cfg.TCP, "tcp", "", "TCP address to serve NBD on, e.g. 127.0.0.1:10809 (a bare :PORT means loopback); off by default")
+	f.StringVar(&cfg.Export, "export", "gzram0", "export name; the empty name reaches it too")
+	f.StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9829", "address for the HTTP endpoint serving /metrics (Prometheus) and /status; empty to disable")
+	f.StringVar(&cfg.Backend, "backend", "auto", "compression backend: auto (the GPU when one is usable and the device is 8GiB or more, else the CPU: the GPU's own memory, about 150MiB, pays for itself in CPU time only where much is swapped), gpu (required, any size) or cpu")
+	f.StringVar(&cfg.Algorithm, "algorithm", "lz4", "compression algorithm: lz4 (fast) or zstd (about a third more memory saved; on the CPU it costs several times lz4's CPU, on the GPU no more)")
+	f.DurationVar(&cfg.StagingWait, "staging-wait", 0, "with the GPU: how long a write that finds --staging full waits for room before it compresses on the CPU; 0: the algorithm's default (20ms with zstd, whose CPU codec costs about 30 times the GPU's CPU; none with lz4), negative: never wait")
+	f.Var((*sizeValue)(&cfg.Staging), "staging", "with the GPU: write-behind memory (pinned, locked, counted in mem_used at 4KiB a page). A write is acknowledged once its pages are copied here; the GPU compresses them in batches nobody waits for. When it is full, writes wait up to --staging-wait for room, then compress inline on the CPU. At least --batch-inflight+1 batches; 0 turns write-behind off (and with it the GPU)")
+	f.IntVar(&cfg.BatchPages, "batch-pages", pipeline.DefaultBatchPages, "pages in one staged batch, the most the GPU takes at once")
+	f.DurationVar(&cfg.BatchDeadline, "batch-deadline", pipeline.DefaultBatchDeadline, "longest a staged page waits for its batch to fill before the batch goes to compression anyway. Longer makes fewer, larger batches: with one writer of 4 KiB pages 4ms cost 12-21 % less CPU per GB than 1ms on an H100 machine, but 10 % more on a recorded swap trace")
+	f.IntVar(&cfg.BatchInFlight, "batch-inflight", pipeline.DefaultBatchWorkers, "staged batches compressing at once (the GPU's streams)")
+	f.IntVar(&cfg.HugeThreshold, "huge-threshold", device.DefaultHugeThreshold, "pages that compress to this many bytes or more are stored raw (1-4096)")
+	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 
-	f.IntVar(&cfg.gpuDevice, "gpu-device", 0, "CUDA device index for the GPU backend")
-	f.IntVar(&cfg.gpuMinPages, "gpu-min-pages", route.DefaultMinAcceleratorPages, "smallest staged batch sent to the GPU; smaller ones (light load, sealed by --batch-deadline) compress on the CPU, which costs the CPU less for so few pages")
-	f.StringVar(&cfg.device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module)")
-	f.BoolVar(&cfg.swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
-	f.IntVar(&cfg.swapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
-	f.IntVar(&cfg.kernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
-	f.DurationVar(&cfg.kernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0: "+nbddev.DefaultTimeout.String()+"): a request in flight when the serving process dies is sent again to the next one after this long, and a request slower than this costs its connection (gzramd replaces it)")
-	f.DurationVar(&cfg.kernelDeadTimeout, "kernel-dead-timeout", nbddev.DefaultDeadConnTimeout, "how long the kernel device holds its I/O while no serving process is connected (after a crash, until the supervisor's next one takes over) before failing it; -1s fails it at once, losing what is swapped there")
-	f.BoolVar(&cfg.force, "force", false, "stop on SIGTERM even while the export is active swap that gzramd did not turn on (the swapped memory is lost)")
+	f.IntVar(&cfg.GPUDevice, "gpu-device", 0, "CUDA device index for the GPU backend")
+	f.IntVar(&cfg.GPUMinPages, "gpu-min-pages", route.DefaultMinAcceleratorPages, "smallest staged batch sent to the GPU; smaller ones (light load, sealed by --batch-deadline) compress on the CPU, which costs the CPU less for so few pages")
+	f.StringVar(&cfg.Device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module)")
+	f.BoolVar(&cfg.Swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
+	f.IntVar(&cfg.SwapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
+	f.IntVar(&cfg.KernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
+	f.DurationVar(&cfg.KernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0: "+nbddev.DefaultTimeout.String()+"): a request in flight when the serving process dies is sent again to the next one after this long, and a request slower than this costs its connection (gzramd replaces it)")
+	f.DurationVar(&cfg.KernelDeadTimeout, "kernel-dead-timeout", nbddev.DefaultDeadConnTimeout, "how long the kernel device holds its I/O while no serving process is connected (after a crash, until the supervisor's next one takes over) before failing it; -1s fails it at once, losing what is swapped there")
+	f.BoolVar(&cfg.Force, "force", false, "stop on SIGTERM even while the export is active swap that gzramd did not turn on (the swapped memory is lost)")
 
-	f.BoolVar(&cfg.harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
-	f.BoolVar(&cfg.reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
-	f.StringVar(&cfg.nbdInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together (no request waits for a batch: with the GPU, writes are staged): on, off, or auto (on)")
-	f.IntVar(&cfg.nbdInlineHelpers, "nbd-inline-helpers", -1, "with --nbd-inline, run the requests a connection read together on this many goroutines besides its reader (0 to 16); -1 (auto) is one per 4 CPUs beyond the first 4, at most 3. On 16 CPUs, 0 spent 5-13 % less CPU per GB than 3 and moved 4-17 % less under load")
-	f.StringVar(&cfg.realtime, "realtime", "auto", "run every thread SCHED_RR at priority 1 (with --harden; needs CAP_SYS_NICE), so that gzramd's own allocations (a reply's socket buffer) may dip below the kernel's min watermark while it stores swapped pages: on, off, or auto (on when gzramd attaches the kernel device itself, --device or --swap). It costs throughput to clients on the same CPUs; with the GPU backend only if its waits can be made to block, as they are at start")
-	f.BoolVar(&cfg.requireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
-	f.Var(&cfg.goMemoryLimit, "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
-	f.StringVar(&cfg.recordTrace, "record-trace", "", "write every NBD request received to this file as a fio iolog (version 2), to replay the workload later: "+
+	f.BoolVar(&cfg.Harden, "harden", true, "make the process fit to serve swap: mlockall, IO flusher threads, real-time scheduling, oom_score_adj -1000")
+	f.BoolVar(&cfg.Reexec, "io-flusher-reexec", true, "re-execute once so every thread inherits PR_SET_IO_FLUSHER (with --harden)")
+	f.StringVar(&cfg.NBDInline, "nbd-inline", "auto", "run each NBD request of up to 64 KiB on its connection's reader, one at a time per connection, replies sent together (no request waits for a batch: with the GPU, writes are staged): on, off, or auto (on)")
+	f.IntVar(&cfg.NBDInlineHelpers, "nbd-inline-helpers", -1, "with --nbd-inline, run the requests a connection read together on this many goroutines besides its reader (0 to 16); -1 (auto) is one per 4 CPUs beyond the first 4, at most 3. On 16 CPUs, 0 spent 5-13 % less CPU per GB than 3 and moved 4-17 % less under load")
+	f.StringVar(&cfg.Realtime, "realtime", "auto", "run every thread SCHED_RR at priority 1 (with --harden; needs CAP_SYS_NICE), so that gzramd's own allocations (a reply's socket buffer) may dip below the kernel's min watermark while it stores swapped pages: on, off, or auto (on when gzramd attaches the kernel device itself, --device or --swap). It costs throughput to clients on the same CPUs; with the GPU backend only if its waits can be made to block, as they are at start")
+	f.BoolVar(&cfg.RequireHardening, "require-hardening", false, "fail at start when a hardening step fails, instead of logging it")
+	f.Var((*sizeValue)(&cfg.GoMemoryLimit), "go-memory-limit", "soft limit for the Go heap (buffers, not the compressed pages); 0 leaves the runtime's (GOMEMLIMIT wins)")
+	f.StringVar(&cfg.RecordTrace, "record-trace", "", "write every NBD request received to this file as a fio iolog (version 2), to replay the workload later: "+
 		"reads, writes and trims as such, flushes as sync, write-zeroes as trims (fio has no write-zeroes; on a RAM device both leave zeroes and free the range; fio replays trims from 3.34 on). "+
 		"Replay it, on a device at least as large, through gzramd's socket with fio --name=replay --ioengine=nbd --uri='nbd+unix:///gzram0?socket=SOCKET' --read_iolog=FILE --replay_no_stall=1 --iodepth=32, "+
 		"or on a block device with --ioengine=libaio --direct=1 --replay_redirect=/dev/DEVICE; bench/trace.sh replays one on gzramd, kernel zram and nbdkit. "+
 		"The file is replaced, and closed with fio's close line on SIGTERM. Recording never makes a request wait: requests arriving while the writer is a whole ring (64Ki requests) behind are left out, "+
 		"counted in gzramd_trace_dropped_records_total and logged")
-	f.BoolVar(&cfg.supervise, "supervise", true, "run the serving process under a small supervisor that holds the device's memory (in memfds, locked) and, when the serving process dies, starts another that takes the memory and the kernel device over: swapped pages survive a crash. Off, the device's memory goes with the process")
-	f.BoolVar(&cfg.standby, "standby", true, "with --supervise, keep the next serving process started ahead, hardened and its memory locked, so that a crash is taken over by a process that needs no memory at the moment the kernel's reclaim is stuck on the device")
-	f.IntVar(&cfg.gcPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around the heap reserve kept resident (8MiB), else the runtime's")
+	f.BoolVar(&cfg.Supervise, "supervise", true, "run the serving process under a small supervisor that holds the device's memory (in memfds, locked) and, when the serving process dies, starts another that takes the memory and the kernel device over: swapped pages survive a crash. Off, the device's memory goes with the process")
+	f.BoolVar(&cfg.Standby, "standby", true, "with --supervise, keep the next serving process started ahead, hardened and its memory locked, so that a crash is taken over by a process that needs no memory at the moment the kernel's reclaim is stuck on the device")
+	f.IntVar(&cfg.GCPercent, "gc-percent", 0, "Go GC target percentage (GOGC); 0 leaves it to gzramd: 10 with --harden, which paces the collector around the heap reserve kept resident (8MiB), else the runtime's")
 	return cmd
 }
 
 // validate checks every flag before anything starts, so that a bad value
 // stops the daemon with one line naming the flag.
-func (c *serveConfig) validate() error {
+func validate(c *serving.Config) error {
 	switch {
-	case c.size <= 0 || c.size%codec.PageSize != 0:
-		return fmt.Errorf("invalid --size %s: want a positive multiple of 4KiB, e.g. 1GiB", c.size.String())
-	case int64(c.size) > device.MaxSize:
-		return fmt.Errorf("invalid --size %s: the largest device is %s", c.size.String(), formatSize(device.MaxSize))
-	case c.memLimit < 0:
-		return fmt.Errorf("invalid --mem-limit %s: want a size such as 2GiB, or 0 for no limit", c.memLimit.String())
-	case c.nbdInline != "auto" && c.nbdInline != "on" && c.nbdInline != "off":
-		return fmt.Errorf("invalid --nbd-inline %q: want auto, on or off", c.nbdInline)
-	case c.nbdInlineHelpers < -1 || c.nbdInlineHelpers > nbd.MaxInlineHelpers:
-		return fmt.Errorf("invalid --nbd-inline-helpers %d: want 0 to %d, or -1 for auto", c.nbdInlineHelpers, nbd.MaxInlineHelpers)
-	case c.realtime != "auto" && c.realtime != "on" && c.realtime != "off":
-		return fmt.Errorf("invalid --realtime %q: want auto, on or off", c.realtime)
-	case c.prefault < 0 || c.prefault > 1<<30:
-		return fmt.Errorf("invalid --prefault %s: want a size from 0 to 1GiB, e.g. 16MiB", c.prefault.String())
-	case c.socket == "" && c.tcp == "":
+	case c.Size <= 0 || c.Size%codec.PageSize != 0:
+		return fmt.Errorf("invalid --size %s: want a positive multiple of 4KiB, e.g. 1GiB", c.Size.String())
+	case int64(c.Size) > device.MaxSize:
+		return fmt.Errorf("invalid --size %s: the largest device is %s", c.Size.String(), formatSize(device.MaxSize))
+	case c.MemLimit < 0:
+		return fmt.Errorf("invalid --mem-limit %s: want a size such as 2GiB, or 0 for no limit", c.MemLimit.String())
+	case c.NBDInline != "auto" && c.NBDInline != "on" && c.NBDInline != "off":
+		return fmt.Errorf("invalid --nbd-inline %q: want auto, on or off", c.NBDInline)
+	case c.NBDInlineHelpers < -1 || c.NBDInlineHelpers > nbd.MaxInlineHelpers:
+		return fmt.Errorf("invalid --nbd-inline-helpers %d: want 0 to %d, or -1 for auto", c.NBDInlineHelpers, nbd.MaxInlineHelpers)
+	case c.Realtime != "auto" && c.Realtime != "on" && c.Realtime != "off":
+		return fmt.Errorf("invalid --realtime %q: want auto, on or off", c.Realtime)
+	case c.Prefault < 0 || c.Prefault > 1<<30:
+		return fmt.Errorf("invalid --prefault %s: want a size from 0 to 1GiB, e.g. 16MiB", c.Prefault.String())
+	case c.Socket == "" && c.TCP == "":
 		return errors.New("nothing to serve on: give --socket PATH or --tcp ADDR")
-	case c.backend != "auto" && c.backend != "gpu" && c.backend != "cpu":
-		return fmt.Errorf("invalid --backend %q: want auto, gpu or cpu", c.backend)
-	case c.algorithm != "lz4" && c.algorithm != "zstd":
-		return fmt.Errorf("invalid --algorithm %q: want lz4 or zstd", c.algorithm)
-	case c.staging == 0 && c.backend == "gpu":
+	case c.Backend != "auto" && c.Backend != "gpu" && c.Backend != "cpu":
+		return fmt.Errorf("invalid --backend %q: want auto, gpu or cpu", c.Backend)
+	case c.Algorithm != "lz4" && c.Algorithm != "zstd":
+		return fmt.Errorf("invalid --algorithm %q: want lz4 or zstd", c.Algorithm)
+	case c.Staging == 0 && c.Backend == "gpu":
 		return errors.New("invalid --backend gpu with --staging 0: the GPU compresses staged writes only")
-	case c.batchPages < 1 || c.batchPages > 65536:
-		return fmt.Errorf("invalid --batch-pages %d: want 1 to 65536", c.batchPages)
-	case c.batchDeadline <= 0 || c.batchDeadline > time.Second:
-		return fmt.Errorf("invalid --batch-deadline %v: want a duration from 1µs to 1s, e.g. 1ms", c.batchDeadline)
-	case c.batchInFlight < 1 || c.batchInFlight > 64:
-		return fmt.Errorf("invalid --batch-inflight %d: want 1 to 64", c.batchInFlight)
-	case c.hugeThreshold < 1 || c.hugeThreshold > codec.PageSize:
-		return fmt.Errorf("invalid --huge-threshold %d: want 1 to 4096", c.hugeThreshold)
-	case c.gpuDevice < 0:
-		return fmt.Errorf("invalid --gpu-device %d: want a CUDA device index, 0 or more", c.gpuDevice)
-	case c.gpuMinPages < 1 || c.gpuMinPages > c.batchPages:
-		return fmt.Errorf("invalid --gpu-min-pages %d: want 1 to --batch-pages (%d)", c.gpuMinPages, c.batchPages)
-	case c.staging < 0 || (c.staging > 0 && int64(c.staging) < int64(c.batchInFlight+1)*int64(c.batchPages)*codec.PageSize):
+	case c.BatchPages < 1 || c.BatchPages > 65536:
+		return fmt.Errorf("invalid --batch-pages %d: want 1 to 65536", c.BatchPages)
+	case c.BatchDeadline <= 0 || c.BatchDeadline > time.Second:
+		return fmt.Errorf("invalid --batch-deadline %v: want a duration from 1µs to 1s, e.g. 1ms", c.BatchDeadline)
+	case c.BatchInFlight < 1 || c.BatchInFlight > 64:
+		return fmt.Errorf("invalid --batch-inflight %d: want 1 to 64", c.BatchInFlight)
+	case c.HugeThreshold < 1 || c.HugeThreshold > codec.PageSize:
+		return fmt.Errorf("invalid --huge-threshold %d: want 1 to 4096", c.HugeThreshold)
+	case c.GPUDevice < 0:
+		return fmt.Errorf("invalid --gpu-device %d: want a CUDA device index, 0 or more", c.GPUDevice)
+	case c.GPUMinPages < 1 || c.GPUMinPages > c.BatchPages:
+		return fmt.Errorf("invalid --gpu-min-pages %d: want 1 to --batch-pages (%d)", c.GPUMinPages, c.BatchPages)
+	case c.Staging < 0 || (c.Staging > 0 && int64(c.Staging) < int64(c.BatchInFlight+1)*int64(c.BatchPages)*codec.PageSize):
 		return fmt.Errorf("invalid --staging %s: want 0, or room for --batch-inflight+1 batches of --batch-pages (%s)",
-			c.staging.String(), formatSize(int64(c.batchInFlight+1)*int64(c.batchPages)*codec.PageSize))
-	case c.swapPriority < -1 || c.swapPriority > 32767:
-		return fmt.Errorf("invalid --swap-priority %d: want -1 (the kernel's default) to 32767", c.swapPriority)
-	case c.kernelConns < 1 || c.kernelConns > 16:
-		return fmt.Errorf("invalid --kernel-connections %d: want 1 to 16", c.kernelConns)
-	case c.kernelTimeout < 0 || c.kernelTimeout%time.Second != 0:
-		return fmt.Errorf("invalid --kernel-timeout %v: want whole seconds, e.g. 120s, or 0", c.kernelTimeout)
-	case c.kernelDeadTimeout%time.Second != 0 || (c.kernelDeadTimeout < 0 && c.kernelDeadTimeout != -time.Second):
-		return fmt.Errorf("invalid --kernel-dead-timeout %v: want whole seconds, e.g. 5m, or -1s for none", c.kernelDeadTimeout)
-	case c.goMemoryLimit < 0:
-		return fmt.Errorf("invalid --go-memory-limit %s: want a size such as 512MiB, or 0", c.goMemoryLimit.String())
-	case c.goMemoryLimit > 0 && c.goMemoryLimit < 32<<20:
-		return fmt.Errorf("invalid --go-memory-limit %s: below 32MiB the daemon would do nothing but collect garbage", c.goMemoryLimit.String())
-	case c.gcPercent < -1 || c.gcPercent > 10000:
-		return fmt.Errorf("invalid --gc-percent %d: want 1 to 10000, -1 (off) or 0 (leave the runtime's)", c.gcPercent)
+			c.Staging.String(), formatSize(int64(c.BatchInFlight+1)*int64(c.BatchPages)*codec.PageSize))
+	case c.SwapPriority < -1 || c.SwapPriority > 32767:
+		return fmt.Errorf("invalid --swap-priority %d: want -1 (the kernel's default) to 32767", c.SwapPriority)
+	case c.KernelConns < 1 || c.KernelConns > 16:
+		return fmt.Errorf("invalid --kernel-connections %d: want 1 to 16", c.KernelConns)
+	case c.KernelTimeout < 0 || c.KernelTimeout%time.Second != 0:
+		return fmt.Errorf("invalid --kernel-timeout %v: want whole seconds, e.g. 120s, or 0", c.KernelTimeout)
+	case c.KernelDeadTimeout%time.Second != 0 || (c.KernelDeadTimeout < 0 && c.KernelDeadTimeout != -time.Second):
+		return fmt.Errorf("invalid --kernel-dead-timeout %v: want whole seconds, e.g. 5m, or -1s for none", c.KernelDeadTimeout)
+	case c.GoMemoryLimit < 0:
+		return fmt.Errorf("invalid --go-memory-limit %s: want a size such as 512MiB, or 0", c.GoMemoryLimit.String())
+	case c.GoMemoryLimit > 0 && c.GoMemoryLimit < 32<<20:
+		return fmt.Errorf("invalid --go-memory-limit %s: below 32MiB the daemon would do nothing but collect garbage", c.GoMemoryLimit.String())
+	case c.GCPercent < -1 || c.GCPercent > 10000:
+		return fmt.Errorf("invalid --gc-percent %d: want 1 to 10000, -1 (off) or 0 (leave the runtime's)", c.GCPercent)
 	}
-	if _, err := parseLevel(c.logLevel); err != nil {
+	if _, err := parseLevel(c.LogLevel); err != nil {
 		return err
 	}
-	if c.tcp != "" {
-		if _, _, err := net.SplitHostPort(c.tcp); err != nil {
-			return fmt.Errorf("invalid --tcp %q: want HOST:PORT, e.g. 127.0.0.1:10809", c.tcp)
+	if c.TCP != "" {
+		if _, _, err := net.SplitHostPort(c.TCP); err != nil {
+			return fmt.Errorf("invalid --tcp %q: want HOST:PORT, e.g. 127.0.0.1:10809", c.TCP)
 		}
 	}
-	if c.metrics != "" {
-		if _, _, err := net.SplitHostPort(c.metrics); err != nil {
-			return fmt.Errorf("invalid --metrics %q: want HOST:PORT, e.g. 127.0.0.1:9829", c.metrics)
+	if c.Metrics != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics); err != nil {
+			return fmt.Errorf("invalid --metrics %q: want HOST:PORT, e.g. 127.0.0.1:9829", c.Metrics)
 		}
 	}
-	if c.device != "" {
-		if _, err := parseDevice(c.device); err != nil {
-			return fmt.Errorf("invalid --device %q: %v", c.device, err)
+	if c.Device != "" {
+		if _, err := serving.ParseDevice(c.Device); err != nil {
+			return fmt.Errorf("invalid --device %q: %v", c.Device, err)
 		}
 	}
-	if c.recordTrace != "" {
-		if err := checkCreatable(c.recordTrace); err != nil {
-			return fmt.Errorf("invalid --record-trace %q: %v", c.recordTrace, err)
+	if c.RecordTrace != "" {
+		if err := checkCreatable(c.RecordTrace); err != nil {
+			return fmt.Errorf("invalid --record-trace %q: %v", c.RecordTrace, err)
 		}
 	}
-	if c.swap && c.device == "" {
-		c.device = "auto"
+	if c.Swap && c.Device == "" {
+		c.Device = "auto"
 	}
 	return nil
 }
@@ -277,119 +229,26 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// tcpAddr binds a bare :PORT to loopback: exposing swap over the network
-// is something the operator must ask for by naming the address.
-func tcpAddr(s string) string {
-	if strings.HasPrefix(s, ":") {
-		return "127.0.0.1" + s
-	}
-	return s
-}
-
-func runServe(ctx context.Context, cfg *serveConfig) error {
-	if err := cfg.validate(); err != nil {
+func runServe(ctx context.Context, cfg *serving.Config) error {
+	if err := validate(cfg); err != nil {
 		return usageErr(err)
 	}
-	start := supervise.FromEnv()
-	if cfg.supervise && !start.Serving {
-		level, _ := parseLevel(cfg.logLevel)
+	if cfg.Supervise && !supervise.FromEnv().Serving {
+		level, _ := parseLevel(cfg.LogLevel)
 		return runSupervisor(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	}
-	// Before anything else starts: on success this does not return, and
-	// the process starts again with every thread an IO flusher.
-	var reexecErr error
-	if cfg.harden && cfg.reexec {
-		reexecErr = reexecAsIOFlusher()
-	}
-	level, _ := parseLevel(cfg.logLevel)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	// Before hardening: the compiler runs neither at real-time priority
-	// nor counted in this process. A standby compiles now, ahead of the
-	// takeover.
-	// A serving process started to take over from one that died, with
-	// --backend gpu, compiles them later, while it already serves on the
-	// CPU (openLate): every request waits for a takeover.
-	var kernels kernelImage
-	backend, _ := cfg.resolveBackend()
-	if backend != "cpu" && !(backend == "gpu" && !start.DiedAt.IsZero()) {
-		kernels = compileKernels(ctx, cfg.gpuDevice, cfg.algorithm)
-	}
-	reserve, err := harden(cfg, log, reexecErr)
-	if err != nil {
-		return err
-	}
-	if gone, err := start.SetParentDeath(); err != nil {
-		log.Warn("the serving process will not hear of its supervisor's death", "err", err)
-	} else if gone {
-		return errors.New("the supervisor died before the serving process started")
-	}
-	if err := start.HoldLifeline(); err != nil {
-		log.Warn("the supervisor will hear of this process's death only once its teardown ends", "err", err)
-	}
-	defer reserve.KeepAlive()
-	stopProfile, err := startCPUProfile()
-	if err != nil {
-		return err
-	}
-	defer stopProfile()
-	st, err := servingState(cfg, start)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	handover, handed, start, err := receiveHandover(start, log)
-	if err != nil {
-		return err
-	}
-	orphans, err := takeFromOrphan(st, start, log)
-	if err != nil {
-		return err
-	}
-	d, err := newDaemon(cfg, st, start, kernels, log)
-	if err != nil {
-		return err
-	}
-	d.handover, d.adopt = handover, append(handed, orphans...)
-	if cfg.harden {
-		d.reserve = reserve
-	}
-	return d.run(ctx)
-}
-
-// listenUnix listens on path with mode 0600, replacing a stale socket left
-// by a daemon that died, but never a live one.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("creating the directory for --socket %s: %w", path, err)
-	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("--socket %s: another daemon is already serving there", path)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("--socket %s exists and is not a socket", path)
-		}
-		os.Remove(path)
-	}
-	old := syscall.Umask(0o177)
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listening on --socket %s: %w", path, err)
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(true)
-	return l, nil
+	level, _ := parseLevel(cfg.LogLevel)
+	return serving.Run(ctx, cfg, buildVersion(), level)
 }
 
 // machinePlan sizes what the daemon holds ahead of need for this machine
 // (swapsafe.Plan): its RAM, its CPUs, and the largest request the kernel
-// device is allowed (maxKernelRequest).
+// device is allowed (serving.MaxKernelRequest).
 func machinePlan() swapsafe.Plan {
 	var ram int64
 	var si unix.Sysinfo_t
 	if unix.Sysinfo(&si) == nil {
 		ram = int64(si.Totalram) * int64(si.Unit)
 	}
-	return swapsafe.PlanFor(ram, runtime.GOMAXPROCS(0), maxKernelRequest)
+	return swapsafe.PlanFor(ram, runtime.GOMAXPROCS(0), serving.MaxKernelRequest)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
+	"github.com/gzramd/gzramd/pkg/serving"
 )
 
 // TestStatusMatchesMetrics writes through real clients, then checks the
@@ -90,7 +91,7 @@ func TestStatusMatchesMetrics(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status --json: exit status %d", code)
 	}
-	var rep statusReport
+	var rep serving.Status
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("status --json: %v\n%s", err, out)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gzramd/gzramd/pkg/serving"
 )
 
 // sizeValue is a byte count flag that accepts 4096, 512KiB, 8GiB, 1G, 1.5TiB.
@@ -37,19 +39,7 @@ func parseSize(s string) (int64, error) {
 	return int64(f * mult), nil
 }
 
-func formatSize(n int64) string {
-	switch {
-	case n >= 1<<40 && n%(1<<40) == 0:
-		return fmt.Sprintf("%dTiB", n>>40)
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return strconv.FormatInt(n, 10)
-}
+func formatSize(n int64) string { return serving.Size(n).String() }
 
 func (v *sizeValue) String() string { return formatSize(int64(*v)) }
 func (v *sizeValue) Type() string   { return "size" }

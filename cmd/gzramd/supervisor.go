@@ -11,27 +11,18 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gzramd/gzramd/internal/memfd"
+	"github.com/gzramd/gzramd/internal/sdnotify"
 	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/serving"
 	"github.com/gzramd/gzramd/pkg/supervise"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
-
-// supervisorGone is the signal a serving process gets when its supervisor
-// dies while systemd keeps the state (PR_SET_PDEATHSIG).
-const supervisorGone = syscall.SIGUSR2
-
-// exitStatus ends gzramd with a status and no message: the serving
-// process has said why already.
-type exitStatus int
-
-func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // runSupervisor is `gzramd serve` with --supervise: it holds the state
 // (from systemd's file descriptor store, or new) and runs the serving
 // process — this binary again, with the same arguments — over it, and
 // another whenever one dies.
-func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) error {
+func runSupervisor(ctx context.Context, cfg *serving.Config, log *slog.Logger) error {
 	log = log.With("role", "supervisor")
 	adj := -1000
 	for _, s := range swapsafe.Apply(supervisorHardening(cfg, &adj)) {
@@ -53,18 +44,18 @@ func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) erro
 	// it, so the serving process stops in order (swap off).
 	parentDeath := syscall.SIGTERM
 	if st != nil {
-		parentDeath = supervisorGone
+		parentDeath = serving.SupervisorGone
 		info, _ := st.Info()
 		log.Info("state handed back by systemd's file descriptor store", "id", info.ID, "holds_data", info.Sealed, "takeovers", info.Takeovers)
 	} else {
-		if st, err = pipeline.NewState("gzramd-" + cfg.export); err != nil {
+		if st, err = pipeline.NewState("gzramd-" + cfg.Export); err != nil {
 			return err
 		}
-		n := &notifier{addr: os.Getenv("NOTIFY_SOCKET")}
-		if err := n.storeState(st); err != nil {
+		n := sdnotify.New(os.Getenv("NOTIFY_SOCKET"))
+		if err := storeState(n, st); err != nil {
 			log.Warn("the state is not in systemd's file descriptor store: if the supervisor dies, the serving process stops in order", "err", err)
-		} else if n.enabled() {
-			parentDeath = supervisorGone
+		} else if n.Enabled() {
+			parentDeath = serving.SupervisorGone
 		}
 	}
 	defer st.Close()
@@ -81,7 +72,7 @@ func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) erro
 	status, err := supervise.Run(ctx, supervise.Config{
 		Path: exe, Args: os.Args[1:], Env: childEnv(),
 		Files: st.Files(), Keeper: keeper, Stdout: os.Stdout, Stderr: os.Stderr,
-		Logger: log, Signals: sigs, ParentDeath: parentDeath, Handover: true, Standby: cfg.standby,
+		Logger: log, Signals: sigs, ParentDeath: parentDeath, Handover: true, Standby: cfg.Standby,
 		Started: func(pid, takeovers int) {
 			log.Info("serving process started", "pid", pid, "takeovers", takeovers)
 		},
@@ -97,7 +88,7 @@ func runSupervisor(ctx context.Context, cfg *serveConfig, log *slog.Logger) erro
 		return err
 	}
 	if status != supervise.ExitStopped {
-		return exitStatus(status)
+		return serving.ExitStatus(status)
 	}
 	return nil
 }
@@ -126,31 +117,13 @@ func childEnv() []string {
 // page tables). Without it, a guest swapping onto gzramd hung at the
 // first kill, the new process and the supervisor in direct reclaim
 // (test/e2e survive).
-func supervisorHardening(cfg *serveConfig, adj *int) swapsafe.Options {
-	return swapsafe.Options{LockMemory: cfg.harden, OOMScoreAdj: oomAdj(cfg, adj), Realtime: cfg.harden && cfg.wantRealtime()}
+func supervisorHardening(cfg *serving.Config, adj *int) swapsafe.Options {
+	return swapsafe.Options{LockMemory: cfg.Harden, OOMScoreAdj: oomAdj(cfg, adj), Realtime: cfg.Harden && cfg.WantRealtime()}
 }
 
-func oomAdj(cfg *serveConfig, adj *int) *int {
-	if cfg.harden {
+func oomAdj(cfg *serving.Config, adj *int) *int {
+	if cfg.Harden {
 		return adj
 	}
 	return nil
-}
-
-// servingState is the state a serving process serves: the supervisor's,
-// passed as descriptors 3 on, or a new one of its own without a
-// supervisor.
-func servingState(cfg *serveConfig, start supervise.Started) (*pipeline.State, error) {
-	if !start.Serving {
-		return pipeline.NewState("gzramd-" + cfg.export)
-	}
-	files := make([]*memfd.File, len(pipeline.StateFileNames))
-	for i, name := range pipeline.StateFileNames {
-		f, err := memfd.Open(listenFDsStart + i)
-		if err != nil {
-			return nil, fmt.Errorf("the state's %s from the supervisor: %w", name, err)
-		}
-		files[i] = f
-	}
-	return pipeline.StateFrom(files)
 }

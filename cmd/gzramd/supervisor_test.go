@@ -20,6 +20,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/serving"
 )
 
 // TestServingProcessDiesAndIsReplaced kills the serving process with
@@ -326,30 +327,17 @@ func TestSupervisorRealtimeAsServing(t *testing.T) {
 		{true, "off", true, false},
 		{false, "on", true, false},
 	} {
-		cfg := &serveConfig{harden: c.harden, realtime: c.realtime, swap: c.swap}
+		cfg := &serving.Config{Harden: c.harden, Realtime: c.realtime, Swap: c.swap}
 		adj := -1000
 		opts := supervisorHardening(cfg, &adj)
 		if opts.Realtime != c.want {
 			t.Errorf("harden=%v realtime=%s swap=%v: supervisor real-time %v, want %v", c.harden, c.realtime, c.swap, opts.Realtime, c.want)
 		}
-		if opts.Realtime != (cfg.harden && cfg.wantRealtime()) {
-			t.Errorf("harden=%v realtime=%s swap=%v: supervisor real-time %v, the serving process %v", c.harden, c.realtime, c.swap, opts.Realtime, cfg.harden && cfg.wantRealtime())
+		if opts.Realtime != (cfg.Harden && cfg.WantRealtime()) {
+			t.Errorf("harden=%v realtime=%s swap=%v: supervisor real-time %v, the serving process %v", c.harden, c.realtime, c.swap, opts.Realtime, cfg.Harden && cfg.WantRealtime())
 		}
 		if opts.LockMemory != c.harden {
 			t.Errorf("harden=%v: LockMemory %v", c.harden, opts.LockMemory)
 		}
-	}
-}
-
-// TestWaitGoneCountsZombies: a process that exited but was not reaped is
-// gone for waitGone (its parent may be an init stuck on swap).
-func TestWaitGoneCountsZombies(t *testing.T) {
-	cmd := exec.Command("true")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	if err := waitGone(cmd.Process.Pid, 10*time.Second); err != nil {
-		t.Fatal(err)
 	}
 }

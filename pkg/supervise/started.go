@@ -3,10 +3,13 @@
 package supervise
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/gzramd/gzramd/internal/memfd"
 )
 
 // Started is what a serving process was told by the supervisor that
@@ -79,4 +82,19 @@ func atoi(s string, none int) int {
 		return none
 	}
 	return n
+}
+
+// Files takes over the memfds the supervisor passed (Config.Files), one
+// for each name, from descriptor 3 on.
+func (s Started) Files(names []string) ([]*memfd.File, error) {
+	files := make([]*memfd.File, 0, len(names))
+	for i, name := range names {
+		f, err := memfd.Open(3 + i)
+		if err != nil {
+			memfd.CloseAll(files...)
+			return nil, fmt.Errorf("supervise: the %s file: %w", name, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
 }

@@ -2,7 +2,7 @@
 
 // CPU profiling, in builds with -tags pprof only.
 
-package main
+package serving
 
 import (
 	"fmt"

@@ -1,6 +1,6 @@
 // The swap-safety steps at start, each logged.
 
-package main
+package serving
 
 import (
 	"fmt"
@@ -18,35 +18,35 @@ var reexecAsIOFlusher = swapsafe.ReExecAsIOFlusher
 // it could not. A failure stops the daemon only with --require-hardening.
 // With --harden it also faults in and keeps the plan's heap reserve; the
 // reserve must stay reachable while the daemon serves.
-func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.HeapReserve, error) {
-	opts := swapsafe.Options{MemoryLimit: int64(cfg.goMemoryLimit)}
-	if cfg.harden {
+func harden(cfg *Config, log *slog.Logger, reexecErr error) (*swapsafe.HeapReserve, error) {
+	opts := swapsafe.Options{MemoryLimit: int64(cfg.GoMemoryLimit)}
+	if cfg.Harden {
 		adj := -1000
 		opts.LockMemory = true
 		opts.OOMScoreAdj = &adj
 		opts.IOFlusher = true
-		opts.Realtime = cfg.wantRealtime()
+		opts.Realtime = cfg.WantRealtime()
 	}
 	steps := swapsafe.Apply(opts)
 	reserve := &swapsafe.HeapReserve{}
-	if cfg.harden {
+	if cfg.Harden {
 		var step swapsafe.Step
-		reserve, step = swapsafe.ReserveHeap(cfg.plan.HeapReserve)
-		steps = append(steps, step, swapsafe.ReserveThreads(cfg.plan.Threads))
+		reserve, step = swapsafe.ReserveHeap(cfg.Plan.HeapReserve)
+		steps = append(steps, step, swapsafe.ReserveThreads(cfg.Plan.Threads))
 	}
 	// After the reserve: the operator's --gc-percent wins over its pacing.
-	steps = append(steps, swapsafe.Apply(swapsafe.Options{GCPercent: cfg.gcPercent})...)
-	if cfg.harden && !cfg.wantRealtime() {
+	steps = append(steps, swapsafe.Apply(swapsafe.Options{GCPercent: cfg.GCPercent})...)
+	if cfg.Harden && !cfg.WantRealtime() {
 		reason := "--realtime off"
-		if cfg.realtime == "auto" {
+		if cfg.Realtime == "auto" {
 			reason = "--realtime auto: gzramd attaches no kernel device; give --realtime on if the kernel uses this export as swap"
 		}
 		log.Info("hardening step skipped", "step", "realtime", "reason", reason)
 	}
-	if !cfg.harden {
+	if !cfg.Harden {
 		log.Warn("hardening off (--harden=false): the daemon may be swapped out or OOM-killed while serving swap")
 	}
-	if cfg.harden && !cfg.reexec {
+	if cfg.Harden && !cfg.Reexec {
 		log.Warn("--io-flusher-reexec=false: threads are not IO flushers; memory allocation while serving swap may recurse into swap I/O")
 	}
 	var failed []string
@@ -58,7 +58,7 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 	if reexecErr != nil {
 		log.Debug("io flusher re-exec", "err", reexecErr)
 	}
-	if cfg.requireHardening && len(failed) > 0 {
+	if cfg.RequireHardening && len(failed) > 0 {
 		return nil, fmt.Errorf("--require-hardening: %s failed (see the log above)", strings.Join(failed, ", "))
 	}
 	return reserve, nil
@@ -72,12 +72,12 @@ func harden(cfg *serveConfig, log *slog.Logger, reexecErr error) (*swapsafe.Heap
 // a 320 MiB guest swapping onto gzramd froze so in 3 runs of 3, and passed
 // with it. But at real-time priority every wake-up of gzramd preempts its
 // client: fio on the same 2 CPUs did 5 times fewer random writes.
-func (c *serveConfig) wantRealtime() bool {
-	switch c.realtime {
+func (c *Config) WantRealtime() bool {
+	switch c.Realtime {
 	case "on":
 		return true
 	case "auto":
-		return c.device != "" || c.swap
+		return c.Device != "" || c.Swap
 	}
 	return false
 }

@@ -1,6 +1,6 @@
 // The kernel device and swap: attaching it, making it swap, and stopping safely while it is.
 
-package main
+package serving
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 )
 
 // parseDevice accepts /dev/nbdN, nbdN or "auto" (any free device).
-func parseDevice(s string) (index int, err error) {
+func ParseDevice(s string) (index int, err error) {
 	if s == "auto" {
 		return -1, nil
 	}
@@ -42,22 +42,22 @@ var sysModuleNBD = "/sys/module/nbd"
 // for a new server (and re-sends what was in flight), and it is swap
 // already, with pages in it; it gets no self-test.
 func (d *daemon) attach(ctx context.Context) error {
-	if d.cfg.device == "" {
+	if d.cfg.Device == "" {
 		d.topUpHeap()
 		return nil
 	}
-	index, _ := parseDevice(d.cfg.device) // validated
+	index, _ := ParseDevice(d.cfg.Device) // validated
 	if _, err := os.Stat(sysModuleNBD); err != nil {
-		return fmt.Errorf("--device %s: the kernel's nbd module is not loaded (run modprobe nbd; it ships with the kernel)", d.cfg.device)
+		return fmt.Errorf("--device %s: the kernel's nbd module is not loaded (run modprobe nbd; it ships with the kernel)", d.cfg.Device)
 	}
 	opts := nbddev.Options{
-		Export: d.cfg.export, Index: index, Connections: d.cfg.kernelConns,
-		Timeout: d.cfg.kernelTimeout, DeadConnTimeout: d.cfg.kernelDeadTimeout,
+		Export: d.cfg.Export, Index: index, Connections: d.cfg.KernelConns,
+		Timeout: d.cfg.KernelTimeout, DeadConnTimeout: d.cfg.KernelDeadTimeout,
 	}
-	if d.cfg.socket != "" {
-		opts.Network, opts.Address = "unix", d.cfg.socket
+	if d.cfg.Socket != "" {
+		opts.Network, opts.Address = "unix", d.cfg.Socket
 	} else {
-		opts.Network, opts.Address = "tcp", tcpAddr(d.cfg.tcp)
+		opts.Network, opts.Address = "tcp", TCPAddr(d.cfg.TCP)
 	}
 	if d.recovered != nil && d.adoptedKernel > 0 {
 		kd, err := d.keptAttached(opts)
@@ -77,7 +77,7 @@ func (d *daemon) attach(ctx context.Context) error {
 	}
 	kd, err := nbddev.Attach(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("--device %s: %w", d.cfg.device, err)
+		return fmt.Errorf("--device %s: %w", d.cfg.Device, err)
 	}
 	d.kernel.Store(kd)
 	d.log.Info("kernel device attached", "device", kd.Path, "netlink", kd.Netlink, "size", kd.Size,
@@ -86,7 +86,7 @@ func (d *daemon) attach(ctx context.Context) error {
 		d.log.Warn("the kernel device will not survive a restart of the serving process: what is swapped to it is lost if gzramd dies", "err", err)
 	}
 	d.limitRequests(kd)
-	if !d.cfg.swap {
+	if !d.cfg.Swap {
 		d.topUpHeap()
 		d.keepConnected(kd)
 		return nil
@@ -112,7 +112,7 @@ func (d *daemon) reattach(ctx context.Context, opts nbddev.Options) (bool, error
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("--device %s: taking over the kernel device of the serving process before this one: %w", d.cfg.device, err)
+		return false, fmt.Errorf("--device %s: taking over the kernel device of the serving process before this one: %w", d.cfg.Device, err)
 	}
 	return true, d.takeOver(ctx, kd, "kernel device taken over: its held and re-sent requests go to this process", start)
 }
@@ -138,9 +138,9 @@ func (d *daemon) takeOver(ctx context.Context, kd *nbddev.Device, msg string, st
 	case swap:
 		// Swap the process before this one turned on (the command line is
 		// the same): it is ours to turn off at stop.
-		d.swapOn = d.cfg.swap
+		d.swapOn = d.cfg.Swap
 		d.topUpHeap()
-	case d.cfg.swap:
+	case d.cfg.Swap:
 		// The process before this one died before swapon: nothing is
 		// swapped there yet, and the device is checked as a fresh one is.
 		if err := d.makeSwap(ctx, kd); err != nil {
@@ -163,13 +163,13 @@ const reattachTimeout = 30 * time.Second
 // connection holds resident (connBufferReserve): larger ones would
 // allocate while serving.
 func (d *daemon) limitRequests(kd *nbddev.Device) {
-	if !d.cfg.harden {
+	if !d.cfg.Harden {
 		return
 	}
-	if err := kd.LimitRequests(maxKernelRequest); err != nil {
+	if err := kd.LimitRequests(MaxKernelRequest); err != nil {
 		d.log.Warn("kernel requests not limited: requests over the reserved buffer sizes will allocate while serving", "err", err)
 	} else {
-		d.log.Info("kernel requests limited", "device", kd.Path, "max_sectors_kb", maxKernelRequest>>10)
+		d.log.Info("kernel requests limited", "device", kd.Path, "max_sectors_kb", MaxKernelRequest>>10)
 	}
 }
 
@@ -177,17 +177,17 @@ func (d *daemon) limitRequests(kd *nbddev.Device) {
 // turns swap on.
 func (d *daemon) makeSwap(ctx context.Context, kd *nbddev.Device) error {
 	start := time.Now()
-	if err := swapctl.SelfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.kernelConns, 16)); err != nil {
+	if err := swapctl.SelfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.KernelConns, 16)); err != nil {
 		return fmt.Errorf("%s: not making it swap: %w", kd.Path, err)
 	}
 	d.log.Info("kernel device self-test passed: wrote, read back and discarded", "device", kd.Path,
 		"bytes", min(int64(kd.Size), swapctl.SelfTestBytes), "took", time.Since(start).Round(time.Millisecond))
 	d.topUpHeap()
-	if err := swapctl.Enable(ctx, kd.Path, d.cfg.swapPriority); err != nil {
+	if err := swapctl.Enable(ctx, kd.Path, d.cfg.SwapPriority); err != nil {
 		return fmt.Errorf("--swap on %s: %w", kd.Path, err)
 	}
 	d.swapOn = true
-	d.log.Info("swap on", "device", kd.Path, "priority", d.cfg.swapPriority, "discard", true)
+	d.log.Info("swap on", "device", kd.Path, "priority", d.cfg.SwapPriority, "discard", true)
 	return nil
 }
 
@@ -202,7 +202,7 @@ func (d *daemon) keepConnected(kd *nbddev.Device) {
 	if kd.SurvivesRestart() != nil {
 		return
 	}
-	if d.cfg.socket == "" {
+	if d.cfg.Socket == "" {
 		d.log.Warn("kernel connections that close are not replaced over TCP (the server cannot tell them from other clients); use --socket", "device", kd.Path)
 		return
 	}
@@ -269,11 +269,11 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 	if len(swaps) == 0 {
 		return true
 	}
-	_ = d.notify.notify("STOPPING=1")
+	_ = d.notify.Notify("STOPPING=1")
 	for _, s := range swaps {
 		if d.swapOn && own != "" && swapctl.SameFile(s.Path, own) {
 			d.log.Info("turning swap off before stopping; the kernel reads the swapped pages back", "device", s.Path, "used_bytes", s.Used)
-			_ = d.notify.notify("STATUS=swapoff " + s.Path)
+			_ = d.notify.Notify("STATUS=swapoff " + s.Path)
 			sctx, cancel := context.WithTimeout(ctx, swapoffTimeout)
 			// Our path, not the list's: the list's may be another
 			// mount namespace's (swapctl.SameFile).
@@ -291,14 +291,14 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 			}
 			d.log.Error("swapoff failed", "device", s.Path, "err", err)
 		}
-		if d.cfg.force {
+		if d.cfg.Force {
 			d.log.Warn("--force: stopping while the export is active swap; processes with pages there will fail",
 				"device", s.Path, "used_bytes", s.Used)
 			continue
 		}
 		d.log.Error("refusing to stop: the export is active swap; run swapoff, or restart with --force",
 			"device", s.Path, "used_bytes", s.Used, "fix", "swapoff "+s.Path)
-		_ = d.notify.notify("STATUS=refusing to stop: " + s.Path + " is active swap; run swapoff " + s.Path)
+		_ = d.notify.Notify("STATUS=refusing to stop: " + s.Path + " is active swap; run swapoff " + s.Path)
 		return false
 	}
 	return true
@@ -307,7 +307,7 @@ func (d *daemon) readyToStop(ctx context.Context) bool {
 // stop detaches the kernel device, finishes the requests in flight and
 // closes the endpoints.
 func (d *daemon) stop() {
-	_ = d.notify.notify("STOPPING=1")
+	_ = d.notify.Notify("STOPPING=1")
 	if d.stopKeeping != nil {
 		d.stopKeeping()
 	}

@@ -1,4 +1,4 @@
-package main
+package serving
 
 import "testing"
 
@@ -7,8 +7,8 @@ import "testing"
 func TestResolveBackend(t *testing.T) {
 	for _, c := range []struct {
 		backend string
-		size    sizeValue
-		staging sizeValue
+		size    Size
+		staging Size
 		want    string
 		why     bool
 	}{
@@ -20,8 +20,8 @@ func TestResolveBackend(t *testing.T) {
 		{"gpu", 1 << 30, 16 << 20, "gpu", false},
 		{"cpu", 64 << 30, 16 << 20, "cpu", false},
 	} {
-		cfg := &serveConfig{backend: c.backend, size: c.size, staging: c.staging}
-		got, why := cfg.resolveBackend()
+		cfg := &Config{Backend: c.backend, Size: c.size, Staging: c.staging}
+		got, why := cfg.ResolveBackend()
 		if got != c.want || (why != "") != c.why {
 			t.Errorf("--backend %s --size %s --staging %s: %q (%q), want %q", c.backend, c.size.String(), c.staging.String(), got, why, c.want)
 		}

@@ -1,6 +1,6 @@
 // A serving process whose supervisor died: it serves on, and hands over to the next supervisor's serving process.
 
-package main
+package serving
 
 import (
 	"bytes"

@@ -1,6 +1,6 @@
 // Opening the GPU for --backend, and its metrics.
 
-package main
+package serving
 
 import (
 	"bytes"
@@ -18,12 +18,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/cobra"
 
 	"github.com/gzramd/gzramd/pkg/gpu"
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/route"
-	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // accelerator is what --backend resolves to: the GPU, or nothing (the CPU
@@ -109,15 +107,15 @@ const autoGPUMinSize = 8 << 30
 // resolveBackend is the backend --backend asks for, as far as it can be
 // told before the GPU is opened: auto is the CPU without write-behind
 // (--staging 0) and for a device under autoGPUMinSize, which why says.
-func (c *serveConfig) resolveBackend() (backend, why string) {
-	if c.backend != "auto" {
-		return c.backend, ""
+func (c *Config) ResolveBackend() (backend, why string) {
+	if c.Backend != "auto" {
+		return c.Backend, ""
 	}
 	switch {
-	case c.staging == 0:
+	case c.Staging == 0:
 		return "cpu", "--staging 0 turns write-behind off, and the GPU works only on staged writes"
-	case int64(c.size) < autoGPUMinSize:
-		return "cpu", fmt.Sprintf("--backend auto uses a GPU only for a device of %s or more, where what it saves in CPU pays for its own memory (about 150 MiB); --backend gpu uses it anyway", formatSize(autoGPUMinSize))
+	case int64(c.Size) < autoGPUMinSize:
+		return "cpu", fmt.Sprintf("--backend auto uses a GPU only for a device of %s or more, where what it saves in CPU pays for its own memory (about 150 MiB); --backend gpu uses it anyway", Size(autoGPUMinSize).String())
 	}
 	return "auto", ""
 }
@@ -132,13 +130,13 @@ func openAccelerator(c gpuSetup, log *slog.Logger) (*accelerator, error) {
 		return a, nil
 	}
 	g, err := gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
-		Algorithm: c.algorithm, Image: c.kernels.image, WorkQueues: gpuWorkQueues(c.algorithm), Logger: log})
+		Algorithm: c.algorithm, Image: c.kernels.image, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
 	if err != nil && c.kernels.image != nil {
 		// An image the driver refuses (a driver upgraded since) costs
 		// the JIT compiler in this process, not the GPU.
 		log.Warn("the GPU refused the kernels compiled ahead; compiling them here", "err", err)
 		g, err = gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
-			Algorithm: c.algorithm, WorkQueues: gpuWorkQueues(c.algorithm), Logger: log})
+			Algorithm: c.algorithm, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
 	}
 	if err != nil {
 		if c.backend == "gpu" {
@@ -173,7 +171,7 @@ func openAccelerator(c gpuSetup, log *slog.Logger) (*accelerator, error) {
 // the kernels compressed 6.8 GB/s (10.2 with the default), far above what
 // NBD brings. zstd's batches take longer and overlap less on one queue
 // (2.1 GB/s; 3.6 with two, 9.0 with the default), so it gets two.
-func gpuWorkQueues(algorithm string) int {
+func GPUWorkQueues(algorithm string) int {
 	if algorithm == "zstd" {
 		return 2
 	}
@@ -218,34 +216,6 @@ func compileKernels(ctx context.Context, device int, algorithm string) kernelIma
 		return kernelImage{err: fmt.Errorf("gzramd gpu-compile: %w", err)}
 	}
 	return kernelImage{image: out.Bytes()}
-}
-
-// newGPUCompileCmd is `gzramd gpu-compile`, which `gzramd serve` runs to
-// compile the GPU kernels in a process of its own (compileKernels).
-func newGPUCompileCmd() *cobra.Command {
-	var device int
-	var algorithm string
-	cmd := &cobra.Command{
-		Use:    "gpu-compile",
-		Short:  "Compile the GPU kernels for one GPU and write the image to standard output (gzramd serve runs it)",
-		Hidden: true,
-		Args:   cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			// A serving process that took over runs this while it serves,
-			// maybe at real-time priority, which a compiler must not
-			// inherit.
-			swapsafe.DropRealtime() //nolint:errcheck // not real-time to begin with, most often
-			img, err := gpu.Compile(device, algorithm)
-			if err != nil {
-				return err
-			}
-			_, err = cmd.OutOrStdout().Write(img)
-			return err
-		},
-	}
-	cmd.Flags().IntVar(&device, "gpu-device", 0, "CUDA device index")
-	cmd.Flags().StringVar(&algorithm, "algorithm", "lz4", "lz4 or zstd")
-	return cmd
 }
 
 // routeAccelerator is the GPU for pkg/route, or nil.

@@ -1,6 +1,6 @@
 // What the daemon holds ahead of need for swap safety, listed for the reports.
 
-package main
+package serving
 
 import "github.com/gzramd/gzramd/pkg/swapsafe"
 
@@ -8,11 +8,11 @@ import "github.com/gzramd/gzramd/pkg/swapsafe"
 // resident (nbd.Options.ReserveBuffers) when the daemon is hardened for
 // swap; no request waits for others (with the GPU, writes are staged), so
 // requests finish one by one and 32 in flight per connection suffice.
-func connBuffers(cfg *serveConfig) int64 {
-	if !cfg.harden {
+func connBuffers(cfg *Config) int64 {
+	if !cfg.Harden {
 		return 0
 	}
-	return cfg.plan.ConnBuffers
+	return cfg.Plan.ConnBuffers
 }
 
 // holdings lists what the daemon holds ahead of need (docs/DESIGN.md,
@@ -32,7 +32,7 @@ func (d *daemon) holdings() []swapsafe.Holding {
 		hs = append(hs,
 			swapsafe.Holding{Name: "heap-reserve", Bytes: d.reserve.Bytes(),
 				Why: "Go heap faulted in and kept, and locked with the rest of the heap by gzramd-heaplock"},
-			swapsafe.Holding{Name: "threads", Count: d.cfg.plan.Threads,
+			swapsafe.Holding{Name: "threads", Count: d.cfg.Plan.Threads,
 				Why: "threads started before serving, each with its signal stack written"})
 	}
 	return hs

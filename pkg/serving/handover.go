@@ -1,6 +1,6 @@
 // Handing the live connections to the next serving process at an upgrade, and taking them on.
 
-package main
+package serving
 
 import (
 	"context"

@@ -2,7 +2,7 @@
 
 // CPU profiling is refused in normal builds (see profile_pprof.go).
 
-package main
+package serving
 
 import (
 	"errors"

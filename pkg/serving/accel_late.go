@@ -1,7 +1,7 @@
 // The GPU of a serving process that took the device over: opened while it
 // already serves on the CPU.
 
-package main
+package serving
 
 import (
 	"context"

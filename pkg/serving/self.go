@@ -1,6 +1,6 @@
 // gzramd's own processes and their memory, for /status and the metrics.
 
-package main
+package serving
 
 import (
 	"os"

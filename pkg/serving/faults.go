@@ -4,7 +4,7 @@
 // binary built with -tags faults reads the GZRAMD_FAULT_* variables; the
 // daemon users run has none of this.
 
-package main
+package serving
 
 import (
 	"context"

@@ -2,7 +2,7 @@
 
 // The daemon users run: no fault injection (see faults.go).
 
-package main
+package serving
 
 import (
 	"log/slog"

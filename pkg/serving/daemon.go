@@ -1,6 +1,6 @@
 // A running daemon: the data path, its listeners, the HTTP endpoint, the kernel device, and stopping safely.
 
-package main
+package serving
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gzramd/gzramd/internal/sdnotify"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/gpu"
@@ -35,10 +36,11 @@ import (
 // daemon is a running gzramd: the data path, its listeners, the HTTP
 // endpoint and, with --device/--swap, the kernel device.
 type daemon struct {
-	cfg     *serveConfig
+	cfg     *Config
+	version string // gzramd's, for the logs, /status and the metrics
 	log     *slog.Logger
 	started time.Time
-	notify  *notifier
+	notify  *sdnotify.Notifier
 	accel   *accelerator
 	pipe    *pipeline.Pipeline
 	dev     *device.Device // pipe.Device
@@ -89,19 +91,19 @@ type daemon struct {
 // storeArenaSize is the page store's mapping step in the daemon.
 const storeArenaSize = 8 << 20
 
-func newDaemon(cfg *serveConfig, st *pipeline.State, start supervise.Started, kernels kernelImage, log *slog.Logger) (_ *daemon, err error) {
-	d := &daemon{cfg: cfg, start: start, log: log, started: time.Now(), notify: newNotifier(), state: st, successor: make(chan *os.File, 1)}
+func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.Started, kernels kernelImage, log *slog.Logger) (_ *daemon, err error) {
+	d := &daemon{cfg: cfg, version: version, start: start, log: log, started: time.Now(), notify: sdnotify.FromEnv(), state: st, successor: make(chan *os.File, 1)}
 	defer func() {
 		if err != nil {
 			d.close()
 		}
 	}()
-	backend, why := cfg.resolveBackend()
+	backend, why := cfg.ResolveBackend()
 	if why != "" {
-		log.Info("compressing on the CPU: "+why, "backend", cfg.backend)
+		log.Info("compressing on the CPU: "+why, "backend", cfg.Backend)
 	}
-	d.gpuSetup = gpuSetup{backend: backend, algorithm: cfg.algorithm, device: cfg.gpuDevice,
-		batchPages: cfg.batchPages, inFlight: cfg.batchInFlight, kernels: kernels}
+	d.gpuSetup = gpuSetup{backend: backend, algorithm: cfg.Algorithm, device: cfg.GPUDevice,
+		batchPages: cfg.BatchPages, inFlight: cfg.BatchInFlight, kernels: kernels}
 	switch {
 	case !d.start.DiedAt.IsZero() && (backend == "gpu" || backend == "auto" && kernels.image != nil):
 		// A takeover after a death: every request waits for it, so serve
@@ -124,15 +126,15 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, start supervise.Started, ke
 	}
 	if d.pipe, d.recovered, err = pipeline.Open(pipeline.Config{
 		State: st,
-		Size:  int64(cfg.size), Algorithm: cfg.algorithm,
-		MemLimit: int64(cfg.memLimit), Prefault: int64(cfg.prefault),
+		Size:  int64(cfg.Size), Algorithm: cfg.Algorithm,
+		MemLimit: int64(cfg.MemLimit), Prefault: int64(cfg.Prefault),
 		// Under mlockall each arena is populated when mapped: map it in
 		// small steps, ahead of need (Prefault), not 64 MiB at a time.
 		ArenaSize:     storeArenaSize,
-		HugeThreshold: cfg.hugeThreshold,
-		Accelerator:   d.accel.routeAccelerator(), MinAcceleratorPages: cfg.gpuMinPages,
-		StagingBytes: int64(cfg.staging), StagingWait: cfg.stagingWait, BatchPages: cfg.batchPages,
-		BatchDeadline: cfg.batchDeadline, BatchWorkers: cfg.batchInFlight,
+		HugeThreshold: cfg.HugeThreshold,
+		Accelerator:   d.accel.routeAccelerator(), MinAcceleratorPages: cfg.GPUMinPages,
+		StagingBytes: int64(cfg.Staging), StagingWait: cfg.StagingWait, BatchPages: cfg.BatchPages,
+		BatchDeadline: cfg.BatchDeadline, BatchWorkers: cfg.BatchInFlight,
 		Observer: batchObs, Logger: log,
 	}); err != nil {
 		return nil, err
@@ -149,8 +151,8 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, start supervise.Started, ke
 	}
 	d.dev = d.pipe.Device
 	var rec nbd.Recorder // stays nil, not a nil *iolog.Recorder, unless recording
-	if cfg.recordTrace != "" {
-		if d.trace, err = iolog.Create(cfg.recordTrace, cfg.export, log); err != nil {
+	if cfg.RecordTrace != "" {
+		if d.trace, err = iolog.Create(cfg.RecordTrace, cfg.Export, log); err != nil {
 			return nil, fmt.Errorf("--record-trace: %w", err)
 		}
 		rec = d.trace
@@ -158,16 +160,16 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, start supervise.Started, ke
 	nbdObs := metrics.NewNBD()
 	var served nbd.Backend
 	served, d.host = withFaults(d.dev, d.recovered != nil && !d.start.HandedOver, log)
-	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.export, Description: "gzramd compressed RAM device", Backend: served}},
-		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.nbdInline != "off",
+	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.Export, Description: "gzramd compressed RAM device", Backend: served}},
+		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.NBDInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
 			ReserveBuffers: connBuffers(cfg), Recorder: rec})
 	if err != nil {
 		return nil, err
 	}
 	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
-		Version: buildVersion(), Export: cfg.export, Algorithm: cfg.algorithm,
-		Backend: d.accel.name(), DiskSize: int64(cfg.size),
+		Version: version, Export: cfg.Export, Algorithm: cfg.Algorithm,
+		Backend: d.accel.name(), DiskSize: int64(cfg.Size),
 	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings),
 		metrics.NewSelf(d.selfMemory, log),
 		metrics.NewTakeover(func() metrics.Takeovers {
@@ -177,7 +179,7 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, start supervise.Started, ke
 			Name: "gzramd_nbd_payload_buffers_allocated_total",
 			Help: "NBD payload buffers allocated: the reserve made at start, then any request that needed more (an allocation on the request path).",
 		}, func() float64 { return float64(d.srv.PayloadBuffersAllocated()) }),
-	}, d.accel.collectors(cfg.gpuDevice, d.pipe.Router, log)...)
+	}, d.accel.collectors(cfg.GPUDevice, d.pipe.Router, log)...)
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
 	}
@@ -192,7 +194,7 @@ func newDaemon(cfg *serveConfig, st *pipeline.State, start supervise.Started, ke
 // to block (gpu.DeviceInfo.BlockingSync), and at real-time priority that
 // spinning would take whole CPUs from everything else.
 func (d *daemon) gpuOpened(info gpu.DeviceInfo) {
-	if !d.cfg.harden || !d.cfg.wantRealtime() || info.BlockingSync {
+	if !d.cfg.Harden || !d.cfg.WantRealtime() || info.BlockingSync {
 		return
 	}
 	if err := swapsafe.DropRealtime(); err != nil {
@@ -222,15 +224,15 @@ func (d *daemon) close() {
 
 func (d *daemon) listen() error {
 	cfg := d.cfg
-	if cfg.socket != "" {
-		l, err := listenUnix(cfg.socket)
+	if cfg.Socket != "" {
+		l, err := listenUnix(cfg.Socket)
 		if err != nil {
 			return err
 		}
 		d.listeners = append(d.listeners, l)
 	}
-	if cfg.tcp != "" {
-		addr := tcpAddr(cfg.tcp)
+	if cfg.TCP != "" {
+		addr := TCPAddr(cfg.TCP)
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("listening on --tcp %s: %w", addr, err)
@@ -240,10 +242,10 @@ func (d *daemon) listen() error {
 		}
 		d.listeners = append(d.listeners, l)
 	}
-	if cfg.metrics != "" {
-		l, err := net.Listen("tcp", cfg.metrics)
+	if cfg.Metrics != "" {
+		l, err := net.Listen("tcp", cfg.Metrics)
 		if err != nil {
-			return fmt.Errorf("listening on --metrics %s: %w", cfg.metrics, err)
+			return fmt.Errorf("listening on --metrics %s: %w", cfg.Metrics, err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", metrics.Handler(d.reg, d.log))
@@ -265,12 +267,12 @@ func (d *daemon) gpuName() string {
 	return info.Name
 }
 
-func (d *daemon) status() statusReport {
+func (d *daemon) status() Status {
 	st := d.dev.Stats()
-	r := statusReport{
-		Version: buildVersion(), PID: os.Getpid(), Export: d.cfg.export, Socket: d.cfg.socket, TCP: d.cfg.tcp,
-		Algorithm: d.cfg.algorithm, Backend: d.accel.name(), GPU: d.gpuName(),
-		DiskSize: int64(d.cfg.size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
+	r := Status{
+		Version: d.version, PID: os.Getpid(), Export: d.cfg.Export, Socket: d.cfg.Socket, TCP: d.cfg.TCP,
+		Algorithm: d.cfg.Algorithm, Backend: d.accel.name(), GPU: d.gpuName(),
+		DiskSize: int64(d.cfg.Size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
 		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.Count(),
 		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
@@ -296,8 +298,8 @@ func (d *daemon) status() statusReport {
 func (d *daemon) kernelState() metrics.KernelState {
 	r := d.status()
 	return metrics.KernelState{
-		SwapActive: len(r.SwapDevices) > 0, SwapExpected: d.cfg.swap,
-		Device: d.cfg.device != "", Attached: r.Device != "" && d.host.NBDPID(r.Device) != 0,
+		SwapActive: len(r.SwapDevices) > 0, SwapExpected: d.cfg.Swap,
+		Device: d.cfg.Device != "", Attached: r.Device != "" && d.host.NBDPID(r.Device) != 0,
 	}
 }
 
@@ -327,12 +329,12 @@ func (d *daemon) run(ctx context.Context) error {
 	signal.Notify(upgrade, syscall.SIGHUP)
 	defer signal.Stop(upgrade)
 	orphan := make(chan os.Signal, 1)
-	signal.Notify(orphan, supervisorGone)
+	signal.Notify(orphan, SupervisorGone)
 	defer signal.Stop(orphan)
-	if d.start.Serving && !d.start.SupervisorAlive() && d.start.ParentDeath == supervisorGone {
+	if d.start.Serving && !d.start.SupervisorAlive() && d.start.ParentDeath == SupervisorGone {
 		// The supervisor died while this process started, and its signal
 		// came before anything listened for it (Go ignores SIGUSR2 then).
-		orphan <- supervisorGone
+		orphan <- SupervisorGone
 	}
 
 	if err := d.listen(); err != nil {
@@ -346,7 +348,7 @@ func (d *daemon) run(ctx context.Context) error {
 				errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
 			}
 		}()
-		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.export)
+		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.Export)
 	}
 	d.adoptedKernel = d.adoptConnections()
 	if d.handover != nil {
@@ -376,7 +378,7 @@ func (d *daemon) run(ctx context.Context) error {
 			d.log.Warn("keeping the Go heap locked", "err", err)
 		})
 	}
-	if d.cfg.prefault > 0 {
+	if d.cfg.Prefault > 0 {
 		watchCtx, stopWatch := context.WithCancel(context.Background())
 		defer stopWatch()
 		go d.watchPrefault(watchCtx)
@@ -394,8 +396,8 @@ func (d *daemon) run(ctx context.Context) error {
 		serveErr = err
 		d.log.Error("stopping", "err", err)
 	} else {
-		d.log.Info("gzramd ready", "version", buildVersion(), "size", d.cfg.size.String(), "algorithm", d.cfg.algorithm,
-			"backend", d.accel.name(), "mem_limit", d.cfg.memLimit.String())
+		d.log.Info("gzramd ready", "version", d.version, "size", d.cfg.Size.String(), "algorithm", d.cfg.Algorithm,
+			"backend", d.accel.name(), "mem_limit", d.cfg.MemLimit.String())
 		if d.recovered != nil && !d.start.DiedAt.IsZero() {
 			pause := time.Since(d.start.DiedAt)
 			d.pause.Store(int64(pause))
@@ -404,7 +406,7 @@ func (d *daemon) run(ctx context.Context) error {
 		if d.accel.late != nil {
 			go d.accel.openLate(d.gpuSetup, d.gpuOpened, d.log)
 		}
-		if err := d.notify.notify("READY=1\nSTATUS=serving " + d.cfg.export); err != nil {
+		if err := d.notify.Notify("READY=1\nSTATUS=serving " + d.cfg.Export); err != nil {
 			d.log.Warn("sd_notify READY=1 failed", "err", err)
 		}
 
@@ -425,7 +427,7 @@ func (d *daemon) run(ctx context.Context) error {
 
 // errHandOver ends a serving process that hands over to the next for an
 // upgrade (SIGHUP; its supervisor starts the next at once).
-var errHandOver = exitStatus(supervise.ExitHandedOver)
+var errHandOver = ExitStatus(supervise.ExitHandedOver)
 
 // handOver stops serving at a request boundary for the next serving
 // process: the requests in flight are answered, and the live connections
@@ -434,7 +436,7 @@ var errHandOver = exitStatus(supervise.ExitHandedOver)
 // device waits for the next process to reconnect it). Swap stays on. What
 // is staged is committed as the data path closes (run's deferred close).
 func (d *daemon) handOver() {
-	_ = d.notify.notify("RELOADING=1\nSTATUS=handing over to the next serving process")
+	_ = d.notify.Notify("RELOADING=1\nSTATUS=handing over to the next serving process")
 	if d.stopKeeping != nil {
 		d.stopKeeping()
 	}
@@ -455,7 +457,7 @@ func (d *daemon) handOver() {
 // stop request that is safe to honour.
 func (d *daemon) wait(ctx context.Context, sigs, dump, upgrade, orphan <-chan os.Signal, errc <-chan error) error {
 	var watchdog <-chan time.Time
-	if iv := watchdogInterval(); iv > 0 {
+	if iv := sdnotify.WatchdogInterval(); iv > 0 {
 		t := time.NewTicker(iv)
 		defer t.Stop()
 		watchdog = t.C
@@ -507,7 +509,7 @@ func (d *daemon) wait(ctx context.Context, sigs, dump, upgrade, orphan <-chan os
 				d.log.Error("health check failed; not pinging the systemd watchdog", "err", err)
 				continue
 			}
-			_ = d.notify.notify("WATCHDOG=1")
+			_ = d.notify.Notify("WATCHDOG=1")
 		case <-orphan:
 			if !d.orphaned {
 				d.orphaned = true
@@ -573,21 +575,21 @@ func (d *daemon) watchPrefault(ctx context.Context) {
 		}
 		if n := d.pipe.Store.Stats().PrefaultMisses; n > seen {
 			d.log.Warn("store memory used before it was prefaulted; raise --prefault if this repeats under load",
-				"pages", n-seen, "total", n, "prefault", d.cfg.prefault.String())
+				"pages", n-seen, "total", n, "prefault", d.cfg.Prefault.String())
 			seen = n
 		}
 	}
 }
 
-// maxKernelRequest is the largest request the kernel device is allowed to
+// MaxKernelRequest is the largest request the kernel device is allowed to
 // send (nbddev.Device.LimitRequests): the largest reserved buffer.
-const maxKernelRequest = nbd.ReserveBufferMax
+const MaxKernelRequest = nbd.ReserveBufferMax
 
 // inlineHelpers decides nbd.Options.InlineHelpers from
 // --nbd-inline-helpers: nbd.AutoInlineHelpers unless given.
-func inlineHelpers(cfg *serveConfig, cpus int) int {
-	if cfg.nbdInlineHelpers >= 0 {
-		return cfg.nbdInlineHelpers
+func inlineHelpers(cfg *Config, cpus int) int {
+	if cfg.NBDInlineHelpers >= 0 {
+		return cfg.NBDInlineHelpers
 	}
 	return nbd.AutoInlineHelpers(cpus)
 }

@@ -1,0 +1,61 @@
+// The /status report.
+
+package serving
+
+import (
+	"github.com/gzramd/gzramd/pkg/metrics"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
+)
+
+// Status is what /status serves and `gzramd status` prints: the
+// figures zramctl shows, taken from the same snapshots as /metrics.
+type Status struct {
+	Version string `json:"version"`
+	PID     int    `json:"pid"` // the serving process
+	// SupervisorPID is the process that holds the state and restarts the
+	// serving process when it dies; 0 without one (--supervise=false).
+	SupervisorPID int `json:"supervisor_pid,omitempty"`
+	// Takeovers counts serving processes that took the state over from
+	// one that died; LastTakeoverPause is how long the device went
+	// unserved then (0 if unknown); LostPages are pages a takeover could
+	// not trust, which read as I/O errors until rewritten.
+	Takeovers         uint64   `json:"takeovers"`
+	LastTakeoverPause float64  `json:"last_takeover_pause_seconds,omitempty"`
+	LostPages         int64    `json:"lost_pages"`
+	Export            string   `json:"export"`
+	Socket            string   `json:"socket,omitempty"`
+	TCP               string   `json:"tcp,omitempty"`
+	Device            string   `json:"device,omitempty"` // /dev/nbdN gzramd attached itself
+	SwapDevices       []string `json:"swap_devices"`     // active swap backed by this export
+	Algorithm         string   `json:"algorithm"`
+	Backend           string   `json:"backend"`
+	GPU               string   `json:"gpu,omitempty"`
+	DiskSize          int64    `json:"disksize_bytes"`
+	OrigDataBytes     int64    `json:"orig_data_bytes"`
+	ComprDataBytes    int64    `json:"compr_data_bytes"`
+	MemUsedBytes      int64    `json:"mem_used_bytes"`
+	MemLimitBytes     int64    `json:"mem_limit_bytes"`
+	SamePages         int64    `json:"same_pages"`
+	HugePages         int64    `json:"huge_pages"`
+	StoredPages       int64    `json:"stored_pages"`
+	Connections       int      `json:"connections"`
+	UptimeSeconds     float64  `json:"uptime_seconds"`
+	// Holdings is what the daemon holds ahead of need (docs/DESIGN.md).
+	Holdings []swapsafe.Holding `json:"holdings"`
+	// SelfMemory is the memory of gzramd's processes, by role;
+	// OwnMemoryBytes their proportional sets summed less the store's
+	// memory in use, NetSavedBytes what the device saves net of both
+	// (metrics.SelfMemory). Absent when /proc could not be read.
+	SelfMemory     []metrics.ProcessMemory `json:"self_memory,omitempty"`
+	OwnMemoryBytes int64                   `json:"own_memory_bytes"`
+	NetSavedBytes  int64                   `json:"net_saved_bytes"`
+}
+
+// Ratio is orig_data_size / mem_used_total, zramctl's view of what the
+// memory buys; 0 when nothing is stored.
+func (r *Status) Ratio() float64 {
+	if r.MemUsedBytes == 0 {
+		return 0
+	}
+	return float64(r.OrigDataBytes) / float64(r.MemUsedBytes)
+}
