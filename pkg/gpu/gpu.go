@@ -1,4 +1,4 @@
-// Package gpu compresses batches of pages with the LZ4 kernels of package
+// Package gpu compresses batches of pages with the LZ4 and zstd kernels of package
 // kernels on an NVIDIA GPU, through the CUDA driver API.
 //
 // libcuda is opened at run time (dlopen), so gzramd builds without the CUDA
