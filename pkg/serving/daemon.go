@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -259,6 +260,32 @@ func (d *daemon) listen() error {
 		d.log.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
 	}
 	return nil
+}
+
+// listenUnix listens on path with mode 0600, replacing a stale socket left
+// by a daemon that died, but never a live one.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("creating the directory for --socket %s: %w", path, err)
+	}
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("--socket %s: another daemon is already serving there", path)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("--socket %s exists and is not a socket", path)
+		}
+		os.Remove(path)
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listening on --socket %s: %w", path, err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(true)
+	return l, nil
 }
 
 // gpuName is the GPU's name, once it is open.

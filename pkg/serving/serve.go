@@ -14,10 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"syscall"
 
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/supervise"
@@ -88,32 +85,6 @@ func Run(ctx context.Context, cfg *Config, version string, level slog.Level) err
 		d.reserve = reserve
 	}
 	return d.run(ctx)
-}
-
-// listenUnix listens on path with mode 0600, replacing a stale socket left
-// by a daemon that died, but never a live one.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("creating the directory for --socket %s: %w", path, err)
-	}
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("--socket %s: another daemon is already serving there", path)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("--socket %s exists and is not a socket", path)
-		}
-		os.Remove(path)
-	}
-	old := syscall.Umask(0o177)
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listening on --socket %s: %w", path, err)
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(true)
-	return l, nil
 }
 
 // servingState is the state a serving process serves: the supervisor's

@@ -160,4 +160,3 @@ func orphanChild() int {
 		return 6
 	}
 }
-
