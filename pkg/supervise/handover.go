@@ -119,8 +119,11 @@ func SendEnd(sock *os.File) error {
 }
 
 func recv(fd, flags int) (Message, error) {
-	buf := make([]byte, maxMessage)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+	return recvInto(fd, flags, make([]byte, maxMessage), make([]byte, unix.CmsgSpace(4*4)))
+}
+
+// recvInto is recv into buf and oob, which the message's Data then is.
+func recvInto(fd, flags int, buf, oob []byte) (Message, error) {
 	n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, flags|unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return Message{}, err
@@ -161,6 +164,7 @@ func closeAll(msgs []Message) {
 type handoverPair struct {
 	child, mine *os.File
 	ready       bool // the serving process said it served (taken)
+	oob         []byte
 }
 
 func newHandoverPair() (*handoverPair, error) {
@@ -168,12 +172,29 @@ func newHandoverPair() (*handoverPair, error) {
 	if err != nil {
 		return nil, fmt.Errorf("supervise: handover socket: %w", err)
 	}
-	return &handoverPair{child: os.NewFile(uintptr(fds[0]), "handover"), mine: os.NewFile(uintptr(fds[1]), "handover")}, nil
+	return &handoverPair{child: os.NewFile(uintptr(fds[0]), "handover"), mine: os.NewFile(uintptr(fds[1]), "handover"),
+		oob: make([]byte, unix.CmsgSpace(4*4))}, nil
 }
 
 // taken returns what the serving process on p sent before it ended,
-// without waiting.
-func (p *handoverPair) taken() []Message {
+// without waiting. With scratch (maxMessage bytes), it returns nothing:
+// it closes what came, read into scratch, as after a death, when nothing
+// that came is needed and nothing is to be allocated (see dying).
+func (p *handoverPair) taken(scratch []byte) []Message {
+	if scratch != nil {
+		for {
+			m, err := recvInto(int(p.mine.Fd()), unix.MSG_DONTWAIT, scratch[:maxMessage], p.oob)
+			if err != nil || len(m.Data) == 0 {
+				return nil
+			}
+			if m.File != nil {
+				m.File.Close()
+			}
+			if string(m.Data) == readyMessage {
+				p.ready = true
+			}
+		}
+	}
 	var msgs []Message
 	for {
 		m, err := recv(int(p.mine.Fd()), unix.MSG_DONTWAIT)

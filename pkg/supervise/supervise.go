@@ -144,6 +144,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	delay := cfg.MinDelay
 	quick := 0
 	ctxDone := ctx.Done()
+	// What a death is handled in, made now, when memory is plentiful:
+	// then nothing is to be allocated (see dying).
+	scratch := newScratch()
 	var relay []Message // what the last serving process handed over, for the next
 	handedOver := false
 	var standby *child
@@ -205,8 +208,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 				break wait
 			case <-dying:
 				dying = nil
-				if ws, ok := active.deadEarly(&cfg); ok {
-					end = ending{ws: ws, early: true}
+				if ws, shutErr, ok := active.deadEarly(&cfg, scratch[:dyingBuf]); ok {
+					end = ending{ws: ws, early: true, shutErr: shutErr}
 					break wait
 				}
 			case <-standbyDue:
@@ -237,22 +240,16 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			}
 		}
 		cmd, start := active.cmd, active.start
-		if end.early {
-			// Its teardown goes on (a GPU context's takes 100 ms); it is
-			// reaped meanwhile.
-			go func(c *child, diedAt time.Time) {
-				<-c.exited
-				log.Debug("the dead serving process's teardown ended", "pid", c.cmd.Process.Pid, "after", time.Since(diedAt).Round(time.Millisecond))
-			}(active, time.Now())
-		}
+		// Heard early, its teardown goes on (a GPU context's takes 100
+		// ms or more); spawn's goroutine reaps it meanwhile.
 		status, died := end.exit()
 		served := false
 		if pair := active.pair; pair != nil {
 			<-active.given
 			if !died && status == ExitHandedOver {
-				relay = pair.taken()
+				relay = pair.taken(nil)
 			} else {
-				closeAll(pair.taken())
+				pair.taken(scratch)
 			}
 			served = pair.ready
 			pair.mine.Close()
@@ -294,7 +291,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		}
 		log.Error("the serving process died; starting another to take its state over",
 			"pid", cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
-			"takeovers", takeovers, "in", wait, "standby", standby != nil)
+			"takeovers", takeovers, "in", wait, "standby", standby != nil, "heard", end.heard())
 		if wait > 0 {
 			select {
 			case <-time.After(wait):
@@ -419,33 +416,30 @@ func (c *child) died() <-chan struct{} {
 
 // deadEarly is asked once the lifeline says the process is dying, before
 // wait(2) can tell: it returns the process's wait status if it died
-// (exitOf), and then shuts down its sockets (dying.shutSockets). ok is
-// false if it ended on its own, or if that could not be told; the caller
-// then waits for wait(2).
-func (c *child) deadEarly(cfg *Config) (ws syscall.WaitStatus, ok bool) {
+// (exitOf), and then shuts down its sockets (dying.shutSockets; shutErr
+// says why not all, for the log). ok is false if it ended on its own, or
+// if that could not be told; the caller then waits for wait(2). It
+// allocates nothing (see dying).
+func (c *child) deadEarly(cfg *Config, buf []byte) (ws syscall.WaitStatus, shutErr error, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pidfd < 0 {
-		return 0, false // reaped: wait(2) tells
+		return 0, nil, false // reaped: wait(2) tells
 	}
-	d := dying{pid: c.cmd.Process.Pid, pidfd: c.pidfd}
+	d := dying{pid: c.cmd.Process.Pid, pidfd: c.pidfd, buf: buf}
 	ws, ok = d.end(time.Second)
 	if !ok {
-		return 0, false
+		return 0, nil, false
 	}
 	if _, died := exitOf(ws, nil); !died {
-		return 0, false
+		return 0, nil, false
 	}
 	keep := -1
 	if c.pair != nil {
 		keep = 3 + len(cfg.Files) // the handover socket: the supervisor reads it after
 	}
-	if n, err := d.shutSockets(keep); err != nil {
-		cfg.Logger.Warn("shutting the dead serving process's sockets: the kernel device may wait for its teardown", "shut", n, "err", err)
-	} else {
-		cfg.Logger.Debug("shut the dead serving process's sockets", "pid", d.pid, "shut", n)
-	}
-	return ws, true
+	_, shutErr = d.shutSockets(keep)
+	return ws, shutErr, true
 }
 
 // release lets the serving process go on: the connections handed over, and
@@ -482,7 +476,7 @@ func (c *child) discard() {
 	_ = c.cmd.Process.Kill()
 	<-c.exited
 	if c.pair != nil {
-		closeAll(c.pair.taken())
+		closeAll(c.pair.taken(nil))
 		c.pair.mine.Close()
 	}
 }
@@ -554,9 +548,21 @@ func describeExit(ws syscall.WaitStatus, err error) string {
 // ending is how a serving process ended, as wait(2) or its lifeline
 // (early) told.
 type ending struct {
-	ws    syscall.WaitStatus
-	err   error // the process could not be waited for properly
-	early bool
+	ws      syscall.WaitStatus
+	err     error // the process could not be waited for properly
+	early   bool
+	shutErr error // early: why its sockets were not all shut
+}
+
+// heard says how the death was heard, for the log.
+func (e ending) heard() string {
+	switch {
+	case !e.early:
+		return "wait"
+	case e.shutErr != nil:
+		return "lifeline; its sockets close with its teardown: " + e.shutErr.Error()
+	}
+	return "lifeline"
 }
 
 func endingOf(ps *os.ProcessState, err error) ending {
