@@ -120,14 +120,16 @@ func (l *lifeline) close() {
 	}
 	atomic.StoreUint32(l.word(lifelineClosed), 1)
 	if l.file == nil { // the watch runs only once started
+		ms := unix.NsecToTimespec(int64(time.Millisecond))
 		for {
 			futexWake(l.word(lifelineLock))
 			select {
 			case <-l.done:
-			case <-time.After(time.Millisecond):
-				continue
+				_ = unix.Munmap(l.mem)
+				return
+			default:
+				_ = unix.Nanosleep(&ms, nil) // no timer to allocate: it may run at a death
 			}
-			break
 		}
 	}
 	_ = unix.Munmap(l.mem)

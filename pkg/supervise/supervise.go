@@ -391,16 +391,19 @@ func (cfg *Config) spawn(env []string, standby bool) (*child, error) {
 	c.exited = make(chan error, 1)
 	go func() {
 		err := cmd.Wait()
-		if c.life != nil {
-			c.life.close()
-		}
+		// Run goes on first: unmapping the lifeline takes the mmap lock,
+		// which a thread of this process faulting under memory pressure
+		// may hold.
+		c.exited <- err
 		c.mu.Lock()
 		if c.pidfd >= 0 {
 			unix.Close(c.pidfd)
 			c.pidfd = -1
 		}
 		c.mu.Unlock()
-		c.exited <- err
+		if c.life != nil {
+			c.life.close()
+		}
 	}()
 	return c, nil
 }
