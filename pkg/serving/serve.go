@@ -34,6 +34,11 @@ func Run(ctx context.Context, cfg *Config, version string, level slog.Level) err
 		reexecErr = reexecAsIOFlusher()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Before the thread reserve (harden): the lifeline keeps a thread of
+	// its own, which must not be one of those reserved for serving.
+	if err := start.HoldLifeline(); err != nil {
+		log.Warn("the supervisor will hear of this process's death only once its teardown ends", "err", err)
+	}
 	// Before hardening: the compiler runs neither at real-time priority
 	// nor counted in this process. A standby compiles now, ahead of the
 	// takeover.
@@ -53,9 +58,6 @@ func Run(ctx context.Context, cfg *Config, version string, level slog.Level) err
 		log.Warn("the serving process will not hear of its supervisor's death", "err", err)
 	} else if gone {
 		return errors.New("the supervisor died before the serving process started")
-	}
-	if err := start.HoldLifeline(); err != nil {
-		log.Warn("the supervisor will hear of this process's death only once its teardown ends", "err", err)
 	}
 	defer reserve.KeepAlive()
 	stopProfile, err := startCPUProfile()
