@@ -300,6 +300,12 @@ run_survive() {
 	# comma-separated (e.g. --algorithm,zstd).
 	[ -z "${E2E_SURVIVE_ARGS:-}" ] || args=$args,$E2E_SURVIVE_ARGS
 	maxk=${E2E_SURVIVE_MAX_KILLS:-$((kills < 5 ? 10 : 2 * kills))}
+	# More upgrades than one every $uevery kills can give in the kills
+	# planned (E2E_SURVIVE_UPGRADES=8 with 20 kills) come closer
+	# together, so that the schedule asked for can be kept.
+	if ((upgrades > 1 && kills / upgrades < uevery)); then
+		uevery=$((kills / upgrades > 0 ? kills / upgrades : 1))
+	fi
 	# The initramfs is the guest's root: on tmpfs (the kernel's default) its
 	# files, gzramd's binary and libraries among them, are swapped out to
 	# /dev/nbd0 like anything else, and a serving process started while
