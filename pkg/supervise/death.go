@@ -6,6 +6,7 @@ package supervise
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -296,7 +297,7 @@ func (d dying) shutSockets(keep int) (int, error) {
 	var first error
 	for i := 0; i+1 < len(list); i += 2 {
 		fd, inode := int(list[i]), list[i+1]
-		if fd == keep || contains(held, inode) {
+		if fd == keep || slices.Contains(held, inode) {
 			continue
 		}
 		dup, err := unix.PidfdGetfd(d.pidfd, fd, 0)
@@ -357,13 +358,4 @@ func (d dying) socketInodes(path []byte, out []uint64) ([]uint64, error) {
 		return true
 	})
 	return out, err
-}
-
-func contains(s []uint64, v uint64) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
