@@ -120,19 +120,23 @@ func (l *lifeline) close() {
 	}
 	atomic.StoreUint32(l.word(lifelineClosed), 1)
 	if l.file == nil { // the watch runs only once started
-		ms := unix.NsecToTimespec(int64(time.Millisecond))
-		for {
-			futexWake(l.word(lifelineLock))
-			select {
-			case <-l.done:
-				_ = unix.Munmap(l.mem)
-				return
-			default:
-				_ = unix.Nanosleep(&ms, nil) // no timer to allocate: it may run at a death
-			}
-		}
+		l.endWatch()
 	}
 	_ = unix.Munmap(l.mem)
+}
+
+// endWatch wakes the watch until it has seen the closed word and ended.
+func (l *lifeline) endWatch() {
+	ms := unix.NsecToTimespec(int64(time.Millisecond))
+	for {
+		futexWake(l.word(lifelineLock))
+		select {
+		case <-l.done:
+			return
+		default:
+			_ = unix.Nanosleep(&ms, nil) // no timer to allocate: it may run at a death
+		}
+	}
 }
 
 // HoldLifeline arms the lifeline the supervisor gave this serving process
