@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -152,6 +153,15 @@ func TestConcurrentRecording(t *testing.T) {
 	for g := range writers {
 		wg.Go(func() {
 			for i := range each {
+				if i == each/2 {
+					// Halfway, wait for the drainer to have run at least
+					// once, so that a loaded machine that never schedules it
+					// while writers run cannot pass the ring off as never
+					// drained: the rest then fills it at least once more.
+					for r.Written() == 0 {
+						runtime.Gosched()
+					}
+				}
 				r.RecordRequest(nbd.CmdWrite, uint64(g)<<32|uint64(i), 4096)
 			}
 		})
