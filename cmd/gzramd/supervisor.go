@@ -23,7 +23,22 @@ import (
 // process — this binary again, with the same arguments — over it, and
 // another whenever one dies.
 func runSupervisor(ctx context.Context, cfg *serving.Config, log *slog.Logger) error {
+	// First, as the serving process does: on success this does not
+	// return, and the supervisor starts again with every thread an IO
+	// flusher, and every process it starts one from its first
+	// instruction (the flag is inherited, so they need no re-exec of
+	// their own). Otherwise a fork after a death, in direct reclaim,
+	// writes swap to the very device that waits for the next serving
+	// process: a guest swapping onto gzramd hung so, the supervisor in
+	// clone() (test/e2e survive, kills 1-3 s apart).
+	var reexecErr error
+	if cfg.Harden && cfg.Reexec {
+		reexecErr = swapsafe.ReExecAsIOFlusher()
+	}
 	log = log.With("role", "supervisor")
+	if reexecErr != nil {
+		log.Debug("io flusher re-exec", "err", reexecErr)
+	}
 	adj := -1000
 	for _, s := range swapsafe.Apply(supervisorHardening(cfg, &adj)) {
 		if s.Err != nil {
@@ -106,8 +121,9 @@ func childEnv() []string {
 	return env
 }
 
-// supervisorHardening is what the supervisor applies to itself: its
-// memory locked, never OOM-killed, and real-time when the serving process
+// supervisorHardening is what the supervisor applies to itself, or checks
+// (IO flusher: the re-exec): its memory locked, never OOM-killed, its
+// allocations never writing swap, and real-time when the serving process
 // will be (--realtime). Real-time from the start matters after a crash: a
 // serving process started while the kernel device waits for a server is
 // real-time from its first instruction (the policy is inherited across
@@ -118,7 +134,12 @@ func childEnv() []string {
 // first kill, the new process and the supervisor in direct reclaim
 // (test/e2e survive).
 func supervisorHardening(cfg *serving.Config, adj *int) swapsafe.Options {
-	return swapsafe.Options{LockMemory: cfg.Harden, OOMScoreAdj: oomAdj(cfg, adj), Realtime: cfg.Harden && cfg.WantRealtime()}
+	return swapsafe.Options{
+		LockMemory:  cfg.Harden,
+		OOMScoreAdj: oomAdj(cfg, adj),
+		Realtime:    cfg.Harden && cfg.WantRealtime(),
+		IOFlusher:   cfg.Harden && cfg.Reexec,
+	}
 }
 
 func oomAdj(cfg *serving.Config, adj *int) *int {

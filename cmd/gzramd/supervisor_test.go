@@ -327,7 +327,7 @@ func TestSupervisorRealtimeAsServing(t *testing.T) {
 		{true, "off", true, false},
 		{false, "on", true, false},
 	} {
-		cfg := &serving.Config{Harden: c.harden, Realtime: c.realtime, Swap: c.swap}
+		cfg := &serving.Config{Harden: c.harden, Realtime: c.realtime, Swap: c.swap, Reexec: true}
 		adj := -1000
 		opts := supervisorHardening(cfg, &adj)
 		if opts.Realtime != c.want {
@@ -339,5 +339,12 @@ func TestSupervisorRealtimeAsServing(t *testing.T) {
 		if opts.LockMemory != c.harden {
 			t.Errorf("harden=%v: LockMemory %v", c.harden, opts.LockMemory)
 		}
+		if opts.IOFlusher != c.harden {
+			t.Errorf("harden=%v: the supervisor checks it is an IO flusher: %v, want as the serving process", c.harden, opts.IOFlusher)
+		}
+	}
+	cfg := &serving.Config{Harden: true, Realtime: "auto", Reexec: false}
+	if adj := -1000; supervisorHardening(cfg, &adj).IOFlusher {
+		t.Error("--io-flusher-reexec=false: the supervisor still checks it is an IO flusher")
 	}
 }

@@ -255,11 +255,27 @@ func CountIOFlushers() (flushers, threads int, err error) {
 			return 0, 0, fmt.Errorf("%s: %w", p, err)
 		}
 		threads++
-		if flags&(pfMemallocNoIO|pfLocalThrottle) == pfMemallocNoIO|pfLocalThrottle {
+		if ioFlusher(flags) {
 			flushers++
 		}
 	}
 	return flushers, threads, nil
+}
+
+// threadIsIOFlusher reports whether the calling thread carries the flags
+// PR_SET_IO_FLUSHER sets (false when that cannot be read).
+func threadIsIOFlusher() bool {
+	b, err := os.ReadFile("/proc/thread-self/stat")
+	if err != nil {
+		return false
+	}
+	flags, err := statFlags(string(b))
+	return err == nil && ioFlusher(flags)
+}
+
+// ioFlusher reports whether a thread's flags are those of an IO flusher.
+func ioFlusher(flags uint64) bool {
+	return flags&(pfMemallocNoIO|pfLocalThrottle) == pfMemallocNoIO|pfLocalThrottle
 }
 
 // statFlags returns field 9 (flags) of a stat line. The command name
@@ -291,8 +307,11 @@ const (
 // re-executes the program on it: the flag is per thread, inherited by
 // threads cloned later and kept across execve, so after the re-exec every
 // thread the Go runtime starts is an IO flusher. It does not return on
-// success. It returns nil at once in the re-executed process, and an error
-// (the process carrying on unchanged) when the flag cannot be set.
+// success. It returns nil at once in the re-executed process, and in a
+// process started by an IO flusher (the supervisor's serving process),
+// whose threads all descend from a thread that had the flag at exec; it
+// returns an error (the process carrying on unchanged) when the flag
+// cannot be set.
 func ReExecAsIOFlusher() error {
 	if os.Getenv(reexecEnv) == "1" {
 		os.Unsetenv(reexecEnv)
@@ -300,6 +319,9 @@ func ReExecAsIOFlusher() error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if threadIsIOFlusher() {
+		return nil
+	}
 	if err := unix.Prctl(unix.PR_SET_IO_FLUSHER, 1, 0, 0, 0); err != nil {
 		err = fmt.Errorf("prctl(PR_SET_IO_FLUSHER): %w%s", err, ioFlusherHint(err))
 		os.Setenv(reexecFailedEnv, err.Error())

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,8 +44,66 @@ func TestReExecMarksEveryThread(t *testing.T) {
 		child()
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReExecMarksEveryThread$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "SWAPSAFE_CHILD=1")
+	r := runChild(t, "^TestReExecMarksEveryThread$")
+	if r.pid0 != r.pid1 {
+		t.Errorf("the re-exec changed the pid from %d to %d (systemd would lose the main process)", r.pid0, r.pid1)
+	}
+	if r.starts != 2 {
+		t.Errorf("the child started %d times, want 2 (once, then re-executed)", r.starts)
+	}
+	if r.threads < 4 || r.flushers != r.threads {
+		t.Errorf("%d of %d threads are IO flushers, want all (and at least 4 threads)", r.flushers, r.threads)
+	}
+}
+
+// A process started by an IO flusher (the serving process, by the
+// supervisor) inherits the flag on every thread and is not re-executed:
+// an exec is time a takeover waits.
+func TestInheritedIOFlusherIsNotReExecuted(t *testing.T) {
+	switch os.Getenv("SWAPSAFE_CHILD") {
+	case "1":
+		child()
+		return
+	case "parent":
+		// An IO flusher now; its own child is the one that reports.
+		if err := ReExecAsIOFlusher(); err != nil {
+			fmt.Printf("%s%s: setting PR_SET_IO_FLUSHER, refused here: %v\n", childSkip, refusedKind(err), err)
+			return
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestInheritedIOFlusherIsNotReExecuted$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "SWAPSAFE_CHILD=1", "SWAPSAFE_STARTS=0", "SWAPSAFE_PID=")
+		out, err := cmd.CombinedOutput()
+		os.Stdout.Write(out)
+		if err != nil {
+			fmt.Println("grandchild:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	r := runChildAs(t, "^TestInheritedIOFlusherIsNotReExecuted$", "parent")
+	if r.starts != 1 {
+		t.Errorf("the child of an IO flusher started %d times, want 1 (no re-exec)", r.starts)
+	}
+	if r.threads < 4 || r.flushers != r.threads {
+		t.Errorf("%d of %d threads are IO flushers, want all (and at least 4 threads)", r.flushers, r.threads)
+	}
+}
+
+// childResult is what child prints.
+type childResult struct {
+	flushers, threads, pid0, pid1, starts int
+}
+
+func runChild(t *testing.T, run string) childResult {
+	return runChildAs(t, run, "1")
+}
+
+// runChildAs runs this test binary's test run with SWAPSAFE_CHILD=role and
+// parses child's RESULT line, skipping the test where child could not run.
+func runChildAs(t *testing.T, run, role string) childResult {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.count=1")
+	cmd.Env = append(os.Environ(), "SWAPSAFE_CHILD="+role)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
@@ -54,44 +113,42 @@ func TestReExecMarksEveryThread(t *testing.T) {
 		kind, detail, _ := strings.Cut(strings.SplitN(s[i+len(childSkip):], "\n", 2)[0], ": ")
 		testneeds.Skip(t, kind, "", "%s", detail)
 	}
-	var flushers, threads, pid0, pid1 int
+	var r childResult
 	i := strings.Index(s, "RESULT")
 	if i < 0 {
 		t.Fatalf("child printed no result:\n%s", s)
 	}
-	if _, err := fmt.Sscanf(s[i:], "RESULT %d %d %d %d", &flushers, &threads, &pid0, &pid1); err != nil {
+	if _, err := fmt.Sscanf(s[i:], "RESULT %d %d %d %d %d", &r.flushers, &r.threads, &r.pid0, &r.pid1, &r.starts); err != nil {
 		t.Fatalf("parsing %q: %v", s[i:], err)
 	}
-	if pid0 != pid1 {
-		t.Errorf("the re-exec changed the pid from %d to %d (systemd would lose the main process)", pid0, pid1)
-	}
-	if threads < 4 || flushers != threads {
-		t.Errorf("%d of %d threads are IO flushers, want all (and at least 4 threads)", flushers, threads)
-	}
+	return r
 }
 
 // childSkip begins the line on which child says why the test cannot run
 // here: the kind of need (testneeds), ": ", what is missing.
 const childSkip = "CHILD-SKIP "
 
+func refusedKind(err error) string {
+	if errors.Is(err, syscall.EPERM) && os.Geteuid() != 0 {
+		return testneeds.KindRoot
+	}
+	return testneeds.KindMachine
+}
+
+// child counts its starts (SWAPSAFE_STARTS) across the re-exec, calls
+// ReExecAsIOFlusher, starts more threads, and prints a RESULT line.
 func child() {
-	reexeced := os.Getenv(reexecEnv) == "1"
+	starts, _ := strconv.Atoi(os.Getenv("SWAPSAFE_STARTS"))
+	starts++
+	os.Setenv("SWAPSAFE_STARTS", strconv.Itoa(starts))
 	pid0 := os.Getenv("SWAPSAFE_PID")
 	if pid0 == "" {
 		os.Setenv("SWAPSAFE_PID", fmt.Sprint(os.Getpid()))
 		pid0 = fmt.Sprint(os.Getpid())
 	}
 	if err := ReExecAsIOFlusher(); err != nil {
-		kind := testneeds.KindMachine
-		if errors.Is(err, syscall.EPERM) && os.Geteuid() != 0 {
-			kind = testneeds.KindRoot
-		}
-		fmt.Printf("%s%s: setting PR_SET_IO_FLUSHER, refused here: %v\n", childSkip, kind, err)
+		fmt.Printf("%s%s: setting PR_SET_IO_FLUSHER, refused here: %v\n", childSkip, refusedKind(err), err)
 		return
-	}
-	if !reexeced {
-		fmt.Println("ReExecAsIOFlusher returned without re-executing")
-		os.Exit(1)
 	}
 	// Make the runtime start more threads: goroutines locked to threads
 	// force new Ms.
@@ -113,7 +170,7 @@ func child() {
 		fmt.Println(err)
 		os.Exit(1)
 	}
-	fmt.Printf("RESULT %d %d %s %d\n", f, n, pid0, os.Getpid())
+	fmt.Printf("RESULT %d %d %s %d %d\n", f, n, pid0, os.Getpid(), starts)
 }
 
 func TestApplyReportsEachStep(t *testing.T) {

@@ -41,6 +41,15 @@ result() {
 step() { echo "E2E-STEP: $*"; }
 fail() { result "FAIL $*"; }
 vmstat_get() { awk -v k="$1" '$1 == k { print $2 }' /proc/vmstat; }
+# io_flushers PID...: "F T": of the T threads of these processes, F carry
+# PF_MEMALLOC_NOIO|PF_LOCAL_THROTTLE (0x180000, set by PR_SET_IO_FLUSHER)
+# in their stat flags (field 9, the 7th after the command's last ')').
+io_flushers() {
+	for p; do ls /proc/"$p"/task/*/stat; done 2>/dev/null |
+		xargs awk '{ sub(/.*\) /, ""); t++; if (and($7, 1572864) == 1572864) f++ } END { print f + 0, t + 0 }' 2>/dev/null
+}
+# gzramd_processes: the supervisor and its children (serving, standby).
+gzramd_processes() { echo "$daemon_pid" $(cat /proc/"$daemon_pid"/task/*/children 2>/dev/null); }
 # scrape WHEN: gzramd's metrics (no histogram buckets) as E2E-METRIC lines.
 scrape() {
 	[ -n "$metrics" ] || return 0
@@ -119,6 +128,13 @@ daemon | survive)
 		[ "$i" -gt 120 ] && fail "no swap on /dev/nbd0 after 60 s"
 		sleep 0.5
 	done
+	# Every thread of every gzramd process is an IO flusher, so that
+	# none of their allocations writes swap to the device they serve:
+	# the supervisor re-executes itself as one, and its children inherit it.
+	procs=$(gzramd_processes)
+	set -- $(io_flushers $procs)
+	[ "${2:-0}" -gt 0 ] && [ "$1" = "$2" ] || fail "IO flushers: ${1:-?} of ${2:-?} threads of gzramd's processes ($procs)"
+	step "IO flushers: all $2 threads of gzramd's processes ($procs)"
 	;;
 *) fail "unknown e2e.mode=$mode" ;;
 esac
@@ -182,6 +198,10 @@ if [ "$mode" = survive ]; then
 		bad "gzramd_takeovers_total=$takeovers but only $n kills and $u upgrades"
 	fi
 	[ -n "$lost" ] && awk -v l="$lost" 'BEGIN { exit !(l + 0 == 0) }' || bad "gzramd_lost_pages=${lost:-none}, want 0"
+	procs=$(gzramd_processes)
+	set -- $(io_flushers $procs)
+	[ "${2:-0}" -gt 0 ] && [ "$1" = "$2" ] || bad "IO flushers after the kills: ${1:-?} of ${2:-?} threads of gzramd's processes ($procs)"
+	echo "E2E-SURVIVE io_flushers=${1:-?}/${2:-?}"
 	# The kernel's log since boot (its first line proves none scrolled
 	# away): no I/O error anywhere, and nothing from nbd but what a server
 	# that dies and is replaced makes it say (test/e2e/README.md).

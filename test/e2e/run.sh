@@ -321,8 +321,10 @@ run_survive() {
 	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap inside the guest, killed $kills-$maxk times, $kmin-$kmax s apart, every ${every}th during a takeover; $upgrades+ planned upgrades; daemon args ${args//,/ }${denv:+; daemon environment ${denv//,/ }})"
 	# A takeover that does not end is the failure to explain: once the
 	# last kill is E2E_SURVIVE_STALL_S (120) old with no serving process
-	# serving since, the kernel is asked for its blocked tasks and memory
-	# (sysrq w, m) while the guest goes on to its verdict.
+	# serving since, the kernel is asked for its blocked tasks, its memory
+	# and every task's stack (sysrq w, m, t: the holder of a lock the
+	# blocked wait on may be running) while the guest goes on to its
+	# verdict.
 	STALL_S=${E2E_SURVIVE_STALL_S:-120} STALL_KILL= STALL_SINCE=0
 	guest_watch() {
 		local kill
@@ -331,9 +333,11 @@ run_survive() {
 			STALL_KILL=$kill STALL_SINCE=$1
 		elif [ "$kill" != 0 ] && (($1 - STALL_SINCE > STALL_S)) &&
 			! served_since_last_kill "$CONSOLE"; then
-			log "$name: no serving process serves $STALL_S s after kill $kill: asking the guest for sysrq w, m"
+			log "$name: no serving process serves $STALL_S s after kill $kill: asking the guest for sysrq w, m, t"
 			echo "E2E-HOST: stalled: no serving process serves $STALL_S s after kill $kill" >>"$CONSOLE.host"
-			sysrq "$CONSOLE.monitor" w m
+			sysrq "$CONSOLE.monitor" w m t
+			# Time for every task's stack to reach the console.
+			sleep "${E2E_SURVIVE_STALL_DUMP_S:-15}"
 			STALL_SINCE=$((1 << 30))
 			# The guest would hang on until the dead-connection timeout
 			# (5 min) fails its swap I/O; E2E_SURVIVE_STALL_END=0 waits.
@@ -346,7 +350,7 @@ run_survive() {
 	unset -f guest_watch
 	if [ -s "$CONSOLE.host" ]; then
 		cat "$CONSOLE.host" >&2
-		[ "${E2E_SURVIVE_STALL_END:-1}" = 0 ] || GUEST_VERDICT="$(sed 's/^E2E-HOST: //' "$CONSOLE.host") (sysrq w, m in the console)"
+		[ "${E2E_SURVIVE_STALL_END:-1}" = 0 ] || GUEST_VERDICT="$(sed 's/^E2E-HOST: //' "$CONSOLE.host") (sysrq w, m, t in the console)"
 	fi
 	# || true: a guest that failed before any of these lines must reach
 	# its verdict below, not end the runner silently (set -e, pipefail).
