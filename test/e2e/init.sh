@@ -208,7 +208,8 @@ if [ "$mode" = survive ]; then
 	# What the kernel says when the server of a netlink-attached device with
 	# request and dead-connection timeouts dies and another takes over
 	# (drivers/block/nbd.c): the dead server's sockets fail (recv_work,
-	# sends on them: EPIPE, ECONNRESET), requests wait for a connection
+	# also in the middle of a read's reply, sends on them: EPIPE,
+	# ECONNRESET), requests wait for a connection
 	# (find_fallback) or time out and are requeued (nbd_xmit_timeout), and
 	# the new server's sockets are taken (nbd_reconnect_socket). Plus the
 	# driver's load, the attach and swapon.
@@ -216,6 +217,7 @@ if [ "$mode" = survive ]; then
 	nbd_expected="$nbd_expected"'|^nbd0: detected capacity change from 0 to [0-9]+$'
 	nbd_expected="$nbd_expected"'|^Adding [0-9]+k swap on /dev/nbd0\.'
 	nbd_expected="$nbd_expected"'|^block nbd0: Receive control failed \(result -(32|104)\)$'
+	nbd_expected="$nbd_expected"'|^block nbd0: Receive data failed \(result -(32|104)\)$'
 	nbd_expected="$nbd_expected"'|^block nbd0: Send (control|data) failed \(result -(32|104)\)$'
 	nbd_expected="$nbd_expected"'|^block nbd0: Request send failed, requeueing$'
 	nbd_expected="$nbd_expected"'|^block nbd0: Dead connection, failed to find a fallback$'
