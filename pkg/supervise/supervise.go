@@ -208,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 				break wait
 			case <-dying:
 				dying = nil
-				if ws, shutErr, ok := active.deadEarly(&cfg, scratch[:dyingBuf]); ok {
+				if ws, shutErr, ok := active.deadEarly(scratch[:dyingBuf]); ok {
 					end = ending{ws: ws, early: true, shutErr: shutErr}
 					break wait
 				}
@@ -316,6 +316,10 @@ func closedErr(err error) chan error {
 type child struct {
 	cmd    *exec.Cmd
 	pair   *handoverPair // nil without Config.Handover
+	// handoverFD is the handover socket's descriptor number in the
+	// child (-1 without one): its sockets are shut at its death, but
+	// for that one, which the supervisor reads after.
+	handoverFD int
 	start  time.Time
 	exited chan error
 	given  chan struct{} // closed once release's messages are taken
@@ -344,13 +348,14 @@ func (cfg *Config) spawn(env []string, standby bool) (*child, error) {
 	for _, f := range cfg.Files {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
 	}
-	c := &child{cmd: cmd, pidfd: -1}
+	c := &child{cmd: cmd, pidfd: -1, handoverFD: -1}
 	if cfg.Handover {
 		var err error
 		if c.pair, err = newHandoverPair(); err != nil {
 			return nil, err
 		}
-		cmd.Env = append(cmd.Env, EnvHandover+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
+		c.handoverFD = 3 + len(cmd.ExtraFiles)
+		cmd.Env = append(cmd.Env, EnvHandover+"="+strconv.Itoa(c.handoverFD))
 		cmd.ExtraFiles = append(cmd.ExtraFiles, c.pair.child)
 	}
 	if life, err := newLifeline(); err != nil {
@@ -423,7 +428,7 @@ func (c *child) died() <-chan struct{} {
 // says why not all, for the log). ok is false if it ended on its own, or
 // if that could not be told; the caller then waits for wait(2). It
 // allocates nothing (see dying).
-func (c *child) deadEarly(cfg *Config, buf []byte) (ws syscall.WaitStatus, shutErr error, ok bool) {
+func (c *child) deadEarly(buf []byte) (ws syscall.WaitStatus, shutErr error, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pidfd < 0 {
@@ -437,11 +442,7 @@ func (c *child) deadEarly(cfg *Config, buf []byte) (ws syscall.WaitStatus, shutE
 	if _, died := exitOf(ws, nil); !died {
 		return 0, nil, false
 	}
-	keep := -1
-	if c.pair != nil {
-		keep = 3 + len(cfg.Files) // the handover socket: the supervisor reads it after
-	}
-	_, shutErr = d.shutSockets(keep)
+	_, shutErr = d.shutSockets(c.handoverFD)
 	return ws, shutErr, true
 }
 
