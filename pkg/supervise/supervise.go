@@ -314,15 +314,15 @@ func closedErr(err error) chan error {
 
 // child is a serving process: started, and, once released, serving.
 type child struct {
-	cmd    *exec.Cmd
-	pair   *handoverPair // nil without Config.Handover
+	cmd  *exec.Cmd
+	pair *handoverPair // nil without Config.Handover
 	// handoverFD is the handover socket's descriptor number in the
 	// child (-1 without one): its sockets are shut at its death, but
 	// for that one, which the supervisor reads after.
 	handoverFD int
-	start  time.Time
-	exited chan error
-	given  chan struct{} // closed once release's messages are taken
+	start      time.Time
+	exited     chan error
+	given      chan struct{} // closed once release's messages are taken
 	// life and pidfd hear of its death early (see lifeline); nil and -1
 	// where they could not be made, and the death is heard by wait(2).
 	// The pidfd is closed once the process is reaped, under mu.
