@@ -40,6 +40,14 @@ func TestServingDoesNotFaultWithZstd(t *testing.T) {
 	testServingDoesNotFault(t, "--algorithm", "zstd")
 }
 
+// Objects of several pages are read from scratch made at start.
+func TestServingDoesNotFaultWithObjects(t *testing.T) {
+	d := testServingDoesNotFault(t, "--object-pages", "8")
+	if v, _ := d.scrape().Value("gzramd_packed_pages"); v == 0 {
+		t.Error("gzramd_packed_pages = 0: no page was kept in an object of several pages")
+	}
+}
+
 // testServingDoesNotFault runs the test on a daemon started with args
 // besides the test's own, and returns it.
 func testServingDoesNotFault(t *testing.T, args ...string) *daemonProc {

@@ -132,6 +132,11 @@ func printStatus(w io.Writer, r *serving.Status) error {
 	if _, err := fmt.Fprintln(w, serving); err != nil {
 		return err
 	}
+	if r.PackedObjects > 0 {
+		if _, err := fmt.Fprintf(w, "%d of %d stored pages in %d objects of several pages (--object-pages)\n", r.PackedPages, r.StoredPages, r.PackedObjects); err != nil {
+			return err
+		}
+	}
 	if len(r.SelfMemory) == 0 {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
 // TestCorpusEffectiveRatio writes the shared corpus through the device and
@@ -100,5 +101,48 @@ func TestCompactorRunsWhenFragmented(t *testing.T) {
 	<-done
 	if st := f.dev.Stats(); st.PagesCompacted == 0 || st.MemUsedTotal >= before {
 		t.Fatalf("compactor did not run: pages_compacted %d, mem_used %d -> %d", st.PagesCompacted, before, st.MemUsedTotal)
+	}
+}
+
+// TestCorpusRatioByObjectPages writes the shared corpus on the CPU path in
+// writes of 32 pages, as the kernel swaps clusters out, with each write's
+// pages kept in objects of 1 to 16 pages, and reports what zram users look
+// at: the whole corpus over mem_used_total. Objects of 4 pages must store
+// at least 5% more than pages on their own; every page reads back.
+func TestCorpusRatioByObjectPages(t *testing.T) {
+	data := testneeds.Corpus(t)
+	ctx := context.Background()
+	ratios := map[int]float64{}
+	for _, per := range []int{1, 4, 8, 16} {
+		f := newDeviceObjects(t, int64(len(data)), pagestore.Config{}, pathInline, per)
+		start := time.Now()
+		for off := 0; off < len(data); off += 32 * pageSize {
+			end := min(off+32*pageSize, len(data))
+			if err := f.dev.WriteAt(ctx, data[off:end], int64(off), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		took := time.Since(start)
+		st := f.dev.Stats()
+		ratios[per] = float64(len(data)) / float64(st.MemUsedTotal)
+		got := make([]byte, len(data))
+		start = time.Now()
+		for off := 0; off < len(data); off += pageSize {
+			if err := f.dev.ReadAt(ctx, got[off:off+pageSize], int64(off)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		readPages := time.Since(start)
+		if !bytes.Equal(got, data) {
+			t.Fatalf("objects of %d pages: corpus read back differs", per)
+		}
+		t.Logf("objects of up to %2d pages: whole corpus / mem_used %.3f (%.3f of single pages'); %d of %d stored pages in %d objects; writes %.0f MB/s, 4 KiB reads %.0f MB/s",
+			per, ratios[per], ratios[per]/ratios[1], st.PackedPages, st.StoredPages, st.PackedObjects,
+			float64(len(data))/took.Seconds()/1e6, float64(len(data))/readPages.Seconds()/1e6)
+		f.dev.Close()
+		f.store.Close()
+	}
+	if ratios[4] < 1.05*ratios[1] {
+		t.Errorf("objects of 4 pages store %.3f, pages alone %.3f: want 5%% more", ratios[4], ratios[1])
 	}
 }

@@ -8,7 +8,8 @@
 // entries pointing there, and acknowledged; a staging worker compresses
 // them in batches and commits each result with a compare-and-swap on the
 // page's entry, so a newer write always wins. Without one, or when staging
-// is full, a write compresses its own pages inline on the CPU. Partial
+// is full, a write compresses its own pages inline on the CPU, and may
+// keep them together as objects of several pages (object.go). Partial
 // writes, trims and write-zeroes read, modify and write their page under
 // the page's lock.
 package device
@@ -54,7 +55,12 @@ type Config struct {
 	// the router's accelerator (Limit is set from HugeThreshold).
 	Staging       stage.Config
 	HugeThreshold int // 0: DefaultHugeThreshold
-	Logger        *slog.Logger
+	// ObjectPages, from 2 to 16 and a power of two, has the pages of a
+	// write compressed inline kept together, as objects of up to that
+	// many pages (object.go); 0 or 1 keeps every page on its own. It
+	// needs the LZ4 codec.
+	ObjectPages int
+	Logger      *slog.Logger
 }
 
 // pageBuffers is how many page buffers partial-page requests share (one
@@ -83,6 +89,10 @@ type Device struct {
 	commits  []commitScratch // by staging batch
 	receipts chan *received  // free ones, for writes received into staging
 	bufs     *freelist.List[*[pageSize]byte]
+	// objScratch holds what reading objects of several pages needs,
+	// made with the device when it may hold such objects (nil
+	// otherwise): a read waits for one rather than allocating.
+	objScratch chan *objectScratch
 	// inline holds the buffers of writes compressed in their own
 	// goroutine, all made and written by New: such a write waits for one
 	// rather than allocating fresh memory while the kernel waits for it.
@@ -90,6 +100,7 @@ type Device struct {
 
 	storedPages, samePages, hugePages, stagedPages   atomic.Int64
 	lostPages                                        atomic.Int64
+	packedPages, packedObjects, packedChunks         atomic.Int64
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
 	stagedWrites, commitRetries, unusedSlots         atomic.Uint64
 	closing                                          atomic.Bool
@@ -132,6 +143,11 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 	if cfg.HugeThreshold < 1 || cfg.HugeThreshold > pageSize {
 		return nil, fmt.Errorf("device: huge threshold %d out of range [1, %d]", cfg.HugeThreshold, pageSize)
 	}
+	if n := cfg.ObjectPages; n > 1 && (n > maxObjectPages || n&(n-1) != 0) {
+		return nil, fmt.Errorf("device: objects of %d pages: want a power of two up to %d", n, maxObjectPages)
+	} else if n > 1 && cfg.Codec.Name() != "lz4" {
+		return nil, fmt.Errorf("device: objects of several pages need the lz4 codec, not %s", cfg.Codec.Name())
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -162,7 +178,39 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 	for range cap(d.inline) {
 		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
 	}
+	if cfg.ObjectPages > 1 {
+		d.makeObjectScratch()
+	}
 	return d, nil
+}
+
+// makeObjectScratch makes the scratch for reading objects of several
+// pages: one for each thread running Go code, and two more.
+func (d *Device) makeObjectScratch() {
+	d.objScratch = make(chan *objectScratch, runtime.GOMAXPROCS(0)+2)
+	for range cap(d.objScratch) {
+		sc := new(objectScratch)
+		clear(sc.in[:]) // written now, not first while serving
+		clear(sc.out[:])
+		d.objScratch <- sc
+	}
+}
+
+// scratch takes an object scratch, or nil when the device has none. It
+// must be taken before any stripe lock: a holder may wait for a lock.
+func (d *Device) scratch() *objectScratch {
+	if d.objScratch == nil {
+		return nil
+	}
+	sc := <-d.objScratch
+	sc.decoded = 0
+	return sc
+}
+
+func (d *Device) putScratch(sc *objectScratch) {
+	if sc != nil {
+		d.objScratch <- sc
+	}
 }
 
 // startStaging starts the write-behind area, if the device has one. Its
@@ -225,7 +273,7 @@ type Held struct {
 func (d *Device) Held() Held {
 	h := Held{
 		Table:   int64(len(d.table)) * 8,
-		Scratch: int64(cap(d.inline))*inlinePages*(pageSize+8) + pageBuffers*pageSize,
+		Scratch: int64(cap(d.inline))*inlinePages*(pageSize+8) + pageBuffers*pageSize + int64(cap(d.objScratch))*int64(unsafe.Sizeof(objectScratch{})),
 	}
 	if d.stage != nil {
 		sc := d.stage.Config()
@@ -237,7 +285,8 @@ func (d *Device) Held() Held {
 // Size implements nbd.Backend.
 func (d *Device) Size() int64 { return d.cfg.Size }
 
-func (d *Device) stripe(idx uint32) *stripe { return &d.stripes[idx%nStripes] }
+// stripe is the lock of page idx's group (see object.go).
+func (d *Device) stripe(idx uint32) *stripe { return &d.stripes[idx/groupPages%nStripes] }
 
 func (d *Device) check(off, length int64) error {
 	if off < 0 || length < 0 || off > d.cfg.Size || length > d.cfg.Size-off {
@@ -262,41 +311,53 @@ func forPages(off, length int64, fn func(idx uint32, in, n int) error) error {
 	return nil
 }
 
-// ReadAt implements nbd.Backend.
+// ReadAt implements nbd.Backend. The pages of one group are read under
+// one hold of its lock, so that an object of several pages is decoded once
+// for all the pages the read wants of it.
 func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 	if err := d.check(off, int64(len(p))); err != nil {
 		return err
 	}
+	sc := d.scratch()
+	defer d.putScratch(sc)
+	var held *stripe
 	err := forPages(off, int64(len(p)), func(idx uint32, in, n int) error {
 		dst := p[:n]
 		p = p[n:]
+		if s := d.stripe(idx); s != held {
+			if held != nil {
+				held.mu.RUnlock()
+			}
+			held = s
+			held.mu.RLock()
+			if sc != nil {
+				sc.decoded = 0
+			}
+		}
 		if n == pageSize {
-			return d.readPage(idx, dst)
+			return d.load(idx, dst, sc)
 		}
 		buf := d.bufs.Get()
 		defer d.bufs.Put(buf)
-		if err := d.readPage(idx, buf[:]); err != nil {
+		if err := d.load(idx, buf[:], sc); err != nil {
 			return err
 		}
 		copy(dst, buf[in:])
 		return nil
 	})
+	if held != nil {
+		held.mu.RUnlock()
+	}
 	if err != nil {
 		d.failedReads.Add(1)
 	}
 	return err
 }
 
-func (d *Device) readPage(idx uint32, dst []byte) error {
-	s := d.stripe(idx)
-	s.mu.RLock()
-	err := d.load(s, idx, dst)
-	s.mu.RUnlock()
-	return err
-}
-
-// load decodes page idx into dst; the caller holds the page's stripe lock.
-func (d *Device) load(s *stripe, idx uint32, dst []byte) error {
+// load decodes page idx into dst; the caller holds the page's stripe lock,
+// and passes the scratch it took (Device.scratch) for objects of several
+// pages.
+func (d *Device) load(idx uint32, dst []byte, sc *objectScratch) error {
 	e := d.table[idx]
 	switch e.state() {
 	case stateEmpty:
@@ -314,6 +375,16 @@ func (d *Device) load(s *stripe, idx uint32, dst []byte) error {
 		}
 	case stateHuge:
 		copy(dst, d.cfg.Store.Bytes(e.handle(), pageSize))
+	case statePart:
+		if sc == nil {
+			return fmt.Errorf("device: page %d is part of an object of several pages, and the device has no scratch to read it: %w", idx, syscall.EIO)
+		}
+		pages, err := d.decodeObject(idx, e, sc)
+		if err != nil {
+			d.log.Error("stored object does not decode", "page", idx, "err", err)
+			return fmt.Errorf("%w: %w", err, syscall.EIO)
+		}
+		copy(dst, pages[e.partIndex()*pageSize:])
 	case stateStaged:
 		// Its batch cannot be flushed while this lock is held: the
 		// commit that replaces this entry needs it.
@@ -337,13 +408,14 @@ func (d *Device) fillEntry(idx uint32, w uint64) (entry, error) {
 }
 
 // swapLocked replaces page idx's entry and keeps the counters; the caller
-// frees the old object once it has released the lock.
-func (d *Device) swapLocked(s *stripe, idx uint32, e entry) entry {
+// frees what the old entry leaves (released) once it has released the
+// lock.
+func (d *Device) swapLocked(s *stripe, idx uint32, e entry) objectRef {
 	old := d.table[idx]
 	d.table[idx] = e
 	d.count(old, -1)
 	d.count(e, +1)
-	return old
+	return d.released(idx, old)
 }
 
 func (d *Device) count(e entry, delta int64) {
@@ -352,6 +424,9 @@ func (d *Device) count(e entry, delta int64) {
 		d.samePages.Add(delta)
 	case stateStored:
 		d.storedPages.Add(delta)
+	case statePart:
+		d.storedPages.Add(delta)
+		d.packedPages.Add(delta)
 	case stateHuge:
 		d.storedPages.Add(delta)
 		d.hugePages.Add(delta)
@@ -359,12 +434,6 @@ func (d *Device) count(e entry, delta int64) {
 		d.stagedPages.Add(delta)
 	case stateLost:
 		d.lostPages.Add(delta)
-	}
-}
-
-func (d *Device) freeObject(e entry) {
-	if e.hasObject() {
-		d.cfg.Store.Free(e.handle())
 	}
 }
 
@@ -383,9 +452,9 @@ func (d *Device) discard(off, length int64, e entry) error {
 			s.mu.Unlock()
 			return nil
 		}
-		old := d.swapLocked(s, idx, e)
+		ref := d.swapLocked(s, idx, e)
 		s.mu.Unlock()
-		d.freeObject(old)
+		d.freeRef(ref)
 		return nil
 	})
 }
@@ -431,7 +500,7 @@ func (d *Device) Compact() int {
 		defer s.mu.Unlock()
 		e := d.table[owner]
 		if !e.hasObject() || e.handle() != old {
-			return false
+			return d.relocatePart(owner, old, new)
 		}
 		// The store copied the object before this lock was held, possibly
 		// while a commit was still filling it; under the lock the
@@ -471,6 +540,10 @@ type Stats struct {
 	// their payload was received into staging, aborted receives).
 	StagedWrites, CommitRetries, UnusedSlots uint64
 	Staging                                  stage.Stats // zero without staging
+	// Objects of several pages (Config.ObjectPages): the pages in them
+	// (also in StoredPages), the objects, and the store objects (chunks
+	// of up to a page) that hold them.
+	PackedPages, PackedObjects, PackedChunks int64
 }
 
 // Stats returns a snapshot of the counters.
@@ -497,6 +570,9 @@ func (d *Device) Stats() Stats {
 		StagedWrites:   d.stagedWrites.Load(),
 		CommitRetries:  d.commitRetries.Load(),
 		UnusedSlots:    d.unusedSlots.Load(),
+		PackedPages:    d.packedPages.Load(),
+		PackedObjects:  d.packedObjects.Load(),
+		PackedChunks:   d.packedChunks.Load(),
 	}
 	if d.stage != nil {
 		s.Staging = d.stage.Stats()

@@ -54,6 +54,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // writes take the given path.
 func newDeviceMode(t testing.TB, size int64, storeCfg pagestore.Config, path writePath) *fixture {
 	t.Helper()
+	return newDeviceObjects(t, size, storeCfg, path, 0)
+}
+
+// newDeviceObjects is newDeviceMode with Config.ObjectPages.
+func newDeviceObjects(t testing.TB, size int64, storeCfg pagestore.Config, path writePath, objectPages int) *fixture {
+	t.Helper()
 	store, err := pagestore.New(storeCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +83,7 @@ func newDeviceMode(t testing.TB, size int64, storeCfg pagestore.Config, path wri
 	if f.router, err = route.New(rc); err != nil {
 		t.Fatal(err)
 	}
-	f.dev, err = New(Config{Size: size, Codec: codec.NewLZ4(), Router: f.router, Store: store, Staging: sc, Logger: quiet})
+	f.dev, err = New(Config{Size: size, Codec: codec.NewLZ4(), Router: f.router, Store: store, Staging: sc, Logger: quiet, ObjectPages: objectPages})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +170,13 @@ func TestModelPaths(t *testing.T) {
 		{"compacting", modelOptions{path: pathStaged, compact: true}},
 		{"prefaulting", modelOptions{path: pathMixed, compact: true,
 			store: pagestore.Config{Prefault: 2 * pageSize, ArenaSize: 1 << 20}}},
+		// Objects of several pages: written inline, read in parts,
+		// partly overwritten, trimmed and zeroed, moved by the compactor
+		// chunk by chunk, and replaced by staged writes.
+		{"objects-inline", modelOptions{path: pathInline, objectPages: 4}},
+		{"objects-compacting", modelOptions{path: pathInline, objectPages: 16, compact: true}},
+		{"objects-mixed", modelOptions{path: pathMixed, objectPages: 8, compact: true,
+			store: pagestore.Config{Prefault: 2 * pageSize, ArenaSize: 1 << 20}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ops := 200_000
@@ -176,10 +189,11 @@ func TestModelPaths(t *testing.T) {
 }
 
 type modelOptions struct {
-	path    writePath
-	compact bool             // run the compactor as fast as it goes
-	faults  bool             // make the accelerator fail and hang
-	store   pagestore.Config // for the device's store
+	path        writePath
+	objectPages int              // Config.ObjectPages
+	compact     bool             // run the compactor as fast as it goes
+	faults      bool             // make the accelerator fail and hang
+	store       pagestore.Config // for the device's store
 }
 
 func runModel(t *testing.T, totalOps int, opts modelOptions) {
@@ -187,7 +201,7 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	const regionPages = 64
 	ops := totalOps / workers
 	size := int64(workers * regionPages * pageSize)
-	f := newDeviceMode(t, size, opts.store, opts.path)
+	f := newDeviceObjects(t, size, opts.store, opts.path, opts.objectPages)
 	model := make([]byte, size)
 	ctx := context.Background()
 	if opts.faults {
@@ -294,9 +308,21 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 		t.Fatal("final device contents differ from the model")
 	}
 	st := f.dev.Stats()
-	var stored, same, huge, fills int64
+	var stored, same, huge, fills, chunks, parts int64
+	objects := map[pagestore.Handle]bool{}
 	for _, e := range f.dev.table {
 		switch e.state() {
+		case statePart:
+			stored++
+			parts++
+			if !objects[e.handle()] {
+				objects[e.handle()] = true
+				l, err := objectHeader(f.store.Bytes(e.handle(), e.length()), e.partPages())
+				if err != nil {
+					t.Fatal(err)
+				}
+				chunks += int64(l.chunks)
+			}
 		case stateStored:
 			stored++
 		case stateHuge:
@@ -312,7 +338,17 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	if st.StoredPages != stored || st.SamePages != same || st.HugePages != huge {
 		t.Fatalf("stats %+v disagree with the table: stored %d same %d huge %d", st, stored, same, huge)
 	}
-	checkSettled(t, f, stored+fills)
+	if opts.objectPages > 1 {
+		if parts == 0 {
+			t.Fatal("no page is part of an object of several pages: the test proved nothing")
+		}
+		t.Logf("%d pages in %d objects of several pages (%d chunks)", parts, len(objects), chunks)
+	}
+	if st.PackedPages != parts || st.PackedObjects != int64(len(objects)) || st.PackedChunks != chunks {
+		t.Fatalf("stats count %d pages in %d objects of %d chunks, the table %d in %d of %d",
+			st.PackedPages, st.PackedObjects, st.PackedChunks, parts, len(objects), chunks)
+	}
+	checkSettled(t, f, stored-parts+fills+chunks)
 }
 
 // checkSettled checks a device with nothing staged: the store holds

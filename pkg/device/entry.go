@@ -7,7 +7,10 @@ import "github.com/gzramd/gzramd/pkg/pagestore"
 // A page-table entry is one uint64:
 //
 //	bits 61-63          state
-//	stored, huge, fill: bits 48-60 the object's exact length, bits 0-47 its handle
+//	stored, huge, fill: bits 48-60 the object's exact length, bits 0-35 its handle
+//	part:               bits 48-60 the length of the object's first chunk,
+//	                    bits 40-43 its pages less one, bits 36-39 this
+//	                    page's place in it, bits 0-35 its first chunk's handle
 //	staged:             bits 0-31 the page's place in the staging area (Files.Staging)
 //
 // The table is the truth a process taking the device over (Recover)
@@ -29,11 +32,15 @@ const (
 	// stateLost: a staged page Recover could not store; reads fail with
 	// EIO until the page is written again.
 	stateLost = 6
+	// statePart: one page of an object that holds several, compressed
+	// together (object.go).
+	statePart = 7
 
 	stateShift  = 61
 	lengthShift = 48
 	lengthMask  = 1<<13 - 1
-	handleMask  = 1<<48 - 1
+	handleMask  = 1<<pagestore.HandleBits - 1
+	partShift   = pagestore.HandleBits
 	fillLength  = 8
 )
 
@@ -45,6 +52,16 @@ func (e entry) hasObject() bool {
 	return st == stateStored || st == stateHuge || st == stateFill
 }
 func (e entry) stagingPage() int { return int(uint32(e)) }
+
+// partIndex and partPages are, for a part entry, the page's place in its
+// object and the object's pages.
+func (e entry) partIndex() int { return int(e>>partShift) & 15 }
+func (e entry) partPages() int { return int(e>>(partShift+4))&15 + 1 }
+
+func partEntry(h pagestore.Handle, k, pages, first int) entry {
+	return entry(statePart<<stateShift | uint64(first)<<lengthShift |
+		uint64(pages-1)<<(partShift+4) | uint64(k)<<partShift | uint64(h)&handleMask)
+}
 
 func objectEntry(state int, h pagestore.Handle, n int) entry {
 	return entry(uint64(state)<<stateShift | uint64(n)<<lengthShift | uint64(h)&handleMask)

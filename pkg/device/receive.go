@@ -129,11 +129,8 @@ func (d *Device) abort(r *received) {
 func (d *Device) installStaged(b *stage.Batch, i int, idx uint32) {
 	s := d.stripe(idx)
 	s.mu.Lock()
-	old := d.swapLocked(s, idx, d.stagedAt(b, i))
+	ref := d.swapLocked(s, idx, d.stagedAt(b, i))
 	s.mu.Unlock()
 	b.Owners[i] = idx
-	b.Words[i] = 0
-	if old.hasObject() {
-		b.Words[i] = uint64(old.handle())
-	}
+	b.Words[i] = uint64(ref)
 }

@@ -63,6 +63,8 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 	// until every entry is known good.
 	var bad int
 	var firstBad error
+	parts := false
+	var aliases []alias
 	for i := range d.table {
 		idx, e := uint32(i), d.table[i]
 		var err error
@@ -83,6 +85,9 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 				err = fmt.Errorf("staging page %d of %d", e.stagingPage(), stagingPages)
 			}
 		case stateLost: // lost in an earlier takeover, until written again
+		case statePart:
+			err = d.keepPart(rc, idx, e, &aliases)
+			parts = true
 		default:
 			err = fmt.Errorf("state %d, which no device writes", e.state())
 		}
@@ -98,8 +103,14 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 		return nil, nil, rep, fmt.Errorf("device: %d entries of the page table disagree with the store, the first at %w: %w",
 			bad, firstBad, ErrCorrupt)
 	}
+	for _, a := range aliases {
+		d.table[a.idx] = a.to
+	}
 	for _, e := range d.table {
 		d.count(e, +1)
+	}
+	if parts && d.objScratch == nil {
+		d.makeObjectScratch() // the process before kept objects of several pages
 	}
 	store, err := rc.Done()
 	if err != nil {
@@ -159,4 +170,74 @@ func (r Recovered) String() string {
 		s += fmt.Sprintf(", %d LOST (first: page %d)", r.Lost, r.FirstLost)
 	}
 	return s
+}
+
+// alias is an entry Recover rewrites once every entry is known good.
+type alias struct {
+	idx uint32
+	to  entry
+}
+
+// keepPart checks the entry of page idx, part of an object of several
+// pages, and names the object's chunks to rc, once: at the object's first
+// page in the table.
+//
+// The compactor moves an object's first chunk by copying it and then
+// pointing the object's pages at the copy, one entry at a time: a process
+// killed in between leaves pages of one object naming two first chunks,
+// alike byte for byte, that name the same other chunks. The copy that
+// the later pages name is not kept: they are pointed at the other
+// (aliases, applied once every entry is known good).
+func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *[]alias) error {
+	k, pages := e.partIndex(), e.partPages()
+	if pages < 2 || k >= pages || e.length() < headerFixed || e.length() > chunkSize {
+		return fmt.Errorf("page %d of an object of %d pages whose first chunk is %d bytes", k, pages, e.length())
+	}
+	owner := idx - uint32(k)
+	lo := idx &^ (groupPages - 1)
+	if owner < lo {
+		return fmt.Errorf("page %d of an object of %d pages that would start in the group before", k, pages)
+	}
+	for i := lo; i < idx; i++ {
+		f := d.table[i]
+		if f.state() != statePart || f.handle() != e.handle() {
+			continue
+		}
+		if f.partPages() != pages || f.length() != e.length() || i-uint32(f.partIndex()) != owner {
+			return fmt.Errorf("page %d of object %#x, which page %d names otherwise", k, e.handle(), i)
+		}
+		for j := len(*aliases) - 1; j >= 0 && (*aliases)[j].idx >= lo; j-- {
+			if a := (*aliases)[j]; a.idx == i { // a copy: pointed at the same object as page i
+				*aliases = append(*aliases, alias{idx, partEntry(a.to.handle(), k, pages, e.length())})
+			}
+		}
+		return nil
+	}
+	first := rc.Bytes(e.handle(), e.length())
+	for i := lo; i < idx; i++ {
+		f := d.table[i]
+		if f.state() != statePart || f.handle() == e.handle() || f.partPages() != pages ||
+			f.length() != e.length() || i-uint32(f.partIndex()) != owner {
+			continue
+		}
+		if other := rc.Bytes(f.handle(), f.length()); other != nil && first != nil && string(other) == string(first) {
+			*aliases = append(*aliases, alias{idx, partEntry(f.handle(), k, pages, e.length())})
+			return nil
+		}
+	}
+	if err := rc.Keep(e.handle(), owner, e.length()); err != nil {
+		return err
+	}
+	l, err := objectHeader(first, pages)
+	if err != nil {
+		return fmt.Errorf("object %#x: %w", e.handle(), err)
+	}
+	for c := 1; c < l.chunks; c++ {
+		if err := rc.Keep(chunkHandle(first, c), owner, l.chunkLen(c)); err != nil {
+			return err
+		}
+	}
+	d.packedObjects.Add(1)
+	d.packedChunks.Add(int64(l.chunks))
+	return nil
 }

@@ -119,7 +119,7 @@ func newCommitScratch(pages int) commitScratch {
 	return commitScratch{
 		slots: make([]int, pages), objs: make([][]byte, pages), states: make([]int, pages),
 		sizes: make([]int, pages), owners: make([]uint32, pages),
-		handles: make([]pagestore.Handle, pages), free: make([]pagestore.Handle, 0, 2*pages),
+		handles: make([]pagestore.Handle, pages), free: make([]pagestore.Handle, 0, 2*pages+maxChunks),
 	}
 }
 
@@ -146,15 +146,13 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 		s := d.stripe(idx)
 		s.mu.Lock()
 		if d.table[idx] == d.stagedAt(b, i) {
-			d.swapLocked(s, idx, objectEntry(cs.states[j], cs.handles[j], cs.sizes[j]))
+			d.swapLocked(s, idx, objectEntry(cs.states[j], cs.handles[j], cs.sizes[j])) // a staged entry leaves nothing
 		} else {
 			cs.free = append(cs.free, cs.handles[j]) // written again since
 		}
 		s.mu.Unlock()
-		if old := pagestore.Handle(b.Words[i]); old != 0 {
-			cs.free = append(cs.free, old)
-			b.Words[i] = 0
-		}
+		cs.free = d.queueFree(cs.free, objectRef(b.Words[i]))
+		b.Words[i] = 0
 	}
 	d.cfg.Store.FreeBatch(cs.free)
 	if k < m {
@@ -179,10 +177,8 @@ func (d *Device) uncommitted(b *stage.Batch, cs *commitScratch) {
 			d.swapLocked(s, idx, entry(stateEmpty))
 		}
 		s.mu.Unlock()
-		if old := pagestore.Handle(b.Words[i]); old != 0 {
-			d.cfg.Store.Free(old)
-			b.Words[i] = 0
-		}
+		d.freeRef(objectRef(b.Words[i]))
+		b.Words[i] = 0
 	}
 	d.cfg.Store.Unreserve(cs.credit)
 }

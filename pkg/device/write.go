@@ -16,11 +16,25 @@ const inlinePages = 32
 
 // inlineWrite is the scratch of one write compressed in its own goroutine.
 type inlineWrite struct {
-	batch   *codec.Batch // outputs; Pages is the request's own buffer
+	batch *codec.Batch // outputs; Pages is the request's own buffer
+	// sub is a part of batch: pages of an object that did not compress
+	// well enough together, compressed on their own.
+	sub     codec.Batch
 	sizes   [inlinePages]int
 	owners  [inlinePages]uint32
 	handles [inlinePages]pagestore.Handle
-	olds    [inlinePages]pagestore.Handle
+	objs    [inlinePages]inlineObject
+	// frees are the objects the write's pages replaced: each page may
+	// leave an object of several pages, of up to maxChunks chunks.
+	frees []pagestore.Handle
+}
+
+// inlineObject is pages [at, at+pages) of an inline write, stored as one
+// object (layout set), or each page on its own.
+type inlineObject struct {
+	at, pages int
+	layout    objectLayout // layout.chunks == 0: pages on their own
+	alloc     int          // its first allocation in sizes and handles
 }
 
 func newInlineWrite(limit int) *inlineWrite {
@@ -31,7 +45,9 @@ func newInlineWrite(limit int) *inlineWrite {
 		Limit:   limit,
 	}
 	clear(b.Out) // written now, not first while serving
-	return &inlineWrite{batch: b}
+	w := &inlineWrite{batch: b, frees: make([]pagestore.Handle, 0, inlinePages*maxChunks)}
+	clear(w.frees[:cap(w.frees)])
+	return w
 }
 
 // WriteAt implements nbd.Backend. It returns once every page is held:
@@ -98,9 +114,9 @@ func (d *Device) writeFilled(idx uint32, w uint64) error {
 	}
 	s := d.stripe(idx)
 	s.mu.Lock()
-	old := d.swapLocked(s, idx, e)
+	ref := d.swapLocked(s, idx, e)
 	s.mu.Unlock()
-	d.freeObject(old)
+	d.freeRef(ref)
 	return nil
 }
 
@@ -149,30 +165,138 @@ func (d *Device) writeInline(first uint32, pages []byte) error {
 	b := w.batch
 	b.Pages, b.N = pages, n
 	defer func() { b.Pages = nil }()
-	d.cfg.Router.CompressInline(b)
-	for j := range n {
-		_, obj := d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
-		w.sizes[j], w.owners[j] = len(obj), first+uint32(j)
+	objs := d.compressInline(w, first, n)
+	// The objects' allocations, in order: an object of several pages
+	// takes its chunks, a page on its own its object.
+	m := 0
+	for o := range objs {
+		ob := &objs[o]
+		ob.alloc = m
+		if ob.layout.chunks > 0 {
+			for c := range ob.layout.chunks {
+				w.sizes[m], w.owners[m] = ob.layout.chunkLen(c), first+uint32(ob.at)
+				m++
+			}
+			continue
+		}
+		for j := ob.at; j < ob.at+ob.pages; j++ {
+			_, obj := d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
+			w.sizes[m], w.owners[m] = len(obj), first+uint32(j)
+			m++
+		}
 	}
-	if k, _, err := d.cfg.Store.AllocBatch(w.sizes[:n], w.owners[:n], w.handles[:n], 0); err != nil {
+	if k, _, err := d.cfg.Store.AllocBatch(w.sizes[:m], w.owners[:m], w.handles[:m], 0); err != nil {
 		d.cfg.Store.FreeBatch(w.handles[:k])
 		return fmt.Errorf("device: storing pages %d-%d: %w", first, first+uint32(n)-1, err)
 	}
-	for j := range n {
-		state, obj := d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
-		copy(d.cfg.Store.Bytes(w.handles[j], len(obj)), obj)
-		idx := first + uint32(j)
-		s := d.stripe(idx)
-		s.mu.Lock()
-		old := d.swapLocked(s, idx, objectEntry(state, w.handles[j], len(obj)))
-		s.mu.Unlock()
-		w.olds[j] = 0
-		if old.hasObject() {
-			w.olds[j] = old.handle()
+	for o := range objs {
+		d.fillInline(w, &objs[o], pages)
+	}
+	// Committed group by group, each under one hold of its lock.
+	var held *stripe
+	for o := range objs {
+		ob := &objs[o]
+		for j := ob.at; j < ob.at+ob.pages; j++ {
+			idx := first + uint32(j)
+			if s := d.stripe(idx); s != held {
+				if held != nil {
+					held.mu.Unlock()
+				}
+				held = s
+				held.mu.Lock()
+			}
+			var e entry
+			if ob.layout.chunks > 0 {
+				e = partEntry(w.handles[ob.alloc], j-ob.at, ob.pages, ob.layout.chunkLen(0))
+			} else {
+				state, obj := d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
+				a := ob.alloc + j - ob.at
+				e = objectEntry(state, w.handles[a], len(obj))
+			}
+			w.frees = d.queueFree(w.frees, d.swapLocked(held, idx, e))
 		}
 	}
-	d.cfg.Store.FreeBatch(w.olds[:n])
+	if held != nil {
+		held.mu.Unlock()
+	}
+	d.cfg.Store.FreeBatch(w.frees)
+	w.frees = w.frees[:0]
 	return nil
+}
+
+// compressInline compresses the n pages of w.batch, whose first is page
+// first: as objects of up to Config.ObjectPages pages where they compress
+// well enough together, each page on its own otherwise. It returns the
+// objects in order.
+func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObject {
+	b := w.batch
+	per := d.cfg.ObjectPages
+	if per <= 1 {
+		d.cfg.Router.CompressInline(b)
+		w.objs[0] = inlineObject{pages: n}
+		return w.objs[:1]
+	}
+	k := 0
+	for at := 0; at < n; {
+		// Objects start at multiples of per pages: they never span a
+		// group, and a rewrite of the same pages replaces them whole.
+		m := min(n-at, per-int(first+uint32(at))%per)
+		ob := inlineObject{at: at, pages: m}
+		if m > 1 {
+			out := b.Out[at*pageSize : (at+m)*pageSize]
+			limit := min(len(out), m*d.cfg.HugeThreshold-1)
+			if c := d.cfg.Codec.Compress(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]); c > 0 {
+				if l, ok := layoutFor(c); ok && l.chunks <= m {
+					ob.layout = l
+				}
+			}
+		}
+		if ob.layout.chunks > 0 {
+			d.cfg.Router.CountInline(m)
+		} else {
+			// Compressed page by page into the same outputs.
+			w.sub = codec.Batch{
+				Pages: b.Pages[at*pageSize : (at+m)*pageSize], N: m,
+				Out: b.Out[at*pageSize : (at+m)*pageSize], Offsets: b.Offsets[at : at+m], Lens: b.Lens[at : at+m],
+				Limit: b.Limit,
+			}
+			d.cfg.Router.CompressInline(&w.sub)
+			for j := at; j < at+m; j++ {
+				b.Offsets[j] += uint32(at * pageSize)
+			}
+			w.sub = codec.Batch{}
+		}
+		w.objs[k] = ob
+		k++
+		at += m
+	}
+	return w.objs[:k]
+}
+
+// fillInline writes an inline write's object into what the store gave it:
+// an object of several pages into its chunks, its header first; pages on
+// their own into theirs.
+func (d *Device) fillInline(w *inlineWrite, ob *inlineObject, pages []byte) {
+	b := w.batch
+	if l := ob.layout; l.chunks > 0 {
+		stream := b.Out[ob.at*pageSize:][:l.stream]
+		first := d.cfg.Store.Bytes(w.handles[ob.alloc], l.chunkLen(0))
+		putHeader(first, l, ob.pages)
+		for c := 1; c < l.chunks; c++ {
+			setChunkHandle(first, c, w.handles[ob.alloc+c])
+		}
+		n := copy(first[l.header:], stream)
+		for c := 1; c < l.chunks; c++ {
+			n += copy(d.cfg.Store.Bytes(w.handles[ob.alloc+c], l.chunkLen(c)), stream[n:])
+		}
+		d.packedObjects.Add(1)
+		d.packedChunks.Add(int64(l.chunks))
+		return
+	}
+	for j := ob.at; j < ob.at+ob.pages; j++ {
+		_, obj := d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
+		copy(d.cfg.Store.Bytes(w.handles[ob.alloc+j-ob.at], len(obj)), obj)
+	}
 }
 
 // object returns how page i of b, whose raw bytes are raw, is stored: its
@@ -194,12 +318,14 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 	// scratch.
 	w := <-d.inline
 	defer func() { d.inline <- w }()
+	sc := d.scratch()
+	defer d.putScratch(sc)
 	buf := d.bufs.Get()
 	defer d.bufs.Put(buf)
 	page := buf[:]
 	s := d.stripe(idx)
 	s.mu.Lock()
-	if err := d.load(s, idx, page); err != nil {
+	if err := d.load(idx, page, sc); err != nil {
 		s.mu.Unlock()
 		return err
 	}
@@ -225,8 +351,8 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 		copy(dst, obj)
 		e = objectEntry(state, h, len(obj))
 	}
-	old := d.swapLocked(s, idx, e)
+	ref := d.swapLocked(s, idx, e)
 	s.mu.Unlock()
-	d.freeObject(old)
+	d.freeRef(ref)
 	return nil
 }

@@ -28,13 +28,13 @@ type Device struct {
 	device func() device.Stats
 	router func() route.Stats
 
-	infoDesc, diskSize                                                      *prometheus.Desc
-	orig, compr, memUsed, memUsedMax, memLimit                              *prometheus.Desc
-	same, huge, stored, lost, compacted, prefaultMisses                     *prometheus.Desc
-	failedReads, failedWrites, invalidIO, notifyFree                        *prometheus.Desc
-	staged, stagingBytes, stagingBusy, stagedTotal                          *prometheus.Desc
-	stagingRefused, stagingWaits, stagingSealed, commitRetries, unusedSlots *prometheus.Desc
-	compressedPages, inlinePages                                            *prometheus.Desc
+	infoDesc, diskSize                                                         *prometheus.Desc
+	orig, compr, memUsed, memUsedMax, memLimit                                 *prometheus.Desc
+	same, huge, stored, packed, packedObjects, lost, compacted, prefaultMisses *prometheus.Desc
+	failedReads, failedWrites, invalidIO, notifyFree                           *prometheus.Desc
+	staged, stagingBytes, stagingBusy, stagedTotal                             *prometheus.Desc
+	stagingRefused, stagingWaits, stagingSealed, commitRetries, unusedSlots    *prometheus.Desc
+	compressedPages, inlinePages                                               *prometheus.Desc
 }
 
 func gauge(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
@@ -46,15 +46,17 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 		info: info, device: dev, router: router,
 		infoDesc: prometheus.NewDesc("gzramd_info", "Constant 1, labelled with the daemon's version, export, algorithm and backend.",
 			[]string{"version", "export", "algorithm", "backend"}, nil),
-		diskSize:   gauge("gzramd_disksize_bytes", "Size of the block device (zram disksize)."),
-		orig:       gauge("gzramd_orig_data_bytes", "Uncompressed size of the pages stored as objects, same-filled pages excluded (zram orig_data_size)."),
-		compr:      gauge("gzramd_compr_data_bytes", "Compressed size of the stored pages (zram compr_data_size)."),
-		memUsed:    gauge("gzramd_mem_used_bytes", "Memory the page store holds, fragmentation included (zram mem_used_total)."),
-		memUsedMax: gauge("gzramd_mem_used_max_bytes", "Highest gzramd_mem_used_bytes seen (zram mem_used_max)."),
-		memLimit:   gauge("gzramd_mem_limit_bytes", "Most memory the page store may hold; 0 means no limit (zram mem_limit)."),
-		same:       gauge("gzramd_same_pages", "Pages filled with one repeated 8-byte word: zero-filled ones cost no memory, others an 8-byte object (zram same_pages)."),
-		huge:       gauge("gzramd_huge_pages", "Pages that did not compress below the huge threshold and are stored raw (zram huge_pages)."),
-		stored:     gauge("gzramd_stored_pages", "Pages stored as objects, compressed or raw."),
+		diskSize:      gauge("gzramd_disksize_bytes", "Size of the block device (zram disksize)."),
+		orig:          gauge("gzramd_orig_data_bytes", "Uncompressed size of the pages stored as objects, same-filled pages excluded (zram orig_data_size)."),
+		compr:         gauge("gzramd_compr_data_bytes", "Compressed size of the stored pages (zram compr_data_size)."),
+		memUsed:       gauge("gzramd_mem_used_bytes", "Memory the page store holds, fragmentation included (zram mem_used_total)."),
+		memUsedMax:    gauge("gzramd_mem_used_max_bytes", "Highest gzramd_mem_used_bytes seen (zram mem_used_max)."),
+		memLimit:      gauge("gzramd_mem_limit_bytes", "Most memory the page store may hold; 0 means no limit (zram mem_limit)."),
+		same:          gauge("gzramd_same_pages", "Pages filled with one repeated 8-byte word: zero-filled ones cost no memory, others an 8-byte object (zram same_pages)."),
+		huge:          gauge("gzramd_huge_pages", "Pages that did not compress below the huge threshold and are stored raw (zram huge_pages)."),
+		stored:        gauge("gzramd_stored_pages", "Pages stored as objects, compressed or raw."),
+		packed:        gauge("gzramd_packed_pages", "Of the stored pages, those kept in objects of several pages compressed together (--object-pages)."),
+		packedObjects: gauge("gzramd_packed_objects", "Objects of several pages compressed together (--object-pages)."),
 		lost: gauge("gzramd_lost_pages",
 			"Pages whose entries a takeover found naming nothing the store holds: they read as EIO until written again. Anything but 0 is a bug to report."),
 		compacted: prometheus.NewDesc("gzramd_pages_compacted_total",
@@ -96,7 +98,7 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		m.infoDesc, m.diskSize, m.orig, m.compr, m.memUsed, m.memUsedMax, m.memLimit,
-		m.same, m.huge, m.stored, m.lost, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
+		m.same, m.huge, m.stored, m.packed, m.packedObjects, m.lost, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
 		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingWaits, m.stagingSealed, m.commitRetries, m.unusedSlots,
 		m.compressedPages, m.inlinePages,
 	} {
@@ -124,6 +126,8 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	g(m.same, float64(st.SamePages))
 	g(m.huge, float64(st.HugePages))
 	g(m.stored, float64(st.StoredPages))
+	g(m.packed, float64(st.PackedPages))
+	g(m.packedObjects, float64(st.PackedObjects))
 	g(m.lost, float64(st.LostPages))
 	c(m.compacted, float64(st.PagesCompacted))
 	c(m.prefaultMisses, float64(st.PrefaultMisses))

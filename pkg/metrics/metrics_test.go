@@ -147,6 +147,8 @@ func TestScrapeMatchesDevice(t *testing.T) {
 	want(t, f, "gzramd_same_pages", float64(st.SamePages))
 	want(t, f, "gzramd_huge_pages", float64(st.HugePages))
 	want(t, f, "gzramd_stored_pages", float64(st.StoredPages))
+	want(t, f, "gzramd_packed_pages", float64(st.PackedPages))
+	want(t, f, "gzramd_packed_objects", float64(st.PackedObjects))
 	want(t, f, "gzramd_notify_free_total", float64(st.NotifyFree))
 	want(t, f, "gzramd_invalid_io_total", 1)
 	want(t, f, "gzramd_failed_reads_total", 0)

@@ -194,6 +194,10 @@ func (rc *Recovery) Done() (*Store, error) {
 // as they were.
 func (rc *Recovery) Close() error { return rc.s.Close() }
 
+// Bytes is Store.Bytes on the store being recovered: an object's bytes,
+// for a caller that reads what it must Keep next from an object it kept.
+func (rc *Recovery) Bytes(h Handle, size int) []byte { return rc.s.Bytes(h, size) }
+
 // Kept counts the objects named so far.
 func (rc *Recovery) Kept() int {
 	n := 0

@@ -13,8 +13,14 @@ import (
 )
 
 // Handle names a stored object. 0 is never a valid handle. Handles are
-// below 1<<48: a slab number shifted left by 12 bits, or'ed with a slot.
+// below 1<<HandleBits: a slab number shifted left by 12 bits, or'ed with a
+// slot.
 type Handle uint64
+
+// HandleBits bounds handles: a page table entry keeps one in that many bits.
+const HandleBits = 36
+
+var _ [1<<HandleBits - maxSlabs<<slotBits]byte // every handle fits
 
 var (
 	// ErrFull reports that storing would exceed the memory limit.

@@ -50,6 +50,9 @@ type Config struct {
 	// HugeThreshold is the compressed length from which pages are stored
 	// raw (0: device.DefaultHugeThreshold).
 	HugeThreshold int
+	// ObjectPages keeps the pages a write compresses inline together, as
+	// objects of up to that many (device.Config.ObjectPages; LZ4 only).
+	ObjectPages int
 
 	// Accelerator, if not nil, compresses the staged writes; the caller
 	// opened it and closes it after Close. Without one every write
@@ -169,7 +172,7 @@ func build(cfg Config, recover bool) (_ *Pipeline, _ *device.Recovered, err erro
 	sc := pagestore.Config{MemLimit: cfg.MemLimit, Prefault: cfg.Prefault, ArenaSize: cfg.ArenaSize}
 	dc := device.Config{
 		Size: cfg.Size, Codec: p.Codec, Router: p.Router, Staging: staging,
-		HugeThreshold: cfg.HugeThreshold, Logger: cfg.Logger,
+		HugeThreshold: cfg.HugeThreshold, ObjectPages: cfg.ObjectPages, Logger: cfg.Logger,
 	}
 	if cfg.State != nil {
 		sc.Files, dc.Files = &cfg.State.Store, &cfg.State.Device

@@ -34,7 +34,13 @@ const (
 	pageBytes       = 4096
 )
 
-func takeoverConfig(st *State) Config {
+// takeoverConfig is the data path the writer serves: with objectPages
+// above 1, on the CPU alone, keeping the pages of each write together in
+// objects of up to that many.
+func takeoverConfig(st *State, objectPages int) Config {
+	if objectPages > 1 {
+		return Config{Size: takeoverSize, State: st, ObjectPages: objectPages, ArenaSize: 2 << 20, Logger: quietLogger()}
+	}
 	accel := routetest.NewAccelerator()
 	accel.Delay.Store(int64(2 * time.Millisecond))
 	return Config{
@@ -87,7 +93,8 @@ func TestTakeoverChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := Open(takeoverConfig(st))
+	objectPages, _ := strconv.Atoi(os.Getenv("GZRAMD_TAKEOVER_OBJECTS"))
+	p, _, err := Open(takeoverConfig(st, objectPages))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,11 +156,18 @@ type pageModel struct {
 // random moment, three times, and takes the state over each time: every
 // acknowledged write reads back, a write in flight reads as either its
 // old or its new content, nothing is lost or left staged, and the store
-// holds exactly what the table references.
+// holds exactly what the table references. The writes are staged for an
+// accelerator, or, in objects, compressed inline and kept together in
+// objects of up to 8 pages.
 func TestTakeoverAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs writer processes for seconds")
 	}
+	t.Run("staged", func(t *testing.T) { testTakeoverAfterKill(t, 0) })
+	t.Run("objects", func(t *testing.T) { testTakeoverAfterKill(t, 8) })
+}
+
+func testTakeoverAfterKill(t *testing.T, objectPages int) {
 	st, err := NewState("takeover-test")
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +176,7 @@ func TestTakeoverAfterKill(t *testing.T) {
 	model := make([]pageModel, takeoverSize/pageBytes)
 	r := rand.New(rand.NewPCG(7, 7))
 	for round := range 3 {
-		events := runAndKill(t, st, uint64(round+1), 200+r.IntN(2000))
+		events := runAndKill(t, st, uint64(round+1), 200+r.IntN(2000), objectPages)
 		pending := make([]string, takeoverWriters)
 		for _, ev := range events {
 			f := strings.Fields(ev)
@@ -180,7 +194,7 @@ func TestTakeoverAfterKill(t *testing.T) {
 		for _, ev := range pending {
 			apply(model, ev, true)
 		}
-		p, rec, err := Open(takeoverConfig(st))
+		p, rec, err := Open(takeoverConfig(st, objectPages))
 		if err != nil {
 			t.Fatalf("round %d: taking over: %v", round, err)
 		}
@@ -193,9 +207,13 @@ func TestTakeoverAfterKill(t *testing.T) {
 			t.Fatal(err)
 		}
 		ds, ss := p.Device.Stats(), p.Store.Stats()
-		if ss.Objects != ds.StoredPages+fills(t, p, model) || ss.Reserved != 0 || ss.BadHandles != 0 {
+		if ss.Objects != ds.StoredPages-ds.PackedPages+ds.PackedChunks+fills(t, p, model) || ss.Reserved != 0 || ss.BadHandles != 0 {
 			t.Fatalf("round %d: store %+v for device %+v", round, ss, ds)
 		}
+		if objectPages > 1 && ds.PackedObjects == 0 {
+			t.Fatalf("round %d: no object of several pages taken over: the test proved nothing", round)
+		}
+		t.Logf("round %d: %d pages in %d objects of several pages", round, ds.PackedPages, ds.PackedObjects)
 		if err := p.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -208,10 +226,10 @@ func TestTakeoverAfterKill(t *testing.T) {
 
 // runAndKill starts a writer child on st and kills it once it printed
 // after events, returning everything it printed.
-func runAndKill(t *testing.T, st *State, seed uint64, after int) []string {
+func runAndKill(t *testing.T, st *State, seed uint64, after, objectPages int) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTakeoverChild$", "-test.v")
-	cmd.Env = append(os.Environ(), "GZRAMD_TAKEOVER_CHILD="+strconv.FormatUint(seed, 10))
+	cmd.Env = append(os.Environ(), "GZRAMD_TAKEOVER_CHILD="+strconv.FormatUint(seed, 10), "GZRAMD_TAKEOVER_OBJECTS="+strconv.Itoa(objectPages))
 	for _, f := range st.Files() {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
 	}

@@ -312,6 +312,14 @@ func (r *Router) CompressInline(b *codec.Batch) {
 	r.cpuPages.Add(uint64(b.N))
 }
 
+// CountInline counts pages the caller compressed inline itself, on the
+// CPU, as CompressInline would have (a write's pages kept together as one
+// object).
+func (r *Router) CountInline(pages int) {
+	r.inlinePages.Add(uint64(pages))
+	r.cpuPages.Add(uint64(pages))
+}
+
 // CompressBatch compresses a sealed batch of staged pages: on the
 // accelerator when there is one, it is not backing off, the batch is
 // large enough and a shadow is free; on the CPU otherwise, and whenever

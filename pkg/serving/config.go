@@ -31,6 +31,7 @@ type Config struct {
 	BatchDeadline time.Duration
 	BatchInFlight int
 	HugeThreshold int
+	ObjectPages   int
 	LogLevel      string
 
 	Device        string

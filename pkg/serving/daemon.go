@@ -132,8 +132,8 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 		// Under mlockall each arena is populated when mapped: map it in
 		// small steps, ahead of need (Prefault), not 64 MiB at a time.
 		ArenaSize:     storeArenaSize,
-		HugeThreshold: cfg.HugeThreshold,
-		Accelerator:   d.accel.routeAccelerator(), MinAcceleratorPages: cfg.GPUMinPages,
+		HugeThreshold: cfg.HugeThreshold, ObjectPages: cfg.ObjectPages,
+		Accelerator: d.accel.routeAccelerator(), MinAcceleratorPages: cfg.GPUMinPages,
 		StagingBytes: int64(cfg.Staging), StagingWait: cfg.StagingWait, BatchPages: cfg.BatchPages,
 		BatchDeadline: cfg.BatchDeadline, BatchWorkers: cfg.BatchInFlight,
 		Observer: batchObs, Logger: log,
@@ -301,7 +301,8 @@ func (d *daemon) status() Status {
 		Algorithm: d.cfg.Algorithm, Backend: d.accel.name(), GPU: d.gpuName(),
 		DiskSize: int64(d.cfg.Size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
-		HugePages: st.HugePages, StoredPages: st.StoredPages, Connections: d.tracker.Count(),
+		HugePages: st.HugePages, StoredPages: st.StoredPages, PackedPages: st.PackedPages, PackedObjects: st.PackedObjects,
+		Connections:   d.tracker.Count(),
 		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
 		Holdings: d.holdings(), Takeovers: d.takeovers, LastTakeoverPause: time.Duration(d.pause.Load()).Seconds(),
 		LostPages: st.LostPages,

@@ -38,6 +38,8 @@ type Status struct {
 	SamePages         int64    `json:"same_pages"`
 	HugePages         int64    `json:"huge_pages"`
 	StoredPages       int64    `json:"stored_pages"`
+	PackedPages       int64    `json:"packed_pages"`   // of StoredPages, in objects of several pages
+	PackedObjects     int64    `json:"packed_objects"` // those objects
 	Connections       int      `json:"connections"`
 	UptimeSeconds     float64  `json:"uptime_seconds"`
 	// Holdings is what the daemon holds ahead of need (docs/DESIGN.md).

@@ -1,0 +1,248 @@
+// Objects of several pages: adjacent pages of one write compressed together.
+
+package device
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/gzramd/gzramd/pkg/pagestore"
+)
+
+// Pages written together are compressed together, as one object of up to
+// Config.ObjectPages pages: LZ4 finds matches across them, and the
+// kernel swaps out clusters of adjacent pages. An object never spans two
+// groups of groupPages pages, which share a stripe lock: whatever touches
+// an object (a read, a write over part of it, the compactor) holds one
+// lock, and finds every page that refers to it among 16 entries.
+//
+// The store keeps objects of up to a page, so an object of several pages
+// is kept as chunks of up to a page each, in the store's own classes: a
+// first chunk that begins with a header naming the others, then the
+// others. Every chunk is tagged with the object's first page (the owner
+// Compact reports). Each page's entry names the first chunk, the page's
+// place in the object and the object's pages (entry.go). The object's
+// stream is one standard LZ4 block: any LZ4 decoder reads it once its
+// chunks are put end to end.
+//
+// A page written again, trimmed or zeroed leaves the object; the object
+// is freed when its last page leaves it. Until then it holds the memory
+// of all its pages: the compactor does not repack it.
+const (
+	maxObjectPages = 16
+	groupPages     = maxObjectPages
+	chunkSize      = pageSize
+	maxChunks      = maxObjectPages
+
+	// The header: the stream's length (4 bytes), the object's pages and
+	// chunks (a byte each), two reserved bytes, then the handles of the
+	// chunks after the first (6 bytes each).
+	headerFixed = 8
+	handleBytes = 6
+)
+
+// objectLayout is how an object of a stream of some length is chunked.
+type objectLayout struct {
+	stream, chunks, header, total int
+}
+
+// layoutFor returns the layout of an object whose stream is n bytes, and
+// false when it needs more than maxChunks chunks.
+func layoutFor(n int) (objectLayout, bool) {
+	for c := 1; c <= maxChunks; c++ {
+		h := headerFixed + handleBytes*(c-1)
+		if h+n <= c*chunkSize {
+			return objectLayout{stream: n, chunks: c, header: h, total: h + n}, true
+		}
+	}
+	return objectLayout{}, false
+}
+
+// chunkLen is chunk i's length.
+func (l objectLayout) chunkLen(i int) int { return min(chunkSize, l.total-i*chunkSize) }
+
+// objectHeader reads the header at the head of first, a first chunk of
+// the given length, and checks it against the entry's pages.
+func objectHeader(first []byte, pages int) (objectLayout, error) {
+	if len(first) < headerFixed {
+		return objectLayout{}, fmt.Errorf("first chunk of %d bytes, shorter than a header", len(first))
+	}
+	n := int(binary.LittleEndian.Uint32(first))
+	l, ok := layoutFor(n)
+	switch {
+	case !ok:
+		return l, fmt.Errorf("a stream of %d bytes", n)
+	case int(first[4]) != pages || int(first[5]) != l.chunks:
+		return l, fmt.Errorf("header of %d pages in %d chunks, want %d pages in %d", first[4], first[5], pages, l.chunks)
+	case l.chunkLen(0) != len(first):
+		return l, fmt.Errorf("first chunk of %d bytes, its header says %d", len(first), l.chunkLen(0))
+	}
+	return l, nil
+}
+
+func putHeader(first []byte, l objectLayout, pages int) {
+	binary.LittleEndian.PutUint32(first, uint32(l.stream))
+	first[4], first[5], first[6], first[7] = byte(pages), byte(l.chunks), 0, 0
+}
+
+// chunkHandle and setChunkHandle read and write the handle of chunk i
+// (i >= 1) in a first chunk's header.
+func chunkHandle(first []byte, i int) pagestore.Handle {
+	b := first[headerFixed+handleBytes*(i-1):]
+	return pagestore.Handle(uint64(binary.LittleEndian.Uint32(b)) | uint64(binary.LittleEndian.Uint16(b[4:]))<<32)
+}
+
+func setChunkHandle(first []byte, i int, h pagestore.Handle) {
+	b := first[headerFixed+handleBytes*(i-1):]
+	binary.LittleEndian.PutUint32(b, uint32(h))
+	binary.LittleEndian.PutUint16(b[4:], uint16(h>>32))
+}
+
+// objectScratch is what reading an object of several pages needs: its
+// chunks put end to end, and its pages decoded. Reads and partial writes
+// take one before any stripe lock (see Device.scratch).
+type objectScratch struct {
+	in  [maxObjectPages * pageSize]byte
+	out [maxObjectPages * pageSize]byte
+	// decoded is the first chunk of the object in out, 0 for none. It is
+	// valid while the lock of that object's group is held without a break.
+	decoded pagestore.Handle
+}
+
+// decodeObject decodes the object of which e is a page into sc.out, unless
+// it is there already, and returns its pages. The caller holds the lock of
+// the page's group.
+func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch) ([]byte, error) {
+	pages := e.partPages()
+	out := sc.out[:pages*pageSize]
+	if sc.decoded == e.handle() {
+		return out, nil
+	}
+	sc.decoded = 0
+	first := d.cfg.Store.Bytes(e.handle(), e.length())
+	l, err := objectHeader(first, pages)
+	if err != nil {
+		return nil, fmt.Errorf("device: page %d: object %#x: %w", idx, e.handle(), err)
+	}
+	src := first[l.header:]
+	if l.chunks > 1 {
+		n := copy(sc.in[:], src)
+		for i := 1; i < l.chunks; i++ {
+			n += copy(sc.in[n:], d.cfg.Store.Bytes(chunkHandle(first, i), l.chunkLen(i)))
+		}
+		src = sc.in[:n]
+	}
+	if err := d.cfg.Codec.Decompress(out, src); err != nil {
+		return nil, fmt.Errorf("device: page %d: object of %d pages does not decode: %w", idx, pages, err)
+	}
+	sc.decoded = e.handle()
+	return out, nil
+}
+
+// objectRef is what an entry that was replaced leaves to free: the handle
+// of its object, with partRef set for an object of several pages (its
+// first chunk, which names the others). 0 is nothing.
+type objectRef uint64
+
+const partRef = 1 << 63
+
+// released returns what replacing page idx's entry old leaves to free: an
+// object of its own, or an object of several pages when no other page of
+// the group refers to it any more. The caller holds the group's lock.
+func (d *Device) released(idx uint32, old entry) objectRef {
+	switch {
+	case old.hasObject():
+		return objectRef(old.handle())
+	case old.state() != statePart:
+		return 0
+	}
+	h := old.handle()
+	lo := idx &^ (groupPages - 1)
+	for i := lo; i < min(lo+groupPages, d.pages); i++ {
+		if e := d.table[i]; e.state() == statePart && e.handle() == h {
+			return 0
+		}
+	}
+	return partRef | objectRef(h)
+}
+
+// appendChunks appends the handles ref frees to hs. Once no entry refers
+// to an object, nothing changes it: the compactor finds no page to move
+// it for.
+func (d *Device) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.Handle {
+	if ref == 0 {
+		return hs
+	}
+	h := pagestore.Handle(ref &^ partRef)
+	if ref&partRef != 0 {
+		first := d.cfg.Store.Bytes(h, chunkSize)
+		if n := int(first[5]); n <= maxChunks {
+			for i := 1; i < n; i++ {
+				hs = append(hs, chunkHandle(first, i))
+			}
+			d.packedObjects.Add(-1)
+			d.packedChunks.Add(-int64(n))
+		}
+	}
+	return append(hs, h)
+}
+
+// queueFree appends what ref frees to hs, first freeing what hs holds
+// when it has no room left for an object's chunks: hs never grows.
+func (d *Device) queueFree(hs []pagestore.Handle, ref objectRef) []pagestore.Handle {
+	if ref == 0 {
+		return hs
+	}
+	if cap(hs)-len(hs) < maxChunks {
+		d.cfg.Store.FreeBatch(hs)
+		hs = hs[:0]
+	}
+	return d.appendChunks(hs, ref)
+}
+
+// freeRef frees what ref names.
+func (d *Device) freeRef(ref objectRef) {
+	switch {
+	case ref == 0:
+	case ref&partRef == 0:
+		d.cfg.Store.Free(pagestore.Handle(ref))
+	default:
+		var hs [maxChunks]pagestore.Handle
+		d.cfg.Store.FreeBatch(d.appendChunks(hs[:0], ref))
+	}
+}
+
+// relocatePart moves, for the compactor, the chunk old of an object whose
+// first page is owner to new. The caller holds owner's group lock.
+func (d *Device) relocatePart(owner uint32, old, new pagestore.Handle) bool {
+	end := min(owner|(groupPages-1)+1, d.pages)
+	for i := owner; i < end; i++ {
+		e := d.table[i]
+		if e.state() != statePart || i-uint32(e.partIndex()) != owner {
+			continue
+		}
+		first := d.cfg.Store.Bytes(e.handle(), e.length())
+		if e.handle() == old {
+			// As for a page's own object: copied again under the lock.
+			copy(d.cfg.Store.Bytes(new, e.length()), first)
+			for j := i; j < end; j++ {
+				if f := d.table[j]; f.state() == statePart && f.handle() == old {
+					d.table[j] = partEntry(new, f.partIndex(), f.partPages(), f.length())
+				}
+			}
+			return true
+		}
+		l, err := objectHeader(first, e.partPages())
+		if err != nil {
+			continue
+		}
+		for c := 1; c < l.chunks; c++ {
+			if chunkHandle(first, c) == old {
+				copy(d.cfg.Store.Bytes(new, l.chunkLen(c)), d.cfg.Store.Bytes(old, l.chunkLen(c)))
+				setChunkHandle(first, c, new)
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,262 @@
+package device
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/route"
+)
+
+// objectPage fills p with page i of the test's content: half random, half
+// a repeated pattern, so that eight pages compress to several chunks.
+func objectPage(seed uint64, i int, p []byte) {
+	r := rand.New(rand.NewPCG(seed, uint64(i)))
+	for j := range p {
+		if j < len(p)/3 {
+			p[j] = byte(r.Uint32())
+		} else {
+			p[j] = byte(j/32) ^ byte(i)
+		}
+	}
+}
+
+// objectFixture is a device on the CPU alone that keeps the pages of a
+// write together, in files that a takeover can recover.
+type objectFixture struct {
+	cfg    Config
+	sc     pagestore.Config
+	dfiles Files
+}
+
+func newObjectFixture(t *testing.T, pages, objectPages int) *objectFixture {
+	t.Helper()
+	df, err := NewFiles(t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, err := pagestore.NewFiles(t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { df.Close(); sf.Close() })
+	router, err := route.New(route.Config{Codec: codec.NewLZ4(), CPUWorkers: 1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &objectFixture{
+		cfg: Config{Size: int64(pages) * pageSize, Codec: codec.NewLZ4(), Router: router, Files: &df, Logger: quiet, ObjectPages: objectPages},
+		sc:  pagestore.Config{ArenaSize: 1 << 20, Files: &sf},
+	}
+}
+
+func (f *objectFixture) open(t *testing.T) (*Device, *pagestore.Store) {
+	t.Helper()
+	store, err := pagestore.New(f.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := f.cfg
+	cfg.Store = store
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, store
+}
+
+func (f *objectFixture) recover(t *testing.T) (*Device, *pagestore.Store) {
+	t.Helper()
+	rc, err := pagestore.Recover(f.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, store, rep, err := Recover(f.cfg, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recovered: %v", rep)
+	return d, store
+}
+
+func checkContents(t *testing.T, d *Device, want []byte) {
+	t.Helper()
+	got := make([]byte, len(want))
+	if err := d.ReadAt(context.Background(), got, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(want); i += pageSize {
+		if !bytes.Equal(got[i:i+pageSize], want[i:i+pageSize]) {
+			t.Fatalf("page %d differs", i/pageSize)
+		}
+	}
+	// Page by page too: each read decodes its object alone.
+	for i := 0; i < len(want); i += pageSize {
+		if err := d.ReadAt(context.Background(), got[:pageSize], int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[:pageSize], want[i:i+pageSize]) {
+			t.Fatalf("page %d read alone differs", i/pageSize)
+		}
+	}
+}
+
+// checkStore checks that the store holds exactly the objects the table
+// names: every page's own object, every chunk of the objects of several
+// pages, once.
+func checkStore(t *testing.T, d *Device, store *pagestore.Store) {
+	t.Helper()
+	st, ss := d.Stats(), store.Stats()
+	var fills int64
+	for _, e := range d.table {
+		if e.state() == stateFill {
+			fills++
+		}
+	}
+	if want := st.StoredPages - st.PackedPages + st.PackedChunks + fills; ss.Objects != want || ss.BadHandles != 0 {
+		t.Fatalf("store holds %d objects (%d bad frees), the table names %d", ss.Objects, ss.BadHandles, want)
+	}
+}
+
+// A takeover keeps objects of several pages: whole, partly overwritten
+// and trimmed, and one that the compactor was moving when the process
+// died, its first chunk copied and only some of its pages pointed at the
+// copy. Their pages read back, the copy is dropped, and every chunk is
+// freed exactly once when the pages go.
+func TestRecoverKeepsObjectsOfSeveralPages(t *testing.T) {
+	const pages = 64
+	f := newObjectFixture(t, pages, 8)
+	d, store := f.open(t)
+	ctx := context.Background()
+	want := make([]byte, pages*pageSize)
+	for i := range pages {
+		objectPage(1, i, want[i*pageSize:(i+1)*pageSize])
+	}
+	for at := 0; at < pages; at += 8 {
+		if err := d.WriteAt(ctx, want[at*pageSize:(at+8)*pageSize], int64(at)*pageSize, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := d.Stats()
+	if st.PackedObjects != pages/8 || st.PackedChunks <= st.PackedObjects {
+		t.Fatalf("%d objects of several pages in %d chunks; want %d, of several chunks each", st.PackedObjects, st.PackedChunks, pages/8)
+	}
+	// Pages 0-2 trimmed, 20 rewritten on its own.
+	if err := d.Trim(ctx, 0, 3*pageSize); err != nil {
+		t.Fatal(err)
+	}
+	clear(want[:3*pageSize])
+	objectPage(2, 20, want[20*pageSize:21*pageSize])
+	if err := d.WriteAt(ctx, want[20*pageSize:21*pageSize], 20*pageSize, false); err != nil {
+		t.Fatal(err)
+	}
+	// The compactor's move of the first chunk of pages 8-15, cut short.
+	e := d.table[8]
+	copyH, b, err := store.Alloc(e.length(), 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, store.Bytes(e.handle(), e.length()))
+	for i := 12; i < 16; i++ {
+		d.table[i] = partEntry(copyH, d.table[i].partIndex(), d.table[i].partPages(), d.table[i].length())
+	}
+	d.Close()
+	store.Close()
+
+	d, store = f.recover(t)
+	defer func() { d.Close(); store.Close() }()
+	if d.table[12].handle() != d.table[8].handle() {
+		t.Fatal("pages of the object whose first chunk was being moved still name two")
+	}
+	checkContents(t, d, want)
+	checkStore(t, d, store)
+	// Everything rewritten page by page: every object's last page goes.
+	for i := range pages {
+		objectPage(3, i, want[i*pageSize:(i+1)*pageSize])
+		if err := d.WriteAt(ctx, want[i*pageSize:(i+1)*pageSize], int64(i)*pageSize, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := d.Stats(); st.PackedObjects != 0 || st.PackedChunks != 0 || st.PackedPages != 0 {
+		t.Fatalf("after every page was rewritten alone: %d pages in %d objects of %d chunks", st.PackedPages, st.PackedObjects, st.PackedChunks)
+	}
+	checkContents(t, d, want)
+	checkStore(t, d, store)
+}
+
+// A takeover refuses an object whose header disagrees with its pages'
+// entries, and leaves the table as it was.
+func TestRecoverRefusesABadObjectHeader(t *testing.T) {
+	const pages = 16
+	f := newObjectFixture(t, pages, 8)
+	d, store := f.open(t)
+	buf := make([]byte, pages*pageSize)
+	for i := range pages {
+		objectPage(1, i, buf[i*pageSize:(i+1)*pageSize])
+	}
+	if err := d.WriteAt(context.Background(), buf, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	e := d.table[0]
+	store.Bytes(e.handle(), e.length())[4] = 7 // seven pages, not eight
+	before := append([]entry(nil), d.table...)
+	d.Close()
+	store.Close()
+	rc, err := pagestore.Recover(f.sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, _, _, err := Recover(f.cfg, rc); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Recover over a bad object header: %v, want ErrCorrupt", err)
+	}
+	d2, err := open(f.cfg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.unmap()
+	if !slices.Equal(d2.table, before) {
+		t.Fatal("a refused takeover changed the table")
+	}
+}
+
+// Writing, reading and partly overwriting objects of several pages
+// allocates nothing: the daemon serves the memory the kernel reclaims.
+func TestObjectsDoNotAllocate(t *testing.T) {
+	const pages = 64
+	f := newObjectFixture(t, pages, 16)
+	d, store := f.open(t)
+	defer func() { d.Close(); store.Close() }()
+	ctx := context.Background()
+	data := make([]byte, 32*pageSize)
+	for i := range 32 {
+		objectPage(4, i, data[i*pageSize:(i+1)*pageSize])
+	}
+	got := make([]byte, 3*pageSize)
+	run := func() {
+		if err := d.WriteAt(ctx, data, 16*pageSize, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.ReadAt(ctx, got, 21*pageSize); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.WriteAt(ctx, data[:100], 30*pageSize+7, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Trim(ctx, 40*pageSize, 4*pageSize); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run() // the store's slabs made once
+	if n := testing.AllocsPerRun(100, run); n != 0 {
+		t.Fatalf("%.1f allocations a round", n)
+	}
+	if d.Stats().PackedObjects == 0 {
+		t.Fatal("no object of several pages: the test proved nothing")
+	}
+}
