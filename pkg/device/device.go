@@ -93,6 +93,10 @@ type Device struct {
 	// made with the device when it may hold such objects (nil
 	// otherwise): a read waits for one rather than allocating.
 	objScratch chan *objectScratch
+	// groupShift is log2 of the pages that share a stripe: 0, or that
+	// of groupPages where there may be objects of several pages. Set
+	// before the device is used.
+	groupShift uint
 	// inline holds the buffers of writes compressed in their own
 	// goroutine, all made and written by New: such a write waits for one
 	// rather than allocating fresh memory while the kernel waits for it.
@@ -179,14 +183,16 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
 	}
 	if cfg.ObjectPages > 1 {
-		d.makeObjectScratch()
+		d.holdObjects()
 	}
 	return d, nil
 }
 
-// makeObjectScratch makes the scratch for reading objects of several
-// pages: one for each thread running Go code, and two more.
-func (d *Device) makeObjectScratch() {
+// holdObjects readies the device for objects of several pages: their
+// groups share a lock, and reads get the scratch they decode in, one for
+// each thread running Go code, and two more.
+func (d *Device) holdObjects() {
+	d.groupShift = groupShift
 	d.objScratch = make(chan *objectScratch, runtime.GOMAXPROCS(0)+2)
 	for range cap(d.objScratch) {
 		sc := new(objectScratch)
@@ -285,8 +291,10 @@ func (d *Device) Held() Held {
 // Size implements nbd.Backend.
 func (d *Device) Size() int64 { return d.cfg.Size }
 
-// stripe is the lock of page idx's group (see object.go).
-func (d *Device) stripe(idx uint32) *stripe { return &d.stripes[idx/groupPages%nStripes] }
+// stripe is the lock of page idx: of its group of groupPages pages where
+// the device may hold objects of several pages (object.go), of the page
+// alone otherwise, as unrelated writers then meet least.
+func (d *Device) stripe(idx uint32) *stripe { return &d.stripes[(idx>>d.groupShift)%nStripes] }
 
 func (d *Device) check(off, length int64) error {
 	if off < 0 || length < 0 || off > d.cfg.Size || length > d.cfg.Size-off {

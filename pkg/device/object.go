@@ -31,6 +31,7 @@ import (
 const (
 	maxObjectPages = 16
 	groupPages     = maxObjectPages
+	groupShift     = 4 // log2 of groupPages
 	chunkSize      = pageSize
 	maxChunks      = maxObjectPages
 
@@ -40,6 +41,9 @@ const (
 	headerFixed = 8
 	handleBytes = 6
 )
+
+var _ [groupPages - 1<<groupShift]struct{} // groupShift is log2 of groupPages
+var _ [1<<groupShift - groupPages]struct{}
 
 // objectLayout is how an object of a stream of some length is chunked.
 type objectLayout struct {

@@ -127,7 +127,8 @@ func checkStore(t *testing.T, d *Device, store *pagestore.Store) {
 // and trimmed, and one that the compactor was moving when the process
 // died, its first chunk copied and only some of its pages pointed at the
 // copy. Their pages read back, the copy is dropped, and every chunk is
-// freed exactly once when the pages go.
+// freed exactly once when the pages go, also by a process that keeps
+// pages alone.
 func TestRecoverKeepsObjectsOfSeveralPages(t *testing.T) {
 	const pages = 64
 	f := newObjectFixture(t, pages, 8)
@@ -168,8 +169,14 @@ func TestRecoverKeepsObjectsOfSeveralPages(t *testing.T) {
 	d.Close()
 	store.Close()
 
+	// Taken over by a process that keeps pages alone: it still reads
+	// the objects, and frees them as their pages go.
+	f.cfg.ObjectPages = 0
 	d, store = f.recover(t)
 	defer func() { d.Close(); store.Close() }()
+	if d.groupShift != groupShift || d.objScratch == nil {
+		t.Fatal("a device that took objects of several pages over does not lock and read them as such")
+	}
 	if d.table[12].handle() != d.table[8].handle() {
 		t.Fatal("pages of the object whose first chunk was being moved still name two")
 	}

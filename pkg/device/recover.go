@@ -110,7 +110,7 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 		d.count(e, +1)
 	}
 	if parts && d.objScratch == nil {
-		d.makeObjectScratch() // the process before kept objects of several pages
+		d.holdObjects() // the process before kept objects of several pages
 	}
 	store, err := rc.Done()
 	if err != nil {
