@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
 // BenchmarkWrite measures device ingest of corpus pages (or generated ones)
@@ -34,6 +35,46 @@ func BenchmarkWrite(b *testing.B) {
 					i++
 					next.Unlock()
 					if err := f.dev.WriteAt(context.Background(), data[pg*pageSize:(pg+1)*pageSize], int64(pg)*pageSize, false); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			st := f.dev.Stats()
+			if st.MemUsedTotal > 0 {
+				b.ReportMetric(float64(st.OrigDataSize)/float64(st.MemUsedTotal), "eff-ratio")
+			}
+		})
+	}
+}
+
+// BenchmarkWriteObjects measures 128 KiB inline writes of corpus pages
+// (or generated ones) from 4 writers, aligned as the kernel's swap
+// clusters are, with each write's pages kept in objects of 1 to 16 pages.
+func BenchmarkWriteObjects(b *testing.B) {
+	data := testneeds.CorpusOr(b, "generated pages written instead")
+	if data == nil {
+		data = make([]byte, 4096*pageSize)
+		for i := range data {
+			data[i] = byte(i/97) ^ byte(i/4096)
+		}
+	}
+	const write = 32 * pageSize
+	writes := len(data) / write
+	for _, per := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("object-pages-%d", per), func(b *testing.B) {
+			f := newDeviceObjects(b, int64(writes)*write, pagestore.Config{}, pathInline, per)
+			b.SetBytes(write)
+			var next sync.Mutex
+			i := 0
+			b.SetParallelism(4)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					next.Lock()
+					w := i % writes
+					i++
+					next.Unlock()
+					if err := f.dev.WriteAt(context.Background(), data[w*write:(w+1)*write], int64(w)*write, false); err != nil {
 						b.Error(err)
 						return
 					}
