@@ -125,6 +125,12 @@ func (b *Batch) Compressed(i int) []byte {
 	return b.Out[b.Offsets[i] : b.Offsets[i]+b.Lens[i]]
 }
 
+// PrefixDecoder is a Codec that can stop decoding once the first bytes
+// wanted are out (LZ4): see LZ4.DecompressPrefix.
+type PrefixDecoder interface {
+	DecompressPrefix(dst, src []byte, n int) error
+}
+
 // BatchCompressor compresses whole batches. The CPU implementation is
 // CPUBatch; pkg/gpu provides the CUDA one.
 type BatchCompressor interface {

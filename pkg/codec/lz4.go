@@ -118,6 +118,20 @@ func (c *LZ4) compressPages(in, out []byte, lens []uint32, n, limit int) {
 	s.put()
 }
 
+// DecompressPrefix decodes src, a block of len(dst) bytes, into dst as far
+// as its first n bytes at least, and checks it only that far: a reader of
+// one page of an object of several pages decodes the pages up to it. It
+// fails with ErrCorrupt on input malformed before that.
+func (*LZ4) DecompressPrefix(dst, src []byte, n int) error {
+	if len(src) == 0 || len(dst) == 0 || len(src) > math.MaxInt32 || len(dst) > math.MaxInt32 {
+		return ErrCorrupt
+	}
+	if C.gz_lz4_decode_prefix((*C.uint8_t)(&src[0]), C.int(len(src)), (*C.uint8_t)(&dst[0]), C.int(len(dst)), C.int(n)) != 0 {
+		return ErrCorrupt
+	}
+	return nil
+}
+
 // Decompress implements Codec.
 func (*LZ4) Decompress(dst, src []byte) error {
 	if len(src) == 0 || len(dst) == 0 || len(src) > math.MaxInt32 || len(dst) > math.MaxInt32 {

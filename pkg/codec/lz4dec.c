@@ -137,12 +137,16 @@ static inline void gz_copy_match(uint8_t *op, size_t off, uint8_t *const end) {
 	for (uint8_t *p = start + step; p < end; p += step) copy16(p, pattern);
 }
 
-int gz_lz4_decode(const uint8_t *const src, int srclen, uint8_t *const dst, int dstlen) {
+// gz_decode is gz_lz4_decode, stopping with success once at least want
+// bytes are out when want < dstlen (gz_lz4_decode_prefix). Each entry
+// point gets its own copy, so the full decode pays nothing for the check.
+static inline __attribute__((always_inline)) int gz_decode(const uint8_t *const src, int srclen, uint8_t *const dst, int dstlen, int want) {
 	if (src == NULL || dst == NULL || srclen <= 0 || dstlen < 0) return -1;
 	const uint8_t *ip = src;
 	const uint8_t *const iend = src + srclen;
 	uint8_t *op = dst;
 	uint8_t *const oend = dst + dstlen;
+	uint8_t *const stop = want < dstlen ? dst + (want > 0 ? want : 0) : NULL;
 	// The fast path runs while ip < ifast and op < ofast (where a buffer
 	// is too short for it, the limit is its start).
 	const uint8_t *const ifast = srclen >= GZ_FAST_IN ? iend - GZ_FAST_IN + 1 : src;
@@ -152,6 +156,7 @@ int gz_lz4_decode(const uint8_t *const src, int srclen, uint8_t *const dst, int 
 		unsigned token;
 		size_t lit, ml, off;
 
+		if (stop != NULL && op >= stop) return 0;
 		if (likely(ip < ifast && op < ofast)) {
 			token = *ip++;
 			lit = token >> 4;
@@ -236,4 +241,12 @@ int gz_lz4_decode(const uint8_t *const src, int srclen, uint8_t *const dst, int 
 		}
 		op += ml;
 	}
+}
+
+int gz_lz4_decode(const uint8_t *src, int srclen, uint8_t *dst, int dstlen) {
+	return gz_decode(src, srclen, dst, dstlen, dstlen);
+}
+
+int gz_lz4_decode_prefix(const uint8_t *src, int srclen, uint8_t *dst, int dstlen, int want) {
+	return gz_decode(src, srclen, dst, dstlen, want);
 }

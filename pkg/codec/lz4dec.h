@@ -12,4 +12,10 @@
 // the input.
 int gz_lz4_decode(const uint8_t *src, int srclen, uint8_t *dst, int dstlen);
 
+// gz_lz4_decode_prefix decodes as gz_lz4_decode does, but returns 0 as
+// soon as at least the first want bytes of dst hold the block's first
+// want bytes: the rest of dst (dstlen, the block's whole length) may hold
+// more of it, or nothing. It checks the block only as far as it read it.
+int gz_lz4_decode_prefix(const uint8_t *src, int srclen, uint8_t *dst, int dstlen, int want);
+
 #endif

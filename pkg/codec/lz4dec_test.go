@@ -413,3 +413,55 @@ func FuzzLZ4Decode(f *testing.F) {
 		checkDecode(t, fd, src, 1+int(n)%(2*PageSize))
 	})
 }
+
+// TestLZ4DecodePrefix decodes blocks of several pages only as far as a
+// reader of one page needs: the bytes it asked for are right, for every
+// length asked; a block corrupted only after them still yields them; and
+// one corrupted or cut before them fails or yields what the model
+// decodes, never a fault (the output is fenced).
+func TestLZ4DecodePrefix(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	c := NewLZ4()
+	data := testneeds.CorpusOr(t, "generated pages used instead")
+	for round := range 40 {
+		n := (1 + r.IntN(16)) * PageSize
+		src := make([]byte, n)
+		if data != nil && len(data) >= n {
+			off := r.IntN(len(data)/PageSize-n/PageSize+1) * PageSize
+			copy(src, data[off:off+n])
+		} else {
+			for i := range src {
+				src[i] = byte(r.IntN(1 + i%13))
+			}
+		}
+		block := make([]byte, n)
+		m := c.Compress(block, src)
+		if m == 0 {
+			continue
+		}
+		block = block[:m]
+		out := fencedPages(t, n/PageSize)
+		for _, want := range []int{0, 1, PageSize - 1, PageSize, r.IntN(n + 1), n - 1, n} {
+			for i := range out {
+				out[i] = 0xa5
+			}
+			if err := c.DecompressPrefix(out, block, want); err != nil {
+				t.Fatalf("round %d: a block of %d bytes decoded to %d: %v", round, n, want, err)
+			}
+			if !bytes.Equal(out[:want], src[:want]) {
+				t.Fatalf("round %d: the first %d of %d bytes differ", round, want, n)
+			}
+		}
+		// Cut short, the block may still give a prefix, or fail; it
+		// must not fault, and what it gives must be right.
+		for range 20 {
+			cut, want := r.IntN(m), r.IntN(n+1)
+			for i := range out {
+				out[i] = 0xa5
+			}
+			if err := c.DecompressPrefix(out, block[:cut], want); err == nil && !bytes.Equal(out[:want], src[:want]) {
+				t.Fatalf("round %d: a block cut to %d of %d bytes gave a wrong prefix of %d", round, cut, m, want)
+			}
+		}
+	}
+}

@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 
@@ -83,6 +84,42 @@ func BenchmarkWriteObjects(b *testing.B) {
 			st := f.dev.Stats()
 			if st.MemUsedTotal > 0 {
 				b.ReportMetric(float64(st.OrigDataSize)/float64(st.MemUsedTotal), "eff-ratio")
+			}
+		})
+	}
+}
+
+// BenchmarkReadObjects measures 4 KiB reads of random pages of the corpus
+// (or generated pages) written in 128 KiB writes with each write's pages
+// kept in objects of 1 to 16 pages: a read of a page of an object decodes
+// the object as far as that page.
+func BenchmarkReadObjects(b *testing.B) {
+	data := testneeds.CorpusOr(b, "generated pages written instead")
+	if data == nil {
+		data = make([]byte, 4096*pageSize)
+		for i := range data {
+			data[i] = byte(i/97) ^ byte(i/4096)
+		}
+	}
+	const write = 32 * pageSize
+	data = data[:len(data)/write*write]
+	pages := len(data) / pageSize
+	for _, per := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("object-pages-%d", per), func(b *testing.B) {
+			f := newDeviceObjects(b, int64(len(data)), pagestore.Config{}, pathInline, per)
+			for off := 0; off < len(data); off += write {
+				if err := f.dev.WriteAt(context.Background(), data[off:off+write], int64(off), false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			r := rand.New(rand.NewPCG(1, 2))
+			buf := make([]byte, pageSize)
+			b.SetBytes(pageSize)
+			b.ResetTimer()
+			for range b.N {
+				if err := f.dev.ReadAt(context.Background(), buf, int64(r.IntN(pages))*pageSize); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

@@ -93,6 +93,7 @@ type Device struct {
 	// made with the device when it may hold such objects (nil
 	// otherwise): a read waits for one rather than allocating.
 	objScratch chan *objectScratch
+	prefix     codec.PrefixDecoder // the codec, where it can stop early
 	// groupShift is log2 of the pages that share a stripe: 0, or that
 	// of groupPages where there may be objects of several pages. Set
 	// before the device is used.
@@ -182,6 +183,7 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 	for range cap(d.inline) {
 		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
 	}
+	d.prefix, _ = cfg.Codec.(codec.PrefixDecoder)
 	if cfg.ObjectPages > 1 {
 		d.holdObjects()
 	}
@@ -329,6 +331,7 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 	sc := d.scratch()
 	defer d.putScratch(sc)
 	var held *stripe
+	last := uint32((off + int64(len(p)) - 1) / pageSize)
 	err := forPages(off, int64(len(p)), func(idx uint32, in, n int) error {
 		dst := p[:n]
 		p = p[n:]
@@ -343,11 +346,11 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 			}
 		}
 		if n == pageSize {
-			return d.load(idx, dst, sc)
+			return d.load(idx, dst, sc, int(last-idx))
 		}
 		buf := d.bufs.Get()
 		defer d.bufs.Put(buf)
-		if err := d.load(idx, buf[:], sc); err != nil {
+		if err := d.load(idx, buf[:], sc, int(last-idx)); err != nil {
 			return err
 		}
 		copy(dst, buf[in:])
@@ -364,8 +367,8 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 
 // load decodes page idx into dst; the caller holds the page's stripe lock,
 // and passes the scratch it took (Device.scratch) for objects of several
-// pages.
-func (d *Device) load(idx uint32, dst []byte, sc *objectScratch) error {
+// pages, and how many pages after this one it will read.
+func (d *Device) load(idx uint32, dst []byte, sc *objectScratch, ahead int) error {
 	e := d.table[idx]
 	switch e.state() {
 	case stateEmpty:
@@ -387,7 +390,7 @@ func (d *Device) load(idx uint32, dst []byte, sc *objectScratch) error {
 		if sc == nil {
 			return fmt.Errorf("device: page %d is part of an object of several pages, and the device has no scratch to read it: %w", idx, syscall.EIO)
 		}
-		pages, err := d.decodeObject(idx, e, sc)
+		pages, err := d.decodeObject(idx, e, sc, min(e.partPages(), e.partIndex()+1+ahead))
 		if err != nil {
 			d.log.Error("stored object does not decode", "page", idx, "err", err)
 			return fmt.Errorf("%w: %w", err, syscall.EIO)

@@ -108,18 +108,22 @@ func setChunkHandle(first []byte, i int, h pagestore.Handle) {
 type objectScratch struct {
 	in  [maxObjectPages * pageSize]byte
 	out [maxObjectPages * pageSize]byte
-	// decoded is the first chunk of the object in out, 0 for none. It is
-	// valid while the lock of that object's group is held without a break.
-	decoded pagestore.Handle
+	// decoded is the first chunk of the object in out, 0 for none, and
+	// decodedTo how many of its bytes are. They are valid while the lock
+	// of that object's group is held without a break.
+	decoded   pagestore.Handle
+	decodedTo int
 }
 
-// decodeObject decodes the object of which e is a page into sc.out, unless
-// it is there already, and returns its pages. The caller holds the lock of
-// the page's group.
-func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch) ([]byte, error) {
+// decodeObject decodes the object of which e is a page into sc.out, as far
+// as its first upto pages at least (LZ4 stops there: a read of one page
+// decodes half an object on average), unless that much is there already,
+// and returns its pages. The caller holds the lock of the page's group.
+func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) ([]byte, error) {
 	pages := e.partPages()
 	out := sc.out[:pages*pageSize]
-	if sc.decoded == e.handle() {
+	want := upto * pageSize
+	if sc.decoded == e.handle() && sc.decodedTo >= want {
 		return out, nil
 	}
 	sc.decoded = 0
@@ -136,10 +140,15 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch) ([]byte, e
 		}
 		src = sc.in[:n]
 	}
-	if err := d.cfg.Codec.Decompress(out, src); err != nil {
+	if d.prefix != nil && want < len(out) {
+		err = d.prefix.DecompressPrefix(out, src, want)
+	} else {
+		err, want = d.cfg.Codec.Decompress(out, src), len(out)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("device: page %d: object of %d pages does not decode: %w", idx, pages, err)
 	}
-	sc.decoded = e.handle()
+	sc.decoded, sc.decodedTo = e.handle(), want
 	return out, nil
 }
 

@@ -325,7 +325,7 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 	page := buf[:]
 	s := d.stripe(idx)
 	s.mu.Lock()
-	if err := d.load(idx, page, sc); err != nil {
+	if err := d.load(idx, page, sc, 0); err != nil {
 		s.mu.Unlock()
 		return err
 	}
