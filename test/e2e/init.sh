@@ -48,6 +48,30 @@ io_flushers() {
 	for p; do ls /proc/"$p"/task/*/stat; done 2>/dev/null |
 		xargs awk '{ sub(/.*\) /, ""); t++; if (and($7, 1572864) == 1572864) f++ } END { print f + 0, t + 0 }' 2>/dev/null
 }
+# stop_gzramd: SIGTERM to the supervisor, and up to 120 s for it and its
+# serving process to stop; 1 if they did not. At 60 s every thread's kernel
+# stack goes to the console (and sysrq w), to show where a stop hangs.
+stop_gzramd() {
+	local i=0 p t procs
+	kill -TERM "$daemon_pid"
+	while kill -0 "$daemon_pid" 2>/dev/null; do
+		i=$((i + 1))
+		[ "$i" -gt 240 ] && return 1
+		if [ "$i" = 120 ]; then
+			procs=$(gzramd_processes)
+			echo "E2E-STEP: gzramd still running 60 s after SIGTERM: the kernel stacks of its threads ($procs)"
+			for p in $procs; do
+				for t in /proc/"$p"/task/*; do
+					echo "E2E-STACK $p/${t##*/} $(cat "$t"/comm 2>/dev/null) state $(awk '{ print $3 }' "$t"/stat 2>/dev/null) wchan $(cat "$t"/wchan 2>/dev/null)"
+					sed 's/^/E2E-STACK   /' "$t"/stack 2>/dev/null
+				done
+			done
+			echo w >/proc/sysrq-trigger 2>/dev/null
+		fi
+		sleep 0.5
+	done
+	return 0
+}
 # gzramd_processes: the supervisor and its children (serving, standby).
 gzramd_processes() { echo "$daemon_pid" $(cat /proc/"$daemon_pid"/task/*/children 2>/dev/null); }
 # scrape WHEN: gzramd's metrics (no histogram buckets) as E2E-METRIC lines.
@@ -237,13 +261,7 @@ if [ "$mode" = survive ]; then
 	grep -i 'nbd' /tmp/dmesg | sed 's/^\[[ 0-9.]*\] //' | grep -vE "$nbd_expected" >/tmp/dmesg.nbd
 	[ -s /tmp/dmesg.nbd ] && bad "unexpected nbd kernel messages: $(wc -l </tmp/dmesg.nbd) lines, first: $(head -1 /tmp/dmesg.nbd)"
 	step "stopping"
-	kill -TERM "$daemon_pid"
-	i=0
-	while kill -0 "$daemon_pid" 2>/dev/null; do
-		i=$((i + 1))
-		[ "$i" -gt 240 ] && { bad "gzramd still running 120 s after SIGTERM"; break; }
-		sleep 0.5
-	done
+	stop_gzramd || bad "gzramd still running 120 s after SIGTERM (E2E-STACK lines: where its threads were at 60 s)"
 	if ! kill -0 "$daemon_pid" 2>/dev/null; then
 		wait "$daemon_pid"
 		rc=$?
@@ -282,13 +300,7 @@ client)
 daemon)
 	scrape end
 	# A clean stop must take the swap off before the daemon goes away.
-	kill -TERM "$daemon_pid"
-	i=0
-	while kill -0 "$daemon_pid" 2>/dev/null; do
-		i=$((i + 1))
-		[ "$i" -gt 240 ] && fail "gzramd still running 120 s after SIGTERM"
-		sleep 0.5
-	done
+	stop_gzramd || fail "gzramd still running 120 s after SIGTERM (E2E-STACK lines: where its threads were at 60 s)"
 	wait "$daemon_pid"
 	rc=$?
 	[ "$rc" -eq 0 ] || fail "gzramd exited $rc after SIGTERM"

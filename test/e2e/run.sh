@@ -354,7 +354,7 @@ run_survive() {
 	fi
 	# || true: a guest that failed before any of these lines must reach
 	# its verdict below, not end the runner silently (set -e, pipefail).
-	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-UPGRADE|E2E-SURVIVE|E2E-DMESG)|msg="fault: ' "$CONSOLE" | tr -d '\r' >&2 || true
+	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-UPGRADE|E2E-SURVIVE|E2E-DMESG|E2E-STACK)|msg="fault: ' "$CONSOLE" | tr -d '\r' >&2 || true
 	if [ "$name" = survive-control ]; then
 		# The device must have failed I/O when its server died: the guest
 		# fails on the kernel's I/O errors or a hog that lost data (or the
