@@ -15,7 +15,8 @@
 #           survive-fast: 3-10 kills (a default scenario); survive-control:
 #           survival off (--kernel-dead-timeout=-1s), must fail
 #           (make test-survive); survive-zstd: survive-fast with
-#           --algorithm zstd; survive-mutant: survive-fast with a faults
+#           --algorithm zstd; survive-objects: survive-fast with
+#           --object-pages 8; survive-mutant: survive-fast with a faults
 #           build losing a page at each takeover, must fail
 #           (survive-mutant.sh). E2E_SURVIVE_ARGS adds gzramd flags.
 #   systemd deploy/systemd/gzramd.service under a real systemd: a Debian
@@ -276,13 +277,16 @@ run_survive() {
 		limit=${E2E_SURVIVE_TIMEOUT:-1500}
 		upgrades=${E2E_SURVIVE_UPGRADES:-2} uevery=10
 		;;
-	survive-fast | survive-zstd | survive-mutant)
+	survive-fast | survive-zstd | survive-objects | survive-mutant)
 		kills=${E2E_SURVIVE_KILLS:-3} kmin=${E2E_SURVIVE_MIN_S:-3} kmax=${E2E_SURVIVE_MAX_S:-8}
 		every=${E2E_SURVIVE_EARLY_EVERY:-2} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-900}
 		upgrades=${E2E_SURVIVE_UPGRADES:-1} uevery=1000
 		# survive-zstd: survive-fast with libzstd's codec (CPU backend).
 		[ "$name" != survive-zstd ] || args=$args,--algorithm,zstd
+		# survive-objects: the swapped-out clusters kept in objects of
+		# up to 8 pages, which takeovers must keep whole.
+		[ "$name" != survive-objects ] || args=$args,--object-pages,8
 		# survive-mutant: survive-fast with a gzramd that loses a page at
 		# each takeover from a dead process (a -tags faults build:
 		# survive-mutant.sh); it passes only if the run fails for it.
@@ -402,6 +406,13 @@ run_survive() {
 			{ echo "e2e: $name: no \"gzramd ready\" line with algorithm=$algo" >&2; ok=1; }
 		;;
 	esac
+	case ",$args," in
+	*,--object-pages,*)
+		# The pages were kept in objects of several pages to the end.
+		grep -aqE '^E2E-METRIC end gzramd_packed_pages [1-9]' "$CONSOLE" ||
+			{ echo "e2e: $name: no page in an object of several pages at the end (E2E-METRIC end gzramd_packed_pages)" >&2; ok=1; }
+		;;
+	esac
 	[ "$ok" -eq 0 ] || {
 		[ "${E2E_KEEP:-0}" = 1 ] || cp "$CONSOLE" "$E2E_CACHE/$name.console.failed" 2>/dev/null || true
 		die "$name: $GUEST_VERDICT (console kept in $E2E_CACHE/$name.console.failed)"
@@ -416,7 +427,7 @@ for s in $SCENARIOS; do
 	host-1) run_host host-1 1 1 ;;
 	host-2) run_host host-2 2 2 ;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
-	survive | survive-fast | survive-control | survive-zstd | survive-mutant)
+	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-mutant)
 		if [ "$EXPECT_FAIL" = 1 ]; then
 			log "$s: skipped under E2E_EXPECT_FAIL"
 			continue
