@@ -185,7 +185,20 @@ if [ "$mode" = survive ]; then
 	rm -f /tmp/hog.wrote
 	KILLER_WROTE_FILE=/tmp/hog.wrote killer "$daemon_pid" "$maxkills" "$kmin" "$kmax" "$early" "$earlymax" /tmp/hog.done /tmp/kills "$upgrade_every" "$quiet" /tmp/upgrades &
 	killer_pid=$!
-	HOG_WROTE_FILE=/tmp/hog.wrote hog "$hog" "$seed" "$random"
+	# The hog verifies again and again until the killer has made the
+	# kills and upgrades asked for (HOG_UNTIL_FILE, at most 12 passes):
+	# on a slow machine a fixed hog ended first, and the run failed for
+	# the harness's own schedule (14 kills of 20 with 8 upgrades asked).
+	rm -f /tmp/enough
+	(
+		while [ "$(cat /tmp/kills 2>/dev/null || echo 0)" -lt "$kills" ] ||
+			[ "$(cat /tmp/upgrades 2>/dev/null || echo 0)" -lt "$upgrades" ]; do
+			[ -e /tmp/hog.done ] && exit 0
+			sleep 1
+		done
+		touch /tmp/enough
+	) &
+	HOG_WROTE_FILE=/tmp/hog.wrote HOG_UNTIL_FILE=/tmp/enough hog "$hog" "$seed" "$random"
 	hog_rc=$?
 	touch /tmp/hog.done
 	wait "$killer_pid"
