@@ -11,9 +11,8 @@ import (
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
-// BenchmarkWrite measures device ingest of corpus pages (or generated ones)
-// from several writers, one page per request, like the kernel's swap-out.
-func BenchmarkWrite(b *testing.B) {
+// benchPages is the corpus, or pages generated where it is missing.
+func benchPages(b *testing.B) []byte {
 	data := testneeds.CorpusOr(b, "generated pages written instead")
 	if data == nil {
 		data = make([]byte, 4096*pageSize)
@@ -21,6 +20,13 @@ func BenchmarkWrite(b *testing.B) {
 			data[i] = byte(i/97) ^ byte(i/4096)
 		}
 	}
+	return data
+}
+
+// BenchmarkWrite measures device ingest of corpus pages (or generated ones)
+// from several writers, one page per request, like the kernel's swap-out.
+func BenchmarkWrite(b *testing.B) {
+	data := benchPages(b)
 	pages := len(data) / pageSize
 	for _, writers := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("writers-%d", writers), func(b *testing.B) {
@@ -53,13 +59,7 @@ func BenchmarkWrite(b *testing.B) {
 // (or generated ones) from 4 writers, aligned as the kernel's swap
 // clusters are, with each write's pages kept in objects of 1 to 16 pages.
 func BenchmarkWriteObjects(b *testing.B) {
-	data := testneeds.CorpusOr(b, "generated pages written instead")
-	if data == nil {
-		data = make([]byte, 4096*pageSize)
-		for i := range data {
-			data[i] = byte(i/97) ^ byte(i/4096)
-		}
-	}
+	data := benchPages(b)
 	const write = 32 * pageSize
 	writes := len(data) / write
 	for _, per := range []int{1, 4, 16} {
@@ -94,13 +94,7 @@ func BenchmarkWriteObjects(b *testing.B) {
 // kept in objects of 1 to 16 pages: a read of a page of an object decodes
 // the object as far as that page.
 func BenchmarkReadObjects(b *testing.B) {
-	data := testneeds.CorpusOr(b, "generated pages written instead")
-	if data == nil {
-		data = make([]byte, 4096*pageSize)
-		for i := range data {
-			data[i] = byte(i/97) ^ byte(i/4096)
-		}
-	}
+	data := benchPages(b)
 	const write = 32 * pageSize
 	data = data[:len(data)/write*write]
 	pages := len(data) / pageSize

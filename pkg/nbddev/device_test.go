@@ -16,11 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
-	"github.com/gzramd/gzramd/pkg/swapsafe"
-
-	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
-
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // le builds expected netlink bytes (x86 and arm64 are little-endian; the

@@ -29,9 +29,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
-	"github.com/gzramd/gzramd/pkg/swapsafe"
-
 	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // TestKernelSurviveLive kills the process serving a kernel /dev/nbdN with
