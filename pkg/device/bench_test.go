@@ -27,30 +27,10 @@ func benchPages(b *testing.B) []byte {
 // from several writers, one page per request, like the kernel's swap-out.
 func BenchmarkWrite(b *testing.B) {
 	data := benchPages(b)
-	pages := len(data) / pageSize
 	for _, writers := range []int{1, 8, 32} {
 		b.Run(fmt.Sprintf("writers-%d", writers), func(b *testing.B) {
-			f := newDevice(b, int64(pages)*pageSize, 0)
-			b.SetBytes(pageSize)
-			var next sync.Mutex
-			i := 0
-			b.SetParallelism(writers)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					next.Lock()
-					pg := i % pages
-					i++
-					next.Unlock()
-					if err := f.dev.WriteAt(context.Background(), data[pg*pageSize:(pg+1)*pageSize], int64(pg)*pageSize, false); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			st := f.dev.Stats()
-			if st.MemUsedTotal > 0 {
-				b.ReportMetric(float64(st.OrigDataSize)/float64(st.MemUsedTotal), "eff-ratio")
-			}
+			f := newDevice(b, int64(len(data)/pageSize)*pageSize, 0)
+			benchWrites(b, f, data, pageSize, writers)
 		})
 	}
 }
@@ -61,31 +41,38 @@ func BenchmarkWrite(b *testing.B) {
 func BenchmarkWriteObjects(b *testing.B) {
 	data := benchPages(b)
 	const write = 32 * pageSize
-	writes := len(data) / write
 	for _, per := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("object-pages-%d", per), func(b *testing.B) {
-			f := newDeviceObjects(b, int64(writes)*write, pagestore.Config{}, pathInline, per)
-			b.SetBytes(write)
-			var next sync.Mutex
-			i := 0
-			b.SetParallelism(4)
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					next.Lock()
-					w := i % writes
-					i++
-					next.Unlock()
-					if err := f.dev.WriteAt(context.Background(), data[w*write:(w+1)*write], int64(w)*write, false); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			st := f.dev.Stats()
-			if st.MemUsedTotal > 0 {
-				b.ReportMetric(float64(st.OrigDataSize)/float64(st.MemUsedTotal), "eff-ratio")
-			}
+			f := newDeviceObjects(b, int64(len(data)/write)*write, pagestore.Config{}, pathInline, per)
+			benchWrites(b, f, data, write, 4)
 		})
+	}
+}
+
+// benchWrites has writers write data into f's device, write bytes per
+// request, in turn over its whole length, and reports the effective
+// ratio.
+func benchWrites(b *testing.B, f *fixture, data []byte, write, writers int) {
+	writes := len(data) / write
+	b.SetBytes(int64(write))
+	var next sync.Mutex
+	i := 0
+	b.SetParallelism(writers)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			next.Lock()
+			w := i % writes
+			i++
+			next.Unlock()
+			if err := f.dev.WriteAt(context.Background(), data[w*write:(w+1)*write], int64(w)*int64(write), false); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	st := f.dev.Stats()
+	if st.MemUsedTotal > 0 {
+		b.ReportMetric(float64(st.OrigDataSize)/float64(st.MemUsedTotal), "eff-ratio")
 	}
 }
 
