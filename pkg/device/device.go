@@ -281,7 +281,7 @@ type Held struct {
 func (d *Device) Held() Held {
 	h := Held{
 		Table:   int64(len(d.table)) * 8,
-		Scratch: int64(cap(d.inline))*inlinePages*(pageSize+8) + pageBuffers*pageSize + int64(cap(d.objScratch))*int64(unsafe.Sizeof(objectScratch{})),
+		Scratch: int64(cap(d.inline))*(inlinePages*(pageSize+8)+inlineFrees*8) + pageBuffers*pageSize + int64(cap(d.objScratch))*int64(unsafe.Sizeof(objectScratch{})),
 	}
 	if d.stage != nil {
 		sc := d.stage.Config()
@@ -330,20 +330,13 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 	}
 	sc := d.scratch()
 	defer d.putScratch(sc)
-	var held *stripe
+	held := stripeHold{read: true}
 	last := uint32((off + int64(len(p)) - 1) / pageSize)
 	err := forPages(off, int64(len(p)), func(idx uint32, in, n int) error {
 		dst := p[:n]
 		p = p[n:]
-		if s := d.stripe(idx); s != held {
-			if held != nil {
-				held.mu.RUnlock()
-			}
-			held = s
-			held.mu.RLock()
-			if sc != nil {
-				sc.decoded = 0
-			}
+		if held.lock(d.stripe(idx)) && sc != nil {
+			sc.decoded = 0 // another group: what was decoded may be gone
 		}
 		if n == pageSize {
 			return d.load(idx, dst, sc, int(last-idx))
@@ -356,13 +349,46 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 		copy(dst, buf[in:])
 		return nil
 	})
-	if held != nil {
-		held.mu.RUnlock()
-	}
+	held.release()
 	if err != nil {
 		d.failedReads.Add(1)
 	}
 	return err
+}
+
+// stripeHold holds one stripe's lock at a time, for a loop over pages in
+// order: pages of one group are visited under one hold of its lock.
+type stripeHold struct {
+	s    *stripe
+	read bool // read locks, not write locks
+}
+
+// lock holds s, releasing the stripe held before if it is another, and
+// reports whether it took s now.
+func (h *stripeHold) lock(s *stripe) bool {
+	if s == h.s {
+		return false
+	}
+	h.release()
+	h.s = s
+	if h.read {
+		s.mu.RLock()
+	} else {
+		s.mu.Lock()
+	}
+	return true
+}
+
+// release lets go of the stripe held, if any.
+func (h *stripeHold) release() {
+	switch {
+	case h.s == nil:
+	case h.read:
+		h.s.mu.RUnlock()
+	default:
+		h.s.mu.Unlock()
+	}
+	h.s = nil
 }
 
 // load decodes page idx into dst; the caller holds the page's stripe lock,

@@ -11,8 +11,13 @@ import (
 )
 
 // inlinePages bounds the pages a write compresses in its own goroutine at
-// a time, and so the scratch memory each such write holds.
-const inlinePages = 32
+// a time, and so the scratch memory each such write holds. inlineFrees is
+// the handles it frees at once: one a page, and room for the chunks of an
+// object of several pages.
+const (
+	inlinePages = 32
+	inlineFrees = inlinePages + maxChunks
+)
 
 // inlineWrite is the scratch of one write compressed in its own goroutine.
 type inlineWrite struct {
@@ -23,9 +28,14 @@ type inlineWrite struct {
 	sizes   [inlinePages]int
 	owners  [inlinePages]uint32
 	handles [inlinePages]pagestore.Handle
-	objs    [inlinePages]inlineObject
-	// frees are the objects the write's pages replaced: each page may
-	// leave an object of several pages, of up to maxChunks chunks.
+	// states and data are, for a page kept on its own, how it is
+	// stored and its bytes (see object), at its allocation's index.
+	states [inlinePages]int
+	data   [inlinePages][]byte
+	objs   [inlinePages]inlineObject
+	// frees are the objects the write's pages replaced, freed once they
+	// are committed, or before when an object of several pages (up to
+	// maxChunks chunks) would not fit (queueFree).
 	frees []pagestore.Handle
 }
 
@@ -45,7 +55,7 @@ func newInlineWrite(limit int) *inlineWrite {
 		Limit:   limit,
 	}
 	clear(b.Out) // written now, not first while serving
-	w := &inlineWrite{batch: b, frees: make([]pagestore.Handle, 0, inlinePages*maxChunks)}
+	w := &inlineWrite{batch: b, frees: make([]pagestore.Handle, 0, inlineFrees)}
 	clear(w.frees[:cap(w.frees)])
 	return w
 }
@@ -180,45 +190,37 @@ func (d *Device) writeInline(first uint32, pages []byte) error {
 			continue
 		}
 		for j := ob.at; j < ob.at+ob.pages; j++ {
-			_, obj := d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
-			w.sizes[m], w.owners[m] = len(obj), first+uint32(j)
+			w.states[m], w.data[m] = d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
+			w.sizes[m], w.owners[m] = len(w.data[m]), first+uint32(j)
 			m++
 		}
 	}
+	defer clear(w.data[:m]) // the request's buffer and the outputs are not the scratch's
 	if k, _, err := d.cfg.Store.AllocBatch(w.sizes[:m], w.owners[:m], w.handles[:m], 0); err != nil {
 		d.cfg.Store.FreeBatch(w.handles[:k])
 		return fmt.Errorf("device: storing pages %d-%d: %w", first, first+uint32(n)-1, err)
 	}
 	for o := range objs {
-		d.fillInline(w, &objs[o], pages)
+		d.fillInline(w, &objs[o])
 	}
 	// Committed group by group, each under one hold of its lock.
-	var held *stripe
+	var held stripeHold
 	for o := range objs {
 		ob := &objs[o]
 		for j := ob.at; j < ob.at+ob.pages; j++ {
 			idx := first + uint32(j)
-			if s := d.stripe(idx); s != held {
-				if held != nil {
-					held.mu.Unlock()
-				}
-				held = s
-				held.mu.Lock()
-			}
+			held.lock(d.stripe(idx))
 			var e entry
 			if ob.layout.chunks > 0 {
 				e = partEntry(w.handles[ob.alloc], j-ob.at, ob.pages, ob.layout.chunkLen(0))
 			} else {
-				state, obj := d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
 				a := ob.alloc + j - ob.at
-				e = objectEntry(state, w.handles[a], len(obj))
+				e = objectEntry(w.states[a], w.handles[a], w.sizes[a])
 			}
-			w.frees = d.queueFree(w.frees, d.swapLocked(held, idx, e))
+			w.frees = d.queueFree(w.frees, d.swapLocked(held.s, idx, e))
 		}
 	}
-	if held != nil {
-		held.mu.Unlock()
-	}
+	held.release()
 	d.cfg.Store.FreeBatch(w.frees)
 	w.frees = w.frees[:0]
 	return nil
@@ -276,10 +278,9 @@ func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObj
 // fillInline writes an inline write's object into what the store gave it:
 // an object of several pages into its chunks, its header first; pages on
 // their own into theirs.
-func (d *Device) fillInline(w *inlineWrite, ob *inlineObject, pages []byte) {
-	b := w.batch
+func (d *Device) fillInline(w *inlineWrite, ob *inlineObject) {
 	if l := ob.layout; l.chunks > 0 {
-		stream := b.Out[ob.at*pageSize:][:l.stream]
+		stream := w.batch.Out[ob.at*pageSize:][:l.stream]
 		first := d.cfg.Store.Bytes(w.handles[ob.alloc], l.chunkLen(0))
 		putHeader(first, l, ob.pages)
 		for c := 1; c < l.chunks; c++ {
@@ -293,9 +294,8 @@ func (d *Device) fillInline(w *inlineWrite, ob *inlineObject, pages []byte) {
 		d.packedChunks.Add(int64(l.chunks))
 		return
 	}
-	for j := ob.at; j < ob.at+ob.pages; j++ {
-		_, obj := d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
-		copy(d.cfg.Store.Bytes(w.handles[ob.alloc+j-ob.at], len(obj)), obj)
+	for a := ob.alloc; a < ob.alloc+ob.pages; a++ {
+		copy(d.cfg.Store.Bytes(w.handles[a], w.sizes[a]), w.data[a])
 	}
 }
 
