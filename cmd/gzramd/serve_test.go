@@ -105,6 +105,7 @@ func TestStatusMatchesMetrics(t *testing.T) {
 		{"gzramd_disksize_bytes", rep.DiskSize},
 		{"gzramd_stored_pages", rep.StoredPages},
 		{"gzramd_same_pages", rep.SamePages},
+		{"gzramd_dense_recompressed_groups_total", int64(rep.DenseGroups)},
 	} {
 		if v, _ := f.Value(c.name); int64(v) != c.status {
 			t.Errorf("status says %d, metrics %s = %v", c.status, c.name, v)
@@ -131,8 +132,9 @@ func TestStatusMatchesMetrics(t *testing.T) {
 		t.Errorf("gzramd_self_memory_bytes{role=serving,kind=pss} = %v", v)
 	}
 	table, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
-	if code != 0 || lines(table) != 4 || !strings.HasPrefix(strings.Split(table, "\n")[2], "serving process ") ||
-		!strings.HasPrefix(strings.Split(table, "\n")[3], "gzramd's processes ") {
+	if code != 0 || lines(table) != 5 || !strings.HasPrefix(strings.Split(table, "\n")[2], "serving process ") ||
+		!strings.HasPrefix(strings.Split(table, "\n")[3], "dense tier: none of ") ||
+		!strings.HasPrefix(strings.Split(table, "\n")[4], "gzramd's processes ") {
 		t.Fatalf("status: exit status %d, output:\n%s", code, table)
 	}
 	row := strings.Fields(strings.Split(table, "\n")[1])

@@ -133,9 +133,12 @@ func printStatus(w io.Writer, r *serving.Status) error {
 		return err
 	}
 	if r.PackedObjects > 0 {
-		if _, err := fmt.Fprintf(w, "%d of %d stored pages in %d objects of several pages (--object-pages)\n", r.PackedPages, r.StoredPages, r.PackedObjects); err != nil {
+		if _, err := fmt.Fprintf(w, "%d of %d stored pages in %d objects of several pages (--object-pages, and the dense tier's)\n", r.PackedPages, r.StoredPages, r.PackedObjects); err != nil {
 			return err
 		}
+	}
+	if _, err := fmt.Fprintln(w, denseLine(r)); err != nil {
+		return err
 	}
 	if len(r.SelfMemory) == 0 {
 		return nil
@@ -174,4 +177,28 @@ func humanBytes(n int64) string {
 		s = s[:len(s)-2]
 	}
 	return s + string(units[i])
+}
+
+// denseLine says what the dense tier holds and has done, as zram's mm_stat
+// and bd_stat would.
+func denseLine(r *serving.Status) string {
+	if r.DenseAfter == 0 && r.DensePages == 0 {
+		return "dense tier: off (--dense-after 0)"
+	}
+	var s string
+	if r.DensePages == 0 {
+		s = fmt.Sprintf("dense tier: none of %d stored pages yet", r.StoredPages)
+	} else {
+		s = fmt.Sprintf("dense tier: %d of %d stored pages, in %s", r.DensePages, r.StoredPages, formatSize(r.DenseBytes))
+	}
+	if r.DenseAfter > 0 {
+		s += fmt.Sprintf(" (groups idle for %s are recompressed)", time.Duration(r.DenseAfter*float64(time.Second)))
+	} else {
+		s += " (recompression off: --dense-after 0)"
+	}
+	if r.DenseGroups > 0 {
+		s += fmt.Sprintf("; recompressed %d groups from %s to %s in %s of CPU", r.DenseGroups,
+			formatSize(int64(r.DenseBytesIn)), formatSize(int64(r.DenseBytesOut)), time.Duration(r.DenseBusy*float64(time.Second)).Round(time.Millisecond))
+	}
+	return s
 }

@@ -511,3 +511,56 @@ func TestCodecsShareContextsWithoutAllocating(t *testing.T) {
 		}
 	}
 }
+
+// TestZstdObjectsDecodeWithPageContexts compresses 64 KiB objects with
+// ZstdObjects and decodes them with Zstd's contexts, made for pages:
+// the dense tier reads its objects so. Compressing allocates nothing.
+func TestZstdObjectsDecodeWithPageContexts(t *testing.T) {
+	const size = 16 * PageSize
+	zo, err := NewZstdObjects(1, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := NewZstd(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("context for %d-byte objects: %d bytes; %d page contexts: %d bytes", size, zo.HeldBytes(), runtime.GOMAXPROCS(0)+8, z.HeldBytes())
+	in := make([]byte, size)
+	for i := range in {
+		in[i] = byte(i / 3 % 7)
+	}
+	copy(in[5*PageSize:], bytes.Repeat([]byte("a page of text, repeated "), 400))
+	frame, back := make([]byte, size), make([]byte, size)
+	n := zo.Compress(frame, in)
+	if n <= 0 || n >= size/4 {
+		t.Fatalf("compressed %d bytes to %d", size, n)
+	}
+	if err := z.Decompress(back, frame[:n]); err != nil || !bytes.Equal(back, in) {
+		t.Fatalf("round trip: %v, equal %v", err, bytes.Equal(back, in))
+	}
+	zd, err := NewZstdDecoder(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("decompression contexts alone: %d bytes", zd.HeldBytes())
+	clear(back)
+	if err := zd.Decompress(back, frame[:n]); err != nil || !bytes.Equal(back, in) {
+		t.Fatalf("round trip through ZstdDecoder: %v, equal %v", err, bytes.Equal(back, in))
+	}
+	if err := zd.Decompress(back, frame[:n-1]); err == nil {
+		t.Error("a truncated frame decoded")
+	}
+	if a := testing.AllocsPerRun(20, func() { zd.Decompress(back, frame[:n]) }); a != 0 {
+		t.Errorf("ZstdDecoder.Decompress allocates %v times", a)
+	}
+	if zo.Compress(frame[:8], in) != 0 {
+		t.Error("a frame longer than dst was reported")
+	}
+	if zo.Compress(make([]byte, 2*size), make([]byte, size+1)) != 0 {
+		t.Error("an input longer than the context's was compressed")
+	}
+	if a := testing.AllocsPerRun(20, func() { zo.Compress(frame, in) }); a != 0 {
+		t.Errorf("Compress allocates %v times", a)
+	}
+}

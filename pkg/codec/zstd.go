@@ -39,7 +39,8 @@ typedef struct {
 // is compressed, and libzstd never allocates: a context made in place
 // cannot grow. The block (*size bytes), or NULL without memory.
 static void *gz_zstd_new_ctxs(int n, int level, int page, gz_zstd_ctx *out, size_t *size) {
-	size_t cs = ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, (unsigned long long)page, 0));
+	// page 0: decompression contexts alone.
+	size_t cs = page == 0 ? 0 : ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, (unsigned long long)page, 0));
 	size_t ds = ZSTD_estimateDCtxSize();
 	cs = (cs + 63) & ~(size_t)63;
 	ds = (ds + 63) & ~(size_t)63;
@@ -49,9 +50,9 @@ static void *gz_zstd_new_ctxs(int n, int level, int page, gz_zstd_ctx *out, size
 	memset(b, 0, (cs + ds) * (size_t)n);
 	for (int i = 0; i < n; i++) {
 		uint8_t *at = b + (cs + ds) * (size_t)i;
-		out[i].c = ZSTD_initStaticCCtx(at, cs);
+		out[i].c = cs == 0 ? NULL : ZSTD_initStaticCCtx(at, cs);
 		out[i].d = ZSTD_initStaticDCtx(at + cs, ds);
-		if (out[i].c == NULL || out[i].d == NULL) {
+		if ((cs != 0 && out[i].c == NULL) || out[i].d == NULL) {
 			free(b);
 			return NULL;
 		}
@@ -114,6 +115,47 @@ func NewZstd(level int) (*Zstd, error) {
 	return z, nil
 }
 
+// ZstdDecoder decodes zstd frames of any size into flat outputs, with
+// contexts made and written ahead as Zstd's are, without Zstd's
+// compression contexts: for devices that compress with another codec.
+type ZstdDecoder struct {
+	ctxs *slots[C.gz_zstd_ctx]
+	held int64
+}
+
+// NewZstdDecoder returns a decoder with n contexts: as many calls run at
+// once, and more wait.
+func NewZstdDecoder(n int) (*ZstdDecoder, error) {
+	made := make([]C.gz_zstd_ctx, n)
+	var size C.size_t
+	block := C.gz_zstd_new_ctxs(C.int(n), 1, 0, &made[0], &size)
+	if block == nil {
+		return nil, fmt.Errorf("codec: no memory for libzstd's decompression contexts (%d bytes)", size)
+	}
+	z := &ZstdDecoder{held: int64(size), ctxs: newSlots(made)}
+	runtime.AddCleanup(z, func(b unsafe.Pointer) { C.free(b) }, block)
+	return z, nil
+}
+
+// HeldBytes is the memory the contexts hold.
+func (z *ZstdDecoder) HeldBytes() int64 { return z.held }
+
+// Decompress decodes the frame src into dst, which must be exactly as
+// long as what it holds; it fails with ErrCorrupt otherwise.
+func (z *ZstdDecoder) Decompress(dst, src []byte) error {
+	if len(src) == 0 || len(dst) == 0 {
+		return ErrCorrupt
+	}
+	s := z.ctxs.get()
+	r := C.ZSTD_decompressDCtx(s.ctx.d, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
+		unsafe.Pointer(&src[0]), C.size_t(len(src)))
+	s.put()
+	if C.ZSTD_isError(r) != 0 || int(r) != len(dst) {
+		return ErrCorrupt
+	}
+	return nil
+}
+
 // Name implements Codec.
 func (*Zstd) Name() string { return "zstd" }
 
@@ -159,4 +201,54 @@ func (z *Zstd) decompress(x C.gz_zstd_ctx, dst, src []byte) error {
 		return ErrCorrupt
 	}
 	return nil
+}
+
+// ZstdObjects compresses inputs of up to a fixed size, larger than a
+// page (objects of several pages), into standard zstd frames, with one
+// context made and written ahead: it is for one goroutine at a time.
+// Its frames decode with Zstd, whose contexts take frames of any size
+// into a flat output.
+type ZstdObjects struct {
+	level, max int
+	ctx        C.gz_zstd_ctx
+	held       int64
+}
+
+// NewZstdObjects returns a compressor of inputs of up to max bytes at the
+// given level.
+func NewZstdObjects(level, max int) (*ZstdObjects, error) {
+	var made C.gz_zstd_ctx
+	var size C.size_t
+	block := C.gz_zstd_new_ctxs(1, C.int(level), C.int(max), &made, &size)
+	if block == nil {
+		return nil, fmt.Errorf("codec: no memory for libzstd's context for %d-byte inputs (%d bytes)", max, size)
+	}
+	z := &ZstdObjects{level: level, max: max, ctx: made, held: int64(size)}
+	runtime.AddCleanup(z, func(b unsafe.Pointer) { C.free(b) }, block)
+	in, frame := make([]byte, max), make([]byte, max)
+	for i := range in {
+		in[i] = byte(i % 251)
+	}
+	if z.Compress(frame, in) <= 0 {
+		return nil, fmt.Errorf("codec: libzstd's context at level %d does not take a %d-byte input", level, max)
+	}
+	return z, nil
+}
+
+// HeldBytes is the memory the context holds.
+func (z *ZstdObjects) HeldBytes() int64 { return z.held }
+
+// Compress compresses src, at most the size NewZstdObjects was given,
+// into dst and returns the frame's length, or 0 when it would not fit in
+// len(dst).
+func (z *ZstdObjects) Compress(dst, src []byte) int {
+	if len(src) == 0 || len(src) > z.max || len(dst) == 0 {
+		return 0
+	}
+	r := C.ZSTD_compressCCtx(z.ctx.c, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
+		unsafe.Pointer(&src[0]), C.size_t(len(src)), C.int(z.level))
+	if C.ZSTD_isError(r) != 0 {
+		return 0
+	}
+	return int(r)
 }

@@ -60,7 +60,10 @@ type Config struct {
 	// many pages (object.go); 0 or 1 keeps every page on its own. It
 	// needs the LZ4 codec.
 	ObjectPages int
-	Logger      *slog.Logger
+	// Dense, when its After is set, recompresses groups of pages left
+	// idle into zstd objects (dense.go; RunDense runs it).
+	Dense  DenseConfig
+	Logger *slog.Logger
 }
 
 // pageBuffers is how many page buffers partial-page requests share (one
@@ -94,6 +97,10 @@ type Device struct {
 	// otherwise): a read waits for one rather than allocating.
 	objScratch chan *objectScratch
 	prefix     codec.PrefixDecoder // the codec, where it can stop early
+	// zstd decodes the dense tier's objects: the codec when it is zstd,
+	// else one made when the device may hold such objects.
+	zstd  zstdDecoder
+	dense *denseTier // nil without the dense tier
 	// groupShift is log2 of the pages that share a stripe: 0, or that
 	// of groupPages where there may be objects of several pages. Set
 	// before the device is used.
@@ -106,6 +113,7 @@ type Device struct {
 	storedPages, samePages, hugePages, stagedPages   atomic.Int64
 	lostPages                                        atomic.Int64
 	packedPages, packedObjects, packedChunks         atomic.Int64
+	densePages, denseObjects, denseBytes             atomic.Int64
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
 	stagedWrites, commitRetries, unusedSlots         atomic.Uint64
 	closing                                          atomic.Bool
@@ -184,7 +192,18 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
 	}
 	d.prefix, _ = cfg.Codec.(codec.PrefixDecoder)
-	if cfg.ObjectPages > 1 {
+	if cfg.Codec.Name() == "zstd" {
+		d.zstd = cfg.Codec
+	}
+	if cfg.Dense.After != 0 {
+		if d.dense, err = newDenseTier(cfg.Dense, d.pages); err != nil {
+			return nil, err
+		}
+		if err := d.holdZstd(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ObjectPages > 1 || d.dense != nil {
 		d.holdObjects()
 	}
 	return d, nil
@@ -202,6 +221,27 @@ func (d *Device) holdObjects() {
 		clear(sc.out[:])
 		d.objScratch <- sc
 	}
+}
+
+// zstdDecoder decodes the dense tier's objects: codec.Zstd or
+// codec.ZstdDecoder.
+type zstdDecoder interface {
+	Decompress(dst, src []byte) error
+	HeldBytes() int64
+}
+
+// holdZstd makes the decoder of the dense tier's objects, if the device
+// has none.
+func (d *Device) holdZstd() error {
+	if d.zstd != nil {
+		return nil
+	}
+	z, err := codec.NewZstdDecoder(denseDecoders)
+	if err != nil {
+		return fmt.Errorf("device: the dense tier's decoder: %w", err)
+	}
+	d.zstd = z
+	return nil
 }
 
 // scratch takes an object scratch, or nil when the device has none. It
@@ -275,6 +315,10 @@ type Held struct {
 	Table   int64 // the page table, faulted in
 	Scratch int64 // buffers of inline writes and partial pages, written
 	Staging int64 // staging memory, written (0 without staging)
+	// Dense is the dense tier's: its buffers, its zstd context, the
+	// groups' idle ages, and the decoder of its objects where the
+	// codec is not zstd.
+	Dense int64
 }
 
 // Held returns what the device holds ahead of need.
@@ -286,6 +330,12 @@ func (d *Device) Held() Held {
 	if d.stage != nil {
 		sc := d.stage.Config()
 		h.Staging = int64(sc.Batches) * int64(sc.BatchPages) * pageSize
+	}
+	if d.dense != nil {
+		h.Dense = d.dense.heldBytes()
+	}
+	if z, ok := d.zstd.(*codec.ZstdDecoder); ok {
+		h.Dense += z.HeldBytes()
 	}
 	return h
 }
@@ -328,6 +378,7 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 	if err := d.check(off, int64(len(p))); err != nil {
 		return err
 	}
+	d.touch(off, int64(len(p)))
 	sc := d.scratch()
 	defer d.putScratch(sc)
 	held := stripeHold{read: true}
@@ -464,6 +515,9 @@ func (d *Device) count(e entry, delta int64) {
 	case statePart:
 		d.storedPages.Add(delta)
 		d.packedPages.Add(delta)
+		if e.dense() {
+			d.densePages.Add(delta)
+		}
 	case stateHuge:
 		d.storedPages.Add(delta)
 		d.hugePages.Add(delta)
@@ -477,6 +531,7 @@ func (d *Device) count(e entry, delta int64) {
 // discard sets every whole page of the range to e (empty or zero-filled)
 // and zeroes the partial pages at its ends.
 func (d *Device) discard(off, length int64, e entry) error {
+	d.touch(off, length)
 	return forPages(off, length, func(idx uint32, in, n int) error {
 		if n < pageSize {
 			return d.modify(idx, func(page []byte) { clear(page[in : in+n]) })
@@ -581,6 +636,12 @@ type Stats struct {
 	// (also in StoredPages), the objects, and the store objects (chunks
 	// of up to a page) that hold them.
 	PackedPages, PackedObjects, PackedChunks int64
+	// The dense tier (Config.Dense): its pages (also in PackedPages),
+	// objects (also in PackedObjects) and their bytes, and the
+	// recompressor's counters. The fast tier is the rest of the stored
+	// pages.
+	DensePages, DenseObjects, DenseBytes int64
+	Dense                                DenseStats
 }
 
 // Stats returns a snapshot of the counters.
@@ -610,6 +671,10 @@ func (d *Device) Stats() Stats {
 		PackedPages:    d.packedPages.Load(),
 		PackedObjects:  d.packedObjects.Load(),
 		PackedChunks:   d.packedChunks.Load(),
+		DensePages:     d.densePages.Load(),
+		DenseObjects:   d.denseObjects.Load(),
+		DenseBytes:     d.denseBytes.Load(),
+		Dense:          d.dense.stats(),
 	}
 	if d.stage != nil {
 		s.Staging = d.stage.Stats()

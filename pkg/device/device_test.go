@@ -60,6 +60,12 @@ func newDeviceMode(t testing.TB, size int64, storeCfg pagestore.Config, path wri
 // newDeviceObjects is newDeviceMode with Config.ObjectPages.
 func newDeviceObjects(t testing.TB, size int64, storeCfg pagestore.Config, path writePath, objectPages int) *fixture {
 	t.Helper()
+	return newDeviceWith(t, size, storeCfg, path, func(c *Config) { c.ObjectPages = objectPages })
+}
+
+// newDeviceWith is newDeviceMode with the device's Config changed by set.
+func newDeviceWith(t testing.TB, size int64, storeCfg pagestore.Config, path writePath, set func(*Config)) *fixture {
+	t.Helper()
 	store, err := pagestore.New(storeCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +89,9 @@ func newDeviceObjects(t testing.TB, size int64, storeCfg pagestore.Config, path 
 	if f.router, err = route.New(rc); err != nil {
 		t.Fatal(err)
 	}
-	f.dev, err = New(Config{Size: size, Codec: codec.NewLZ4(), Router: f.router, Store: store, Staging: sc, Logger: quiet, ObjectPages: objectPages})
+	cfg := Config{Size: size, Codec: codec.NewLZ4(), Router: f.router, Store: store, Staging: sc, Logger: quiet}
+	set(&cfg)
+	f.dev, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,6 +185,10 @@ func TestModelPaths(t *testing.T) {
 		{"objects-compacting", modelOptions{path: pathInline, objectPages: 16, compact: true}},
 		{"objects-mixed", modelOptions{path: pathMixed, objectPages: 8, compact: true,
 			store: pagestore.Config{Prefault: 2 * pageSize, ArenaSize: 1 << 20}}},
+		// The dense tier recompressing groups idle for a moment, racing
+		// writes, reads, staged commits and the compactor.
+		{"dense-inline", modelOptions{path: pathInline, dense: true}},
+		{"dense-mixed", modelOptions{path: pathMixed, objectPages: 4, compact: true, dense: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ops := 200_000
@@ -194,6 +206,9 @@ type modelOptions struct {
 	compact     bool             // run the compactor as fast as it goes
 	faults      bool             // make the accelerator fail and hang
 	store       pagestore.Config // for the device's store
+	// dense runs the dense tier at full speed, groups idle after
+	// 200 µs; the workers pause now and then to leave theirs idle.
+	dense bool
 }
 
 func runModel(t *testing.T, totalOps int, opts modelOptions) {
@@ -201,9 +216,33 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	const regionPages = 64
 	ops := totalOps / workers
 	size := int64(workers * regionPages * pageSize)
-	f := newDeviceObjects(t, size, opts.store, opts.path, opts.objectPages)
+	f := newDeviceWith(t, size, opts.store, opts.path, func(c *Config) {
+		c.ObjectPages = opts.objectPages
+		if opts.dense {
+			c.Dense = DenseConfig{After: 200 * time.Microsecond, CPU: 1}
+		}
+	})
 	model := make([]byte, size)
+	pool := make([]byte, 2*pageSize)
+	for i := range pool {
+		pool[i] = byte(rand.Uint32())
+	}
 	ctx := context.Background()
+	stopDense := func() {}
+	if opts.dense {
+		dctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			f.dev.RunDense(dctx)
+			close(done)
+		}()
+		stopDense = sync.OnceFunc(func() {
+			cancel()
+			<-done
+			t.Logf("dense tier: %+v", f.dev.Stats().Dense)
+		})
+		defer stopDense()
+	}
 	if opts.faults {
 		stop := make(chan struct{})
 		done := make(chan struct{})
@@ -246,6 +285,9 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 			region := int64(regionPages * pageSize)
 			buf := make([]byte, 8*pageSize)
 			for op := range ops {
+				if opts.dense && op%500 == 499 {
+					time.Sleep(2 * time.Millisecond)
+				}
 				// Mostly whole pages (the swap pattern), sometimes any range.
 				var off, n int64
 				if r.IntN(4) > 0 {
@@ -261,6 +303,12 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 				case k < 4:
 					p := buf[:n]
 					for pg := 0; pg < int(n); pg += pageSize {
+						if opts.dense && r.IntN(2) == 0 {
+							// Noise to LZ4 over a page, a few KiB to
+							// zstd over a group: recompressed.
+							copy(p[pg:min(int(n), pg+pageSize)], pool[r.IntN(4)*1024:])
+							continue
+						}
 						fillData(r, p[pg:min(int(n), pg+pageSize)])
 					}
 					if off%pageSize == 0 && n%pageSize == 0 && r.IntN(2) == 0 {
@@ -294,6 +342,7 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	}
 	wg.Wait()
 	stopCompactor()
+	stopDense()
 	close(errc)
 	for err := range errc {
 		t.Fatal(err)
@@ -308,13 +357,16 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 		t.Fatal("final device contents differ from the model")
 	}
 	st := f.dev.Stats()
-	var stored, same, huge, fills, chunks, parts int64
+	var stored, same, huge, fills, chunks, parts, dense int64
 	objects := map[pagestore.Handle]bool{}
 	for _, e := range f.dev.table {
 		switch e.state() {
 		case statePart:
 			stored++
 			parts++
+			if e.dense() {
+				dense++
+			}
 			if !objects[e.handle()] {
 				objects[e.handle()] = true
 				l, err := objectHeader(f.store.Bytes(e.handle(), e.length()), e.partPages())
@@ -343,6 +395,15 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 			t.Fatal("no page is part of an object of several pages: the test proved nothing")
 		}
 		t.Logf("%d pages in %d objects of several pages (%d chunks)", parts, len(objects), chunks)
+	}
+	if opts.dense {
+		if st.Dense.Groups == 0 || dense == 0 {
+			t.Fatalf("the dense tier recompressed %d groups, %d pages are dense: the test proved nothing", st.Dense.Groups, dense)
+		}
+		t.Logf("%d pages dense at the end", dense)
+	}
+	if st.DensePages != dense {
+		t.Fatalf("stats count %d dense pages, the table %d", st.DensePages, dense)
 	}
 	if st.PackedPages != parts || st.PackedObjects != int64(len(objects)) || st.PackedChunks != chunks {
 		t.Fatalf("stats count %d pages in %d objects of %d chunks, the table %d in %d of %d",

@@ -9,6 +9,7 @@ import "github.com/gzramd/gzramd/pkg/pagestore"
 //	bits 61-63          state
 //	stored, huge, fill: bits 48-60 the object's exact length, bits 0-35 its handle
 //	part:               bits 48-60 the length of the object's first chunk,
+//	                    bit 44 set for an object of the dense tier (zstd),
 //	                    bits 40-43 its pages less one, bits 36-39 this
 //	                    page's place in it, bits 0-35 its first chunk's handle
 //	staged:             bits 0-31 the page's place in the staging area (Files.Staging)
@@ -41,6 +42,7 @@ const (
 	lengthMask  = 1<<13 - 1
 	handleMask  = 1<<pagestore.HandleBits - 1
 	partShift   = pagestore.HandleBits
+	denseBit    = 1 << (partShift + 8)
 	fillLength  = 8
 )
 
@@ -58,9 +60,18 @@ func (e entry) stagingPage() int { return int(uint32(e)) }
 func (e entry) partIndex() int { return int(e>>partShift) & 15 }
 func (e entry) partPages() int { return int(e>>(partShift+4))&15 + 1 }
 
+// dense reports whether a part entry's object is in the dense tier.
+func (e entry) dense() bool { return e&denseBit != 0 }
+
 func partEntry(h pagestore.Handle, k, pages, first int) entry {
 	return entry(statePart<<stateShift | uint64(first)<<lengthShift |
 		uint64(pages-1)<<(partShift+4) | uint64(k)<<partShift | uint64(h)&handleMask)
+}
+
+// withHandle is e naming the object (or first chunk) h instead: the
+// compactor moved it.
+func (e entry) withHandle(h pagestore.Handle) entry {
+	return e&^handleMask | entry(h)&handleMask
 }
 
 func objectEntry(state int, h pagestore.Handle, n int) entry {

@@ -4,6 +4,7 @@ package device
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/gzramd/gzramd/pkg/pagestore"
@@ -36,10 +37,18 @@ const (
 	maxChunks      = maxObjectPages
 
 	// The header: the stream's length (4 bytes), the object's pages and
-	// chunks (a byte each), two reserved bytes, then the handles of the
-	// chunks after the first (6 bytes each).
+	// chunks (a byte each), the stream's codec (a byte), a reserved
+	// byte, then the handles of the chunks after the first (6 bytes
+	// each).
 	headerFixed = 8
 	handleBytes = 6
+)
+
+// The codecs of objects' streams: LZ4 as objects of inline writes are,
+// zstd in the dense tier (dense.go).
+const (
+	streamLZ4  = 0
+	streamZstd = 1
 )
 
 var _ [groupPages - 1<<groupShift]struct{} // groupShift is log2 of groupPages
@@ -48,6 +57,7 @@ var _ [1<<groupShift - groupPages]struct{}
 // objectLayout is how an object of a stream of some length is chunked.
 type objectLayout struct {
 	stream, chunks, header, total int
+	codec                         byte // streamLZ4 or streamZstd
 }
 
 // layoutFor returns the layout of an object whose stream is n bytes, and
@@ -80,13 +90,16 @@ func objectHeader(first []byte, pages int) (objectLayout, error) {
 		return l, fmt.Errorf("header of %d pages in %d chunks, want %d pages in %d", first[4], first[5], pages, l.chunks)
 	case l.chunkLen(0) != len(first):
 		return l, fmt.Errorf("first chunk of %d bytes, its header says %d", len(first), l.chunkLen(0))
+	case first[6] > streamZstd || first[7] != 0:
+		return l, fmt.Errorf("a header naming codec %d (reserved byte %d)", first[6], first[7])
 	}
+	l.codec = first[6]
 	return l, nil
 }
 
 func putHeader(first []byte, l objectLayout, pages int) {
 	binary.LittleEndian.PutUint32(first, uint32(l.stream))
-	first[4], first[5], first[6], first[7] = byte(pages), byte(l.chunks), 0, 0
+	first[4], first[5], first[6], first[7] = byte(pages), byte(l.chunks), l.codec, 0
 }
 
 // chunkHandle and setChunkHandle read and write the handle of chunk i
@@ -132,6 +145,9 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) 
 	if err != nil {
 		return nil, fmt.Errorf("device: page %d: object %#x: %w", idx, e.handle(), err)
 	}
+	if (l.codec == streamZstd) != e.dense() {
+		return nil, fmt.Errorf("device: page %d: object %#x of codec %d, named by an entry of the other tier", idx, e.handle(), l.codec)
+	}
 	src := first[l.header:]
 	if l.chunks > 1 {
 		n := copy(sc.in[:], src)
@@ -140,9 +156,14 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) 
 		}
 		src = sc.in[:n]
 	}
-	if d.prefix != nil && want < len(out) {
+	switch {
+	case l.codec == streamZstd && d.zstd == nil:
+		err = errors.New("no zstd decoder")
+	case l.codec == streamZstd:
+		err, want = d.zstd.Decompress(out, src), len(out)
+	case d.prefix != nil && want < len(out):
 		err = d.prefix.DecompressPrefix(out, src, want)
-	} else {
+	default:
 		err, want = d.cfg.Codec.Decompress(out, src), len(out)
 	}
 	if err != nil {
@@ -195,6 +216,10 @@ func (d *Device) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.
 			}
 			d.packedObjects.Add(-1)
 			d.packedChunks.Add(-int64(n))
+			if first[6] == streamZstd {
+				d.denseObjects.Add(-1)
+				d.denseBytes.Add(-int64(headerFixed + handleBytes*(n-1) + int(binary.LittleEndian.Uint32(first))))
+			}
 		}
 	}
 	return append(hs, h)
@@ -240,7 +265,7 @@ func (d *Device) relocatePart(owner uint32, old, new pagestore.Handle) bool {
 			copy(d.cfg.Store.Bytes(new, e.length()), first)
 			for j := i; j < end; j++ {
 				if f := d.table[j]; f.state() == statePart && f.handle() == old {
-					d.table[j] = partEntry(new, f.partIndex(), f.partPages(), f.length())
+					d.table[j] = f.withHandle(new)
 				}
 			}
 			return true

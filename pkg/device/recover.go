@@ -63,7 +63,7 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 	// until every entry is known good.
 	var bad int
 	var firstBad error
-	parts := false
+	parts, dense := false, false
 	var aliases []alias
 	for i := range d.table {
 		idx, e := uint32(i), d.table[i]
@@ -88,6 +88,7 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 		case statePart:
 			err = d.keepPart(rc, idx, e, &aliases)
 			parts = true
+			dense = dense || e.dense()
 		default:
 			err = fmt.Errorf("state %d, which no device writes", e.state())
 		}
@@ -111,6 +112,12 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 	}
 	if parts && d.objScratch == nil {
 		d.holdObjects() // the process before kept objects of several pages
+	}
+	if dense {
+		if err := d.holdZstd(); err != nil { // and some in the dense tier
+			d.unmap()
+			return nil, nil, rep, err
+		}
 	}
 	store, err := rc.Done()
 	if err != nil {
@@ -203,12 +210,12 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 		if f.state() != statePart || f.handle() != e.handle() {
 			continue
 		}
-		if f.partPages() != pages || f.length() != e.length() || i-uint32(f.partIndex()) != owner {
+		if f.partPages() != pages || f.length() != e.length() || i-uint32(f.partIndex()) != owner || f.dense() != e.dense() {
 			return fmt.Errorf("page %d of object %#x, which page %d names otherwise", k, e.handle(), i)
 		}
 		for j := len(*aliases) - 1; j >= 0 && (*aliases)[j].idx >= lo; j-- {
 			if a := (*aliases)[j]; a.idx == i { // a copy: pointed at the same object as page i
-				*aliases = append(*aliases, alias{idx, partEntry(a.to.handle(), k, pages, e.length())})
+				*aliases = append(*aliases, alias{idx, e.withHandle(a.to.handle())})
 			}
 		}
 		return nil
@@ -217,11 +224,11 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 	for i := lo; i < idx; i++ {
 		f := d.table[i]
 		if f.state() != statePart || f.handle() == e.handle() || f.partPages() != pages ||
-			f.length() != e.length() || i-uint32(f.partIndex()) != owner {
+			f.length() != e.length() || i-uint32(f.partIndex()) != owner || f.dense() != e.dense() {
 			continue
 		}
 		if other := rc.Bytes(f.handle(), f.length()); other != nil && first != nil && string(other) == string(first) {
-			*aliases = append(*aliases, alias{idx, partEntry(f.handle(), k, pages, e.length())})
+			*aliases = append(*aliases, alias{idx, e.withHandle(f.handle())})
 			return nil
 		}
 	}
@@ -232,6 +239,9 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 	if err != nil {
 		return fmt.Errorf("object %#x: %w", e.handle(), err)
 	}
+	if (l.codec == streamZstd) != e.dense() {
+		return fmt.Errorf("object %#x of codec %d, named by an entry of the other tier", e.handle(), l.codec)
+	}
 	for c := 1; c < l.chunks; c++ {
 		if err := rc.Keep(chunkHandle(first, c), owner, l.chunkLen(c)); err != nil {
 			return err
@@ -239,5 +249,9 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 	}
 	d.packedObjects.Add(1)
 	d.packedChunks.Add(int64(l.chunks))
+	if l.codec == streamZstd {
+		d.denseObjects.Add(1)
+		d.denseBytes.Add(int64(l.total))
+	}
 	return nil
 }

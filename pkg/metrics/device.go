@@ -35,6 +35,8 @@ type Device struct {
 	staged, stagingBytes, stagingBusy, stagedTotal                             *prometheus.Desc
 	stagingRefused, stagingWaits, stagingSealed, commitRetries, unusedSlots    *prometheus.Desc
 	compressedPages, inlinePages                                               *prometheus.Desc
+	tierPages, tierBytes, denseGroups, densePages, denseBytes, denseSkipped    *prometheus.Desc
+	denseSeconds                                                               *prometheus.Desc
 }
 
 func gauge(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
@@ -91,6 +93,20 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 			"Pages compressed, by where: gpu or cpu (the GPU's share of the written pages is gpu / sum).", []string{"backend"}, nil),
 		inlinePages: prometheus.NewDesc("gzramd_inline_pages_total",
 			"Of the pages compressed on the CPU, those a write compressed itself, in its request (no accelerator, staging full, or the accelerator backing off).", nil, nil),
+		tierPages: prometheus.NewDesc("gzramd_tier_pages",
+			"Stored pages by tier: fast (as written: lz4 or zstd pages, objects of --object-pages) or dense (groups idle for --dense-after, recompressed together with zstd).", []string{"tier"}, nil),
+		tierBytes: prometheus.NewDesc("gzramd_tier_bytes",
+			"Compressed bytes of the stored pages by tier (their sum is gzramd_compr_data_bytes).", []string{"tier"}, nil),
+		denseGroups: prometheus.NewDesc("gzramd_dense_recompressed_groups_total",
+			"Groups of 16 pages the dense tier recompressed.", nil, nil),
+		densePages: prometheus.NewDesc("gzramd_dense_recompressed_pages_total",
+			"Stored pages in the groups the dense tier recompressed.", nil, nil),
+		denseBytes: prometheus.NewDesc("gzramd_dense_recompressed_bytes_total",
+			"Compressed bytes of the groups the dense tier recompressed, before and after: the memory it saved is their difference.", []string{"when"}, nil),
+		denseSkipped: prometheus.NewDesc("gzramd_dense_skipped_groups_total",
+			"Idle groups the dense tier left as they were: raced (written while it worked; tried again once idle) or kept (not smaller recompressed).", []string{"reason"}, nil),
+		denseSeconds: prometheus.NewDesc("gzramd_dense_busy_seconds_total",
+			"Time the dense tier's recompressor worked, at most --dense-cpu of the time it ran.", nil, nil),
 	}
 }
 
@@ -101,6 +117,7 @@ func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 		m.same, m.huge, m.stored, m.packed, m.packedObjects, m.lost, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
 		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingWaits, m.stagingSealed, m.commitRetries, m.unusedSlots,
 		m.compressedPages, m.inlinePages,
+		m.tierPages, m.tierBytes, m.denseGroups, m.densePages, m.denseBytes, m.denseSkipped, m.denseSeconds,
 	} {
 		ch <- d
 	}
@@ -129,6 +146,17 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	g(m.packed, float64(st.PackedPages))
 	g(m.packedObjects, float64(st.PackedObjects))
 	g(m.lost, float64(st.LostPages))
+	ch <- prometheus.MustNewConstMetric(m.tierPages, prometheus.GaugeValue, float64(st.StoredPages-st.DensePages), "fast")
+	ch <- prometheus.MustNewConstMetric(m.tierPages, prometheus.GaugeValue, float64(st.DensePages), "dense")
+	ch <- prometheus.MustNewConstMetric(m.tierBytes, prometheus.GaugeValue, float64(st.ComprDataSize-st.DenseBytes), "fast")
+	ch <- prometheus.MustNewConstMetric(m.tierBytes, prometheus.GaugeValue, float64(st.DenseBytes), "dense")
+	c(m.denseGroups, float64(st.Dense.Groups))
+	c(m.densePages, float64(st.Dense.Pages))
+	c(m.denseBytes, float64(st.Dense.BytesIn), "before")
+	c(m.denseBytes, float64(st.Dense.BytesOut), "after")
+	c(m.denseSkipped, float64(st.Dense.Raced), "raced")
+	c(m.denseSkipped, float64(st.Dense.Kept), "kept")
+	c(m.denseSeconds, st.Dense.Busy.Seconds())
 	c(m.compacted, float64(st.PagesCompacted))
 	c(m.prefaultMisses, float64(st.PrefaultMisses))
 	c(m.failedReads, float64(st.FailedReads))

@@ -381,3 +381,62 @@ func TestTraceCollector(t *testing.T) {
 	want(t, f, "gzramd_trace_dropped_records_total", 6)
 	promtoolCheck(t, body)
 }
+
+// TestScrapeShowsTiers ages a device into the dense tier and checks the
+// tiers' gauges and the recompressor's counters against its statistics.
+func TestScrapeShowsTiers(t *testing.T) {
+	const pages = 256
+	p, err := pipeline.New(pipeline.Config{
+		Size: 16 << 20, Dense: device.DenseConfig{After: time.Millisecond, CPU: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	get := scraper(t, NewNBD(), NewBatches(), NewDevice(Info{Version: "test", Export: "gzram0", Algorithm: "lz4", Backend: "cpu", DiskSize: 16 << 20},
+		p.Device.Stats, p.Router.Stats))
+	ctx := context.Background()
+	// Pages alike but not the same: zstd over a group finds what LZ4
+	// over a page does not.
+	r := rand.New(rand.NewPCG(1, 2))
+	pool := make([]byte, 2*pageSize)
+	for i := range pool {
+		pool[i] = byte(r.Uint32())
+	}
+	data := make([]byte, pages*pageSize)
+	for i := range pages {
+		copy(data[i*pageSize:], pool[i%8*512:][:pageSize])
+	}
+	if err := p.Device.WriteAt(ctx, data, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		p.Device.RunDense(dctx)
+		close(done)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Device.Stats().Dense.Groups < pages/16/2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	st := p.Device.Stats()
+	if st.DensePages == 0 || st.Dense.Groups == 0 {
+		t.Fatalf("nothing went to the dense tier: %+v", st)
+	}
+	f, _ := get()
+	want(t, f, "gzramd_tier_pages", float64(st.StoredPages-st.DensePages), "tier", "fast")
+	want(t, f, "gzramd_tier_pages", float64(st.DensePages), "tier", "dense")
+	want(t, f, "gzramd_tier_bytes", float64(st.ComprDataSize-st.DenseBytes), "tier", "fast")
+	want(t, f, "gzramd_tier_bytes", float64(st.DenseBytes), "tier", "dense")
+	want(t, f, "gzramd_dense_recompressed_groups_total", float64(st.Dense.Groups))
+	want(t, f, "gzramd_dense_recompressed_pages_total", float64(st.Dense.Pages))
+	want(t, f, "gzramd_dense_recompressed_bytes_total", float64(st.Dense.BytesIn), "when", "before")
+	want(t, f, "gzramd_dense_recompressed_bytes_total", float64(st.Dense.BytesOut), "when", "after")
+	want(t, f, "gzramd_dense_skipped_groups_total", float64(st.Dense.Kept), "reason", "kept")
+	if st.Dense.BytesOut >= st.Dense.BytesIn {
+		t.Errorf("recompressed %d bytes into %d", st.Dense.BytesIn, st.Dense.BytesOut)
+	}
+}

@@ -53,6 +53,9 @@ type Config struct {
 	// ObjectPages keeps the pages a write compresses inline together, as
 	// objects of up to that many (device.Config.ObjectPages; LZ4 only).
 	ObjectPages int
+	// Dense is the dense tier (device.Config.Dense; its After 0 turns
+	// it off). Device.RunDense runs it.
+	Dense device.DenseConfig
 
 	// Accelerator, if not nil, compresses the staged writes; the caller
 	// opened it and closes it after Close. Without one every write
@@ -172,7 +175,7 @@ func build(cfg Config, recover bool) (_ *Pipeline, _ *device.Recovered, err erro
 	sc := pagestore.Config{MemLimit: cfg.MemLimit, Prefault: cfg.Prefault, ArenaSize: cfg.ArenaSize}
 	dc := device.Config{
 		Size: cfg.Size, Codec: p.Codec, Router: p.Router, Staging: staging,
-		HugeThreshold: cfg.HugeThreshold, ObjectPages: cfg.ObjectPages, Logger: cfg.Logger,
+		HugeThreshold: cfg.HugeThreshold, ObjectPages: cfg.ObjectPages, Dense: cfg.Dense, Logger: cfg.Logger,
 	}
 	if cfg.State != nil {
 		sc.Files, dc.Files = &cfg.State.Store, &cfg.State.Device
@@ -230,6 +233,9 @@ func (p *Pipeline) Holdings() []swapsafe.Holding {
 		{Name: "store-prefault", Bytes: p.prefault, Why: "store memory faulted in ahead of use by gzramd-prefault, and emptied slabs kept for reuse (--prefault)"},
 		{Name: "write-scratch", Bytes: held.Scratch, Why: "outputs of writes compressed inline and buffers of partial pages, written at start; a write waits for one rather than allocating"},
 		{Name: "codec-contexts", Bytes: p.Codec.HeldBytes(), Why: "the " + p.Codec.Name() + " codec's compression and decompression contexts, written at start; a page's compression or decoding waits for a free one rather than allocating"},
+	}
+	if held.Dense > 0 {
+		hs = append(hs, swapsafe.Holding{Name: "dense-tier", Bytes: held.Dense, Why: "the dense tier's recompressor: its zstd context for objects of 16 pages and its buffers, the groups' idle ages, and the decoder of its objects where the codec is not zstd (--dense-after)"})
 	}
 	if held.Staging > 0 {
 		hs = append(hs,

@@ -32,6 +32,8 @@ type Config struct {
 	BatchInFlight int
 	HugeThreshold int
 	ObjectPages   int
+	DenseAfter    time.Duration
+	DenseCPU      float64
 	LogLevel      string
 
 	Device        string

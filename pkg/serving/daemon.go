@@ -133,6 +133,7 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 		// small steps, ahead of need (Prefault), not 64 MiB at a time.
 		ArenaSize:     storeArenaSize,
 		HugeThreshold: cfg.HugeThreshold, ObjectPages: cfg.ObjectPages,
+		Dense:       device.DenseConfig{After: cfg.DenseAfter, CPU: cfg.DenseCPU},
 		Accelerator: d.accel.routeAccelerator(), MinAcceleratorPages: cfg.GPUMinPages,
 		StagingBytes: int64(cfg.Staging), StagingWait: cfg.StagingWait, BatchPages: cfg.BatchPages,
 		BatchDeadline: cfg.BatchDeadline, BatchWorkers: cfg.BatchInFlight,
@@ -305,7 +306,10 @@ func (d *daemon) status() Status {
 		Connections:   d.tracker.Count(),
 		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
 		Holdings: d.holdings(), Takeovers: d.takeovers, LastTakeoverPause: time.Duration(d.pause.Load()).Seconds(),
-		LostPages: st.LostPages,
+		LostPages:  st.LostPages,
+		DensePages: st.DensePages, DenseBytes: st.DenseBytes, DenseGroups: st.Dense.Groups,
+		DenseBytesIn: st.Dense.BytesIn, DenseBytesOut: st.Dense.BytesOut, DenseBusy: st.Dense.Busy.Seconds(),
+		DenseAfter: d.cfg.DenseAfter.Seconds(),
 	}
 	if d.start.Serving {
 		r.SupervisorPID = os.Getppid()
@@ -394,9 +398,16 @@ func (d *daemon) run(ctx context.Context) error {
 		defer close(compactorDone)
 		d.dev.RunCompactor(compactCtx, device.CompactPolicy{})
 	}()
+	// Groups of pages left idle go to the dense tier (--dense-after).
+	denseDone := make(chan struct{})
+	go func() {
+		defer close(denseDone)
+		d.dev.RunDense(compactCtx)
+	}()
 	defer func() {
 		stopCompactor()
 		<-compactorDone // before d.close unmaps the store
+		<-denseDone
 	}()
 
 	if d.reserve != nil {

@@ -40,8 +40,18 @@ type Status struct {
 	StoredPages       int64    `json:"stored_pages"`
 	PackedPages       int64    `json:"packed_pages"`   // of StoredPages, in objects of several pages
 	PackedObjects     int64    `json:"packed_objects"` // those objects
-	Connections       int      `json:"connections"`
-	UptimeSeconds     float64  `json:"uptime_seconds"`
+	// The dense tier (--dense-after): its pages (of StoredPages) and their
+	// compressed bytes (of ComprDataBytes), the groups recompressed, and
+	// the bytes those took before and after.
+	DensePages    int64   `json:"dense_pages"`
+	DenseBytes    int64   `json:"dense_bytes"`
+	DenseGroups   uint64  `json:"dense_recompressed_groups"`
+	DenseBytesIn  uint64  `json:"dense_recompressed_bytes_before"`
+	DenseBytesOut uint64  `json:"dense_recompressed_bytes_after"`
+	DenseBusy     float64 `json:"dense_busy_seconds"`
+	DenseAfter    float64 `json:"dense_after_seconds"` // 0: the tier is off
+	Connections   int     `json:"connections"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
 	// Holdings is what the daemon holds ahead of need (docs/DESIGN.md).
 	Holdings []swapsafe.Holding `json:"holdings"`
 	// SelfMemory is the memory of gzramd's processes, by role;
