@@ -48,6 +48,15 @@ func TestServingDoesNotFaultWithObjects(t *testing.T) {
 	}
 }
 
+// The dense tier recompresses groups while they are served (idle after
+// 1 ms), in memory made at start, and its pages are read from there.
+func TestServingDoesNotFaultWithTheDenseTier(t *testing.T) {
+	d := testServingDoesNotFault(t, "--dense-after", "1ms", "--dense-cpu", "1")
+	if v, _ := d.scrape().Value("gzramd_dense_recompressed_groups_total"); v == 0 {
+		t.Error("gzramd_dense_recompressed_groups_total = 0: no group went to the dense tier")
+	}
+}
+
 // testServingDoesNotFault runs the test on a daemon started with args
 // besides the test's own, and returns it.
 func testServingDoesNotFault(t *testing.T, args ...string) *daemonProc {

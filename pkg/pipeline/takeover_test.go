@@ -21,6 +21,7 @@ import (
 
 	"github.com/gzramd/gzramd/internal/memfd"
 	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/route/routetest"
 )
 
@@ -36,10 +37,15 @@ const (
 
 // takeoverConfig is the data path the writer serves: with objectPages
 // above 1, on the CPU alone, keeping the pages of each write together in
-// objects of up to that many.
-func takeoverConfig(st *State, objectPages int) Config {
+// objects of up to that many; with dense too, groups idle for 200 µs are
+// recompressed into the dense tier.
+func takeoverConfig(st *State, objectPages int, dense bool) Config {
 	if objectPages > 1 {
-		return Config{Size: takeoverSize, State: st, ObjectPages: objectPages, ArenaSize: 2 << 20, Logger: quietLogger()}
+		c := Config{Size: takeoverSize, State: st, ObjectPages: objectPages, ArenaSize: 2 << 20, Logger: quietLogger()}
+		if dense {
+			c.Dense = device.DenseConfig{After: 200 * time.Microsecond, CPU: 1}
+		}
+		return c
 	}
 	accel := routetest.NewAccelerator()
 	accel.Delay.Store(int64(2 * time.Millisecond))
@@ -94,10 +100,12 @@ func TestTakeoverChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	objectPages, _ := strconv.Atoi(os.Getenv("GZRAMD_TAKEOVER_OBJECTS"))
-	p, _, err := Open(takeoverConfig(st, objectPages))
+	dense := os.Getenv("GZRAMD_TAKEOVER_DENSE") != ""
+	p, _, err := Open(takeoverConfig(st, objectPages, dense))
 	if err != nil {
 		t.Fatal(err)
 	}
+	go p.Device.RunDense(context.Background()) // groups recompressed while written, and when the kill comes
 	seed, _ := strconv.ParseUint(os.Getenv("GZRAMD_TAKEOVER_CHILD"), 10, 64)
 	var out sync.Mutex
 	say := func(format string, a ...any) {
@@ -118,7 +126,10 @@ func TestTakeoverChild(t *testing.T) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, uint64(w)))
 			buf := make([]byte, 32*pageBytes)
-			for {
+			for op := 0; ; op++ {
+				if dense && op%50 == 49 {
+					time.Sleep(time.Millisecond) // groups go idle
+				}
 				n := 1 + r.IntN(32)
 				first := w*takeoverRegion + r.IntN(takeoverRegion-n+1)
 				if r.IntN(20) == 0 {
@@ -163,11 +174,12 @@ func TestTakeoverAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs writer processes for seconds")
 	}
-	t.Run("staged", func(t *testing.T) { testTakeoverAfterKill(t, 0) })
-	t.Run("objects", func(t *testing.T) { testTakeoverAfterKill(t, 8) })
+	t.Run("staged", func(t *testing.T) { testTakeoverAfterKill(t, 0, false) })
+	t.Run("objects", func(t *testing.T) { testTakeoverAfterKill(t, 8, false) })
+	t.Run("dense", func(t *testing.T) { testTakeoverAfterKill(t, 4, true) })
 }
 
-func testTakeoverAfterKill(t *testing.T, objectPages int) {
+func testTakeoverAfterKill(t *testing.T, objectPages int, dense bool) {
 	st, err := NewState("takeover-test")
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +188,7 @@ func testTakeoverAfterKill(t *testing.T, objectPages int) {
 	model := make([]pageModel, takeoverSize/pageBytes)
 	r := rand.New(rand.NewPCG(7, 7))
 	for round := range 3 {
-		events := runAndKill(t, st, uint64(round+1), 200+r.IntN(2000), objectPages)
+		events := runAndKill(t, st, uint64(round+1), 200+r.IntN(2000), objectPages, dense)
 		pending := make([]string, takeoverWriters)
 		for _, ev := range events {
 			f := strings.Fields(ev)
@@ -194,7 +206,9 @@ func testTakeoverAfterKill(t *testing.T, objectPages int) {
 		for _, ev := range pending {
 			apply(model, ev, true)
 		}
-		p, rec, err := Open(takeoverConfig(st, objectPages))
+		// Taken over by a process without the dense tier: it still
+		// reads and frees the tier's objects.
+		p, rec, err := Open(takeoverConfig(st, objectPages, false))
 		if err != nil {
 			t.Fatalf("round %d: taking over: %v", round, err)
 		}
@@ -213,7 +227,10 @@ func testTakeoverAfterKill(t *testing.T, objectPages int) {
 		if objectPages > 1 && ds.PackedObjects == 0 {
 			t.Fatalf("round %d: no object of several pages taken over: the test proved nothing", round)
 		}
-		t.Logf("round %d: %d pages in %d objects of several pages", round, ds.PackedPages, ds.PackedObjects)
+		if dense && ds.DensePages == 0 {
+			t.Fatalf("round %d: no dense page taken over: the test proved nothing", round)
+		}
+		t.Logf("round %d: %d pages in %d objects of several pages, %d of them dense in %d objects", round, ds.PackedPages, ds.PackedObjects, ds.DensePages, ds.DenseObjects)
 		if err := p.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -226,10 +243,13 @@ func testTakeoverAfterKill(t *testing.T, objectPages int) {
 
 // runAndKill starts a writer child on st and kills it once it printed
 // after events, returning everything it printed.
-func runAndKill(t *testing.T, st *State, seed uint64, after, objectPages int) []string {
+func runAndKill(t *testing.T, st *State, seed uint64, after, objectPages int, dense bool) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestTakeoverChild$", "-test.v")
 	cmd.Env = append(os.Environ(), "GZRAMD_TAKEOVER_CHILD="+strconv.FormatUint(seed, 10), "GZRAMD_TAKEOVER_OBJECTS="+strconv.Itoa(objectPages))
+	if dense {
+		cmd.Env = append(cmd.Env, "GZRAMD_TAKEOVER_DENSE=1")
+	}
 	for _, f := range st.Files() {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
 	}
