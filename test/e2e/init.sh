@@ -223,7 +223,7 @@ if [ "$mode" = survive ]; then
 	takeovers=$(awk '$1 == "gzramd_takeovers_total" { print $2 }' /tmp/metrics 2>/dev/null)
 	lost=$(awk '$1 == "gzramd_lost_pages" { print $2 }' /tmp/metrics 2>/dev/null)
 	pause=$(awk '$1 == "gzramd_takeover_pause_seconds" { print $2 }' /tmp/metrics 2>/dev/null)
-	grep -E '^gzramd_(takeover|lost_pages|stored_pages|packed_pages|nbd_requests_total)' /tmp/metrics 2>/dev/null | sed 's/^/E2E-METRIC end /'
+	grep -E '^gzramd_(takeover|lost_pages|stored_pages|packed_pages|tier_pages|dense_recompressed_groups|nbd_requests_total)' /tmp/metrics 2>/dev/null | sed 's/^/E2E-METRIC end /'
 	echo "E2E-SURVIVE takeovers_total=${takeovers:-none} lost_pages=${lost:-none} last_pause_seconds=${pause:-none}"
 	# Each kill and each upgrade is one takeover, unless a kill fell on
 	# the process that was to take over before it had (the next one then

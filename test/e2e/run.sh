@@ -16,7 +16,9 @@
 #           survival off (--kernel-dead-timeout=-1s), must fail
 #           (make test-survive); survive-zstd: survive-fast with
 #           --algorithm zstd; survive-objects: survive-fast with
-#           --object-pages 8; survive-mutant: survive-fast with a faults
+#           --object-pages 8; survive-dense: survive-fast with the dense
+#           tier recompressing groups idle for 1 s; survive-mutant:
+#           survive-fast with a faults
 #           build losing a page at each takeover, must fail
 #           (survive-mutant.sh). E2E_SURVIVE_ARGS adds gzramd flags.
 #   systemd deploy/systemd/gzramd.service under a real systemd: a Debian
@@ -277,7 +279,7 @@ run_survive() {
 		limit=${E2E_SURVIVE_TIMEOUT:-1500}
 		upgrades=${E2E_SURVIVE_UPGRADES:-2} uevery=10
 		;;
-	survive-fast | survive-zstd | survive-objects | survive-mutant)
+	survive-fast | survive-zstd | survive-objects | survive-dense | survive-mutant)
 		kills=${E2E_SURVIVE_KILLS:-3} kmin=${E2E_SURVIVE_MIN_S:-3} kmax=${E2E_SURVIVE_MAX_S:-8}
 		every=${E2E_SURVIVE_EARLY_EVERY:-2} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-900}
@@ -287,6 +289,9 @@ run_survive() {
 		# survive-objects: the swapped-out clusters kept in objects of
 		# up to 8 pages, which takeovers must keep whole.
 		[ "$name" != survive-objects ] || args=$args,--object-pages,8
+		# survive-dense: groups of swapped-out pages idle for a second
+		# recompressed into the dense tier while the kills come.
+		[ "$name" != survive-dense ] || args=$args,--dense-after,1s,--dense-cpu,0.5
 		# survive-mutant: survive-fast with a gzramd that loses a page at
 		# each takeover from a dead process (a -tags faults build:
 		# survive-mutant.sh); it passes only if the run fails for it.
@@ -418,6 +423,13 @@ run_survive() {
 			{ echo "e2e: $name: no page in an object of several pages at the end (E2E-METRIC end gzramd_packed_pages)" >&2; ok=1; }
 		;;
 	esac
+	case ",$args," in
+	*,--dense-after,1s,*)
+		# Pages were in the dense tier at the end.
+		grep -aqE '^E2E-METRIC end gzramd_tier_pages\{tier="dense"\} [1-9]' "$CONSOLE" ||
+			{ echo "e2e: $name: no page in the dense tier at the end (E2E-METRIC end gzramd_tier_pages{tier=\"dense\"})" >&2; ok=1; }
+		;;
+	esac
 	[ "$ok" -eq 0 ] || {
 		[ "${E2E_KEEP:-0}" = 1 ] || cp "$CONSOLE" "$E2E_CACHE/$name.console.failed" 2>/dev/null || true
 		die "$name: $GUEST_VERDICT (console kept in $E2E_CACHE/$name.console.failed)"
@@ -432,7 +444,7 @@ for s in $SCENARIOS; do
 	host-1) run_host host-1 1 1 ;;
 	host-2) run_host host-2 2 2 ;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
-	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-mutant)
+	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-dense | survive-mutant)
 		if [ "$EXPECT_FAIL" = 1 ]; then
 			log "$s: skipped under E2E_EXPECT_FAIL"
 			continue

@@ -1,0 +1,142 @@
+#!/bin/bash
+# The dense tier's trade (issue 24), measured through NBD: for each gzramd
+# target, write a corpus of real memory pages (nbdcopy), read mem_used and
+# time 4 KiB QD1 random reads from the fast tier; then leave the device
+# idle until every group has aged into the dense tier (--dense-after) and
+# the compactor has given the freed slabs back, and read mem_used and time
+# 4 KiB QD1 random reads and 32 KiB QD1 reads (read-ahead) from the dense
+# tier. Kernel zram targets get the same corpus (dd, O_DIRECT) and reads.
+#
+# The ratio is what zramctl shows: the whole corpus over mem_used_total.
+# The recompression's CPU is the recompressor's own busy time
+# (gzramd_dense_busy_seconds_total) per GB of pages recompressed, and the
+# whole machine's (/proc/stat) over the aging.
+#
+# Environment (and bench/lib.sh's):
+#   AGING_TARGETS  default "gzramd-cpu zram-lzo-rle"; gzramd targets get
+#                  --dense-after $AGING_AFTER --dense-cpu 1 --prefault 0
+#                  besides their flags: with prefaulting, the store keeps
+#                  up to --prefault (16 MiB) of the slabs that aging
+#                  empties resident for reuse, in mem_used (the
+#                  store-prefault holding), which on a corpus of 96 MB
+#                  would hide most of what aging saves
+#   AGING_CORPUS   the corpus, zstd- or xz-compressed (.xz) (default
+#                  ../shared/corpus/memory-pages.bin.zst)
+#   AGING_AFTER    --dense-after (default 2s)
+#   AGING_RUNTIME  seconds per read measurement (default 8)
+#   AGING_OUT      also write the markdown table here
+# Needs fio, nbdcopy and zstd; zram targets need root and /dev/zram0.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+TARGETS=${AGING_TARGETS:-gzramd-cpu zram-lzo-rle}
+CORPUS=${AGING_CORPUS:-$BENCH_ROOT/../shared/corpus/memory-pages.bin.zst}
+AFTER=${AGING_AFTER:-2s}
+RUNTIME=${AGING_RUNTIME:-8}
+bench_require fio nbdcopy zstd python3
+[ -f "$CORPUS" ] || {
+	echo "aging.sh: skipped: no corpus at $CORPUS (AGING_CORPUS)" >&2
+	exit 0
+}
+bench_workdir
+case "$CORPUS" in
+*.xz) xz -dc "$CORPUS" >"$WORK/corpus" ;;
+*) zstd -dqc "$CORPUS" >"$WORK/corpus" ;;
+esac
+BYTES=$(stat -c %s "$WORK/corpus")
+# fio's region: the corpus, in whole 32 KiB reads.
+REGION=$((BYTES / 32768 * 32768))
+export GZRAMD_ARGS="${GZRAMD_ARGS:-} --dense-after $AFTER --dense-cpu 1 --prefault 0"
+RESULTS=$WORK/results.txt
+
+# reads TARGET NAME BS: one QD1 random-read run over the corpus; prints
+# fio_summary's "MB/s IOPS CPU-s/GB p50 p99".
+reads() {
+	local target=$1 name=$2 bs=$3 t0 t1
+	t0=$(machine_cpu_ticks)
+	target_fio "$target" "$name" --rw=randread --bs="$bs" --iodepth=1 --numjobs=1 --size="$REGION" \
+		--time_based --runtime="$RUNTIME" --ramp_time=1 --output-format=json --output="$WORK/$target.$name.json" >/dev/null
+	t1=$(machine_cpu_ticks)
+	fio_summary "$WORK/$target.$name.json" "$t0" "$t1" "$((RUNTIME + 1))" "$RUNTIME"
+}
+
+# settled: waits until the dense tier has stopped growing and mem_used
+# has been steady for 12 s (the compactor checks every 10 s).
+settled() {
+	local last="" same=0 now
+	for _ in $(seq 600); do
+		now="$(gzramd_metric gzramd_tier_pages 'tier="dense"') $(gzramd_metric gzramd_mem_used_bytes)"
+		if [ "$now" = "$last" ]; then
+			same=$((same + 1))
+			[ "$same" -lt 12 ] || return 0
+		else
+			same=0 last=$now
+		fi
+		sleep 1
+	done
+	bench_log "the dense tier did not settle in 10 minutes"
+}
+
+bench_log "corpus: $BYTES bytes"
+for target in $TARGETS; do
+	if ! target_start "$target"; then
+		echo "$target: skipped: $BENCH_WHY" | tee -a "$WORK/skipped.txt"
+		continue
+	fi
+	case "$target" in
+	zram | zram-*)
+		dd if="$WORK/corpus" of=/dev/zram0 bs=1M oflag=direct status=none
+		used=$(awk '{ print $3 }' /sys/block/zram0/mm_stat)
+		fast=$(reads "$target" read4k 4k)
+		read32=$(reads "$target" read32k 32k)
+		echo "$target $(python3 -c "print('%.3f' % ($BYTES / $used))") $fast - - - - - - $read32 - - -" >>"$RESULTS"
+		;;
+	*)
+		nbdcopy --synchronous "$WORK/corpus" "nbd+unix:///$BENCH_EXPORT?socket=$WORK/${target//+/_}.sock"
+		used=$(gzramd_metric gzramd_mem_used_bytes)
+		fast=$(reads "$target" fast4k 4k)
+		bench_log "$target: written, mem_used $used; aging"
+		t0=$(machine_cpu_ticks) s0=$(date +%s.%N)
+		sleep "${AFTER%s}"
+		settled
+		t1=$(machine_cpu_ticks) s1=$(date +%s.%N)
+		aged=$(gzramd_metric gzramd_mem_used_bytes)
+		dense=$(gzramd_metric gzramd_tier_pages 'tier="dense"')
+		stored=$(gzramd_metric gzramd_stored_pages)
+		pages=$(gzramd_metric gzramd_dense_recompressed_pages_total)
+		busy=$(gzramd_metric gzramd_dense_busy_seconds_total)
+		denseread=$(reads "$target" dense4k 4k)
+		read32=$(reads "$target" dense32k 32k)
+		python3 - "$target" "$BYTES" "$used" "$aged" "$dense" "$stored" "$pages" "$busy" "$t0" "$t1" "$(getconf CLK_TCK)" "$fast" "$denseread" "$read32" >>"$RESULTS" <<'EOF'
+import sys
+t, total, used, aged, dense, stored, pages, busy, t0, t1, tck = sys.argv[1:12]
+fast, dense_read, read32 = sys.argv[12].split(), sys.argv[13].split(), sys.argv[14].split()
+gb = float(pages) * 4096 / 1e9
+own = float(busy) / gb if gb else 0
+machine = (int(t1) - int(t0)) / float(tck) / gb if gb else 0
+print(t, "%.3f" % (int(total) / float(used)), " ".join(fast), "%.3f" % (int(total) / float(aged)), " ".join(dense_read),
+      " ".join(read32), "%.1f" % (100 * float(dense) / float(stored) if float(stored) else 0), "%.2f" % own, "%.2f" % machine)
+EOF
+		;;
+	esac
+	target_stop "$target"
+	bench_log "$target: done"
+done
+
+{
+	bench_machine
+	echo
+	echo "Corpus: $(basename "$CORPUS"), $BYTES bytes; gzramd with --dense-after $AFTER --dense-cpu 1 --prefault 0; reads QD1 over the corpus, ${RUNTIME} s each."
+	echo
+	echo "| target | ratio before | 4K QD1 p50/p99 µs before | ratio after aging | 4K QD1 p50/p99 µs after | 32K QD1 MB/s after | CPU-s/GB | dense % of stored | recompression CPU-s/GB (own / machine) |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	# target ratio MB/s IOPS CPU p50 p99 | ratio MB/s IOPS CPU p50 p99 | MB/s IOPS CPU p50 p99 | dense own machine
+	while read -r t r0 _ _ _ p50 p99 r1 _ _ _ q50 q99 m32 _ c32 _ _ dp own mach; do
+		if [ "$r1" = - ]; then
+			echo "| $t | $r0 | $p50 / $p99 | (no tier) | - | $m32 | $c32 | - | - |"
+			continue
+		fi
+		echo "| $t | $r0 | $p50 / $p99 | $r1 | $q50 / $q99 | $m32 | $c32 | $dp | $own / $mach |"
+	done <"$RESULTS"
+	[ ! -s "$WORK/skipped.txt" ] || { echo; sed 's/^/- /' "$WORK/skipped.txt"; }
+} | tee "${AGING_OUT:-/dev/null}"
