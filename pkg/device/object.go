@@ -36,12 +36,14 @@ const (
 	chunkSize      = pageSize
 	maxChunks      = maxObjectPages
 
-	// The header: the stream's length (4 bytes), the object's pages and
-	// chunks (a byte each), the stream's codec (a byte), a reserved
-	// byte, then the handles of the chunks after the first (6 bytes
-	// each).
+	// The header: the stream's length (4 bytes), the object's pages
+	// (a byte, its top bit set for a zstd stream: builds from before the
+	// dense tier find the pages wrong and refuse the state, rather than
+	// read zstd as LZ4) and chunks (a byte), two reserved bytes, then the
+	// handles of the chunks after the first (6 bytes each).
 	headerFixed = 8
 	handleBytes = 6
+	zstdPages   = 0x80
 )
 
 // The codecs of objects' streams: LZ4 as objects of inline writes are,
@@ -86,20 +88,25 @@ func objectHeader(first []byte, pages int) (objectLayout, error) {
 	switch {
 	case !ok:
 		return l, fmt.Errorf("a stream of %d bytes", n)
-	case int(first[4]) != pages || int(first[5]) != l.chunks:
-		return l, fmt.Errorf("header of %d pages in %d chunks, want %d pages in %d", first[4], first[5], pages, l.chunks)
+	case int(first[4]&^zstdPages) != pages || int(first[5]) != l.chunks:
+		return l, fmt.Errorf("header of %d pages in %d chunks, want %d pages in %d", first[4]&^zstdPages, first[5], pages, l.chunks)
 	case l.chunkLen(0) != len(first):
 		return l, fmt.Errorf("first chunk of %d bytes, its header says %d", len(first), l.chunkLen(0))
-	case first[6] > streamZstd || first[7] != 0:
-		return l, fmt.Errorf("a header naming codec %d (reserved byte %d)", first[6], first[7])
+	case first[6] != 0 || first[7] != 0:
+		return l, fmt.Errorf("reserved header bytes %d and %d", first[6], first[7])
 	}
-	l.codec = first[6]
+	if first[4]&zstdPages != 0 {
+		l.codec = streamZstd
+	}
 	return l, nil
 }
 
 func putHeader(first []byte, l objectLayout, pages int) {
 	binary.LittleEndian.PutUint32(first, uint32(l.stream))
-	first[4], first[5], first[6], first[7] = byte(pages), byte(l.chunks), l.codec, 0
+	first[4], first[5], first[6], first[7] = byte(pages), byte(l.chunks), 0, 0
+	if l.codec == streamZstd {
+		first[4] |= zstdPages
+	}
 }
 
 // chunkHandle and setChunkHandle read and write the handle of chunk i
@@ -216,7 +223,7 @@ func (d *Device) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.
 			}
 			d.packedObjects.Add(-1)
 			d.packedChunks.Add(-int64(n))
-			if first[6] == streamZstd {
+			if first[4]&zstdPages != 0 {
 				d.denseObjects.Add(-1)
 				d.denseBytes.Add(-int64(headerFixed + handleBytes*(n-1) + int(binary.LittleEndian.Uint32(first))))
 			}
