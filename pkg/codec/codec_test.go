@@ -517,7 +517,7 @@ func TestCodecsShareContextsWithoutAllocating(t *testing.T) {
 // the dense tier reads its objects so. Compressing allocates nothing.
 func TestZstdObjectsDecodeWithPageContexts(t *testing.T) {
 	const size = 16 * PageSize
-	zo, err := NewZstdObjects(1, size)
+	zo, err := NewZstdObjects(1, size, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,5 +562,63 @@ func TestZstdObjectsDecodeWithPageContexts(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(20, func() { zo.Compress(frame, in) }); a != 0 {
 		t.Errorf("Compress allocates %v times", a)
+	}
+}
+
+// TestZstdDecodePrefix decodes frames of blocks of 16 KiB as far as each
+// prefix length needs, through both decoders: the bytes out are right,
+// corrupt and truncated frames fail, and nothing allocates.
+func TestZstdDecodePrefix(t *testing.T) {
+	const size = 16 * PageSize
+	zo, err := NewZstdObjects(1, size, 16<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := NewZstd(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zd, err := NewZstdDecoder(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	in := make([]byte, size)
+	for i := range in {
+		in[i] = byte(i/5%11) ^ byte(r.IntN(2))
+	}
+	frame := make([]byte, size)
+	n := zo.Compress(frame, in)
+	if n <= 0 {
+		t.Fatal("did not compress")
+	}
+	frame = frame[:n]
+	out := make([]byte, size)
+	for _, dec := range []interface {
+		DecompressPrefix(dst, src []byte, n int) error
+	}{z, zd} {
+		for _, want := range []int{1, PageSize, 16<<10 - 1, 16 << 10, 16<<10 + 1, 5 * PageSize, size - 1, size} {
+			clear(out)
+			if err := dec.DecompressPrefix(out, frame, want); err != nil || !bytes.Equal(out[:want], in[:want]) {
+				t.Fatalf("%T: prefix of %d: %v, equal %v", dec, want, err, bytes.Equal(out[:want], in[:want]))
+			}
+			if want <= 16<<10 && bytes.Equal(out[32<<10:], in[32<<10:]) {
+				t.Fatalf("%T: prefix of %d decoded the last blocks too", dec, want)
+			}
+		}
+		if err := dec.DecompressPrefix(out, frame[:n-1], size); err == nil {
+			t.Errorf("%T: a truncated frame decoded whole", dec)
+		}
+		bad := bytes.Clone(frame)
+		bad[0] ^= 0xff // the magic number
+		if err := dec.DecompressPrefix(out, bad, PageSize); err == nil {
+			t.Errorf("%T: a frame with a bad magic number decoded", dec)
+		}
+		if err := dec.DecompressPrefix(out, frame, size+1); err == nil {
+			t.Errorf("%T: a prefix longer than dst decoded", dec)
+		}
+		if a := testing.AllocsPerRun(20, func() { dec.DecompressPrefix(out, frame, PageSize) }); a != 0 {
+			t.Errorf("%T: DecompressPrefix allocates %v times", dec, a)
+		}
 	}
 }

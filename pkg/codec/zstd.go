@@ -27,6 +27,31 @@ ZSTD_DCtx *ZSTD_initStaticDCtx(void *workspace, size_t size);
 size_t ZSTD_compressCCtx(ZSTD_CCtx *, void *dst, size_t cap, const void *src, size_t n, int level);
 size_t ZSTD_decompressDCtx(ZSTD_DCtx *, void *dst, size_t cap, const void *src, size_t n);
 unsigned ZSTD_isError(size_t);
+// ZSTD_cParameter is an enum: 100 is ZSTD_c_compressionLevel, 1015
+// ZSTD_c_maxBlockSize (ZSTD_c_experimentalParam18, libzstd 1.5.6 on).
+size_t ZSTD_CCtx_setParameter(ZSTD_CCtx *, int param, int value);
+size_t ZSTD_compress2(ZSTD_CCtx *, void *dst, size_t cap, const void *src, size_t n);
+size_t ZSTD_decompressBegin(ZSTD_DCtx *);
+size_t ZSTD_nextSrcSizeToDecompress(ZSTD_DCtx *);
+size_t ZSTD_decompressContinue(ZSTD_DCtx *, void *dst, size_t cap, const void *src, size_t n);
+
+// gz_zstd_decode_prefix decodes the frame src of n bytes into dst block
+// by block (libzstd's buffer-less API, which needs no buffer in the
+// context), until at least want bytes are out or the frame ends. It
+// returns the bytes out, or (size_t)-1 for a frame that does not decode.
+static size_t gz_zstd_decode_prefix(ZSTD_DCtx *d, uint8_t *dst, size_t cap, const uint8_t *src, size_t n, size_t want) {
+	if (ZSTD_isError(ZSTD_decompressBegin(d))) return (size_t)-1;
+	size_t in = 0, out = 0;
+	for (;;) {
+		size_t next = ZSTD_nextSrcSizeToDecompress(d);
+		if (next == 0 || out >= want) return in == n || out >= want ? out : (size_t)-1;
+		if (next > n - in) return (size_t)-1;
+		size_t r = ZSTD_decompressContinue(d, dst + out, cap - out, src + in, next);
+		if (ZSTD_isError(r)) return (size_t)-1;
+		in += next;
+		out += r;
+	}
+}
 
 typedef struct {
 	ZSTD_CCtx *c;
@@ -156,6 +181,14 @@ func (z *ZstdDecoder) Decompress(dst, src []byte) error {
 	return nil
 }
 
+// DecompressPrefix is Zstd.DecompressPrefix.
+func (z *ZstdDecoder) DecompressPrefix(dst, src []byte, n int) error {
+	s := z.ctxs.get()
+	err := decodePrefix(s.ctx, dst, src, n)
+	s.put()
+	return err
+}
+
 // Name implements Codec.
 func (*Zstd) Name() string { return "zstd" }
 
@@ -194,6 +227,28 @@ func (z *Zstd) compress(x C.gz_zstd_ctx, dst, src []byte) int {
 	return int(r)
 }
 
+// DecompressPrefix decodes src into dst, as long as what it holds, as
+// far as its first n bytes at least: a frame of several blocks stops
+// after the block that holds byte n-1 (ZstdObjects makes such frames).
+func (z *Zstd) DecompressPrefix(dst, src []byte, n int) error {
+	s := z.ctxs.get()
+	err := decodePrefix(s.ctx, dst, src, n)
+	s.put()
+	return err
+}
+
+func decodePrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
+	if len(src) == 0 || len(dst) == 0 || n <= 0 || n > len(dst) {
+		return ErrCorrupt
+	}
+	r := C.gz_zstd_decode_prefix(x.d, (*C.uint8_t)(unsafe.Pointer(&dst[0])), C.size_t(len(dst)),
+		(*C.uint8_t)(unsafe.Pointer(&src[0])), C.size_t(len(src)), C.size_t(n))
+	if r == ^C.size_t(0) || int(r) < n || (n == len(dst) && int(r) != n) {
+		return ErrCorrupt
+	}
+	return nil
+}
+
 func (z *Zstd) decompress(x C.gz_zstd_ctx, dst, src []byte) error {
 	r := C.ZSTD_decompressDCtx(x.d, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
 		unsafe.Pointer(&src[0]), C.size_t(len(src)))
@@ -215,16 +270,23 @@ type ZstdObjects struct {
 }
 
 // NewZstdObjects returns a compressor of inputs of up to max bytes at the
-// given level.
-func NewZstdObjects(level, max int) (*ZstdObjects, error) {
+// given level, into frames of blocks of block bytes of input at most
+// (0: libzstd's 128 KiB), each of which decodes once those before it
+// have (DecompressPrefix stops after the block it needs); matches still
+// reach back across blocks.
+func NewZstdObjects(level, max, block int) (*ZstdObjects, error) {
 	var made C.gz_zstd_ctx
 	var size C.size_t
-	block := C.gz_zstd_new_ctxs(1, C.int(level), C.int(max), &made, &size)
-	if block == nil {
+	mem := C.gz_zstd_new_ctxs(1, C.int(level), C.int(max), &made, &size)
+	if mem == nil {
 		return nil, fmt.Errorf("codec: no memory for libzstd's context for %d-byte inputs (%d bytes)", max, size)
 	}
 	z := &ZstdObjects{level: level, max: max, ctx: made, held: int64(size)}
-	runtime.AddCleanup(z, func(b unsafe.Pointer) { C.free(b) }, block)
+	runtime.AddCleanup(z, func(b unsafe.Pointer) { C.free(b) }, mem)
+	if C.ZSTD_isError(C.ZSTD_CCtx_setParameter(made.c, 100, C.int(level))) != 0 ||
+		C.ZSTD_isError(C.ZSTD_CCtx_setParameter(made.c, 1015, C.int(block))) != 0 {
+		return nil, fmt.Errorf("codec: libzstd refuses level %d in blocks of %d bytes", level, block)
+	}
 	in, frame := make([]byte, max), make([]byte, max)
 	for i := range in {
 		in[i] = byte(i % 251)
@@ -245,8 +307,8 @@ func (z *ZstdObjects) Compress(dst, src []byte) int {
 	if len(src) == 0 || len(src) > z.max || len(dst) == 0 {
 		return 0
 	}
-	r := C.ZSTD_compressCCtx(z.ctx.c, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
-		unsafe.Pointer(&src[0]), C.size_t(len(src)), C.int(z.level))
+	r := C.ZSTD_compress2(z.ctx.c, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
+		unsafe.Pointer(&src[0]), C.size_t(len(src)))
 	if C.ZSTD_isError(r) != 0 {
 		return 0
 	}

@@ -58,6 +58,9 @@ const (
 	// device whose codec is not zstd: such reads are of idle pages, and
 	// each context holds 96 KiB.
 	denseDecoders = 4
+	// denseBlock is the input of one block of a dense object's frame: a
+	// read decodes the blocks up to the one that holds the page it wants.
+	denseBlock = 16 << 10
 	// denseSlice is the work the recompressor does between two sleeps
 	// of its budget.
 	denseSlice = 2 * time.Millisecond
@@ -99,7 +102,7 @@ func newDenseTier(cfg DenseConfig, pages uint32) (*denseTier, error) {
 	case cfg.CPU < 0.01 || cfg.CPU > 1:
 		return nil, fmt.Errorf("device: dense tier CPU share %v: want 0.01 to 1", cfg.CPU)
 	}
-	comp, err := codec.NewZstdObjects(cfg.Level, groupPages*pageSize)
+	comp, err := codec.NewZstdObjects(cfg.Level, groupPages*pageSize, denseBlock)
 	if err != nil {
 		return nil, fmt.Errorf("device: dense tier: %w", err)
 	}

@@ -192,8 +192,8 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
 	}
 	d.prefix, _ = cfg.Codec.(codec.PrefixDecoder)
-	if cfg.Codec.Name() == "zstd" {
-		d.zstd = cfg.Codec
+	if z, ok := cfg.Codec.(zstdDecoder); ok && cfg.Codec.Name() == "zstd" {
+		d.zstd = z
 	}
 	if cfg.Dense.After != 0 {
 		if d.dense, err = newDenseTier(cfg.Dense, d.pages); err != nil {
@@ -227,6 +227,7 @@ func (d *Device) holdObjects() {
 // codec.ZstdDecoder.
 type zstdDecoder interface {
 	Decompress(dst, src []byte) error
+	DecompressPrefix(dst, src []byte, n int) error
 	HeldBytes() int64
 }
 

@@ -166,6 +166,8 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) 
 	switch {
 	case l.codec == streamZstd && d.zstd == nil:
 		err = errors.New("no zstd decoder")
+	case l.codec == streamZstd && want < len(out):
+		err = d.zstd.DecompressPrefix(out, src, want)
 	case l.codec == streamZstd:
 		err, want = d.zstd.Decompress(out, src), len(out)
 	case d.prefix != nil && want < len(out):
