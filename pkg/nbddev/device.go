@@ -87,6 +87,9 @@ type Options struct {
 	// SysBlock is where sysfs describes block devices (default
 	// DefaultSysBlock), for a sysfs mounted elsewhere.
 	SysBlock string
+	// Proc is where procfs is (default /proc), for one mounted
+	// elsewhere: a takeover reads the kernel's threads there.
+	Proc string
 }
 
 // DefaultTimeout is the request timeout of a netlink-attached
@@ -188,6 +191,10 @@ type Device struct {
 	// number of sockets the device has.
 	opts        Options
 	connections int
+	// What the last takeover or reconnect waited for the receive
+	// workers of dead connections (StaleWorkers).
+	staleWait time.Duration
+	staleLeft int
 
 	// ioctl attachment: the open device and NBD_DO_IT's result.
 	dev  *os.File

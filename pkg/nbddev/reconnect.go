@@ -342,11 +342,15 @@ func (t *Takeover) Complete(ctx context.Context) (*Device, error) {
 	}
 	wait := reconnectFirstWait
 	start := time.Now()
+	d.staleWait, d.staleLeft = 0, 0
 	for {
 		pending := t.pending()
 		if len(pending) == 0 {
 			return d, nil
 		}
+		waited, left := d.waitStaleWorkers(ctx, d.connections-len(pending))
+		d.staleWait += waited
+		d.staleLeft = left
 		t.req.fds = t.req.fds[:0]
 		for _, f := range pending {
 			t.req.fds = append(t.req.fds, int(f.Fd()))
@@ -377,6 +381,11 @@ func (t *Takeover) Complete(ctx context.Context) (*Device, error) {
 		wait = min(2*wait, reconnectMaxWait)
 	}
 }
+
+// StaleWorkers says how long the last Reattach or Reconnect waited for
+// the kernel's receive workers of dead connections to end before it
+// offered sockets (workers.go), and how many it gave up waiting for.
+func (d *Device) StaleWorkers() (waited time.Duration, left int) { return d.staleWait, d.staleLeft }
 
 // pending returns the sockets the kernel has not kept yet.
 func (t *Takeover) pending() []*os.File {

@@ -132,6 +132,11 @@ func (d *daemon) takeOver(ctx context.Context, kd *nbddev.Device, msg string, st
 	if !start.IsZero() {
 		args = append(args, "took", time.Since(start).Round(time.Millisecond))
 	}
+	if waited, left := kd.StaleWorkers(); waited >= time.Millisecond || left > 0 {
+		// The kernel's receive workers of the dead connections ran on
+		// (nbddev/workers.go): new sockets waited for them.
+		args = append(args, "waited_for_old_receive_workers", waited.Round(time.Millisecond), "old_receive_workers_left", left)
+	}
 	d.log.Warn(msg, args...)
 	d.limitRequests(kd)
 	switch {
@@ -237,8 +242,11 @@ func (d *daemon) keepConnected(kd *nbddev.Device) {
 				}
 				continue
 			}
-			d.log.Warn("replaced kernel connections that closed", "device", kd.Path, "connections", missing,
-				"took", time.Since(start).Round(time.Millisecond))
+			args := []any{"device", kd.Path, "connections", missing, "took", time.Since(start).Round(time.Millisecond)}
+			if waited, left := kd.StaleWorkers(); waited >= time.Millisecond || left > 0 {
+				args = append(args, "waited_for_old_receive_workers", waited.Round(time.Millisecond), "old_receive_workers_left", left)
+			}
+			d.log.Warn("replaced kernel connections that closed", args...)
 		}
 	}()
 }
