@@ -27,9 +27,12 @@ import (
 // run than connections stay alive.
 //
 // A workqueue worker's comm names the workqueue of the item it runs, after
-// a "+" while it runs one (wq_worker_comm, Linux 4.18 on): the device's
-// receive workers are those named "...+knbdN-recv". Kernels that name
-// workers otherwise show none, and nothing waits.
+// a "+" while it runs one (wq_worker_comm, Linux 4.18 on), the workqueue's
+// rescuer too: the device's receive workers are those named
+// "...+nbdN-recv" (Debian's 6.1 names them so: "kworker/u5:1+nbd0-recv",
+// and "nbd0-recv+nbd0-recv" for the rescuer) or "...+knbdN-recv" (as
+// some kernels name the workqueue). Kernels that name workers otherwise
+// show none, and nothing waits.
 
 // staleWorkerWait bounds the wait for receive workers of dead connections.
 // A worker blocked reading an old socket that nobody will write is
@@ -46,7 +49,7 @@ func (o *Options) recvWorkers(index int) int {
 	if proc == "" {
 		proc = "/proc"
 	}
-	suffix := "+knbd" + strconv.Itoa(index) + "-recv"
+	name := "nbd" + strconv.Itoa(index) + "-recv"
 	var pids []string
 	if b, err := os.ReadFile(filepath.Join(proc, "2", "task", "2", "children")); err == nil {
 		pids = strings.Fields(string(b))
@@ -60,7 +63,8 @@ func (o *Options) recvWorkers(index int) int {
 	n := 0
 	for _, pid := range pids {
 		comm, err := os.ReadFile(filepath.Join(proc, pid, "comm"))
-		if err == nil && strings.HasSuffix(strings.TrimSpace(string(comm)), suffix) {
+		c := strings.TrimSpace(string(comm))
+		if err == nil && (strings.HasSuffix(c, "+"+name) || strings.HasSuffix(c, "+k"+name)) {
 			n++
 		}
 	}

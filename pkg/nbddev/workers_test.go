@@ -40,13 +40,16 @@ func TestRecvWorkersCountsRunningReceiveWorkersOfTheDevice(t *testing.T) {
 		"101": "kworker/u8:2-knbd0-recv", // ran it last, idle now
 		"102": "kworker/1:0+knbd1-recv",  // another device's
 		"103": "kworker/u8:3+knbd0-recv",
-		"104": "knbd0-recv", // the rescuer, as 6.1 names it
+		"104": "knbd0-recv", // a rescuer, idle
 		"105": "kworker/0:1+events",
+		"106": "nbd0-recv+nbd0-recv",    // a rescuer running it, as Debian's 6.1 names both
+		"107": "kworker/u5:1+nbd0-recv", // so
+		"108": "kworker/u5:2-nbd0-recv",
 	}
 	for _, children := range []bool{true, false} {
 		o := Options{Proc: fakeProc(t, threads, children)}
-		if n := o.recvWorkers(0); n != 2 {
-			t.Errorf("children %v: %d receive workers of nbd0 running, want 2", children, n)
+		if n := o.recvWorkers(0); n != 4 {
+			t.Errorf("children %v: %d receive workers of nbd0 running, want 4", children, n)
 		}
 		if n := o.recvWorkers(1); n != 1 {
 			t.Errorf("children %v: %d receive workers of nbd1 running, want 1", children, n)

@@ -160,10 +160,12 @@ daemon | survive)
 	[ "${2:-0}" -gt 0 ] && [ "$1" = "$2" ] || fail "IO flushers: ${1:-?} of ${2:-?} threads of gzramd's processes ($procs)"
 	step "IO flushers: all $2 threads of gzramd's processes ($procs)"
 	# The kernel names the workers receiving nbd0's replies after their
-	# workqueue while they run (kworker/...+knbd0-recv): gzramd waits
+	# workqueue while they run (kworker/u5:1+nbd0-recv on 6.1, and
+	# nbd0-recv+nbd0-recv for its rescuer; +knbd0-recv elsewhere): gzramd waits
 	# for those of dead connections to end before it hands the kernel
 	# new sockets (pkg/nbddev/workers.go), and cannot unless it sees them.
-	w=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '+knbd0-recv$')
+	w=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c -e '+nbd0-recv$' -e '+knbd0-recv$')
+	[ "$w" = "$kconns" ] || echo "E2E-WORKERS $(cat /proc/[0-9]*/comm 2>/dev/null | grep -e nbd -e kworker/u | tr '\n' ' ')"
 	[ "$w" = "$kconns" ] || fail "receive workers of nbd0: $w running, want one per connection ($kconns): gzramd cannot tell when old ones have ended"
 	step "receive workers of nbd0: $w running, one per connection"
 	;;
