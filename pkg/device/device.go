@@ -380,8 +380,11 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 		return err
 	}
 	d.touch(off, int64(len(p)))
-	sc := d.scratch()
-	defer d.putScratch(sc)
+	// The scratch objects of several pages are decoded in is taken when
+	// the read meets one: reads of pages alone, most of them, never
+	// meet the other readers at its channel.
+	var sc *objectScratch
+	defer func() { d.putScratch(sc) }()
 	held := stripeHold{read: true}
 	last := uint32((off + int64(len(p)) - 1) / pageSize)
 	err := forPages(off, int64(len(p)), func(idx uint32, in, n int) error {
@@ -390,15 +393,29 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 		if held.lock(d.stripe(idx)) && sc != nil {
 			sc.decoded = 0 // another group: what was decoded may be gone
 		}
-		if n == pageSize {
-			return d.load(idx, dst, sc, int(last-idx))
+		page := dst
+		if n < pageSize {
+			buf := d.bufs.Get()
+			defer d.bufs.Put(buf)
+			page = buf[:]
 		}
-		buf := d.bufs.Get()
-		defer d.bufs.Put(buf)
-		if err := d.load(idx, buf[:], sc, int(last-idx)); err != nil {
+		err := d.load(idx, page, sc, int(last-idx))
+		if err == errNeedScratch {
+			// Taken without the lock, which a writer holding a
+			// scratch may be waiting for; then the page is read
+			// again, as it is now.
+			s := held.s
+			held.release()
+			sc = d.scratch()
+			held.lock(s)
+			err = d.load(idx, page, sc, int(last-idx))
+		}
+		if err != nil {
 			return err
 		}
-		copy(dst, buf[in:])
+		if n < pageSize {
+			copy(dst, page[in:])
+		}
 		return nil
 	})
 	held.release()
@@ -443,6 +460,10 @@ func (h *stripeHold) release() {
 	h.s = nil
 }
 
+// errNeedScratch is load's answer for a page of an object of several
+// pages when the caller passed no scratch: it takes one and asks again.
+var errNeedScratch = errors.New("device: an object scratch is needed")
+
 // load decodes page idx into dst; the caller holds the page's stripe lock,
 // and passes the scratch it took (Device.scratch) for objects of several
 // pages, and how many pages after this one it will read.
@@ -465,7 +486,10 @@ func (d *Device) load(idx uint32, dst []byte, sc *objectScratch, ahead int) erro
 	case stateHuge:
 		copy(dst, d.cfg.Store.Bytes(e.handle(), pageSize))
 	case statePart:
-		if sc == nil {
+		switch {
+		case sc == nil && d.objScratch != nil:
+			return errNeedScratch
+		case sc == nil:
 			return fmt.Errorf("device: page %d is part of an object of several pages, and the device has no scratch to read it: %w", idx, syscall.EIO)
 		}
 		pages, err := d.decodeObject(idx, e, sc, min(e.partPages(), e.partIndex()+1+ahead))
