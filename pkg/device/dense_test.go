@@ -2,12 +2,8 @@ package device
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"testing"
 	"time"
-
-	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
 // age runs d's dense tier until every group is settled.
@@ -175,25 +171,7 @@ func TestRecoverRefusesATierMismatch(t *testing.T) {
 		t.Fatal("page 0 is not dense: the test proves nothing")
 	}
 	d.table[0] &^= denseBit
-	before := append([]entry(nil), d.table...)
-	d.Close()
-	store.Close()
-	rc, err := pagestore.Recover(f.sc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	if _, _, _, err := Recover(f.cfg, rc); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Recover over an entry of the wrong tier: %v, want ErrCorrupt", err)
-	}
-	d2, err := open(f.cfg, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d2.unmap()
-	if !slices.Equal(d2.table, before) {
-		t.Fatal("a refused takeover changed the table")
-	}
+	f.checkRefused(t, d, store, "an entry of the wrong tier")
 }
 
 // TestDenseReadsDoNotAllocate: reading dense pages, alone and together,

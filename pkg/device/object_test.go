@@ -211,6 +211,13 @@ func TestRecoverRefusesABadObjectHeader(t *testing.T) {
 	}
 	e := d.table[0]
 	store.Bytes(e.handle(), e.length())[4] = 7 // seven pages, not eight
+	f.checkRefused(t, d, store, "a bad object header")
+}
+
+// checkRefused closes d and its store and checks that a takeover of what
+// they left fails with ErrCorrupt, leaving the table as it was.
+func (f *objectFixture) checkRefused(t *testing.T, d *Device, store *pagestore.Store, what string) {
+	t.Helper()
 	before := append([]entry(nil), d.table...)
 	d.Close()
 	store.Close()
@@ -220,7 +227,7 @@ func TestRecoverRefusesABadObjectHeader(t *testing.T) {
 	}
 	defer rc.Close()
 	if _, _, _, err := Recover(f.cfg, rc); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("Recover over a bad object header: %v, want ErrCorrupt", err)
+		t.Fatalf("Recover over %s: %v, want ErrCorrupt", what, err)
 	}
 	d2, err := open(f.cfg, false)
 	if err != nil {
