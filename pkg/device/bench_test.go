@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/pagestore"
@@ -78,20 +79,33 @@ func benchWrites(b *testing.B, f *fixture, data []byte, write, writers int) {
 
 // BenchmarkReadObjects measures 4 KiB reads of random pages of the corpus
 // (or generated pages) written in 128 KiB writes with each write's pages
-// kept in objects of 1 to 16 pages: a read of a page of an object decodes
-// the object as far as that page.
+// kept in objects of 1 to 16 pages, and from the dense tier, every group
+// aged: a read of a page of an object decodes the object as far as that
+// page.
 func BenchmarkReadObjects(b *testing.B) {
 	data := benchPages(b)
 	const write = 32 * pageSize
 	data = data[:len(data)/write*write]
 	pages := len(data) / pageSize
-	for _, per := range []int{1, 4, 16} {
-		b.Run(fmt.Sprintf("object-pages-%d", per), func(b *testing.B) {
-			f := newDeviceObjects(b, int64(len(data)), pagestore.Config{}, pathInline, per)
+	for _, per := range []int{1, 4, 16, 0} {
+		name := fmt.Sprintf("object-pages-%d", per)
+		if per == 0 {
+			name = "dense"
+		}
+		b.Run(name, func(b *testing.B) {
+			f := newDeviceWith(b, int64(len(data)), pagestore.Config{}, pathInline, func(c *Config) {
+				c.ObjectPages = per
+				if per == 0 {
+					c.Dense = DenseConfig{After: 100 * time.Microsecond, CPU: 1}
+				}
+			})
 			for off := 0; off < len(data); off += write {
 				if err := f.dev.WriteAt(context.Background(), data[off:off+write], int64(off), false); err != nil {
 					b.Fatal(err)
 				}
+			}
+			if per == 0 {
+				age(b, f.dev)
 			}
 			r := rand.New(rand.NewPCG(1, 2))
 			buf := make([]byte, pageSize)

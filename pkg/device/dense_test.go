@@ -7,7 +7,7 @@ import (
 )
 
 // age runs d's dense tier until every group is settled.
-func age(t *testing.T, d *Device) {
+func age(t testing.TB, d *Device) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
