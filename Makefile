@@ -12,7 +12,7 @@ LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_v
 	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
 TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-report test-unit test-race vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover test-e2e test-survive test-systemd test-systemd-mutants ptx install clean
+.PHONY: all build run test test-report test-unit test-race vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging test-e2e test-survive test-systemd test-systemd-mutants ptx install clean
 
 all: build
 
@@ -118,6 +118,11 @@ bench-takeover:
 
 bench-e2e: build
 	./bench/e2e.sh
+
+# The dense tier's trade: the corpus through NBD, the ratio and QD1 reads
+# before and after aging, against kernel zram (bench/aging.sh; zram needs root).
+bench-aging: build
+	./bench/aging.sh
 
 # Needs nvcc (CUDA 12+); the generated PTX is committed so users need only the driver.
 ptx:
