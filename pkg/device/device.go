@@ -210,11 +210,18 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 }
 
 // holdObjects readies the device for objects of several pages: their
-// groups share a lock, and reads get the scratch they decode in, one for
-// each thread running Go code, and two more.
+// groups share a lock, and reads get the scratch they decode in: one for
+// each thread running Go code, and two more, where writes make such
+// objects (Config.ObjectPages); else at most two more than the dense
+// tier's decoders, as the objects are the dense tier's (reads of idle
+// pages, which wait for a decoder anyway) or left by the process before.
 func (d *Device) holdObjects() {
 	d.groupShift = groupShift
-	d.objScratch = make(chan *objectScratch, runtime.GOMAXPROCS(0)+2)
+	n := runtime.GOMAXPROCS(0) + 2
+	if d.cfg.ObjectPages <= 1 {
+		n = min(n, denseDecoders+2)
+	}
+	d.objScratch = make(chan *objectScratch, n)
 	for range cap(d.objScratch) {
 		sc := new(objectScratch)
 		clear(sc.in[:]) // written now, not first while serving
