@@ -116,7 +116,12 @@ func newDenseTier(cfg DenseConfig, pages uint32) (*denseTier, error) {
 		comp:  comp,
 		frees: make([]pagestore.Handle, 0, inlineFrees),
 	}
-	// Written now, not first while serving.
+	// Written now, not first while serving: a fresh allocation's pages
+	// are not faulted in until written, and every request touches its
+	// group's age.
+	for i := range t.ages {
+		t.ages[i].Store(0)
+	}
 	clear(t.sc.in[:])
 	clear(t.sc.out[:])
 	clear(t.raw[:])
