@@ -62,9 +62,6 @@ const (
 	// denseBlock is the input of one block of a dense object's frame: a
 	// read decodes the blocks up to the one that holds the page it wants.
 	denseBlock = 16 << 10
-	// denseCompactWaste is the slab memory beyond the data from which a
-	// pass that recompressed groups compacts the store.
-	denseCompactWaste = 1 << 20
 	// denseSlice is the work the recompressor does between two sleeps
 	// of its budget.
 	denseSlice = 2 * time.Millisecond
@@ -167,7 +164,6 @@ func (d *Device) RunDense(ctx context.Context) {
 			return
 		case <-tk.C:
 		}
-		groups := t.groups.Load()
 		for g := range t.ages {
 			a := &t.ages[g]
 			v := a.Load()
@@ -201,29 +197,7 @@ func (d *Device) RunDense(ctx context.Context) {
 				}
 			}
 		}
-		if t.groups.Load() != groups {
-			took := d.compactAfterPass()
-			t.busy.Add(int64(took))
-			busy += took
-		}
 	}
-}
-
-// compactAfterPass gives back the slabs a pass of the recompressor left
-// sparse: the objects it replaced were freed all over the store, and the
-// compactor's own bounds (RunCompactor: 15 % beyond the data, and 4 MiB)
-// would keep much of that held. It returns the time it took.
-func (d *Device) compactAfterPass() time.Duration {
-	st := d.cfg.Store.Stats()
-	if waste := st.MemUsed - st.Reserved - st.ComprDataSize; waste < denseCompactWaste {
-		return 0
-	}
-	start := time.Now()
-	moved := d.Compact()
-	took := time.Since(start)
-	d.log.Info("dense tier: compacted the page store after recompressing", "moved", moved,
-		"mem_used_before", st.MemUsed, "mem_used_after", d.cfg.Store.Stats().MemUsed, "took", took.Round(time.Millisecond))
-	return took
 }
 
 // recompress moves the group whose first page is lo into the dense tier:
