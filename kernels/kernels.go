@@ -17,7 +17,9 @@ import (
 var LZ4 []byte
 
 // Zstd is the PTX of zstd.cu: gz_zstd_parse, then gz_zstd_encode, which
-// writes zstd frames (zstd_page.h).
+// writes zstd frames (zstd_page.h); and gz_zstd_parse_groups,
+// gz_zstd_encode_blocks and gz_zstd_pack_groups, which write a frame a
+// group of pages.
 //
 //go:embed zstd.ptx
 var Zstd []byte

@@ -199,6 +199,9 @@ func denseLine(r *serving.Status) string {
 	if r.DenseGroups > 0 {
 		s += fmt.Sprintf("; recompressed %d groups from %s to %s in %s of CPU", r.DenseGroups,
 			formatSize(int64(r.DenseBytesIn)), formatSize(int64(r.DenseBytesOut)), time.Duration(r.DenseBusy*float64(time.Second)).Round(time.Millisecond))
+		if r.DenseOnGPU > 0 {
+			s += fmt.Sprintf(" (%d of them on the GPU)", r.DenseOnGPU)
+		}
 	}
 	return s
 }

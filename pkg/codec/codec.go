@@ -147,3 +147,27 @@ type BatchCompressor interface {
 type BatchAllocator interface {
 	NewBatch(cap int) (*Batch, error)
 }
+
+// GroupPages is how many adjacent pages a GroupCompressor compresses
+// together: the dense tier's groups.
+const GroupPages = 16
+
+// A GroupCompressor compresses groups of GroupPages pages, each group as
+// one zstd frame of a block a page: the dense tier's recompression on the
+// GPU. The frames decode with any zstd decoder, and a decoder that stops
+// at a block (ZstdDecoder.DecompressPrefix) reads one page of a group
+// without decoding the pages after it.
+type GroupCompressor interface {
+	BatchAllocator
+	// MaxGroups is the most groups one CompressGroups takes.
+	MaxGroups() int
+	// CompressGroups compresses the b.N/GroupPages groups of b.Pages (b.N
+	// a multiple of GroupPages). Page i is not in b.Pages but an LZ4 block
+	// at b.Out[lz4Offsets[i]:] of lz4Lens[i] bytes where lz4Lens[i] > 0
+	// (lz4Lens nil: none), which the compressor decodes first: b.Out is
+	// read before it is written. Offsets[g] and Lens[g] locate group g's
+	// frame in b.Out, Lens[g] == 0 a group it did not compress (or whose
+	// LZ4 blocks did not decode), which the caller compresses some other
+	// way or leaves as it is. b.Pages is only read.
+	CompressGroups(ctx context.Context, b *Batch, lz4Offsets, lz4Lens []uint32) error
+}

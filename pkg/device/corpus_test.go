@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,63 +159,95 @@ func TestCorpusRatioByObjectPages(t *testing.T) {
 // 2.359 on this corpus); every page reads back.
 func TestCorpusRatioAfterAging(t *testing.T) {
 	data := testneeds.Corpus(t)
-	ctx := context.Background()
 	for _, tc := range []struct {
 		name        string
 		objectPages int
 	}{{"lz4 pages alone", 1}, {"lz4 objects of 4", 4}} {
-		f := newDeviceWith(t, int64(len(data)), pagestore.Config{}, pathInline, func(c *Config) {
-			c.ObjectPages = tc.objectPages
-			c.Dense = DenseConfig{After: time.Millisecond, CPU: 1}
-		})
-		for off := 0; off < len(data); off += 32 * pageSize {
-			end := min(off+32*pageSize, len(data))
-			if err := f.dev.WriteAt(ctx, data[off:end], int64(off), false); err != nil {
-				t.Fatal(err)
-			}
+		r := ageCorpus(t, tc.name, data, tc.objectPages, nil)
+		if r.after < 1.35*r.before && tc.objectPages == 1 {
+			t.Errorf("%s: %.3f after aging, %.3f before: want 1.35 times", tc.name, r.after, r.before)
 		}
-		before := float64(len(data)) / float64(f.dev.Stats().MemUsedTotal)
-		dctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		start := time.Now()
-		go func() {
-			f.dev.RunDense(dctx)
-			close(done)
-		}()
-		for !f.dev.denseSettled() {
-			if time.Since(start) > time.Minute {
-				t.Fatal("the dense tier has not settled every group in a minute")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		cancel()
-		<-done
-		for f.dev.Compact() > 0 {
-		}
-		st := f.dev.Stats()
-		after := float64(len(data)) / float64(st.MemUsedTotal)
-		got := make([]byte, len(data))
-		pages := len(data) / pageSize
-		order := rand.New(rand.NewPCG(1, 2)).Perm(pages)
-		start = time.Now()
-		for _, pg := range order {
-			off := pg * pageSize
-			if err := f.dev.ReadAt(ctx, got[off:off+pageSize], int64(off)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		read := time.Since(start)
-		if !bytes.Equal(got, data) {
-			t.Fatalf("%s: corpus read back differs after aging", tc.name)
-		}
-		ds := st.Dense
-		t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were), %.2f CPU-s per GB recompressed; random 4 KiB reads %.1f µs each",
-			tc.name, before, after, after/before, after/2.402, st.DensePages, st.StoredPages, st.DenseObjects, st.DenseBytes,
-			ds.Groups, ds.Kept, ds.Busy.Seconds()/(float64(ds.Pages)*pageSize/1e9), float64(read.Microseconds())/float64(pages))
-		if after < 1.35*before && tc.objectPages == 1 {
-			t.Errorf("%s: %.3f after aging, %.3f before: want 1.35 times", tc.name, after, before)
-		}
-		f.dev.Close()
-		f.store.Close()
 	}
+}
+
+// aged is what ageCorpus measured: the ratio before and after aging, the
+// process's CPU time while the tier worked, and the device's stats after.
+type aged struct {
+	before, after float64
+	cpu           time.Duration
+	st            Stats
+}
+
+// ageCorpus writes data to a device of LZ4 pages (objects of objectPages),
+// given to setup first when it is not nil, ages it into the dense tier,
+// compacts it, reads every page back in random order, and logs and
+// returns what it measured.
+func ageCorpus(t *testing.T, name string, data []byte, objectPages int, setup func(*Device)) aged {
+	t.Helper()
+	ctx := context.Background()
+	f := newDeviceWith(t, int64(len(data)), pagestore.Config{}, pathInline, func(c *Config) {
+		c.ObjectPages = objectPages
+		c.Dense = DenseConfig{After: time.Millisecond, CPU: 1}
+	})
+	defer f.store.Close()
+	defer f.dev.Close()
+	if setup != nil {
+		setup(f.dev)
+	}
+	for off := 0; off < len(data); off += 32 * pageSize {
+		end := min(off+32*pageSize, len(data))
+		if err := f.dev.WriteAt(ctx, data[off:end], int64(off), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := aged{before: float64(len(data)) / float64(f.dev.Stats().MemUsedTotal)}
+	dctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	start, cpu0 := time.Now(), processCPU(t)
+	go func() {
+		f.dev.RunDense(dctx)
+		close(done)
+	}()
+	for !f.dev.denseSettled() {
+		if time.Since(start) > time.Minute {
+			t.Fatal("the dense tier has not settled every group in a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.cpu = processCPU(t) - cpu0
+	cancel()
+	<-done
+	for f.dev.Compact() > 0 {
+	}
+	r.st = f.dev.Stats()
+	r.after = float64(len(data)) / float64(r.st.MemUsedTotal)
+	got := make([]byte, len(data))
+	pages := len(data) / pageSize
+	order := rand.New(rand.NewPCG(1, 2)).Perm(pages)
+	start = time.Now()
+	for _, pg := range order {
+		off := pg * pageSize
+		if err := f.dev.ReadAt(ctx, got[off:off+pageSize], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := time.Since(start)
+	if !bytes.Equal(got, data) {
+		t.Fatalf("%s: corpus read back differs after aging", name)
+	}
+	st, ds := r.st, r.st.Dense
+	gb := float64(ds.Pages) * pageSize / 1e9
+	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f); random 4 KiB reads %.1f µs each",
+		name, r.before, r.after, r.after/r.before, r.after/2.402, st.DensePages, st.StoredPages, st.DenseObjects, st.DenseBytes,
+		ds.Groups, ds.Kept, ds.OnGPU, ds.Declined, ds.Busy.Seconds()/gb, r.cpu.Seconds()/gb, float64(read.Microseconds())/float64(pages))
+	return r
+}
+
+// processCPU is the process's user and system time.
+func processCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -85,10 +85,40 @@ type denseTier struct {
 	handles [maxChunks]pagestore.Handle
 	frees   []pagestore.Handle
 
+	// gpu, when set, recompresses groups in batches (SetDenseGPU).
+	gpu atomic.Pointer[denseGPU]
+
 	groups, pages, raced, kept atomic.Uint64
 	bytesIn, bytesOut          atomic.Uint64
-	busy                       atomic.Int64 // nanoseconds
+	onGPU, declined            atomic.Uint64
+	busy, gpuTime              atomic.Int64 // nanoseconds
 }
+
+// denseGPU is the recompressor's batch on a GPU: the groups snapshotted
+// into b's pages, compressed together by one CompressGroups.
+type denseGPU struct {
+	gc     codec.GroupCompressor
+	b      *codec.Batch
+	queued []queuedGroup
+	snaps  [][groupPages]entry
+	// LZ4 pages go to the GPU as they are stored, packed into the
+	// batch's output (lz4At bytes of it so far), and are decoded there:
+	// page i of the batch at lz4Offsets[i], lz4Lens[i] bytes (0: the
+	// page is decoded into the batch's pages already).
+	lz4Offsets, lz4Lens []uint32
+	lz4At               int
+}
+
+// queuedGroup is a group waiting in the GPU's batch: its index, its age
+// when snapshotted, and what snapshotGroup found.
+type queuedGroup struct {
+	g, age         uint32
+	stored, before int
+}
+
+// denseGPUTimeout bounds a batch of groups on the GPU: past it the tier
+// gives the GPU up and recompresses on the CPU.
+const denseGPUTimeout = 10 * time.Second
 
 func newDenseTier(cfg DenseConfig, pages uint32) (*denseTier, error) {
 	if cfg.CPU == 0 {
@@ -127,9 +157,43 @@ func newDenseTier(cfg DenseConfig, pages uint32) (*denseTier, error) {
 	return t, nil
 }
 
-// heldBytes is the memory the tier holds from the start.
+// heldBytes is the memory the tier holds: from the start, and its GPU
+// batch once it has one.
 func (t *denseTier) heldBytes() int64 {
-	return int64(len(t.ages))*4 + int64(len(t.sc.in)+len(t.sc.out)+len(t.raw)+len(t.stream)) + t.comp.HeldBytes()
+	held := int64(len(t.ages))*4 + int64(len(t.sc.in)+len(t.sc.out)+len(t.raw)+len(t.stream)) + t.comp.HeldBytes()
+	if q := t.gpu.Load(); q != nil {
+		held += int64(len(q.b.Pages)+len(q.b.Out)) + int64(len(q.b.Offsets)+len(q.b.Lens)+len(q.lz4Offsets)+len(q.lz4Lens))*4 +
+			int64(cap(q.snaps))*groupPages*8
+	}
+	return held
+}
+
+// SetDenseGPU has the dense tier recompress on gc from now on, in batches
+// of its pinned memory (allocated here: 4 MiB for the 32 groups an LZ4
+// GPU backend takes). LZ4 pages go to it as they are stored, to be
+// decoded there. It does nothing on a device without the tier.
+func (d *Device) SetDenseGPU(gc codec.GroupCompressor) error {
+	t := d.dense
+	if t == nil {
+		return nil
+	}
+	groups := gc.MaxGroups()
+	if groups < 1 {
+		return fmt.Errorf("device: dense tier: the GPU takes %d groups at a time", groups)
+	}
+	b, err := gc.NewBatch(groups * groupPages)
+	if err != nil {
+		return fmt.Errorf("device: dense tier: the GPU's batch: %w", err)
+	}
+	// Written now, not first by the recompressor: faulted in here.
+	clear(b.Pages)
+	clear(b.Out)
+	q := &denseGPU{gc: gc, b: b, queued: make([]queuedGroup, 0, groups), snaps: make([][groupPages]entry, groups)}
+	if d.cfg.Codec.Name() == "lz4" {
+		q.lz4Offsets, q.lz4Lens = make([]uint32, groups*groupPages), make([]uint32, groups*groupPages)
+	}
+	t.gpu.Store(q)
+	return nil
 }
 
 // touch marks the groups of [off, off+length) accessed.
@@ -177,15 +241,22 @@ func (d *Device) RunDense(ctx context.Context) {
 				continue
 			}
 			start := time.Now()
-			settled, err := d.recompress(uint32(g) << groupShift)
-			if err != nil {
-				d.log.Error("dense tier: a group could not be recompressed", "page", uint32(g)<<groupShift, "err", err)
-				settled = true // not tried again until it is written
+			var onGPU time.Duration // waiting for the GPU: not the budget's
+			if q := t.gpu.Load(); q != nil && d.queue(q, uint32(g), v) {
+				if len(q.queued) == cap(q.queued) {
+					onGPU = d.flushGPU(ctx, q)
+				}
+			} else {
+				settled, err := d.recompress(uint32(g), v)
+				if err != nil {
+					d.log.Error("dense tier: a group could not be recompressed", "page", uint32(g)<<groupShift, "err", err)
+					settled = true // not tried again until it is written
+				}
+				if settled {
+					a.CompareAndSwap(v, v|settledBit)
+				}
 			}
-			if settled {
-				a.CompareAndSwap(v, v|settledBit)
-			}
-			took := time.Since(start)
+			took := time.Since(start) - onGPU
 			t.busy.Add(int64(took))
 			if busy += took; busy >= denseSlice {
 				pause := time.Duration(float64(busy) * (1 - t.cfg.CPU) / t.cfg.CPU)
@@ -197,32 +268,159 @@ func (d *Device) RunDense(ctx context.Context) {
 				}
 			}
 		}
+		if q := t.gpu.Load(); q != nil && len(q.queued) > 0 {
+			start := time.Now()
+			onGPU := d.flushGPU(ctx, q)
+			t.busy.Add(int64(time.Since(start) - onGPU))
+		}
 	}
 }
 
-// recompress moves the group whose first page is lo into the dense tier:
-// its stored pages decoded, compressed together, and committed if no
-// entry of the group changed meanwhile. It reports whether the group is
+// recompress moves group g, whose age was age, into the dense tier on the
+// CPU: its stored pages decoded, compressed together, and committed if
+// the group was not accessed meanwhile. It reports whether the group is
 // settled (dense, or not worth it) rather than to be tried again.
-func (d *Device) recompress(lo uint32) (settled bool, err error) {
+func (d *Device) recompress(g, age uint32) (settled bool, err error) {
 	t := d.dense
+	lo := g << groupShift
 	pages := int(min(groupPages, d.pages-lo))
+	raw := t.raw[:pages*pageSize]
 	s := d.stripe(lo)
 	s.mu.RLock()
-	stored, dense, before, err := d.snapshotGroup(lo, pages)
+	stored, dense, before, err := d.snapshotGroup(lo, pages, &t.snap, raw, nil)
 	s.mu.RUnlock()
 	switch {
 	case err != nil:
 		return false, err
 	case stored < 0: // a page is staged: its batch commits it soon
 		return false, nil
-	case stored == 0 || dense == stored && d.oneObject(lo, pages):
+	case stored == 0 || dense == stored && oneObject(t.snap[:pages]):
 		return true, nil
 	}
+	return d.commitDense(g, age, &t.snap, pages, t.compress(raw, before), before, stored)
+}
+
+// compress compresses raw on the CPU into the tier's stream, and returns
+// the frame, or nil where it would not be smaller than before.
+func (t *denseTier) compress(raw []byte, before int) []byte {
+	n := t.comp.Compress(t.stream[:min(len(t.stream), before)], raw)
+	if n <= 0 {
+		return nil
+	}
+	return t.stream[:n]
+}
+
+// queue snapshots group g, of age age, into the GPU's batch. It reports
+// false where the group is for the CPU (the device's last group, when
+// short).
+func (d *Device) queue(q *denseGPU, g, age uint32) bool {
+	lo := g << groupShift
+	if d.pages-lo < groupPages {
+		return false
+	}
+	i := len(q.queued)
+	raw := q.b.Pages[i*groupPages*pageSize : (i+1)*groupPages*pageSize]
+	var lz4 *lz4Pages
+	if q.lz4Lens != nil {
+		lz4 = &lz4Pages{packed: q.b.Out, at: q.lz4At,
+			offsets: q.lz4Offsets[i*groupPages : (i+1)*groupPages], lens: q.lz4Lens[i*groupPages : (i+1)*groupPages]}
+	}
+	s := d.stripe(lo)
+	s.mu.RLock()
+	stored, dense, before, err := d.snapshotGroup(lo, groupPages, &q.snaps[i], raw, lz4)
+	s.mu.RUnlock()
+	a := &d.dense.ages[g]
+	switch {
+	case err != nil:
+		d.log.Error("dense tier: a group could not be recompressed", "page", lo, "err", err)
+		a.CompareAndSwap(age, age|settledBit) // not tried again until it is written
+	case stored < 0:
+	case stored == 0 || dense == stored && oneObject(q.snaps[i][:]):
+		a.CompareAndSwap(age, age|settledBit)
+	default:
+		q.queued = append(q.queued, queuedGroup{g: g, age: age, stored: stored, before: before})
+		if lz4 != nil {
+			q.lz4At = lz4.at
+		}
+	}
+	return true
+}
+
+// lz4Pages is where snapshotGroup leaves a group's LZ4 pages as they are
+// stored: packed from at, each page's offset and length (0 for a page it
+// decoded).
+type lz4Pages struct {
+	packed        []byte
+	at            int
+	offsets, lens []uint32
+}
+
+// flushGPU compresses the groups queued on the GPU and commits them; a
+// group the GPU declines is recompressed on the CPU. If the GPU fails, the
+// tier gives it up (it may still write the batch's output) and goes on
+// on the CPU, with this batch's groups. It returns the time it waited for
+// the GPU.
+func (d *Device) flushGPU(ctx context.Context, q *denseGPU) time.Duration {
+	t := d.dense
+	b := q.b
+	b.N = len(q.queued) * groupPages
+	var lz4Offsets, lz4Lens []uint32
+	if q.lz4Lens != nil {
+		lz4Offsets, lz4Lens = q.lz4Offsets[:b.N], q.lz4Lens[:b.N]
+	}
+	cctx, cancel := context.WithTimeout(ctx, denseGPUTimeout)
+	start := time.Now()
+	err := q.gc.CompressGroups(cctx, b, lz4Offsets, lz4Lens)
+	waited := time.Since(start)
+	cancel()
+	t.gpuTime.Add(int64(waited))
+	if err != nil {
+		t.gpu.Store(nil)
+		d.log.Error("dense tier: recompression on the GPU failed; recompressing on the CPU from now on", "err", err)
+	}
+	for i, qg := range q.queued {
+		var frame []byte
+		if err == nil {
+			frame = b.Compressed(i)
+		}
+		var settled bool
+		var cerr error
+		if frame != nil && len(frame) < qg.before {
+			t.onGPU.Add(1)
+			settled, cerr = d.commitDense(qg.g, qg.age, &q.snaps[i], groupPages, frame, qg.before, qg.stored)
+		} else {
+			if err == nil && frame == nil {
+				t.declined.Add(1)
+			}
+			// Its pages may be in the batch only as LZ4 blocks: the CPU
+			// takes the group from the table again.
+			settled, cerr = d.recompress(qg.g, qg.age)
+		}
+		if cerr != nil {
+			d.log.Error("dense tier: a group could not be recompressed", "page", qg.g<<groupShift, "err", cerr)
+			settled = true
+		}
+		if settled {
+			t.ages[qg.g].CompareAndSwap(qg.age, qg.age|settledBit)
+		}
+	}
+	q.queued = q.queued[:0]
+	q.lz4At = 0
+	return waited
+}
+
+// commitDense stores frame, the pages of group g compressed together,
+// as the group's dense object, if no page of the group was accessed since
+// snap was taken at age age (nothing else changes a group's age while the
+// recompressor works; an access zeroes it before it changes an entry)
+// and if frame is smaller than the before bytes the group's stored pages
+// took. It reports whether the group is settled.
+func (d *Device) commitDense(g, age uint32, snap *[groupPages]entry, pages int, frame []byte, before, stored int) (settled bool, err error) {
+	t := d.dense
+	lo := g << groupShift
 	// Kept only when it is smaller than what it replaces.
-	n := t.comp.Compress(t.stream[:min(len(t.stream), before)], t.raw[:pages*pageSize])
-	l, ok := layoutFor(n)
-	if n <= 0 || !ok || l.total >= before {
+	l, ok := layoutFor(len(frame))
+	if len(frame) == 0 || !ok || l.total >= before {
 		t.kept.Add(1)
 		return true, nil
 	}
@@ -239,21 +437,24 @@ func (d *Device) recompress(lo uint32) (settled bool, err error) {
 	for c := 1; c < l.chunks; c++ {
 		setChunkHandle(first, c, t.handles[c])
 	}
-	w := copy(first[l.header:], t.stream[:n])
+	w := copy(first[l.header:], frame)
 	for c := 1; c < l.chunks; c++ {
-		w += copy(d.cfg.Store.Bytes(t.handles[c], l.chunkLen(c)), t.stream[w:n])
+		w += copy(d.cfg.Store.Bytes(t.handles[c], l.chunkLen(c)), frame[w:])
 	}
+	s := d.stripe(lo)
 	s.mu.Lock()
+	changed := t.ages[g].Load() != age
 	for k := range pages {
-		if d.table[lo+uint32(k)] != t.snap[k] {
-			s.mu.Unlock()
-			d.cfg.Store.FreeBatch(t.handles[:l.chunks])
-			t.raced.Add(1)
-			return false, nil
-		}
+		changed = changed || d.table[lo+uint32(k)] != snap[k]
+	}
+	if changed {
+		s.mu.Unlock()
+		d.cfg.Store.FreeBatch(t.handles[:l.chunks])
+		t.raced.Add(1)
+		return false, nil
 	}
 	for k := range pages {
-		if storedState(t.snap[k]) {
+		if storedState(snap[k]) {
 			e := partEntry(t.handles[0], k, pages, l.chunkLen(0)) | denseBit
 			t.frees = d.queueFree(t.frees, d.swapLocked(s, lo+uint32(k), e))
 		}
@@ -282,12 +483,13 @@ func storedState(e entry) bool {
 	return false
 }
 
-// snapshotGroup copies the group's entries into the tier's snap and
-// decodes its stored pages into raw (the others as zeroes, which cost a
-// zstd frame nothing). It returns the stored pages (-1 if one is
-// staged), those in dense objects, and the bytes the stored pages take
-// in the store. The caller holds the group's lock.
-func (d *Device) snapshotGroup(lo uint32, pages int) (stored, dense, before int, err error) {
+// snapshotGroup copies the group's entries into snap and decodes its
+// stored pages into out (the others as zeroes, which cost a zstd frame
+// nothing), but for its LZ4 pages where lz4 is not nil: those it copies
+// there as they are stored. It returns the stored pages (-1 if one is
+// staged), those in dense objects, and the bytes the stored pages take in
+// the store. The caller holds the group's lock.
+func (d *Device) snapshotGroup(lo uint32, pages int, snap *[groupPages]entry, out []byte, lz4 *lz4Pages) (stored, dense, before int, err error) {
 	t := d.dense
 	t.sc.decoded = 0
 	var seen [groupPages]pagestore.Handle
@@ -295,17 +497,24 @@ func (d *Device) snapshotGroup(lo uint32, pages int) (stored, dense, before int,
 	for k := range pages {
 		idx := lo + uint32(k)
 		e := d.table[idx]
-		t.snap[k] = e
-		raw := t.raw[k*pageSize : (k+1)*pageSize]
-		if e.state() == stateStaged {
-			return -1, 0, 0, nil
+		snap[k] = e
+		raw := out[k*pageSize : (k+1)*pageSize]
+		if lz4 != nil {
+			lz4.lens[k] = 0
 		}
-		if !storedState(e) {
+		switch {
+		case e.state() == stateStaged:
+			return -1, 0, 0, nil
+		case !storedState(e):
 			clear(raw)
 			continue
-		}
-		if err := d.load(idx, raw, &t.sc, pages-1-k); err != nil {
-			return 0, 0, 0, err
+		case e.state() == stateStored && lz4 != nil:
+			lz4.offsets[k], lz4.lens[k] = uint32(lz4.at), uint32(e.length())
+			lz4.at += copy(lz4.packed[lz4.at:], d.cfg.Store.Bytes(e.handle(), e.length()))
+		default:
+			if err := d.load(idx, raw, &t.sc, pages-1-k); err != nil {
+				return 0, 0, 0, err
+			}
 		}
 		stored++
 		if e.state() != statePart {
@@ -332,11 +541,11 @@ func (d *Device) snapshotGroup(lo uint32, pages int) (stored, dense, before int,
 	return stored, dense, before, nil
 }
 
-// oneObject reports whether the stored pages of the group from lo, all
+// oneObject reports whether the stored pages of a group's entries, all
 // dense, are in one object: the group is as dense as it gets.
-func (d *Device) oneObject(lo uint32, pages int) bool {
+func oneObject(snap []entry) bool {
 	var h pagestore.Handle
-	for _, e := range d.dense.snap[:pages] {
+	for _, e := range snap {
 		if e.state() != statePart {
 			continue
 		}
@@ -357,8 +566,13 @@ type DenseStats struct {
 	// Raced: groups written while being recompressed (the work is
 	// dropped); Kept: groups that did not compress smaller.
 	Raced, Kept uint64
-	// Busy is the time the recompressor worked.
+	// Busy is the time the recompressor worked on the CPU.
 	Busy time.Duration
+	// OnGPU: groups compressed on the GPU (SetDenseGPU); Declined:
+	// groups the GPU gave back, compressed on the CPU; GPUTime: the time
+	// the recompressor waited for the GPU.
+	OnGPU, Declined uint64
+	GPUTime         time.Duration
 }
 
 func (t *denseTier) stats() DenseStats {
@@ -369,7 +583,9 @@ func (t *denseTier) stats() DenseStats {
 		Groups: t.groups.Load(), Pages: t.pages.Load(),
 		BytesIn: t.bytesIn.Load(), BytesOut: t.bytesOut.Load(),
 		Raced: t.raced.Load(), Kept: t.kept.Load(),
-		Busy: time.Duration(t.busy.Load()),
+		Busy:  time.Duration(t.busy.Load()),
+		OnGPU: t.onGPU.Load(), Declined: t.declined.Load(),
+		GPUTime: time.Duration(t.gpuTime.Load()),
 	}
 }
 

@@ -2,8 +2,11 @@ package device
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
 )
 
 // age runs d's dense tier until every group is settled.
@@ -197,5 +200,163 @@ func TestDenseReadsDoNotAllocate(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, run); n != 0 {
 		t.Fatalf("%.1f allocations a round", n)
+	}
+}
+
+// cpuGroups is a codec.GroupCompressor on the CPU, as the GPU's behaves:
+// frames of a block a page, groups it declines, a hook that runs while it
+// works, and a failure.
+type cpuGroups struct {
+	z         *codec.ZstdObjects
+	max       int
+	decline   int // every decline-th group, from the first; 0: none
+	fail      bool
+	during    func() // runs inside CompressGroups
+	calls, in int
+	lz4       int // pages given as LZ4 blocks
+}
+
+func newCPUGroups(t *testing.T, max int) *cpuGroups {
+	z, err := codec.NewZstdObjects(1, groupPages*pageSize, pageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cpuGroups{z: z, max: max}
+}
+
+func (c *cpuGroups) NewBatch(pages int) (*codec.Batch, error) { return codec.NewBatch(pages), nil }
+func (c *cpuGroups) MaxGroups() int                           { return c.max }
+
+func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
+	c.calls++
+	if c.during != nil {
+		c.during()
+	}
+	if c.fail {
+		return errors.New("the device fell off the bus")
+	}
+	// The pages given as LZ4 blocks decoded, as the GPU does on its side.
+	pages := append([]byte(nil), b.Pages[:b.N*pageSize]...)
+	for i, l := range lz4Lens[:min(len(lz4Lens), b.N)] {
+		if l == 0 {
+			continue
+		}
+		c.lz4++
+		if err := codec.NewLZ4().Decompress(pages[i*pageSize:(i+1)*pageSize], b.Out[lz4Offsets[i]:lz4Offsets[i]+l]); err != nil {
+			return err
+		}
+	}
+	at := 0
+	for g := range b.N / groupPages {
+		c.in++
+		b.Offsets[g], b.Lens[g] = 0, 0
+		if c.decline > 0 && g%c.decline == 0 {
+			continue
+		}
+		n := c.z.Compress(b.Out[at:], pages[g*groupPages*pageSize:(g+1)*groupPages*pageSize])
+		if n > 0 {
+			b.Offsets[g], b.Lens[g] = uint32(at), uint32(n)
+			at += (n + 15) &^ 15
+		}
+	}
+	return nil
+}
+
+// TestDenseTierOnAGroupCompressor ages devices whose dense tier
+// recompresses on a group compressor as the GPU's (in batches of 3 groups,
+// the device's last group short and for the CPU; pages alone, given to it
+// as LZ4 blocks, or objects of 4, decoded first): every page reads back
+// and the store holds exactly the table's chunks, whether the compressor
+// compresses every group, declines some (the CPU does them), or fails
+// (the tier gives it up and goes on on the CPU).
+func TestDenseTierOnAGroupCompressor(t *testing.T) {
+	const pages = 10*groupPages + 5
+	for _, c := range []struct {
+		name          string
+		objects       int // --object-pages
+		decline       int
+		fail          bool
+		onGPU, denied bool
+	}{
+		{name: "all", objects: 1, onGPU: true},
+		{name: "objects of 4", objects: 4, onGPU: true},
+		{name: "declining", objects: 1, decline: 2, onGPU: true, denied: true},
+		{name: "failing", objects: 1, fail: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newDenseFixture(t, pages, c.objects)
+			d, store := f.open(t)
+			defer store.Close()
+			defer d.Close()
+			gc := newCPUGroups(t, 3)
+			gc.decline, gc.fail = c.decline, c.fail
+			if err := d.SetDenseGPU(gc); err != nil {
+				t.Fatal(err)
+			}
+			data := denseData(pages)
+			if err := d.WriteAt(context.Background(), data, 0, false); err != nil {
+				t.Fatal(err)
+			}
+			age(t, d)
+			checkContents(t, d, data)
+			checkStore(t, d, store)
+			st := d.Stats()
+			if st.DensePages != st.StoredPages {
+				t.Fatalf("%d dense pages of %d stored", st.DensePages, st.StoredPages)
+			}
+			if (st.Dense.OnGPU > 0) != c.onGPU || (st.Dense.Declined > 0) != c.denied {
+				t.Fatalf("%d groups on the compressor, %d declined (%d calls)", st.Dense.OnGPU, st.Dense.Declined, gc.calls)
+			}
+			if c.fail && (gc.calls != 1 || d.dense.gpu.Load() != nil) {
+				t.Fatalf("after a failure the compressor was called %d times, and is still the tier's: %v", gc.calls, d.dense.gpu.Load() != nil)
+			}
+			if !c.fail && (st.Dense.OnGPU+st.Dense.Declined != uint64(gc.in) || gc.lz4 == 0) {
+				t.Fatalf("%d groups given to the compressor, %d counted; %d of their pages as LZ4 blocks", gc.in, st.Dense.OnGPU+st.Dense.Declined, gc.lz4)
+			}
+		})
+	}
+}
+
+// TestDenseTierOnAGroupCompressorRaces writes pages of the groups being
+// compressed while the compressor works: those groups' frames are dropped,
+// and they are recompressed once idle again, with what was written.
+func TestDenseTierOnAGroupCompressorRaces(t *testing.T) {
+	const pages = 8 * groupPages
+	f := newDenseFixture(t, pages, 1)
+	d, store := f.open(t)
+	defer store.Close()
+	defer d.Close()
+	gc := newCPUGroups(t, 4)
+	if err := d.SetDenseGPU(gc); err != nil {
+		t.Fatal(err)
+	}
+	data := denseData(pages)
+	ctx := context.Background()
+	if err := d.WriteAt(ctx, data, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	gc.during = func() {
+		if writes >= 2 {
+			return
+		}
+		// A page of the batch's first group, and a read of its second:
+		// the first two batches hold groups 0-3 and 4-7.
+		i := writes * 4 * groupPages
+		objectPage(11, i, data[i*pageSize:(i+1)*pageSize])
+		if err := d.WriteAt(ctx, data[i*pageSize:(i+1)*pageSize], int64(i)*pageSize, false); err != nil {
+			t.Error(err)
+		}
+		if err := d.ReadAt(ctx, make([]byte, pageSize), int64(i+groupPages)*pageSize); err != nil {
+			t.Error(err)
+		}
+		writes++
+	}
+	age(t, d)
+	checkContents(t, d, data)
+	checkStore(t, d, store)
+	st := d.Stats()
+	if st.Dense.Raced != 4 || st.DensePages != st.StoredPages {
+		t.Fatalf("%d groups raced, %d dense pages of %d stored", st.Dense.Raced, st.DensePages, st.StoredPages)
 	}
 }

@@ -5,7 +5,8 @@ package gpu
 
 import "fmt"
 
-// Compile compiles algorithm's embedded PTX for GPU index device and
+// Compile compiles algorithm's embedded PTX (and zstd.cu's kernels of
+// groups, where the algorithm is not zstd) for GPU index device and
 // returns the module image (a cubin) for Config.Image. The driver's PTX
 // compiler is loaded into the calling process for it and stays: 20 MiB of
 // libnvidia-ptxjitcompiler, locked under mlockall, and 25-30 MiB more of
@@ -14,8 +15,7 @@ import "fmt"
 // gpu-compile`) and hands the image to the process that serves. Every
 // error wraps ErrUnavailable.
 func Compile(device int, algorithm string) ([]byte, error) {
-	batch, ok := batchKernels[algorithm]
-	if !ok {
+	if _, ok := batchKernels[algorithm]; !ok {
 		return nil, fmt.Errorf("%w: gpu: unknown algorithm %q (want lz4 or zstd)", ErrUnavailable, algorithm)
 	}
 	dr, info, err := loadDriver(device, 0)
@@ -23,7 +23,7 @@ func Compile(device int, algorithm string) ([]byte, error) {
 		return nil, err
 	}
 	defer dr.close()
-	img, err := dr.link(batch.ptx)
+	img, err := dr.link(modules(algorithm, nil)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: compiling the %s kernels: %w", ErrUnavailable, info.Name, algorithm, err)
 	}

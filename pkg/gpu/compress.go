@@ -84,10 +84,17 @@ func (g *Backend) split(b *codec.Batch, f func(part *codec.Batch, first int) err
 
 // compressPart compresses a batch of at most MaxBatchPages pages.
 func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
-	n := b.N
-	if n == 0 {
+	if b.N == 0 {
 		return nil
 	}
+	return g.run(ctx, b, b.N, g.launch, codec.PageSize, "page", nil)
+}
+
+// run compresses b's pages on a slot with the kernels launch queues, and
+// gives b its results first ones: pages or groups, each shorter than
+// limit; then after, when not nil, runs with the slot still held.
+func (g *Backend) run(ctx context.Context, b *codec.Batch, results int, launch func(*slot, int) error, limit int, what string,
+	after func(*slot)) error {
 	s, err := g.acquire(ctx)
 	if err != nil {
 		return err
@@ -100,37 +107,27 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 			return err
 		}
 	}
-	total, err := g.compress(ctx, s, b.Pages[:n*codec.PageSize], n, dst)
+	total, err := g.compress(ctx, s, b.Pages[:b.N*codec.PageSize], b.N, results, launch, dst)
 	if err != nil {
 		return err
-	}
-	offs := s.hMeta[metaHeaderWords : metaHeaderWords+n]
-	lens := s.hMeta[metaHeaderWords+g.cfg.MaxBatchPages : metaHeaderWords+g.cfg.MaxBatchPages+n]
-	// Trust nothing the device returned until it is checked.
-	for i := range n {
-		l, o := lens[i], offs[i]
-		if l >= codec.PageSize || (l > 0 && (o%16 != 0 || uint64(o)+uint64(l) > uint64(total))) {
-			return fmt.Errorf("gpu: page %d: device returned length %d at offset %d of %d packed bytes", i, l, o, total)
-		}
 	}
 	if !direct {
 		copy(b.Out[:total], dst[:total])
 	}
-	for i := range n {
-		b.Lens[i] = lens[i]
-		if lens[i] == 0 {
-			b.Offsets[i] = 0
-		} else {
-			b.Offsets[i] = offs[i]
-		}
+	if err := g.results(s, results, limit, total, what, b.Offsets, b.Lens); err != nil {
+		return err
+	}
+	if after != nil {
+		after(s)
 	}
 	return nil
 }
 
-// compress runs one batch on slot s and leaves the packed bytes in dst
-// (pinned memory) and the offsets and lengths in s.hMeta. It returns the
-// packed size.
-func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, dst []byte) (int, error) {
+// compress runs one batch on slot s: n pages up, the kernels launch
+// queues, and the packed bytes back into dst (pinned memory), with the
+// offsets and lengths of the first results pages or groups in s.hMeta. It
+// returns the packed size.
+func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n, results int, launch func(*slot, int) error, dst []byte) (int, error) {
 	dr, m := g.dr, g.cfg.MaxBatchPages
 	if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {
 		return 0, err
@@ -138,15 +135,15 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, ds
 	if err := dr.htod(s.dPages, pages, s.stream); err != nil {
 		return 0, err
 	}
-	if err := g.launch(s, n); err != nil {
+	if err := launch(s, n); err != nil {
 		return 0, err
 	}
 	lens := s.dMeta + devicePtr(4*(metaHeaderWords+m))
 	// The header and offsets, then the lengths: one copy each.
-	if err := dr.dtoh(s.hMetaBytes[:4*(metaHeaderWords+n)], s.dMeta, s.stream); err != nil {
+	if err := dr.dtoh(s.hMetaBytes[:4*(metaHeaderWords+results)], s.dMeta, s.stream); err != nil {
 		return 0, err
 	}
-	if err := dr.dtoh(s.hMetaBytes[4*(metaHeaderWords+m):4*(metaHeaderWords+m+n)], lens, s.stream); err != nil {
+	if err := dr.dtoh(s.hMetaBytes[4*(metaHeaderWords+m):4*(metaHeaderWords+m+results)], lens, s.stream); err != nil {
 		return 0, err
 	}
 	// The packed bytes come down whole, as many as the pages were, not
@@ -165,6 +162,31 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n int, ds
 		return 0, fmt.Errorf("gpu: device reported %d packed bytes for %d pages", total, n)
 	}
 	return total, nil
+}
+
+// results checks the offsets and lengths of the first n results of slot
+// s, each shorter than limit, against the packed size total, and copies
+// them to offsets and lens (offset 0 where the length is).
+func (g *Backend) results(s *slot, n, limit, total int, what string, offsets, lens []uint32) error {
+	m := g.cfg.MaxBatchPages
+	offs := s.hMeta[metaHeaderWords : metaHeaderWords+n]
+	ls := s.hMeta[metaHeaderWords+m : metaHeaderWords+m+n]
+	// Trust nothing the device returned until it is checked.
+	for i := range n {
+		l, o := ls[i], offs[i]
+		if l >= uint32(limit) || (l > 0 && (o%16 != 0 || uint64(o)+uint64(l) > uint64(total))) {
+			return fmt.Errorf("gpu: %s %d: device returned length %d at offset %d of %d packed bytes", what, i, l, o, total)
+		}
+	}
+	for i := range n {
+		lens[i] = ls[i]
+		if ls[i] == 0 {
+			offsets[i] = 0
+		} else {
+			offsets[i] = offs[i]
+		}
+	}
+	return nil
 }
 
 // launch queues the batch's kernels on s for its n pages, already on the

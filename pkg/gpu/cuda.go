@@ -159,27 +159,28 @@ static CUresult gz_ctx_release(gz_cuda *d, CUdevice dev) { return d->primaryCtxR
 #define CTX(d, c) do { CUresult r_ = (d)->ctxSetCurrent(c); if (r_ != GZ_CUDA_SUCCESS) return r_; } while (0)
 
 static CUresult gz_module_load(gz_cuda *d, CUcontext c, CUmodule *m, const void *image) { CTX(d, c); return d->moduleLoadData(m, image); }
-// gz_link compiles PTX (NUL-terminated, len bytes with the NUL) for the
-// context's device and returns the image in *out, *outlen bytes, malloc'd
-// (the link state owns its own copy); the JIT's error log goes to log.
-static CUresult gz_link(gz_cuda *d, CUcontext c, void *ptx, size_t len, void **out, size_t *outlen, char *log, unsigned logsize) {
+// gz_link compiles PTX inputs (n of them, each NUL-terminated, len[i]
+// bytes with the NUL) for the context's device into one image, returned in
+// *out, *outlen bytes, malloc'd (the link state owns its own copy); the
+// JIT's error log goes to log.
+static CUresult gz_link(gz_cuda *d, CUcontext c, void **ptx, size_t *len, int n, void **out, size_t *outlen, char *log, unsigned logsize) {
 	CTX(d, c);
 	int opts[] = {GZ_CU_JIT_ERROR_LOG_BUFFER, GZ_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
 	void *vals[] = {log, (void *)(uintptr_t)logsize};
 	CUlinkState ls;
 	CUresult r = d->linkCreate(2, opts, vals, &ls);
 	if (r != GZ_CUDA_SUCCESS) return r;
-	r = d->linkAddData(ls, GZ_CU_JIT_INPUT_PTX, ptx, len, "gzramd", 0, NULL, NULL);
+	for (int i = 0; i < n && r == GZ_CUDA_SUCCESS; i++) r = d->linkAddData(ls, GZ_CU_JIT_INPUT_PTX, ptx[i], len[i], "gzramd", 0, NULL, NULL);
 	void *img = NULL;
-	size_t n = 0;
-	if (r == GZ_CUDA_SUCCESS) r = d->linkComplete(ls, &img, &n);
+	size_t size = 0;
+	if (r == GZ_CUDA_SUCCESS) r = d->linkComplete(ls, &img, &size);
 	if (r == GZ_CUDA_SUCCESS) {
-		*out = malloc(n);
+		*out = malloc(size);
 		if (*out == NULL) {
 			r = 2; // CUDA_ERROR_OUT_OF_MEMORY
 		} else {
-			memcpy(*out, img, n);
-			*outlen = n;
+			memcpy(*out, img, size);
+			*outlen = size;
 		}
 	}
 	d->linkDestroy(ls);
@@ -249,6 +250,8 @@ var errNotReady = errors.New("gpu: stream not ready")
 type cuda interface {
 	close()
 	loadModule(ptx []byte) (module, error)
+	// link compiles PTX modules into one image for loadModule.
+	link(ptx ...[]byte) ([]byte, error)
 	unloadModule(m module) error
 	function(m module, name string) (function, error)
 	memAlloc(n int) (devicePtr, error)
@@ -378,21 +381,32 @@ func (dr *driver) loadModule(ptx []byte) (module, error) {
 	return m, dr.check("cuModuleLoadData", C.gz_module_load(dr.d, dr.ctx, &m, img))
 }
 
-// link compiles ptx for the device and returns the image.
-func (dr *driver) link(ptx []byte) ([]byte, error) {
-	src := C.CBytes(append(append([]byte(nil), ptx...), 0))
-	defer C.free(src)
+// link compiles the PTX modules for the device into one image.
+func (dr *driver) link(ptx ...[]byte) ([]byte, error) {
+	n := len(ptx)
+	if n == 0 {
+		return nil, errors.New("gpu: nothing to link")
+	}
+	srcs := (*[1 << 10]unsafe.Pointer)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(unsafe.Pointer(nil)))))[:n:n]
+	lens := (*[1 << 10]C.size_t)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.size_t(0)))))[:n:n]
+	defer C.free(unsafe.Pointer(&srcs[0]))
+	defer C.free(unsafe.Pointer(&lens[0]))
+	for i, p := range ptx {
+		srcs[i] = C.CBytes(append(append([]byte(nil), p...), 0))
+		lens[i] = C.size_t(len(p) + 1)
+		defer C.free(srcs[i])
+	}
 	var log [4096]C.char
 	var img unsafe.Pointer
-	var n C.size_t
-	if err := dr.check("cuLinkComplete", C.gz_link(dr.d, dr.ctx, src, C.size_t(len(ptx)+1), &img, &n, &log[0], C.uint(len(log)))); err != nil {
+	var size C.size_t
+	if err := dr.check("cuLinkComplete", C.gz_link(dr.d, dr.ctx, &srcs[0], &lens[0], C.int(n), &img, &size, &log[0], C.uint(len(log)))); err != nil {
 		if msg := C.GoString(&log[0]); msg != "" {
 			return nil, fmt.Errorf("%w: %s", err, msg)
 		}
 		return nil, err
 	}
 	defer C.free(img)
-	return C.GoBytes(img, C.int(n)), nil
+	return C.GoBytes(img, C.int(size)), nil
 }
 
 func (dr *driver) unloadModule(m module) error {

@@ -48,7 +48,8 @@ type kernel struct {
 // An algorithm's embedded PTX, the kernels a batch runs, in order, and the
 // scratch they need a page: lz4.cu's one kernel (C_WARPS pages a block),
 // zstd.cu's two (ZW_PARSE_WARPS pages a block of gz_zstd_parse, one of
-// gz_zstd_encode; ZW_SCRATCH_PAGE).
+// gz_zstd_encode; ZW_SCRATCH_PAGE). Every backend also loads zstd.cu's
+// kernels of groups (groupKernels).
 var batchKernels = map[string]struct {
 	ptx          []byte
 	kernels      []kernel
@@ -56,6 +57,31 @@ var batchKernels = map[string]struct {
 }{
 	"lz4":  {kernels.LZ4, []kernel{{name: "gz_lz4_compress", pagesPerBlock: 4}}, 1},
 	"zstd": {kernels.Zstd, []kernel{{name: "gz_zstd_parse", pagesPerBlock: 4}, {name: "gz_zstd_encode", pagesPerBlock: 1}}, 2},
+}
+
+// groupKernels compress groups of codec.GroupPages pages, each as one zstd
+// frame (CompressGroups): zstd.cu's, launched with a warp a group, a warp
+// a page, and a warp a group; ZW_SCRATCH_PAGE a page.
+var groupKernels = []kernel{{name: "gz_zstd_parse_groups"}, {name: "gz_zstd_encode_blocks"}, {name: "gz_zstd_pack_groups"}}
+
+// groupScratchPages is the scratch groupKernels need a page.
+const groupScratchPages = 2
+
+// lz4DecodeWarps is D_WARPS in kernels/lz4.cu: pages a block of
+// gz_lz4_decompress, which decodes the LZ4 pages of groups.
+const lz4DecodeWarps = 4
+
+// modules is the PTX a backend of algorithm loads: the algorithm's own (ptx
+// in its place when not nil: a variant being measured), then the other's,
+// for the kernels of groups (zstd.cu's) and their LZ4 decoder (lz4.cu's).
+func modules(algorithm string, ptx []byte) [][]byte {
+	if ptx == nil {
+		ptx = batchKernels[algorithm].ptx
+	}
+	if algorithm == "zstd" {
+		return [][]byte{ptx, kernels.LZ4}
+	}
+	return [][]byte{ptx, kernels.Zstd}
 }
 
 // Config selects and sizes the GPU backend.
@@ -149,6 +175,10 @@ type Backend struct {
 	log     *slog.Logger
 	mod     module
 	kernels []kernel // a batch's, in order
+	groups  []kernel // CompressGroups', in order
+	// lz4Decode is gz_lz4_decompress, which CompressGroups runs first
+	// on pages given as LZ4 blocks.
+	lz4Decode function
 	slots   []*slot
 	free    chan *slot
 	closed  atomic.Bool
@@ -200,21 +230,29 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 
 func (g *Backend) setup(ptx []byte) error {
 	batch := batchKernels[g.cfg.Algorithm]
-	if ptx == nil && g.cfg.Image != nil {
-		ptx, g.info.Compiled = g.cfg.Image, true
-	}
-	if ptx == nil {
-		ptx = batch.ptx
-	}
+	var img []byte
 	var err error
-	if g.mod, err = g.dr.loadModule(ptx); err != nil {
+	if ptx == nil && g.cfg.Image != nil {
+		img, g.info.Compiled = g.cfg.Image, true
+	} else if img, err = g.dr.link(modules(g.cfg.Algorithm, ptx)...); err != nil {
 		return err
 	}
-	for _, k := range batch.kernels {
-		if k.f, err = g.dr.function(g.mod, k.name); err != nil {
-			return err
+	if g.mod, err = g.dr.loadModule(img); err != nil {
+		return err
+	}
+	for _, ks := range []struct {
+		from []kernel
+		to   *[]kernel
+	}{{batch.kernels, &g.kernels}, {groupKernels, &g.groups}} {
+		for _, k := range ks.from {
+			if k.f, err = g.dr.function(g.mod, k.name); err != nil {
+				return err
+			}
+			*ks.to = append(*ks.to, k)
 		}
-		g.kernels = append(g.kernels, k)
+	}
+	if g.lz4Decode, err = g.dr.function(g.mod, "gz_lz4_decompress"); err != nil {
+		return err
 	}
 	n := g.cfg.MaxBatchPages
 	for range g.cfg.Slots {

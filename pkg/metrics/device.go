@@ -36,7 +36,7 @@ type Device struct {
 	stagingRefused, stagingWaits, stagingSealed, commitRetries, unusedSlots    *prometheus.Desc
 	compressedPages, inlinePages                                               *prometheus.Desc
 	tierPages, tierBytes, denseGroups, densePages, denseBytes, denseSkipped    *prometheus.Desc
-	denseSeconds                                                               *prometheus.Desc
+	denseSeconds, denseGPUGroups, denseGPUSeconds                              *prometheus.Desc
 }
 
 func gauge(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
@@ -106,7 +106,11 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 		denseSkipped: prometheus.NewDesc("gzramd_dense_skipped_groups_total",
 			"Idle groups the dense tier left as they were: raced (written while it worked; tried again once idle) or kept (not smaller recompressed).", []string{"reason"}, nil),
 		denseSeconds: prometheus.NewDesc("gzramd_dense_busy_seconds_total",
-			"Time the dense tier's recompressor worked, at most --dense-cpu of the time it ran.", nil, nil),
+			"Time the dense tier's recompressor worked on the CPU, at most --dense-cpu of the time it ran.", nil, nil),
+		denseGPUGroups: prometheus.NewDesc("gzramd_dense_gpu_groups_total",
+			"Idle groups the dense tier gave the GPU, by result: compressed there, or declined (a page of it would not fit a block; compressed on the CPU).", []string{"result"}, nil),
+		denseGPUSeconds: prometheus.NewDesc("gzramd_dense_gpu_seconds_total",
+			"Time the dense tier's recompressor waited for the GPU (not CPU time).", nil, nil),
 	}
 }
 
@@ -118,6 +122,7 @@ func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingWaits, m.stagingSealed, m.commitRetries, m.unusedSlots,
 		m.compressedPages, m.inlinePages,
 		m.tierPages, m.tierBytes, m.denseGroups, m.densePages, m.denseBytes, m.denseSkipped, m.denseSeconds,
+		m.denseGPUGroups, m.denseGPUSeconds,
 	} {
 		ch <- d
 	}
@@ -157,6 +162,9 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	c(m.denseSkipped, float64(st.Dense.Raced), "raced")
 	c(m.denseSkipped, float64(st.Dense.Kept), "kept")
 	c(m.denseSeconds, st.Dense.Busy.Seconds())
+	c(m.denseGPUGroups, float64(st.Dense.OnGPU), "compressed")
+	c(m.denseGPUGroups, float64(st.Dense.Declined), "declined")
+	c(m.denseGPUSeconds, st.Dense.GPUTime.Seconds())
 	c(m.compacted, float64(st.PagesCompacted))
 	c(m.prefaultMisses, float64(st.PrefaultMisses))
 	c(m.failedReads, float64(st.FailedReads))

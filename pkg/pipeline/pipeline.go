@@ -235,7 +235,7 @@ func (p *Pipeline) Holdings() []swapsafe.Holding {
 		{Name: "codec-contexts", Bytes: p.Codec.HeldBytes(), Why: "the " + p.Codec.Name() + " codec's compression and decompression contexts, written at start; a page's compression or decoding waits for a free one rather than allocating"},
 	}
 	if held.Dense > 0 {
-		hs = append(hs, swapsafe.Holding{Name: "dense-tier", Bytes: held.Dense, Why: "the dense tier's recompressor: its zstd context for objects of 16 pages and its buffers, the groups' idle ages, and the decoder of its objects where the codec is not zstd (--dense-after)"})
+		hs = append(hs, swapsafe.Holding{Name: "dense-tier", Bytes: held.Dense, Why: "the dense tier's recompressor: its zstd context for objects of 16 pages and its buffers, the groups' idle ages, the decoder of its objects where the codec is not zstd, and with a GPU its batch of groups, pinned (--dense-after)"})
 	}
 	if held.Staging > 0 {
 		hs = append(hs,

@@ -52,8 +52,9 @@ func (a *accelerator) staged() bool {
 // openLate opens the GPU for a serving process that took the device over
 // and already serves on the CPU (lateGPU), and hands it to the router;
 // onOpen runs once it is open (before the router uses it). If it cannot
-// be opened, the device goes on on the CPU.
-func (a *accelerator) openLate(c gpuSetup, onOpen func(gpu.DeviceInfo), log *slog.Logger) {
+// be opened, the device goes on on the CPU. onReady runs once the router
+// has it.
+func (a *accelerator) openLate(c gpuSetup, onOpen func(gpu.DeviceInfo), onReady func(*gpu.Backend), log *slog.Logger) {
 	start := time.Now()
 	if c.kernels.image == nil && c.kernels.err == nil {
 		c.kernels = compileKernels(context.Background(), c.device, c.algorithm)
@@ -82,6 +83,7 @@ func (a *accelerator) openLate(c gpuSetup, onOpen func(gpu.DeviceInfo), log *slo
 	}
 	log.Info("the GPU is open: staged writes go to it again", "device", opened.info.Name,
 		"opened_in", time.Since(start).Round(time.Millisecond))
+	onReady(opened.gpu)
 }
 
 // gpuSetup is what opening the GPU takes: --backend, --algorithm,

@@ -152,6 +152,9 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 			"takeovers", info.Takeovers, "state", info.ID)
 	}
 	d.dev = d.pipe.Device
+	if g, _, _ := d.accel.current(); g != nil {
+		d.denseOnGPU(g)
+	}
 	var rec nbd.Recorder // stays nil, not a nil *iolog.Recorder, unless recording
 	if cfg.RecordTrace != "" {
 		if d.trace, err = iolog.Create(cfg.RecordTrace, cfg.Export, log); err != nil {
@@ -204,6 +207,18 @@ func (d *daemon) gpuOpened(info gpu.DeviceInfo) {
 	} else {
 		d.log.Warn("real-time scheduling off: the GPU driver busy-waits, and must not do so at real-time priority")
 	}
+}
+
+// denseOnGPU has the dense tier recompress on g.
+func (d *daemon) denseOnGPU(g *gpu.Backend) {
+	if d.cfg.DenseAfter == 0 {
+		return
+	}
+	if err := d.dev.SetDenseGPU(g); err != nil {
+		d.log.Warn("the dense tier recompresses on the CPU", "err", err)
+		return
+	}
+	d.log.Info("the dense tier recompresses on the GPU", "groups_a_batch", g.MaxGroups())
 }
 
 // close releases what newDaemon and run built, in reverse order.
@@ -309,6 +324,7 @@ func (d *daemon) status() Status {
 		LostPages:  st.LostPages,
 		DensePages: st.DensePages, DenseBytes: st.DenseBytes, DenseGroups: st.Dense.Groups,
 		DenseBytesIn: st.Dense.BytesIn, DenseBytesOut: st.Dense.BytesOut, DenseBusy: st.Dense.Busy.Seconds(),
+		DenseOnGPU: st.Dense.OnGPU,
 		DenseAfter: d.cfg.DenseAfter.Seconds(),
 	}
 	if d.start.Serving {
@@ -443,7 +459,7 @@ func (d *daemon) run(ctx context.Context) error {
 			d.log.Warn("serving again after the takeover", "pause", pause.Round(time.Millisecond), "takeovers", d.takeovers)
 		}
 		if d.accel.late != nil {
-			go d.accel.openLate(d.gpuSetup, d.gpuOpened, d.log)
+			go d.accel.openLate(d.gpuSetup, d.gpuOpened, d.denseOnGPU, d.log)
 		}
 		if err := d.notify.Notify("READY=1\nSTATUS=serving " + d.cfg.Export); err != nil {
 			d.log.Warn("sd_notify READY=1 failed", "err", err)

@@ -49,6 +49,7 @@ type Status struct {
 	DenseBytesIn  uint64  `json:"dense_recompressed_bytes_before"`
 	DenseBytesOut uint64  `json:"dense_recompressed_bytes_after"`
 	DenseBusy     float64 `json:"dense_busy_seconds"`
+	DenseOnGPU    uint64  `json:"dense_gpu_groups"`    // of DenseGroups, compressed on the GPU
 	DenseAfter    float64 `json:"dense_after_seconds"` // 0: the tier is off
 	Connections   int     `json:"connections"`
 	UptimeSeconds float64 `json:"uptime_seconds"`

@@ -1,0 +1,119 @@
+// Compressing groups of pages, each as one zstd frame, for the dense tier.
+
+package gpu
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+)
+
+// MaxGroups implements codec.GroupCompressor: as many groups as a slot's
+// scratch holds (ZW_SCRATCH_PAGE a page).
+func (g *Backend) MaxGroups() int {
+	scratch := g.cfg.MaxBatchPages * batchKernels[g.cfg.Algorithm].scratchPages
+	return min(g.cfg.MaxBatchPages, scratch/groupScratchPages) / codec.GroupPages
+}
+
+// CompressGroups implements codec.GroupCompressor. The frames are packed
+// at the start of b.Out (16-byte aligned offsets). When it returns an
+// error the device may still be working on a quarantined slot, and may
+// still write b.Out.
+func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
+	if err := g.checkBatch(b); err != nil {
+		return err
+	}
+	n := b.N
+	groups := n / codec.GroupPages
+	switch {
+	case n%codec.GroupPages != 0 || groups > g.MaxGroups():
+		return fmt.Errorf("gpu: %d pages are not whole groups of %d, or more than %d groups", n, codec.GroupPages, g.MaxGroups())
+	case lz4Lens != nil && (len(lz4Lens) < n || len(lz4Offsets) < n):
+		return fmt.Errorf("gpu: LZ4 blocks of %d pages given for %d pages", len(lz4Lens), n)
+	case groups == 0:
+		return nil
+	}
+	// The LZ4 blocks, checked as the kernel reads them: within b.Out,
+	// each shorter than a page.
+	packed := 0
+	for i, l := range lz4Lens[:min(len(lz4Lens), n)] {
+		if l == 0 {
+			continue
+		}
+		end := uint64(lz4Offsets[i]) + uint64(l)
+		if l >= codec.PageSize || end > uint64(len(b.Out)) {
+			return fmt.Errorf("gpu: page %d: an LZ4 block of %d bytes at %d, outside the batch's %d bytes", i, l, lz4Offsets[i], len(b.Out))
+		}
+		packed = max(packed, int(end))
+	}
+	launch := g.launchGroups
+	var after func(*slot)
+	if packed > 0 {
+		launch = func(s *slot, n int) error {
+			if err := g.decodeLZ4(s, b.Out[:packed], lz4Offsets[:n], lz4Lens[:n]); err != nil {
+				return err
+			}
+			return g.launchGroups(s, n)
+		}
+		// A group with a page that did not decode is not compressed.
+		after = func(s *slot) {
+			m := g.cfg.MaxBatchPages
+			status := s.hMeta[metaHeaderWords+2*m : metaHeaderWords+2*m+n]
+			for i, l := range lz4Lens[:n] {
+				if l != 0 && status[i] != 0 {
+					b.Offsets[i/codec.GroupPages], b.Lens[i/codec.GroupPages] = 0, 0
+				}
+			}
+		}
+	}
+	return g.run(ctx, b, groups, launch, codec.GroupPages*codec.PageSize, "group", after)
+}
+
+// decodeLZ4 queues on s the decoding of the LZ4 blocks in packed (page i's
+// at offsets[i], lens[i] bytes; none where 0) into their pages of the
+// batch on the device, and the decoder's status of each page back to
+// s.hMeta. The packed blocks go up to the device's packed output, which
+// the kernels of groups write only after.
+func (g *Backend) decodeLZ4(s *slot, packed []byte, offsets, lens []uint32) error {
+	dr, m, n := g.dr, g.cfg.MaxBatchPages, len(lens)
+	dOffs := s.dMeta + devicePtr(4*metaHeaderWords)
+	dLens := s.dMeta + devicePtr(4*(metaHeaderWords+m))
+	dStatus := s.dMeta + devicePtr(4*(metaHeaderWords+2*m))
+	if err := dr.htod(s.dPacked, packed, s.stream); err != nil {
+		return err
+	}
+	// Offsets and lengths go up from the pinned meta buffer: an upload
+	// from pageable memory would stall the stream.
+	copy(s.hMeta[metaHeaderWords:metaHeaderWords+n], offsets)
+	copy(s.hMeta[metaHeaderWords+m:metaHeaderWords+m+n], lens)
+	if err := dr.htod(dOffs, bytesOf(s.hMeta[metaHeaderWords:metaHeaderWords+n]), s.stream); err != nil {
+		return err
+	}
+	if err := dr.htod(dLens, bytesOf(s.hMeta[metaHeaderWords+m:metaHeaderWords+m+n]), s.stream); err != nil {
+		return err
+	}
+	grid := (n + lz4DecodeWarps - 1) / lz4DecodeWarps
+	if err := dr.launchDecompress(g.lz4Decode, grid, 32*lz4DecodeWarps, s.stream, s.dPacked, dOffs, dLens, n, s.dPages, dStatus); err != nil {
+		return fmt.Errorf("gz_lz4_decompress: %w", err)
+	}
+	return dr.dtoh(bytesOf(s.hMeta[metaHeaderWords+2*m:metaHeaderWords+2*m+n]), dStatus, s.stream)
+}
+
+// launchGroups queues the kernels of groups on s for its n pages, already
+// on the device: gz_zstd_encode_blocks a warp a page, the others a warp a
+// group.
+func (g *Backend) launchGroups(s *slot, n int) error {
+	m := g.cfg.MaxBatchPages
+	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+m))
+	for i, k := range g.groups {
+		grid := n / codec.GroupPages
+		if i == 1 {
+			grid = n
+		}
+		if err := g.dr.launchCompress(k.f, grid, 32, s.stream, s.dPages, n, s.dScratch, s.dPacked, s.dMeta, offs, lens); err != nil {
+			return fmt.Errorf("%s: %w", k.name, err)
+		}
+	}
+	return nil
+}
