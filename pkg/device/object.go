@@ -101,6 +101,18 @@ func objectHeader(first []byte, pages int) (objectLayout, error) {
 	return l, nil
 }
 
+// partHeader reads the header of an object whose first chunk is first for
+// e, an entry of a page of it, and checks that the object's codec is
+// e's tier's: zstd in the dense tier, LZ4 in the fast one.
+func partHeader(first []byte, e entry) (objectLayout, error) {
+	l, err := objectHeader(first, e.partPages())
+	if err == nil && (l.codec == streamZstd) != e.dense() {
+		err = fmt.Errorf("codec %d, named by an entry of the other tier", l.codec)
+	}
+	return l, err
+}
+
+// putHeader writes an object's header at the head of its first chunk.
 func putHeader(first []byte, l objectLayout, pages int) {
 	binary.LittleEndian.PutUint32(first, uint32(l.stream))
 	first[4], first[5], first[6], first[7] = byte(pages), byte(l.chunks), 0, 0
@@ -148,12 +160,9 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) 
 	}
 	sc.decoded = 0
 	first := d.cfg.Store.Bytes(e.handle(), e.length())
-	l, err := objectHeader(first, pages)
+	l, err := partHeader(first, e)
 	if err != nil {
 		return nil, fmt.Errorf("device: page %d: object %#x: %w", idx, e.handle(), err)
-	}
-	if (l.codec == streamZstd) != e.dense() {
-		return nil, fmt.Errorf("device: page %d: object %#x of codec %d, named by an entry of the other tier", idx, e.handle(), l.codec)
 	}
 	src := first[l.header:]
 	if l.chunks > 1 {
@@ -225,9 +234,9 @@ func (d *Device) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.
 			}
 			d.packedObjects.Add(-1)
 			d.packedChunks.Add(-int64(n))
-			if first[4]&zstdPages != 0 {
+			if l, ok := layoutFor(int(binary.LittleEndian.Uint32(first))); ok && first[4]&zstdPages != 0 {
 				d.denseObjects.Add(-1)
-				d.denseBytes.Add(-int64(headerFixed + handleBytes*(n-1) + int(binary.LittleEndian.Uint32(first))))
+				d.denseBytes.Add(-int64(l.total))
 			}
 		}
 	}

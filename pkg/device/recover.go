@@ -235,12 +235,9 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 	if err := rc.Keep(e.handle(), owner, e.length()); err != nil {
 		return err
 	}
-	l, err := objectHeader(first, pages)
+	l, err := partHeader(first, e)
 	if err != nil {
 		return fmt.Errorf("object %#x: %w", e.handle(), err)
-	}
-	if (l.codec == streamZstd) != e.dense() {
-		return fmt.Errorf("object %#x of codec %d, named by an entry of the other tier", e.handle(), l.codec)
 	}
 	for c := 1; c < l.chunks; c++ {
 		if err := rc.Keep(chunkHandle(first, c), owner, l.chunkLen(c)); err != nil {

@@ -132,12 +132,7 @@ func (d *daemon) takeOver(ctx context.Context, kd *nbddev.Device, msg string, st
 	if !start.IsZero() {
 		args = append(args, "took", time.Since(start).Round(time.Millisecond))
 	}
-	if waited, left := kd.StaleWorkers(); waited >= time.Millisecond || left > 0 {
-		// The kernel's receive workers of the dead connections ran on
-		// (nbddev/workers.go): new sockets waited for them.
-		args = append(args, "waited_for_old_receive_workers", waited.Round(time.Millisecond), "old_receive_workers_left", left)
-	}
-	d.log.Warn(msg, args...)
+	d.log.Warn(msg, staleWorkers(kd, args)...)
 	d.limitRequests(kd)
 	switch {
 	case swap:
@@ -243,10 +238,7 @@ func (d *daemon) keepConnected(kd *nbddev.Device) {
 				continue
 			}
 			args := []any{"device", kd.Path, "connections", missing, "took", time.Since(start).Round(time.Millisecond)}
-			if waited, left := kd.StaleWorkers(); waited >= time.Millisecond || left > 0 {
-				args = append(args, "waited_for_old_receive_workers", waited.Round(time.Millisecond), "old_receive_workers_left", left)
-			}
-			d.log.Warn("replaced kernel connections that closed", args...)
+			d.log.Warn("replaced kernel connections that closed", staleWorkers(kd, args)...)
 		}
 	}()
 }
@@ -338,4 +330,14 @@ func (d *daemon) stop() {
 	st := d.dev.Stats()
 	d.log.Info("stopped", "stored_pages", st.StoredPages, "same_pages", st.SamePages,
 		"orig_data_bytes", st.OrigDataSize, "compr_data_bytes", st.ComprDataSize)
+}
+
+// staleWorkers adds to a log line's args how long new sockets waited for
+// the kernel's receive workers of dead connections, which run on
+// (nbddev/workers.go), and how many were left, where they did.
+func staleWorkers(kd *nbddev.Device, args []any) []any {
+	if waited, left := kd.StaleWorkers(); waited >= time.Millisecond || left > 0 {
+		args = append(args, "waited_for_old_receive_workers", waited.Round(time.Millisecond), "old_receive_workers_left", left)
+	}
+	return args
 }
