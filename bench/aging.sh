@@ -9,8 +9,11 @@
 #
 # The ratio is what zramctl shows: the whole corpus over mem_used_total.
 # The recompression's CPU is the recompressor's own busy time
-# (gzramd_dense_busy_seconds_total) per GB of pages recompressed, and the
-# whole machine's (/proc/stat) over the aging.
+# (gzramd_dense_busy_seconds_total) per GB of pages recompressed; the
+# serving process's CPU (process_cpu_seconds_total) over the aging (and
+# the compaction after it), less what it spends idle (and scraped) at the
+# rate of the 4 s before any group is idle (with AGING_AFTER of 6s or
+# more); and the whole machine's (/proc/stat) over the aging.
 #
 # Environment (and bench/lib.sh's):
 #   AGING_TARGETS  default "gzramd-cpu zram-lzo-rle"; gzramd targets get
@@ -22,6 +25,8 @@
 #                  would hide most of what aging saves
 #   AGING_CORPUS   the corpus, zstd- or xz-compressed (.xz) (default
 #                  ../shared/corpus/memory-pages.bin.zst)
+#   AGING_COPIES   write the corpus this many times end to end (default 1):
+#                  more to recompress, for steadier CPU figures
 #   AGING_AFTER    --dense-after (default 2s)
 #   AGING_RUNTIME  seconds per read measurement (default 8)
 #   AGING_OUT      also write the markdown table here
@@ -43,6 +48,11 @@ case "$CORPUS" in
 *.xz) xz -dc "$CORPUS" >"$WORK/corpus" ;;
 *) zstd -dqc "$CORPUS" >"$WORK/corpus" ;;
 esac
+if [ "${AGING_COPIES:-1}" -gt 1 ]; then
+	mv "$WORK/corpus" "$WORK/corpus.1"
+	for _ in $(seq "$AGING_COPIES"); do cat "$WORK/corpus.1"; done >"$WORK/corpus"
+	rm "$WORK/corpus.1"
+fi
 BYTES=$(stat -c %s "$WORK/corpus")
 # fio's region: the corpus, in whole 32 KiB reads.
 REGION=$((BYTES / 32768 * 32768))
@@ -89,17 +99,31 @@ for target in $TARGETS; do
 		used=$(awk '{ print $3 }' /sys/block/zram0/mm_stat)
 		fast=$(reads "$target" read4k 4k)
 		read32=$(reads "$target" read32k 32k)
-		echo "$target $(python3 -c "print('%.3f' % ($BYTES / $used))") $fast - - - - - - $read32 - - -" >>"$RESULTS"
+		echo "$target $(python3 -c "print('%.3f' % ($BYTES / $used))") $fast - - - - - - $read32 - - - -" >>"$RESULTS"
 		;;
 	*)
 		nbdcopy --synchronous "$WORK/corpus" "nbd+unix:///$BENCH_EXPORT?socket=$WORK/${target//+/_}.sock"
 		used=$(gzramd_metric gzramd_mem_used_bytes)
 		fast=$(reads "$target" fast4k 4k)
 		bench_log "$target: written, mem_used $used; aging"
-		t0=$(machine_cpu_ticks) s0=$(date +%s.%N)
-		sleep "${AFTER%s}"
+		t0=$(machine_cpu_ticks) s0=$(date +%s.%N) p0=$(gzramd_metric process_cpu_seconds_total)
+		# The serving process's idle CPU, before any group is idle, where
+		# --dense-after leaves the time (6 s or more), scraped as often as
+		# settled scrapes it (a scrape reads the GPU's telemetry too).
+		idle=-
+		if [ "${AFTER%s}" -ge 6 ]; then
+			for _ in 1 2 3 4; do
+				gzramd_metric gzramd_tier_pages 'tier="dense"' >/dev/null
+				gzramd_metric gzramd_mem_used_bytes >/dev/null
+				sleep 1
+			done
+			idle=$(python3 -c "print(($(gzramd_metric process_cpu_seconds_total) - $p0) / ($(date +%s.%N) - $s0))")
+			sleep $((${AFTER%s} - 4))
+		else
+			sleep "${AFTER%s}"
+		fi
 		settled
-		t1=$(machine_cpu_ticks) s1=$(date +%s.%N)
+		t1=$(machine_cpu_ticks) s1=$(date +%s.%N) p1=$(gzramd_metric process_cpu_seconds_total)
 		aged=$(gzramd_metric gzramd_mem_used_bytes)
 		dense=$(gzramd_metric gzramd_tier_pages 'tier="dense"')
 		stored=$(gzramd_metric gzramd_stored_pages)
@@ -107,15 +131,20 @@ for target in $TARGETS; do
 		busy=$(gzramd_metric gzramd_dense_busy_seconds_total)
 		denseread=$(reads "$target" dense4k 4k)
 		read32=$(reads "$target" dense32k 32k)
-		python3 - "$target" "$BYTES" "$used" "$aged" "$dense" "$stored" "$pages" "$busy" "$t0" "$t1" "$(getconf CLK_TCK)" "$fast" "$denseread" "$read32" >>"$RESULTS" <<'EOF'
+		python3 - "$target" "$BYTES" "$used" "$aged" "$dense" "$stored" "$pages" "$busy" "$t0" "$t1" "$(getconf CLK_TCK)" "$fast" "$denseread" "$read32" \
+			"$s0" "$s1" "$p0" "$p1" "$idle" >>"$RESULTS" <<'EOF'
 import sys
 t, total, used, aged, dense, stored, pages, busy, t0, t1, tck = sys.argv[1:12]
 fast, dense_read, read32 = sys.argv[12].split(), sys.argv[13].split(), sys.argv[14].split()
+s0, s1, p0, p1 = map(float, sys.argv[15:19])
 gb = float(pages) * 4096 / 1e9
 own = float(busy) / gb if gb else 0
 machine = (int(t1) - int(t0)) / float(tck) / gb if gb else 0
+process = "-"
+if gb and sys.argv[19] != "-":
+    process = "%.2f" % (((p1 - p0) - float(sys.argv[19]) * (s1 - s0)) / gb)
 print(t, "%.3f" % (int(total) / float(used)), " ".join(fast), "%.3f" % (int(total) / float(aged)), " ".join(dense_read),
-      " ".join(read32), "%.1f" % (100 * float(dense) / float(stored) if float(stored) else 0), "%.2f" % own, "%.2f" % machine)
+      " ".join(read32), "%.1f" % (100 * float(dense) / float(stored) if float(stored) else 0), "%.2f" % own, process, "%.2f" % machine)
 EOF
 		;;
 	esac
@@ -126,17 +155,17 @@ done
 {
 	bench_machine
 	echo
-	echo "Corpus: $(basename "$CORPUS"), $BYTES bytes; gzramd with --dense-after $AFTER --dense-cpu 1 --prefault 0; reads QD1 over the corpus, ${RUNTIME} s each."
+	echo "Corpus: $(basename "$CORPUS") (${AGING_COPIES:-1} times), $BYTES bytes; gzramd with --dense-after $AFTER --dense-cpu 1 --prefault 0; reads QD1 over the corpus, ${RUNTIME} s each."
 	echo
-	echo "| target | ratio before | 4K QD1 p50/p99 µs before | ratio after aging | 4K QD1 p50/p99 µs after | 32K QD1 MB/s after | CPU-s/GB | dense % of stored | recompression CPU-s/GB (own / machine) |"
+	echo "| target | ratio before | 4K QD1 p50/p99 µs before | ratio after aging | 4K QD1 p50/p99 µs after | 32K QD1 MB/s after | CPU-s/GB | dense % of stored | recompression CPU-s/GB (own / process / machine) |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-	# target ratio MB/s IOPS CPU p50 p99 | ratio MB/s IOPS CPU p50 p99 | MB/s IOPS CPU p50 p99 | dense own machine
-	while read -r t r0 _ _ _ p50 p99 r1 _ _ _ q50 q99 m32 _ c32 _ _ dp own mach; do
+	# target ratio MB/s IOPS CPU p50 p99 | ratio MB/s IOPS CPU p50 p99 | MB/s IOPS CPU p50 p99 | dense own process machine
+	while read -r t r0 _ _ _ p50 p99 r1 _ _ _ q50 q99 m32 _ c32 _ _ dp own proc mach; do
 		if [ "$r1" = - ]; then
 			echo "| $t | $r0 | $p50 / $p99 | (no tier) | - | $m32 | $c32 | - | - |"
 			continue
 		fi
-		echo "| $t | $r0 | $p50 / $p99 | $r1 | $q50 / $q99 | $m32 | $c32 | $dp | $own / $mach |"
+		echo "| $t | $r0 | $p50 / $p99 | $r1 | $q50 / $q99 | $m32 | $c32 | $dp | $own / $proc / $mach |"
 	done <"$RESULTS"
 	[ ! -s "$WORK/skipped.txt" ] || { echo; sed 's/^/- /' "$WORK/skipped.txt"; }
 } | tee "${AGING_OUT:-/dev/null}"
