@@ -116,9 +116,16 @@ type queuedGroup struct {
 	stored, before int
 }
 
-// denseGPUTimeout bounds a batch of groups on the GPU: past it the tier
-// gives the GPU up and recompresses on the CPU.
-const denseGPUTimeout = 10 * time.Second
+const (
+	// denseGPUTimeout bounds a batch of groups on the GPU: past it the
+	// tier gives the GPU up and recompresses on the CPU.
+	denseGPUTimeout = 10 * time.Second
+	// denseGPUGroups is the most groups a batch holds: 4 MiB of pinned
+	// memory, a batch every few milliseconds, some 290 MB of idle pages
+	// a second (bench/results/dense-gpu-h100-2026-11-26.md), more than
+	// swap ages.
+	denseGPUGroups = 32
+)
 
 func newDenseTier(cfg DenseConfig, pages uint32) (*denseTier, error) {
 	if cfg.CPU == 0 {
@@ -169,15 +176,15 @@ func (t *denseTier) heldBytes() int64 {
 }
 
 // SetDenseGPU has the dense tier recompress on gc from now on, in batches
-// of its pinned memory (allocated here: 4 MiB for the 32 groups an LZ4
-// GPU backend takes). LZ4 pages go to it as they are stored, to be
+// of its pinned memory (allocated here: 4 MiB for up to denseGPUGroups
+// groups). LZ4 pages go to it as they are stored, to be
 // decoded there. It does nothing on a device without the tier.
 func (d *Device) SetDenseGPU(gc codec.GroupCompressor) error {
 	t := d.dense
 	if t == nil {
 		return nil
 	}
-	groups := gc.MaxGroups()
+	groups := min(gc.MaxGroups(), denseGPUGroups)
 	if groups < 1 {
 		return fmt.Errorf("device: dense tier: the GPU takes %d groups at a time", groups)
 	}
