@@ -43,7 +43,7 @@ endif
 vet: lz4-oracle
 	$(GO) vet -tags "$(TAGS)" ./...
 	$(GO) vet -tags "faults,$(TAGS)" ./cmd/gzramd
-	$(GO) vet -tags "gpu,$(TAGS)" ./pkg/gpu/
+	$(GO) vet -tags "gpu,$(TAGS)" ./pkg/gpu/ ./pkg/device/
 
 # Each go test run goes through internal/testreport, which shows what go
 # test shows and records every test's outcome under $(TEST_RUNS); make

@@ -34,7 +34,6 @@ func TestBadFlagsFailWithOneLine(t *testing.T) {
 		{"record-trace directory", nil, []string{"--record-trace", "/"}, "--record-trace"},
 		{"record-trace missing directory", nil, []string{"--record-trace", "/nonexistent/gzramd/trace"}, "--record-trace"},
 		{"object-pages", nil, []string{"--object-pages", "3"}, "--object-pages"},
-		{"object-pages zstd", nil, []string{"--object-pages", "4", "--algorithm", "zstd"}, "--object-pages"},
 		{"unknown flag", nil, []string{"--sise", "1GiB"}, "--sise"},
 		{"env size", []string{"GZRAMD_SIZE=lots"}, nil, "GZRAMD_SIZE"},
 		{"env bool", []string{"GZRAMD_SWAP=maybe"}, nil, "GZRAMD_SWAP"},

@@ -105,7 +105,7 @@ threads, code, NBD buffers) faulted in before the device becomes swap.`,
 	f.DurationVar(&cfg.BatchDeadline, "batch-deadline", pipeline.DefaultBatchDeadline, "longest a staged page waits for its batch to fill before the batch goes to compression anyway. Longer makes fewer, larger batches: with one writer of 4 KiB pages 4ms cost 12-21 % less CPU per GB than 1ms on an H100 machine, but 10 % more on a recorded swap trace")
 	f.IntVar(&cfg.BatchInFlight, "batch-inflight", pipeline.DefaultBatchWorkers, "staged batches compressing at once (the GPU's streams)")
 	f.IntVar(&cfg.HugeThreshold, "huge-threshold", device.DefaultHugeThreshold, "pages that compress to this many bytes or more are stored raw (1-4096)")
-	f.IntVar(&cfg.ObjectPages, "object-pages", 1, "with lz4: keep the adjacent pages of a write compressed on the CPU together, as one object of up to this many pages (1, 2, 4, 8 or 16; 1 keeps each page alone). On the shared corpus of real memory pages 4 stored 8 % more than 1, and 16 stored 13 % more, at the cost of decoding the whole object for a read of one of its pages. Writes the GPU compresses keep each page alone")
+	f.IntVar(&cfg.ObjectPages, "object-pages", 1, "keep the adjacent pages of a write compressed on the CPU together, as one object of up to this many pages (1, 2, 4, 8 or 16; 1 keeps each page alone): one LZ4 block, or with --algorithm zstd one zstd frame of a block a page. On the shared corpus of real memory pages 4 stored 8 % more than 1 with lz4, and 16 stored 13 % more, at the cost of decoding the object up to the page for a read of one of its pages. Writes the GPU compresses keep each page alone")
 	f.DurationVar(&cfg.DenseAfter, "dense-after", 5*time.Minute, "recompress the pages of each group of 16 (64 KiB of the device) that nobody has read or written for this long as one zstd object: the dense tier. With --backend gpu the GPU recompresses (about 0.9 CPU-s per GB recompressed, against 5-9 on the CPU within --dense-cpu). On the shared corpus of real memory pages it stores 3.95 times the pages' size after aging, against 2.36 with lz4 pages alone and 2.40 for kernel zram's default lzo-rle; a 4 KiB read of such a page then takes about 5 times as long (it decodes the group's frame up to the page). A page written again leaves it. 0 turns the tier off")
 	f.Float64Var(&cfg.DenseCPU, "dense-cpu", 0.1, "the share of one CPU the dense tier's recompressor may use (0.01 to 1); it sleeps in proportion to its work (its waits for the GPU do not count)")
 	f.StringVar(&cfg.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -175,8 +175,6 @@ func validate(c *serving.Config) error {
 		return fmt.Errorf("invalid --huge-threshold %d: want 1 to 4096", c.HugeThreshold)
 	case c.ObjectPages < 1 || c.ObjectPages > 16 || c.ObjectPages&(c.ObjectPages-1) != 0:
 		return fmt.Errorf("invalid --object-pages %d: want 1, 2, 4, 8 or 16", c.ObjectPages)
-	case c.ObjectPages > 1 && c.Algorithm != "lz4":
-		return fmt.Errorf("invalid --object-pages %d with --algorithm %s: objects of several pages are lz4 only for now", c.ObjectPages, c.Algorithm)
 	case c.DenseAfter < 0:
 		return fmt.Errorf("invalid --dense-after %v: want a duration such as 5m, or 0 to turn the dense tier off", c.DenseAfter)
 	case c.DenseCPU < 0.01 || c.DenseCPU > 1:

@@ -192,6 +192,9 @@ func (z *ZstdDecoder) DecompressPrefix(dst, src []byte, n int) error {
 // Name implements Codec.
 func (*Zstd) Name() string { return "zstd" }
 
+// Level is the compression level NewZstd was given.
+func (z *Zstd) Level() int { return z.level }
+
 // HeldBytes implements Codec.
 func (z *Zstd) HeldBytes() int64 { return z.held }
 

@@ -113,10 +113,28 @@ func TestCompactorRunsWhenFragmented(t *testing.T) {
 // at least 5% more than pages on their own; every page reads back.
 func TestCorpusRatioByObjectPages(t *testing.T) {
 	data := testneeds.Corpus(t)
+	for _, alg := range []string{"lz4", "zstd"} {
+		ratiosByObjectPages(t, data, alg)
+	}
+}
+
+// ratiosByObjectPages writes data in writes of 32 pages to devices of
+// codec alg (zstd at level 1) with objects of 1 to 16 pages, reads it
+// back page by page, and logs what each stored and how fast it went.
+func ratiosByObjectPages(t *testing.T, data []byte, alg string) {
 	ctx := context.Background()
 	ratios := map[int]float64{}
 	for _, per := range []int{1, 4, 8, 16} {
-		f := newDeviceObjects(t, int64(len(data)), pagestore.Config{}, pathInline, per)
+		f := newDeviceWith(t, int64(len(data)), pagestore.Config{}, pathInline, func(c *Config) {
+			c.ObjectPages = per
+			if alg == "zstd" {
+				z, err := codec.NewZstd(1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Codec = z
+			}
+		})
 		start := time.Now()
 		for off := 0; off < len(data); off += 32 * pageSize {
 			end := min(off+32*pageSize, len(data))
@@ -138,14 +156,14 @@ func TestCorpusRatioByObjectPages(t *testing.T) {
 		if !bytes.Equal(got, data) {
 			t.Fatalf("objects of %d pages: corpus read back differs", per)
 		}
-		t.Logf("objects of up to %2d pages: whole corpus / mem_used %.3f (%.3f of single pages'); %d of %d stored pages in %d objects; writes %.0f MB/s, 4 KiB reads %.0f MB/s",
-			per, ratios[per], ratios[per]/ratios[1], st.PackedPages, st.StoredPages, st.PackedObjects,
+		t.Logf("%s, objects of up to %2d pages: whole corpus / mem_used %.3f (%.3f of single pages'); %d of %d stored pages in %d objects; writes %.0f MB/s, 4 KiB reads %.0f MB/s",
+			alg, per, ratios[per], ratios[per]/ratios[1], st.PackedPages, st.StoredPages, st.PackedObjects,
 			float64(len(data))/took.Seconds()/1e6, float64(len(data))/readPages.Seconds()/1e6)
 		f.dev.Close()
 		f.store.Close()
 	}
 	if ratios[4] < 1.05*ratios[1] {
-		t.Errorf("objects of 4 pages store %.3f, pages alone %.3f: want 5%% more", ratios[4], ratios[1])
+		t.Errorf("%s: objects of 4 pages store %.3f, pages alone %.3f: want 5%% more", alg, ratios[4], ratios[1])
 	}
 }
 

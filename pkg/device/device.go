@@ -101,6 +101,12 @@ type Device struct {
 	// else one made when the device may hold such objects.
 	zstd  zstdDecoder
 	dense *denseTier // nil without the dense tier
+	// fastStream is the codec of the fast tier's objects of several
+	// pages: the device's own, LZ4 or zstd.
+	fastStream byte
+	// objZstd compresses those objects where the codec is zstd: the
+	// codec's contexts are made for pages (holdObjectCompressors).
+	objZstd chan *codec.ZstdObjects
 	// groupShift is log2 of the pages that share a stripe: 0, or that
 	// of groupPages where there may be objects of several pages. Set
 	// before the device is used.
@@ -158,8 +164,8 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 	}
 	if n := cfg.ObjectPages; n > 1 && (n > maxObjectPages || n&(n-1) != 0) {
 		return nil, fmt.Errorf("device: objects of %d pages: want a power of two up to %d", n, maxObjectPages)
-	} else if n > 1 && cfg.Codec.Name() != "lz4" {
-		return nil, fmt.Errorf("device: objects of several pages need the lz4 codec, not %s", cfg.Codec.Name())
+	} else if name := cfg.Codec.Name(); n > 1 && name != "lz4" && name != "zstd" {
+		return nil, fmt.Errorf("device: objects of several pages need the lz4 or zstd codec, not %s", name)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -194,6 +200,12 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 	d.prefix, _ = cfg.Codec.(codec.PrefixDecoder)
 	if z, ok := cfg.Codec.(zstdDecoder); ok && cfg.Codec.Name() == "zstd" {
 		d.zstd = z
+		d.fastStream = streamZstd
+	}
+	if cfg.ObjectPages > 1 && d.fastStream == streamZstd {
+		if err := d.holdObjectCompressors(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Dense.After != 0 {
 		if d.dense, err = newDenseTier(cfg.Dense, d.pages); err != nil {
@@ -228,6 +240,44 @@ func (d *Device) holdObjects() {
 		clear(sc.out[:])
 		d.objScratch <- sc
 	}
+}
+
+// objectCompressors is how many objects of several pages a zstd device
+// compresses at once: each context for 64 KiB inputs holds about 400 KB
+// at level 1, and inline writes are the CPU's path, taken when staging is
+// full or absent.
+const objectCompressors = 4
+
+// holdObjectCompressors makes the contexts that compress a zstd device's
+// objects of several pages, at the codec's level, in blocks of a page (a
+// read decodes up to its page's block).
+func (d *Device) holdObjectCompressors() error {
+	level := 1
+	if z, ok := d.cfg.Codec.(interface{ Level() int }); ok {
+		level = z.Level()
+	}
+	d.objZstd = make(chan *codec.ZstdObjects, min(objectCompressors, runtime.GOMAXPROCS(0)))
+	for range cap(d.objZstd) {
+		z, err := codec.NewZstdObjects(level, d.cfg.ObjectPages*pageSize, pageSize)
+		if err != nil {
+			return fmt.Errorf("device: objects of %d pages: %w", d.cfg.ObjectPages, err)
+		}
+		d.objZstd <- z
+	}
+	return nil
+}
+
+// compressObject compresses the pages src, an object of several pages,
+// into dst as the fast tier's objects are, and returns its length (0
+// where it does not fit dst).
+func (d *Device) compressObject(dst, src []byte) int {
+	if d.objZstd == nil {
+		return d.cfg.Codec.Compress(dst, src)
+	}
+	z := <-d.objZstd
+	n := z.Compress(dst, src)
+	d.objZstd <- z
+	return n
 }
 
 // zstdDecoder decodes the dense tier's objects: codec.Zstd or
@@ -344,6 +394,11 @@ func (d *Device) Held() Held {
 	}
 	if z, ok := d.zstd.(*codec.ZstdDecoder); ok {
 		h.Dense += z.HeldBytes()
+	}
+	if d.objZstd != nil {
+		z := <-d.objZstd
+		h.Scratch += int64(cap(d.objZstd)) * z.HeldBytes()
+		d.objZstd <- z
 	}
 	return h
 }

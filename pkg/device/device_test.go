@@ -86,11 +86,13 @@ func newDeviceWith(t testing.TB, size int64, storeCfg pagestore.Config, path wri
 		f.accel = routetest.NewAccelerator()
 		rc.Accelerator, rc.BatchPages, rc.Outputs, rc.Shadows = f.accel, sc.BatchPages, sc.Workers, sc.Workers
 	}
+	cfg := Config{Size: size, Codec: codec.NewLZ4(), Store: store, Staging: sc, Logger: quiet}
+	set(&cfg)
+	rc.Codec = cfg.Codec // set may choose another
 	if f.router, err = route.New(rc); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Size: size, Codec: codec.NewLZ4(), Router: f.router, Store: store, Staging: sc, Logger: quiet}
-	set(&cfg)
+	cfg.Router = f.router
 	f.dev, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +191,9 @@ func TestModelPaths(t *testing.T) {
 		// writes, reads, staged commits and the compactor.
 		{"dense-inline", modelOptions{path: pathInline, dense: true}},
 		{"dense-mixed", modelOptions{path: pathMixed, objectPages: 4, compact: true, dense: true}},
+		// zstd pages, objects of zstd frames, and the dense tier (inline:
+		// the test accelerator writes LZ4).
+		{"zstd-objects", modelOptions{path: pathInline, objectPages: 8, compact: true, dense: true, zstd: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ops := 200_000
@@ -209,6 +214,7 @@ type modelOptions struct {
 	// dense runs the dense tier at full speed, groups idle after
 	// 200 µs; the workers pause now and then to leave theirs idle.
 	dense bool
+	zstd  bool // the zstd codec (level 1), not LZ4
 }
 
 func runModel(t *testing.T, totalOps int, opts modelOptions) {
@@ -218,6 +224,13 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 	size := int64(workers * regionPages * pageSize)
 	f := newDeviceWith(t, size, opts.store, opts.path, func(c *Config) {
 		c.ObjectPages = opts.objectPages
+		if opts.zstd {
+			z, err := codec.NewZstd(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Codec = z
+		}
 		if opts.dense {
 			c.Dense = DenseConfig{After: 200 * time.Microsecond, CPU: 1}
 		}

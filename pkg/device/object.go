@@ -103,11 +103,15 @@ func objectHeader(first []byte, pages int) (objectLayout, error) {
 
 // partHeader reads the header of an object whose first chunk is first for
 // e, an entry of a page of it, and checks that the object's codec is
-// e's tier's: zstd in the dense tier, LZ4 in the fast one.
-func partHeader(first []byte, e entry) (objectLayout, error) {
+// e's tier's: zstd in the dense tier, the device's codec in the fast one.
+func (d *Device) partHeader(first []byte, e entry) (objectLayout, error) {
 	l, err := objectHeader(first, e.partPages())
-	if err == nil && (l.codec == streamZstd) != e.dense() {
-		err = fmt.Errorf("codec %d, named by an entry of the other tier", l.codec)
+	want := d.fastStream
+	if e.dense() {
+		want = streamZstd
+	}
+	if err == nil && l.codec != want {
+		err = fmt.Errorf("codec %d, named by an entry of a tier of codec %d", l.codec, want)
 	}
 	return l, err
 }
@@ -160,7 +164,7 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) 
 	}
 	sc.decoded = 0
 	first := d.cfg.Store.Bytes(e.handle(), e.length())
-	l, err := partHeader(first, e)
+	l, err := d.partHeader(first, e)
 	if err != nil {
 		return nil, fmt.Errorf("device: page %d: object %#x: %w", idx, e.handle(), err)
 	}

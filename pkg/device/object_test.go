@@ -274,3 +274,70 @@ func TestObjectsDoNotAllocate(t *testing.T) {
 		t.Fatal("no object of several pages: the test proved nothing")
 	}
 }
+
+// TestZstdObjects: a zstd device keeps the pages of a write together as
+// zstd frames of a block a page, as an LZ4 device keeps LZ4 ones: they
+// store less than the pages alone, read back whole and page by page, lose
+// pages to rewrites and trims, and survive a takeover.
+func TestZstdObjects(t *testing.T) {
+	const pages = 64
+	stored := map[int]int64{}
+	for _, per := range []int{1, 8} {
+		f := newObjectFixture(t, pages, per)
+		z, err := codec.NewZstd(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.cfg.Router, err = route.New(route.Config{Codec: z, CPUWorkers: 1, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+		f.cfg.Codec = z
+		d, store := f.open(t)
+		ctx := context.Background()
+		want := make([]byte, pages*pageSize)
+		for i := range pages {
+			objectPage(1, i%3, want[i*pageSize:(i+1)*pageSize]) // alike across pages
+		}
+		for at := 0; at < pages; at += 8 {
+			if err := d.WriteAt(ctx, want[at*pageSize:(at+8)*pageSize], int64(at)*pageSize, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st := d.Stats()
+		stored[per] = st.ComprDataSize
+		if per == 1 {
+			d.Close()
+			store.Close()
+			continue
+		}
+		if st.PackedObjects != pages/8 {
+			t.Fatalf("%d objects of several pages; want %d", st.PackedObjects, pages/8)
+		}
+		first := store.Bytes(d.table[0].handle(), d.table[0].length())
+		if l, err := objectHeader(first, 8); err != nil || l.codec != streamZstd {
+			t.Fatalf("the first object's header: %+v, %v; want a zstd stream", l, err)
+		}
+		checkContents(t, d, want)
+		if err := d.Trim(ctx, 0, 3*pageSize); err != nil {
+			t.Fatal(err)
+		}
+		clear(want[:3*pageSize])
+		objectPage(2, 20, want[20*pageSize:21*pageSize])
+		if err := d.WriteAt(ctx, want[20*pageSize:21*pageSize], 20*pageSize, false); err != nil {
+			t.Fatal(err)
+		}
+		checkContents(t, d, want)
+		checkStore(t, d, store)
+		d.Close()
+		store.Close()
+		d, store = f.recover(t)
+		checkContents(t, d, want)
+		checkStore(t, d, store)
+		d.Close()
+		store.Close()
+	}
+	if stored[8] >= stored[1] {
+		t.Fatalf("objects of 8 pages took %d bytes, the pages alone %d", stored[8], stored[1])
+	}
+	t.Logf("compressed: %d bytes in objects of 8 pages, %d pages alone", stored[8], stored[1])
+}

@@ -235,7 +235,7 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 	if err := rc.Keep(e.handle(), owner, e.length()); err != nil {
 		return err
 	}
-	l, err := partHeader(first, e)
+	l, err := d.partHeader(first, e)
 	if err != nil {
 		return fmt.Errorf("object %#x: %w", e.handle(), err)
 	}

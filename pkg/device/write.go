@@ -248,8 +248,9 @@ func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObj
 		if m > 1 {
 			out := b.Out[at*pageSize : (at+m)*pageSize]
 			limit := min(len(out), m*d.cfg.HugeThreshold-1)
-			if c := d.cfg.Codec.Compress(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]); c > 0 {
+			if c := d.compressObject(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]); c > 0 {
 				if l, ok := layoutFor(c); ok && l.chunks <= m {
+					l.codec = d.fastStream
 					ob.layout = l
 				}
 			}

@@ -179,10 +179,10 @@ type Backend struct {
 	// lz4Decode is gz_lz4_decompress, which CompressGroups runs first
 	// on pages given as LZ4 blocks.
 	lz4Decode function
-	slots   []*slot
-	free    chan *slot
-	closed  atomic.Bool
-	done    chan struct{} // closed by Close
+	slots     []*slot
+	free      chan *slot
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	pinned [][]byte // memory of batches made by NewBatch and NewOutputs

@@ -51,7 +51,7 @@ type Config struct {
 	// raw (0: device.DefaultHugeThreshold).
 	HugeThreshold int
 	// ObjectPages keeps the pages a write compresses inline together, as
-	// objects of up to that many (device.Config.ObjectPages; LZ4 only).
+	// objects of up to that many (device.Config.ObjectPages).
 	ObjectPages int
 	// Dense is the dense tier (device.Config.Dense; its After 0 turns
 	// it off). Device.RunDense runs it.
