@@ -392,10 +392,15 @@ func (d *Device) flushGPU(ctx context.Context, q *denseGPU) time.Duration {
 		}
 		var settled bool
 		var cerr error
-		if frame != nil && len(frame) < qg.before {
+		switch {
+		case frame != nil && len(frame) < qg.before:
 			t.onGPU.Add(1)
 			settled, cerr = d.commitDense(qg.g, qg.age, &q.snaps[i], groupPages, frame, qg.before, qg.stored)
-		} else {
+		case frame != nil: // not smaller: the CPU's would not be either
+			t.onGPU.Add(1)
+			t.kept.Add(1)
+			settled = true
+		default:
 			if err == nil && frame == nil {
 				t.declined.Add(1)
 			}

@@ -15,7 +15,7 @@
 #           survive-fast: 3-10 kills (a default scenario); survive-control:
 #           survival off (--kernel-dead-timeout=-1s), must fail
 #           (make test-survive); survive-zstd: survive-fast with
-#           --algorithm zstd; survive-objects: survive-fast with
+#           --algorithm zstd --object-pages 4; survive-objects: survive-fast with
 #           --object-pages 8; survive-dense: survive-fast with the dense
 #           tier recompressing groups idle for 1 s; survive-mutant:
 #           survive-fast with a faults
@@ -284,8 +284,9 @@ run_survive() {
 		every=${E2E_SURVIVE_EARLY_EVERY:-2} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-900}
 		upgrades=${E2E_SURVIVE_UPGRADES:-1} uevery=1000
-		# survive-zstd: survive-fast with libzstd's codec (CPU backend).
-		[ "$name" != survive-zstd ] || args=$args,--algorithm,zstd
+		# survive-zstd: survive-fast with libzstd's codec (CPU backend),
+		# the swapped-out clusters in zstd objects of up to 4 pages.
+		[ "$name" != survive-zstd ] || args=$args,--algorithm,zstd,--object-pages,4
 		# survive-objects: the swapped-out clusters kept in objects of
 		# up to 8 pages, which takeovers must keep whole.
 		[ "$name" != survive-objects ] || args=$args,--object-pages,8
