@@ -21,20 +21,9 @@ fail() {
 	tail -30 "$LOG"
 	exit 1
 }
-metric() {
-	python3 - "$METRICS" "$@" <<'PY'
-import sys, urllib.request
-addr, name = sys.argv[1], sys.argv[2]
-want = sys.argv[3] if len(sys.argv) > 3 else ""
-body = urllib.request.urlopen("http://%s/metrics" % addr, timeout=5).read().decode()
-for line in body.splitlines():
-    if line.startswith(name + "{" if want else name + " ") and want in line:
-        print(int(float(line.rsplit(" ", 1)[1])))
-        break
-else:
-    print(0)
-PY
-}
+. "$(dirname "$0")/../../bench/lib.sh" # gzramd_metric, on BENCH_METRICS
+BENCH_METRICS=$METRICS
+metric() { python3 -c "print(int(float('$(gzramd_metric "$@")')))"; }
 serving_pid() {
 	python3 -c 'import json,sys,urllib.request; print(json.load(urllib.request.urlopen("http://'"$METRICS"'/status", timeout=5))["pid"])'
 }
