@@ -1224,6 +1224,11 @@ gz_zstd_encode(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratc
 #ifndef ZW_GROUP_HASH_BITS
 #define ZW_GROUP_HASH_BITS 13
 #endif
+// A page whose literals and twice its sequences reach this many is stored
+// as its literals alone (gz_zstd_parse_groups).
+#ifndef ZW_GROUP_RAW_AT
+#define ZW_GROUP_RAW_AT (ZP_PAGE - 64)
+#endif
 
 extern "C" __global__ void __launch_bounds__(32)
 gz_zstd_parse_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
@@ -1239,7 +1244,22 @@ gz_zstd_parse_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ 
 	uint32_t rep[3] = {1, 4, 8};
 	for (int b = 0; b < ZW_GROUP_PAGES; b++) {
 		uint8_t *const lit = scratch + ((size_t)grp * ZW_GROUP_PAGES + b) * ZW_SCRATCH_PAGE;
-		zw_parse_block<ZW_GROUP_HASH_BITS>(group, ZW_GROUP / 4, b * ZP_PAGE, table, rep, lit, (zw_parsed *)(lit + ZP_PAGE), lane);
+		zw_parsed *const out = (zw_parsed *)(lit + ZP_PAGE);
+		const uint32_t before[3] = {rep[0], rep[1], rep[2]};
+		zw_parse_block<ZW_GROUP_HASH_BITS>(group, ZW_GROUP / 4, b * ZP_PAGE, table, rep, lit, out, lane);
+		__syncwarp();
+		// A page that leaves nearly all of itself literals will not
+		// compress: its sequences are dropped, and the repeat offsets
+		// they set, so that its block can be stored raw rather than
+		// decline the group (gz_zstd_pack_groups).
+		const int nlit = out->nlit, nseq = out->nseq;
+		if (nlit >= 0 && nseq > 0 && nlit + 2 * nseq >= ZW_GROUP_RAW_AT) {
+			rep[0] = before[0], rep[1] = before[1], rep[2] = before[2];
+			const uint8_t *const page = (const uint8_t *)group + b * ZP_PAGE;
+			for (int i = lane; i < ZP_PAGE; i += 32) lit[i] = page[i];
+			__syncwarp();
+			if (lane == 0) out->nlit = ZP_PAGE, out->nseq = 0;
+		}
 		__syncwarp();
 	}
 }
