@@ -1205,7 +1205,8 @@ gz_zstd_encode(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratc
 // dense tier (pkg/device/dense.go). The three kernels below take the page
 // kernels' arguments, n counting pages (a multiple of ZW_GROUP_PAGES),
 // and write a frame a group: offsets[g] and lens[g] for group g, length 0
-// for a group that does not come out smaller than its pages.
+// for a group declined, and with offset ~0 for one that does not come out
+// smaller than its pages.
 //
 // A frame is a block a page, each page's sequences found by
 // zw_parse_block as a page's are, but by one warp for the whole group in
@@ -1308,8 +1309,11 @@ gz_zstd_pack_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ s
 	}
 	const int end = (int)zw_scan((uint32_t)size, lane);
 	const int total = hdr + __shfl_sync(full, end, 31);
-	if (__any_sync(full, bad) || total >= ZW_GROUP) {
-		if (lane == 0) offsets[grp] = 0, lens[grp] = 0;
+	const bool declined = __any_sync(full, bad);
+	if (declined || total >= ZW_GROUP) {
+		// Offset ~0: the group is no smaller than its pages (rather than
+		// declined), which the caller need not try elsewhere.
+		if (lane == 0) offsets[grp] = declined ? 0u : 0xFFFFFFFFu, lens[grp] = 0;
 		return;
 	}
 	unsigned int at = 0;

@@ -168,6 +168,12 @@ type GroupCompressor interface {
 	// read before it is written. Offsets[g] and Lens[g] locate group g's
 	// frame in b.Out, Lens[g] == 0 a group it did not compress (or whose
 	// LZ4 blocks did not decode), which the caller compresses some other
-	// way or leaves as it is. b.Pages is only read.
+	// way or leaves as it is; with Offsets[g] == GroupNotSmaller, one
+	// whose frame would not be smaller than its pages, which there is no
+	// point in compressing elsewhere. b.Pages is only read.
 	CompressGroups(ctx context.Context, b *Batch, lz4Offsets, lz4Lens []uint32) error
 }
+
+// GroupNotSmaller is the offset a GroupCompressor gives a group of length
+// 0 whose frame would not be smaller than its pages.
+const GroupNotSmaller = ^uint32(0)

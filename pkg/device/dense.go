@@ -396,7 +396,8 @@ func (d *Device) flushGPU(ctx context.Context, q *denseGPU) time.Duration {
 		case frame != nil && len(frame) < qg.before:
 			t.onGPU.Add(1)
 			settled, cerr = d.commitDense(qg.g, qg.age, &q.snaps[i], groupPages, frame, qg.before, qg.stored)
-		case frame != nil: // not smaller: the CPU's would not be either
+		case frame != nil || err == nil && b.Offsets[i] == codec.GroupNotSmaller:
+			// Not smaller: the CPU's would not be either.
 			t.onGPU.Add(1)
 			t.kept.Add(1)
 			settled = true

@@ -3,6 +3,7 @@ package device
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -253,10 +254,12 @@ func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offse
 		if c.decline > 0 && g%c.decline == 0 {
 			continue
 		}
-		n := c.z.Compress(b.Out[at:], pages[g*groupPages*pageSize:(g+1)*groupPages*pageSize])
+		n := c.z.Compress(b.Out[at:at+groupPages*pageSize-1], pages[g*groupPages*pageSize:(g+1)*groupPages*pageSize])
 		if n > 0 {
 			b.Offsets[g], b.Lens[g] = uint32(at), uint32(n)
 			at += (n + 15) &^ 15
+		} else {
+			b.Offsets[g] = codec.GroupNotSmaller
 		}
 	}
 	return nil
@@ -276,12 +279,14 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 		objects       int // --object-pages
 		decline       int
 		fail          bool
+		random        bool // pages of noise: no group comes out smaller
 		onGPU, denied bool
 	}{
 		{name: "all", objects: 1, onGPU: true},
 		{name: "objects of 4", objects: 4, onGPU: true},
 		{name: "declining", objects: 1, decline: 2, onGPU: true, denied: true},
 		{name: "failing", objects: 1, fail: true},
+		{name: "incompressible", objects: 1, random: true, onGPU: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newDenseFixture(t, pages, c.objects)
@@ -294,6 +299,12 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 				t.Fatal(err)
 			}
 			data := denseData(pages)
+			if c.random {
+				r := rand.New(rand.NewPCG(5, 6))
+				for i := range data {
+					data[i] = byte(r.Uint32())
+				}
+			}
 			if err := d.WriteAt(context.Background(), data, 0, false); err != nil {
 				t.Fatal(err)
 			}
@@ -301,6 +312,13 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 			checkContents(t, d, data)
 			checkStore(t, d, store)
 			st := d.Stats()
+			if c.random {
+				// Kept as they are, without the CPU trying again.
+				if st.DensePages != 0 || st.Dense.Kept < pages/groupPages || st.Dense.Declined != 0 {
+					t.Fatalf("noise: %d dense pages, %d groups kept, %d declined", st.DensePages, st.Dense.Kept, st.Dense.Declined)
+				}
+				return
+			}
 			if st.DensePages != st.StoredPages {
 				t.Fatalf("%d dense pages of %d stored", st.DensePages, st.StoredPages)
 			}

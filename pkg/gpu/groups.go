@@ -48,7 +48,6 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 		packed = max(packed, int(end))
 	}
 	launch := g.launchGroups
-	var after func(*slot)
 	if packed > 0 {
 		launch = func(s *slot, n int) error {
 			if err := g.decodeLZ4(s, b.Out[:packed], lz4Offsets[:n], lz4Lens[:n]); err != nil {
@@ -56,14 +55,19 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 			}
 			return g.launchGroups(s, n)
 		}
+	}
+	after := func(s *slot) {
+		m := g.cfg.MaxBatchPages
+		for i, o := range s.hMeta[metaHeaderWords : metaHeaderWords+groups] {
+			if b.Lens[i] == 0 && o == codec.GroupNotSmaller {
+				b.Offsets[i] = o
+			}
+		}
 		// A group with a page that did not decode is not compressed.
-		after = func(s *slot) {
-			m := g.cfg.MaxBatchPages
-			status := s.hMeta[metaHeaderWords+2*m : metaHeaderWords+2*m+n]
-			for i, l := range lz4Lens[:n] {
-				if l != 0 && status[i] != 0 {
-					b.Offsets[i/codec.GroupPages], b.Lens[i/codec.GroupPages] = 0, 0
-				}
+		status := s.hMeta[metaHeaderWords+2*m : metaHeaderWords+2*m+n]
+		for i, l := range lz4Lens[:min(len(lz4Lens), n)] {
+			if l != 0 && status[i] != 0 {
+				b.Offsets[i/codec.GroupPages], b.Lens[i/codec.GroupPages] = 0, 0
 			}
 		}
 	}
