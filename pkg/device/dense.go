@@ -255,13 +255,7 @@ func (d *Device) RunDense(ctx context.Context) {
 				}
 			} else {
 				settled, err := d.recompress(uint32(g), v)
-				if err != nil {
-					d.log.Error("dense tier: a group could not be recompressed", "page", uint32(g)<<groupShift, "err", err)
-					settled = true // not tried again until it is written
-				}
-				if settled {
-					a.CompareAndSwap(v, v|settledBit)
-				}
+				d.settle(uint32(g), v, settled, err)
 			}
 			took := time.Since(start) - onGPU
 			t.busy.Add(int64(took))
@@ -280,6 +274,19 @@ func (d *Device) RunDense(ctx context.Context) {
 			onGPU := d.flushGPU(ctx, q)
 			t.busy.Add(int64(time.Since(start) - onGPU))
 		}
+	}
+}
+
+// settle marks group g, of age age, settled if it is (or its recompression
+// failed: it is not tried again until it is accessed), unless it was
+// accessed since.
+func (d *Device) settle(g, age uint32, settled bool, err error) {
+	if err != nil {
+		d.log.Error("dense tier: a group could not be recompressed", "page", g<<groupShift, "err", err)
+		settled = true
+	}
+	if settled {
+		d.dense.ages[g].CompareAndSwap(age, age|settledBit)
 	}
 }
 
@@ -336,14 +343,12 @@ func (d *Device) queue(q *denseGPU, g, age uint32) bool {
 	s.mu.RLock()
 	stored, dense, before, err := d.snapshotGroup(lo, groupPages, &q.snaps[i], raw, lz4)
 	s.mu.RUnlock()
-	a := &d.dense.ages[g]
 	switch {
 	case err != nil:
-		d.log.Error("dense tier: a group could not be recompressed", "page", lo, "err", err)
-		a.CompareAndSwap(age, age|settledBit) // not tried again until it is written
+		d.settle(g, age, true, err)
 	case stored < 0:
 	case stored == 0 || dense == stored && oneObject(q.snaps[i][:]):
-		a.CompareAndSwap(age, age|settledBit)
+		d.settle(g, age, true, nil)
 	default:
 		q.queued = append(q.queued, queuedGroup{g: g, age: age, stored: stored, before: before})
 		if lz4 != nil {
@@ -409,13 +414,7 @@ func (d *Device) flushGPU(ctx context.Context, q *denseGPU) time.Duration {
 			// takes the group from the table again.
 			settled, cerr = d.recompress(qg.g, qg.age)
 		}
-		if cerr != nil {
-			d.log.Error("dense tier: a group could not be recompressed", "page", qg.g<<groupShift, "err", cerr)
-			settled = true
-		}
-		if settled {
-			t.ages[qg.g].CompareAndSwap(qg.age, qg.age|settledBit)
-		}
+		d.settle(qg.g, qg.age, settled, cerr)
 	}
 	q.queued = q.queued[:0]
 	q.lz4At = 0

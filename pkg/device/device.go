@@ -105,8 +105,10 @@ type Device struct {
 	// pages: the device's own, LZ4 or zstd.
 	fastStream byte
 	// objZstd compresses those objects where the codec is zstd: the
-	// codec's contexts are made for pages (holdObjectCompressors).
-	objZstd chan *codec.ZstdObjects
+	// codec's contexts are made for pages (holdObjectCompressors); they
+	// hold objZstdHeld bytes.
+	objZstd     chan *codec.ZstdObjects
+	objZstdHeld int64
 	// groupShift is log2 of the pages that share a stripe: 0, or that
 	// of groupPages where there may be objects of several pages. Set
 	// before the device is used.
@@ -263,6 +265,7 @@ func (d *Device) holdObjectCompressors() error {
 			return fmt.Errorf("device: objects of %d pages: %w", d.cfg.ObjectPages, err)
 		}
 		d.objZstd <- z
+		d.objZstdHeld += z.HeldBytes()
 	}
 	return nil
 }
@@ -395,11 +398,7 @@ func (d *Device) Held() Held {
 	if z, ok := d.zstd.(*codec.ZstdDecoder); ok {
 		h.Dense += z.HeldBytes()
 	}
-	if d.objZstd != nil {
-		z := <-d.objZstd
-		h.Scratch += int64(cap(d.objZstd)) * z.HeldBytes()
-		d.objZstd <- z
-	}
+	h.Scratch += d.objZstdHeld
 	return h
 }
 

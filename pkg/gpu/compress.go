@@ -128,7 +128,7 @@ func (g *Backend) run(ctx context.Context, b *codec.Batch, results int, launch f
 // offsets and lengths of the first results pages or groups in s.hMeta. It
 // returns the packed size.
 func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n, results int, launch func(*slot, int) error, dst []byte) (int, error) {
-	dr, m := g.dr, g.cfg.MaxBatchPages
+	dr := g.dr
 	if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {
 		return 0, err
 	}
@@ -138,12 +138,11 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n, result
 	if err := launch(s, n); err != nil {
 		return 0, err
 	}
-	lens := s.dMeta + devicePtr(4*(metaHeaderWords+m))
 	// The header and offsets, then the lengths: one copy each.
 	if err := dr.dtoh(s.hMetaBytes[:4*(metaHeaderWords+results)], s.dMeta, s.stream); err != nil {
 		return 0, err
 	}
-	if err := dr.dtoh(s.hMetaBytes[4*(metaHeaderWords+m):4*(metaHeaderWords+m+results)], lens, s.stream); err != nil {
+	if err := dr.dtoh(bytesOf(g.metaHost(s, metaLens, results)), g.metaOn(s, metaLens), s.stream); err != nil {
 		return 0, err
 	}
 	// The packed bytes come down whole, as many as the pages were, not
@@ -168,9 +167,7 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n, result
 // s, each shorter than limit, against the packed size total, and copies
 // them to offsets and lens (offset 0 where the length is).
 func (g *Backend) results(s *slot, n, limit, total int, what string, offsets, lens []uint32) error {
-	m := g.cfg.MaxBatchPages
-	offs := s.hMeta[metaHeaderWords : metaHeaderWords+n]
-	ls := s.hMeta[metaHeaderWords+m : metaHeaderWords+m+n]
+	offs, ls := g.metaHost(s, metaOffsets, n), g.metaHost(s, metaLens, n)
 	// Trust nothing the device returned until it is checked.
 	for i := range n {
 		l, o := ls[i], offs[i]
@@ -192,8 +189,7 @@ func (g *Backend) results(s *slot, n, limit, total int, what string, offsets, le
 // launch queues the batch's kernels on s for its n pages, already on the
 // device.
 func (g *Backend) launch(s *slot, n int) error {
-	m := g.cfg.MaxBatchPages
-	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+m))
+	offs, lens := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens)
 	for _, k := range g.kernels {
 		grid := (n + k.pagesPerBlock - 1) / k.pagesPerBlock
 		if err := g.dr.launchCompress(k.f, grid, 32*k.pagesPerBlock, s.stream, s.dPages, n,

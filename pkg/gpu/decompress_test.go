@@ -12,8 +12,6 @@ import (
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
-const decompressWarps = 4 // D_WARPS in kernels/lz4.cu
-
 // DecompressBatch decodes the compressed pages of b (b.Out at b.Offsets,
 // b.Lens; as CompressBatch or the CPU codec left them) into b.Pages. Pages
 // with length 0 (stored raw) are left untouched. Malformed pages make it
@@ -105,52 +103,25 @@ func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 	return nil
 }
 
-// decompress runs one decode batch on s: the decoded pages land in dst
+// decompress runs one decode batch on s (decodeLZ4, the offsets made
+// relative to packed, which starts at base): the decoded pages land in dst
 // (pinned memory), and the returned per-page status in s.hMeta.
 func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, base uint32, offsets, lens []uint32, dst []byte) ([]uint32, error) {
-	dr, m, n := g.dr, g.cfg.MaxBatchPages, len(lens)
-	dOffs := s.dMeta + devicePtr(4*metaHeaderWords)
-	dLens := s.dMeta + devicePtr(4*(metaHeaderWords+m))
-	dStatus := s.dMeta + devicePtr(4*(metaHeaderWords+2*m))
-	if err := dr.htod(s.dPacked, packed, s.stream); err != nil {
-		return nil, err
-	}
-	// Offsets and lengths go up from the pinned meta buffer: an upload
-	// from pageable memory would stall the stream.
-	hOffs := s.hMeta[metaHeaderWords : metaHeaderWords+n]
-	hLens := s.hMeta[metaHeaderWords+m : metaHeaderWords+m+n]
+	n := len(lens)
+	rel := make([]uint32, n)
 	for i, o := range offsets {
 		if lens[i] != 0 {
-			hOffs[i] = o - base
-		} else {
-			hOffs[i] = 0
+			rel[i] = o - base
 		}
 	}
-	copy(hLens, lens)
-	if err := dr.htod(dOffs, bytesOf(hOffs), s.stream); err != nil {
+	if err := g.decodeLZ4(s, packed, rel, lens); err != nil {
 		return nil, err
 	}
-	if err := dr.htod(dLens, bytesOf(hLens), s.stream); err != nil {
-		return nil, err
-	}
-	grid := (n + decompressWarps - 1) / decompressWarps
-	fDec, err := dr.function(g.mod, "gz_lz4_decompress")
-	if err != nil {
-		return nil, err
-	}
-	if err := dr.launchDecompress(fDec, grid, 32*decompressWarps, s.stream, s.dPacked, dOffs, dLens, n,
-		s.dPages, dStatus); err != nil {
-		return nil, err
-	}
-	st := s.hMeta[metaHeaderWords+2*m : metaHeaderWords+2*m+n]
-	if err := dr.dtoh(bytesOf(st), dStatus, s.stream); err != nil {
-		return nil, err
-	}
-	if err := dr.dtoh(dst[:n*codec.PageSize], s.dPages, s.stream); err != nil {
+	if err := g.dr.dtoh(dst[:n*codec.PageSize], s.dPages, s.stream); err != nil {
 		return nil, err
 	}
 	if err := g.wait(ctx, s); err != nil {
 		return nil, err
 	}
-	return st, nil
+	return g.metaHost(s, metaStatus, n), nil
 }

@@ -166,6 +166,26 @@ const (
 
 func metaWords(maxPages int) int { return metaHeaderWords + 3*maxPages }
 
+// A slot's meta, after its header: the offsets, the lengths and the decode
+// status, MaxBatchPages words each.
+const (
+	metaOffsets = iota
+	metaLens
+	metaStatus
+)
+
+// metaOn is meta area k of slot s on the device.
+func (g *Backend) metaOn(s *slot, k int) devicePtr {
+	return s.dMeta + devicePtr(4*(metaHeaderWords+k*g.cfg.MaxBatchPages))
+}
+
+// metaHost is the first n words of meta area k of slot s, in pinned host
+// memory.
+func (g *Backend) metaHost(s *slot, k, n int) []uint32 {
+	at := metaHeaderWords + k*g.cfg.MaxBatchPages
+	return s.hMeta[at : at+n]
+}
+
 // Backend is the CUDA batch compressor. It implements codec.BatchCompressor
 // and codec.BatchAllocator and is safe for concurrent use.
 type Backend struct {

@@ -57,14 +57,13 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 		}
 	}
 	after := func(s *slot) {
-		m := g.cfg.MaxBatchPages
-		for i, o := range s.hMeta[metaHeaderWords : metaHeaderWords+groups] {
+		for i, o := range g.metaHost(s, metaOffsets, groups) {
 			if b.Lens[i] == 0 && o == codec.GroupNotSmaller {
 				b.Offsets[i] = o
 			}
 		}
 		// A group with a page that did not decode is not compressed.
-		status := s.hMeta[metaHeaderWords+2*m : metaHeaderWords+2*m+n]
+		status := g.metaHost(s, metaStatus, n)
 		for i, l := range lz4Lens[:min(len(lz4Lens), n)] {
 			if l != 0 && status[i] != 0 {
 				b.Offsets[i/codec.GroupPages], b.Lens[i/codec.GroupPages] = 0, 0
@@ -80,36 +79,34 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 // s.hMeta. The packed blocks go up to the device's packed output, which
 // the kernels of groups write only after.
 func (g *Backend) decodeLZ4(s *slot, packed []byte, offsets, lens []uint32) error {
-	dr, m, n := g.dr, g.cfg.MaxBatchPages, len(lens)
-	dOffs := s.dMeta + devicePtr(4*metaHeaderWords)
-	dLens := s.dMeta + devicePtr(4*(metaHeaderWords+m))
-	dStatus := s.dMeta + devicePtr(4*(metaHeaderWords+2*m))
+	dr, n := g.dr, len(lens)
+	dOffs, dLens, dStatus := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens), g.metaOn(s, metaStatus)
 	if err := dr.htod(s.dPacked, packed, s.stream); err != nil {
 		return err
 	}
 	// Offsets and lengths go up from the pinned meta buffer: an upload
 	// from pageable memory would stall the stream.
-	copy(s.hMeta[metaHeaderWords:metaHeaderWords+n], offsets)
-	copy(s.hMeta[metaHeaderWords+m:metaHeaderWords+m+n], lens)
-	if err := dr.htod(dOffs, bytesOf(s.hMeta[metaHeaderWords:metaHeaderWords+n]), s.stream); err != nil {
+	hOffs, hLens := g.metaHost(s, metaOffsets, n), g.metaHost(s, metaLens, n)
+	copy(hOffs, offsets)
+	copy(hLens, lens)
+	if err := dr.htod(dOffs, bytesOf(hOffs), s.stream); err != nil {
 		return err
 	}
-	if err := dr.htod(dLens, bytesOf(s.hMeta[metaHeaderWords+m:metaHeaderWords+m+n]), s.stream); err != nil {
+	if err := dr.htod(dLens, bytesOf(hLens), s.stream); err != nil {
 		return err
 	}
 	grid := (n + lz4DecodeWarps - 1) / lz4DecodeWarps
 	if err := dr.launchDecompress(g.lz4Decode, grid, 32*lz4DecodeWarps, s.stream, s.dPacked, dOffs, dLens, n, s.dPages, dStatus); err != nil {
 		return fmt.Errorf("gz_lz4_decompress: %w", err)
 	}
-	return dr.dtoh(bytesOf(s.hMeta[metaHeaderWords+2*m:metaHeaderWords+2*m+n]), dStatus, s.stream)
+	return dr.dtoh(bytesOf(g.metaHost(s, metaStatus, n)), dStatus, s.stream)
 }
 
 // launchGroups queues the kernels of groups on s for its n pages, already
 // on the device: gz_zstd_encode_blocks a warp a page, the others a warp a
 // group.
 func (g *Backend) launchGroups(s *slot, n int) error {
-	m := g.cfg.MaxBatchPages
-	offs, lens := s.dMeta+devicePtr(4*metaHeaderWords), s.dMeta+devicePtr(4*(metaHeaderWords+m))
+	offs, lens := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens)
 	for i, k := range g.groups {
 		grid := n / codec.GroupPages
 		if i == 1 {
