@@ -1,4 +1,5 @@
-// Batched LZ4 block compression and decompression of 4 KiB pages.
+// Batched LZ4 block compression and decompression of 4 KiB pages, and
+// compression of objects of several pages.
 //
 // One warp owns one page. Compression walks the page in windows of 32
 // positions, one per lane. Each lane finds the longest match (compared up
@@ -43,10 +44,6 @@
 #define MIN_MATCH 4
 #define LAST_LITERALS 5
 #define MF_LIMIT 12
-// A match may start at p only if p + MF_LIMIT <= PAGE_SIZE.
-#define MATCH_START_LIMIT (PAGE_SIZE - MF_LIMIT)
-// and must end at or before this position.
-#define MATCH_END_LIMIT (PAGE_SIZE - LAST_LITERALS)
 // A compressed page must be strictly smaller than a page.
 #define OUT_LIMIT (PAGE_SIZE - 1)
 
@@ -92,8 +89,9 @@ __device__ __forceinline__ uint32_t word_at(const uint32_t *s, int x) {
 	return __funnelshift_r(s[i], s[i + 1], (x & 3) * 8);
 }
 
+template <int HB>
 __device__ __forceinline__ uint32_t hash4(uint32_t w) {
-	return (w * 2654435761u) >> (32 - HASH_BITS);
+	return (w * 2654435761u) >> (32 - HB);
 }
 
 // equal_bytes counts the equal leading bytes of two little-endian words.
@@ -147,11 +145,12 @@ __device__ int warp_extend(const uint32_t *s, int p, int c, int k, int limit, in
 	return limit;
 }
 
-// length_bytes writes the extension bytes of an LZ4 length field (the part
-// beyond 15) at out, one byte per lane; v = length - 15 >= 0.
+// put_length writes the extension bytes of an LZ4 length field (the part
+// beyond 15) at out, a byte per lane per step (an object's last literals
+// may need more than 32); v = length - 15 >= 0.
 __device__ __forceinline__ void put_length(uint8_t *out, int v, int lane) {
 	int n = v / 255 + 1;
-	if (lane < n) out[lane] = (lane == n - 1) ? (uint8_t)(v % 255) : (uint8_t)255;
+	for (int i = lane; i < n; i += 32) out[i] = (i == n - 1) ? (uint8_t)(v % 255) : (uint8_t)255;
 }
 
 __device__ __forceinline__ int length_size(int len) {
@@ -160,11 +159,11 @@ __device__ __forceinline__ int length_size(int len) {
 
 // emit writes one sequence: literals [lit, lit+nlit) then, when mlen > 0,
 // a match of mlen bytes at distance off. It returns false (writing nothing)
-// if the sequence would take the output past OUT_LIMIT.
-__device__ bool emit(const uint8_t *src, uint8_t *out, int &op, int lit, int nlit, int off, int mlen, int lane) {
+// if the sequence would take the output past out_limit.
+__device__ bool emit(const uint8_t *src, uint8_t *out, int &op, int lit, int nlit, int off, int mlen, int lane, int out_limit) {
 	int need = 1 + length_size(nlit) + nlit;
 	if (mlen > 0) need += 2 + length_size(mlen - MIN_MATCH);
-	if (op + need > OUT_LIMIT) return false;
+	if (op + need > out_limit) return false;
 	int o = op;
 	if (lane == 0) {
 		int ml = mlen > 0 ? min(mlen - MIN_MATCH, 15) : 0;
@@ -192,50 +191,30 @@ __device__ bool emit(const uint8_t *src, uint8_t *out, int &op, int lit, int nli
 	return true;
 }
 
-struct CompressShared {
-	uint32_t page[C_WARPS][PAGE_WORDS + PAD_WORDS];
-	bucket_t table[C_WARPS][HASH_BUCKETS];
-};
-
-// gz_lz4_compress compresses n pages from in (page i at in + i*PAGE_SIZE).
-// Each page is first encoded into scratch (page i at scratch + i*PAGE_SIZE),
-// then packed into packed at a 16-byte-aligned offset reserved with
-// atomicAdd on *packed_size (which the caller zeroes). lens[i] = 0 means the
-// page did not compress; offsets[i] is then 0.
-extern "C" __global__ void __launch_bounds__(C_WARPS * 32, C_MIN_BLOCKS)
-gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
-		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
-		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
-	__shared__ CompressShared sh;
-	const int lane = threadIdx.x & 31;
-	const int w = threadIdx.x >> 5;
-	const int pg = blockIdx.x * C_WARPS + w;
-	if (pg >= n) return;
-
-	uint32_t *s = sh.page[w];
-	bucket_t *table = sh.table[w];
+// lz4_encode encodes the size bytes at s (words; the 64 bytes after them
+// readable, their values unused) as one LZ4 block into out, with table
+// (1 << HB buckets, cleared) as its hash table, and returns the block's
+// length, or 0 where it would be longer than out_limit. One warp calls it
+// with the same arguments; size is at most 65536, so that positions fit
+// a bucket's 16 bits and every match is within LZ4's reach.
+template <int HB>
+__device__ __forceinline__ int lz4_encode(const uint32_t *s, const int size, bucket_t *table, uint8_t *out,
+		const int out_limit, const int lane) {
 	const uint8_t *src = (const uint8_t *)s;
-	uint8_t *out = scratch + (size_t)pg * PAGE_SIZE;
-
-	// Load the page (16 bytes per lane per step) and clear the table.
-	const uint4 *pin = in + (size_t)pg * (PAGE_SIZE / 16);
-	uint4 *s4 = (uint4 *)s;
-#pragma unroll
-	for (int i = 0; i < PAGE_SIZE / 16 / 32; i++) s4[lane + 32 * i] = pin[lane + 32 * i];
-	if (lane < PAD_WORDS) s[PAGE_WORDS + lane] = 0;
-	for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
-	__syncwarp();
-
+	// A match may start at p only if p + MF_LIMIT <= size, and must end
+	// at or before match_end.
+	const int match_start = size - MF_LIMIT;
+	const int match_end = size - LAST_LITERALS;
 	int op = 0;       // output position
 	int anchor = 0;   // first literal not yet emitted
 	int cursor = 0;   // first position not yet covered by a chosen match
 	bool ok = true;
 
 	int base = 0; // first position of this step's window of 32
-	while (base < PAGE_SIZE && ok) {
+	while (base < size && ok) {
 		const int p = base + lane;
-		const bool valid = p + MIN_MATCH <= PAGE_SIZE;
-		// This position's first SEARCH_CAP bytes (bytes past the page are
+		const bool valid = p + MIN_MATCH <= size;
+		// This position's first SEARCH_CAP bytes (bytes past the end are
 		// garbage, and never used: limit below keeps matches inside).
 		uint32_t pw[SEARCH_WORDS];
 		{
@@ -247,12 +226,12 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 			for (int k = 0; k < SEARCH_WORDS; k++) pw[k] = __funnelshift_r(a[k], a[k + 1], ps);
 		}
 		const uint32_t cur = valid ? pw[0] : 0u;
-		const uint32_t h = hash4(cur);
+		const uint32_t h = hash4<HB>(cur);
 
 		// Search: the longest match among the nearest earlier lane with the
 		// same word and the bucket's positions, nearest first on ties.
 		int best_len = 0, best_off = 0;
-		const bool search = valid && p >= cursor && p < MATCH_START_LIMIT;
+		const bool search = valid && p >= cursor && p < match_start;
 		const uint32_t same = __match_any_sync(FULL_MASK, valid ? cur : (0x80000000u ^ (uint32_t)lane));
 		const bucket_t bucket = table[h];
 		if (search) {
@@ -273,7 +252,7 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 					}
 				}
 			}
-			best_len = min(best_len, MATCH_END_LIMIT - p);
+			best_len = min(best_len, match_end - p);
 			if (best_len < MIN_MATCH) best_len = 0;
 		}
 		__syncwarp();
@@ -315,7 +294,7 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 				len = nlen;
 			}
 			const int mp = base + j;
-			const int limit = MATCH_END_LIMIT - mp;
+			const int limit = match_end - mp;
 			if (len >= SEARCH_CAP && len < limit)
 				len = warp_extend(s, mp, mp - __shfl_sync(FULL_MASK, best_off, j), len, limit, lane);
 			if (lane == j) sel_len = len;
@@ -338,19 +317,19 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 		const int lit = before ? prev_end : anchor;
 		const int nlit = p - lit;
 		const int mcode = sel_len - MIN_MATCH;
-		const int size = me ? 3 + length_size(nlit) + nlit + length_size(mcode) : 0;
-		int incl = size;
+		const int size_me = me ? 3 + length_size(nlit) + nlit + length_size(mcode) : 0;
+		int incl = size_me;
 #pragma unroll
 		for (int d = 1; d < 32; d <<= 1) {
 			const int v = __shfl_up_sync(FULL_MASK, incl, d);
 			if (lane >= d) incl += v;
 		}
 		const int total = __shfl_sync(FULL_MASK, incl, 31);
-		if (op + total > OUT_LIMIT) {
+		if (op + total > out_limit) {
 			ok = false;
 			break;
 		}
-		int o = op + incl - size;
+		int o = op + incl - size_me;
 		int lit_out = 0;
 		if (me) {
 			out[o++] = (uint8_t)((min(nlit, 15) << 4) | min(mcode, 15));
@@ -380,10 +359,16 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 		op += total;
 		anchor = __shfl_sync(FULL_MASK, p + sel_len, 31 - __clz(sel));
 	}
-	if (ok) ok = emit(src, out, op, anchor, PAGE_SIZE - anchor, 0, 0, lane);
+	if (ok) ok = emit(src, out, op, anchor, size - anchor, 0, 0, lane, out_limit);
 	__syncwarp();
+	return ok ? op : 0;
+}
 
-	unsigned int len = ok ? (unsigned int)op : 0u;
+// pack reserves room for the block of len bytes (0: none) at out in packed
+// with one atomicAdd on *packed_size, 16-byte aligned, copies it there, and
+// records its offset and length as result pg.
+__device__ __forceinline__ void pack(const uint8_t *out, unsigned int len, int pg, uint8_t *packed,
+		unsigned int *packed_size, unsigned int *offsets, unsigned int *lens, int lane) {
 	unsigned int at = 0;
 	if (lane == 0 && len > 0) at = atomicAdd(packed_size, (len + 15u) & ~15u);
 	at = __shfl_sync(FULL_MASK, at, 0);
@@ -396,6 +381,100 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 		uint4 *to = (uint4 *)(packed + at);
 		for (unsigned int i = lane; i < (len + 15u) / 16u; i += 32) to[i] = from[i];
 	}
+}
+
+// load_page copies page pg of in into s (PAGE_WORDS words, then PAD_WORDS
+// of zeros), 16 bytes per lane per step.
+__device__ __forceinline__ void load_page(const uint4 *in, int pg, uint32_t *s, int lane) {
+	const uint4 *pin = in + (size_t)pg * (PAGE_SIZE / 16);
+	uint4 *s4 = (uint4 *)s;
+#pragma unroll
+	for (int i = 0; i < PAGE_SIZE / 16 / 32; i++) s4[lane + 32 * i] = pin[lane + 32 * i];
+	if (lane < PAD_WORDS) s[PAGE_WORDS + lane] = 0;
+}
+
+struct CompressShared {
+	uint32_t page[C_WARPS][PAGE_WORDS + PAD_WORDS];
+	bucket_t table[C_WARPS][HASH_BUCKETS];
+};
+
+// gz_lz4_compress compresses n pages from in (page i at in + i*PAGE_SIZE).
+// Each page is first encoded into scratch (page i at scratch + i*PAGE_SIZE),
+// then packed into packed at a 16-byte-aligned offset reserved with
+// atomicAdd on *packed_size (which the caller zeroes). lens[i] = 0 means the
+// page did not compress; offsets[i] is then 0.
+extern "C" __global__ void __launch_bounds__(C_WARPS * 32, C_MIN_BLOCKS)
+gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
+		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+	__shared__ CompressShared sh;
+	const int lane = threadIdx.x & 31;
+	const int w = threadIdx.x >> 5;
+	const int pg = blockIdx.x * C_WARPS + w;
+	if (pg >= n) return;
+
+	uint32_t *s = sh.page[w];
+	bucket_t *table = sh.table[w];
+	uint8_t *out = scratch + (size_t)pg * PAGE_SIZE;
+	load_page(in, pg, s, lane);
+	for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
+	__syncwarp();
+	const int len = lz4_encode<HASH_BITS>(s, PAGE_SIZE, table, out, OUT_LIMIT, lane);
+	pack(out, (unsigned int)len, pg, packed, packed_size, offsets, lens, lane);
+}
+
+// Objects of several adjacent pages (up to MAX_OBJECT_PAGES, 64 KiB) are
+// compressed as one LZ4 block each, by one warp, which reads the object
+// from global memory (through the L1 cache) rather than shared memory, and
+// uses a larger hash table. A page alone is compressed as gz_lz4_compress
+// compresses it.
+#define MAX_OBJECT_PAGES 16
+#ifndef O_HASH_BITS
+#define O_HASH_BITS 12
+#endif
+#define O_WARPS 2 // warps (objects) per block: shared memory bounds it
+
+struct ObjectShared {
+	uint32_t page[O_WARPS][PAGE_WORDS + PAD_WORDS];
+	bucket_t table[O_WARPS][1 << O_HASH_BITS];
+};
+
+// gz_lz4_compress_objects compresses the objects of n pages from in, as
+// gz_lz4_compress compresses pages: offsets[i] holds, on entry, the pages
+// of the object that starts at page i (1 for a page alone, 0 for a page
+// within an object), and on return, as lens[i], object i's packed block
+// (length 0 where it did not compress below its pages' size less a byte,
+// and for pages within an object). Object i is encoded into scratch from
+// page i on. in must be readable 64 bytes past its n pages.
+extern "C" __global__ void __launch_bounds__(O_WARPS * 32)
+gz_lz4_compress_objects(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
+		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+	__shared__ ObjectShared sh;
+	const int lane = threadIdx.x & 31;
+	const int w = threadIdx.x >> 5;
+	const int pg = blockIdx.x * O_WARPS + w;
+	if (pg >= n) return;
+
+	const unsigned int pages = offsets[pg];
+	__syncwarp(); // every lane has read it before lane 0 writes its result
+	bucket_t *table = sh.table[w];
+	uint8_t *out = scratch + (size_t)pg * PAGE_SIZE;
+	int len = 0;
+	if (pages == 1) {
+		uint32_t *s = sh.page[w];
+		load_page(in, pg, s, lane);
+		for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
+		__syncwarp();
+		len = lz4_encode<HASH_BITS>(s, PAGE_SIZE, table, out, OUT_LIMIT, lane);
+	} else if (pages > 1 && pages <= MAX_OBJECT_PAGES && pg + (int)pages <= n) {
+		const uint32_t *s = (const uint32_t *)(in + (size_t)pg * (PAGE_SIZE / 16));
+		for (int i = lane; i < (1 << O_HASH_BITS); i += 32) table[i] = (bucket_t)~0ull;
+		__syncwarp();
+		const int size = (int)pages * PAGE_SIZE;
+		len = lz4_encode<O_HASH_BITS>(s, size, table, out, size - 1, lane);
+	}
+	pack(out, (unsigned int)len, pg, packed, packed_size, offsets, lens, lane);
 }
 
 // gz_lz4_decompress decodes n pages: page i's compressed bytes are

@@ -67,6 +67,46 @@ type Batch struct {
 	// reported raw (Lens[i] == 0) without finishing, which saves most of
 	// the work on incompressible pages. 0 means PageSize-1.
 	Limit int
+	// Objects, when not nil, groups adjacent pages into objects of
+	// several pages, each compressed as one stream: Objects[i] is the
+	// number of pages (1 to MaxObjectPages) of the object that starts at
+	// page i, 0 for a page within an object that starts before it. An
+	// object of several pages has its stream at Offsets[i], Lens[i]
+	// bytes (0: it did not compress below ObjectLimit), and its other
+	// pages length 0. Objects of one page are pages as without Objects.
+	Objects []uint8
+}
+
+// MaxObjectPages is the most pages an object of Batch.Objects holds: 64
+// KiB, as far back as an LZ4 match reaches.
+const MaxObjectPages = 16
+
+// ObjectLimit is the longest stream worth keeping for an object of pages
+// pages: shorter than pages times the bound of a page (Limit).
+func (b *Batch) ObjectLimit(pages int) int { return pages*(b.limit()+1) - 1 }
+
+// CheckObjects reports whether b.Objects, when not nil, describes whole
+// objects of 1 to MaxObjectPages pages over b's N pages.
+func (b *Batch) CheckObjects() error {
+	if b.Objects == nil {
+		return nil
+	}
+	if len(b.Objects) < b.N {
+		return fmt.Errorf("codec: objects given for %d of %d pages", len(b.Objects), b.N)
+	}
+	for i := 0; i < b.N; {
+		p := int(b.Objects[i])
+		if p < 1 || p > MaxObjectPages || i+p > b.N {
+			return fmt.Errorf("codec: page %d starts an object of %d pages, of a batch of %d", i, p, b.N)
+		}
+		for j := i + 1; j < i+p; j++ {
+			if b.Objects[j] != 0 {
+				return fmt.Errorf("codec: page %d, within an object from page %d, starts one of %d pages", j, i, b.Objects[j])
+			}
+		}
+		i += p
+	}
+	return nil
 }
 
 // limit is the output bound for one page.
@@ -135,7 +175,9 @@ type PrefixDecoder interface {
 // CPUBatch; pkg/gpu provides the CUDA one.
 type BatchCompressor interface {
 	Name() string
-	// CompressBatch fills b.Offsets and b.Lens for pages [0, b.N). It must
+	// CompressBatch fills b.Offsets and b.Lens for pages [0, b.N), and
+	// for the objects of b.Objects when it is not nil (a compressor that
+	// cannot make objects returns an error). It must
 	// not modify b.Pages: on error the caller falls back to another
 	// compressor with the same batch.
 	CompressBatch(ctx context.Context, b *Batch) error

@@ -622,3 +622,62 @@ func TestZstdDecodePrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUBatchObjects: objects of several pages come out as one LZ4 block
+// each that decodes to their pages, within ObjectLimit, whatever the
+// workers' split; pages within an object get nothing; objects of one
+// page are pages; and CheckObjects refuses objects that do not tile.
+func TestCPUBatchObjects(t *testing.T) {
+	const n = 100
+	lz := NewLZ4()
+	r := rand.New(rand.NewPCG(8, 9))
+	in := make([]byte, n*PageSize)
+	for i := range in {
+		in[i] = byte(r.IntN(3 + i/PageSize%40))
+	}
+	objs := make([]uint8, n)
+	for i := 0; i < n; {
+		p := min(1+r.IntN(MaxObjectPages), n-i)
+		objs[i] = uint8(p)
+		i += p
+	}
+	for _, workers := range []int{1, 2, 7} {
+		b := NewBatch(n)
+		copy(b.Pages, in)
+		b.N, b.Objects, b.Limit = n, objs, 3000
+		if err := b.CheckObjects(); err != nil {
+			t.Fatal(err)
+		}
+		if err := NewCPUBatch(lz, workers).CompressBatch(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; {
+			p := int(objs[i])
+			for j := i + 1; j < i+p; j++ {
+				if b.Lens[j] != 0 {
+					t.Fatalf("workers %d: page %d within an object has %d bytes", workers, j, b.Lens[j])
+				}
+			}
+			want := in[i*PageSize : (i+p)*PageSize]
+			c := b.Compressed(i)
+			if len(c) > b.ObjectLimit(p) {
+				t.Fatalf("workers %d: object at %d of %d pages: %d bytes, over its limit %d", workers, i, p, len(c), b.ObjectLimit(p))
+			}
+			if c != nil {
+				got := make([]byte, len(want))
+				if err := lz.Decompress(got, c); err != nil || !bytes.Equal(got, want) {
+					t.Fatalf("workers %d: object at %d of %d pages does not decode (%v)", workers, i, p, err)
+				}
+			}
+			i += p
+		}
+	}
+	b := NewBatch(4)
+	b.N = 4
+	for _, bad := range [][]uint8{{2, 0, 0, 1}, {1, 1, 1}, {1, 1, 3, 0}, {17, 0, 0, 0}, {0, 1, 1, 1}} {
+		b.Objects = bad
+		if err := b.CheckObjects(); err == nil {
+			t.Errorf("objects %v: no error", bad)
+		}
+	}
+}

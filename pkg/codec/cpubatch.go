@@ -33,7 +33,9 @@ const minPagesPerWorker = 16
 
 // CompressBatch implements BatchCompressor. Page i's output goes to
 // Out[i*PageSize:], bounded to b.Limit (PageSize-1 by default) so a page
-// that does not shrink enough is reported as raw.
+// that does not shrink enough is reported as raw. An object of several
+// pages (b.Objects, which the caller checked) is compressed with the codec
+// as one input, into the outputs of its pages, bounded to ObjectLimit.
 func (c *CPUBatch) CompressBatch(_ context.Context, b *Batch) error {
 	n := b.N
 	w := min(c.workers, (n+minPagesPerWorker-1)/minPagesPerWorker)
@@ -59,6 +61,10 @@ func (c *CPUBatch) run(b *Batch, lo, hi int) {
 	for i := lo; i < hi; i++ {
 		b.Offsets[i] = uint32(i * PageSize)
 	}
+	if b.Objects != nil {
+		c.runObjects(b, lo, hi)
+		return
+	}
 	if l, ok := c.codec.(*LZ4); ok {
 		l.compressPages(b.Pages[lo*PageSize:], b.Out[lo*PageSize:], b.Lens[lo:hi], hi-lo, b.limit())
 		return
@@ -66,5 +72,27 @@ func (c *CPUBatch) run(b *Batch, lo, hi int) {
 	for i := lo; i < hi; i++ {
 		off := i * PageSize
 		b.Lens[i] = uint32(c.codec.Compress(b.Out[off:off+b.limit()], b.Page(i)))
+	}
+}
+
+// runObjects compresses the objects that start at pages [lo, hi) of b,
+// whose Objects the caller checked, each object into the outputs of its
+// pages. An object that reaches past hi is read from the pages there,
+// whose outputs no other worker writes: pages within an object only get
+// length 0.
+func (c *CPUBatch) runObjects(b *Batch, lo, hi int) {
+	l, isLZ4 := c.codec.(*LZ4)
+	for i := lo; i < hi; i++ {
+		off := i * PageSize
+		switch p := int(b.Objects[i]); {
+		case p == 0:
+			b.Offsets[i], b.Lens[i] = 0, 0
+		case p == 1 && isLZ4:
+			l.compressPages(b.Pages[off:], b.Out[off:], b.Lens[i:i+1], 1, b.limit())
+		case p == 1:
+			b.Lens[i] = uint32(c.codec.Compress(b.Out[off:off+b.limit()], b.Page(i)))
+		default:
+			b.Lens[i] = uint32(c.codec.Compress(b.Out[off:off+b.ObjectLimit(p)], b.Pages[off:off+p*PageSize]))
+		}
 	}
 }

@@ -187,6 +187,9 @@ func TestModelPaths(t *testing.T) {
 		{"objects-compacting", modelOptions{path: pathInline, objectPages: 16, compact: true}},
 		{"objects-mixed", modelOptions{path: pathMixed, objectPages: 8, compact: true,
 			store: pagestore.Config{Prefault: 2 * pageSize, ArenaSize: 1 << 20}}},
+		// Objects of staged writes, made by the accelerator, which fails
+		// and hangs, and by the CPU in its place.
+		{"objects-staged-faults", modelOptions{path: pathStaged, objectPages: 16, faults: true}},
 		// The dense tier recompressing groups idle for a moment, racing
 		// writes, reads, staged commits and the compactor.
 		{"dense-inline", modelOptions{path: pathInline, dense: true}},

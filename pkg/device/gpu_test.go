@@ -3,11 +3,18 @@
 package device
 
 import (
+	"bytes"
+	"context"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/gpu"
+	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/stage"
 )
 
 // TestCorpusAgingOnGPU ages the shared corpus on the CPU and on a GPU
@@ -32,5 +39,69 @@ func TestCorpusAgingOnGPU(t *testing.T) {
 		onGPU.after, cpu.after, onGPU.after/cpu.after, onGPU.cpu.Seconds()/gb(onGPU), cpu.cpu.Seconds()/gb(cpu))
 	if onGPU.st.Dense.OnGPU == 0 {
 		t.Fatal("no group was recompressed on the GPU")
+	}
+}
+
+// TestCorpusObjectsOnGPU writes the shared corpus in 128 KiB writes to
+// devices whose staged writes a GPU (its LZ4 backend) compresses, with
+// pages alone and in objects of 4 and 16 pages: what each stores, that
+// the objects were the GPU's, and that every page reads back.
+func TestCorpusObjectsOnGPU(t *testing.T) {
+	data := testneeds.Corpus(t)
+	g, err := gpu.Open(gpu.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	var alone float64
+	for _, per := range []int{1, 4, 16} {
+		store, err := pagestore.New(pagestore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := stage.Config{Batches: 8, BatchPages: 1024, Deadline: time.Millisecond, Workers: 4}
+		router, err := route.New(route.Config{Codec: codec.NewLZ4(), CPUWorkers: 2, Logger: quiet,
+			Accelerator: g, BatchPages: sc.BatchPages, Outputs: sc.Workers, Shadows: sc.Workers, MinAcceleratorPages: 1,
+			Watchdog: 10 * time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev, err := New(Config{Size: int64(len(data)), Codec: codec.NewLZ4(), Store: store, Staging: sc, Logger: quiet,
+			Router: router, ObjectPages: per})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		start := time.Now()
+		for off := 0; off < len(data); off += 32 * pageSize {
+			end := min(off+32*pageSize, len(data))
+			if err := dev.WriteAt(ctx, data[off:end], int64(off), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := dev.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wall := time.Since(start)
+		st, rs := dev.Stats(), router.Stats()
+		ratio := float64(len(data)) / float64(st.MemUsedTotal)
+		if per == 1 {
+			alone = ratio
+		}
+		t.Logf("objects of %2d pages: whole corpus / mem_used %.3f (%.3fx pages alone; %.3fx zram lzo-rle's 2.402); %d of %d stored pages in %d objects; %d pages on the GPU, %d on the CPU (%d inline); written in %v",
+			per, ratio, ratio/alone, ratio/2.402, st.PackedPages, st.StoredPages, st.PackedObjects,
+			rs.AcceleratorPages, rs.CPUPages, rs.InlinePages, wall.Round(time.Millisecond))
+		if per > 1 && (st.PackedObjects == 0 || rs.AcceleratorPages == 0) {
+			t.Errorf("objects of %d pages: %d objects, %d pages on the GPU", per, st.PackedObjects, rs.AcceleratorPages)
+		}
+		got := make([]byte, len(data))
+		if err := dev.ReadAt(ctx, got, 0); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("objects of %d pages: the corpus reads back different", per)
+		}
+		dev.Close()
+		store.Close()
 	}
 }

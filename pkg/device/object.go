@@ -125,6 +125,38 @@ func putHeader(first []byte, l objectLayout, pages int) {
 	}
 }
 
+// keepObject returns the layout of an object of pages pages whose stream
+// is n bytes, and whether it is worth keeping as one: it compressed (n >
+// 0) below the huge threshold of its pages, into no more chunks than it
+// has pages.
+func (d *Device) keepObject(n, pages int) (objectLayout, bool) {
+	if n <= 0 || n > pages*d.cfg.HugeThreshold-1 {
+		return objectLayout{}, false
+	}
+	l, ok := layoutFor(n)
+	if !ok || l.chunks > pages {
+		return objectLayout{}, false
+	}
+	l.codec = d.fastStream
+	return l, true
+}
+
+// fillObject writes an object of several pages into its chunks hs, which
+// the store gave it: its header, then its stream.
+func (d *Device) fillObject(hs []pagestore.Handle, l objectLayout, pages int, stream []byte) {
+	first := d.cfg.Store.Bytes(hs[0], l.chunkLen(0))
+	putHeader(first, l, pages)
+	for c := 1; c < l.chunks; c++ {
+		setChunkHandle(first, c, hs[c])
+	}
+	n := copy(first[l.header:], stream)
+	for c := 1; c < l.chunks; c++ {
+		n += copy(d.cfg.Store.Bytes(hs[c], l.chunkLen(c)), stream[n:])
+	}
+	d.packedObjects.Add(1)
+	d.packedChunks.Add(int64(l.chunks))
+}
+
 // chunkHandle and setChunkHandle read and write the handle of chunk i
 // (i >= 1) in a first chunk's header.
 func chunkHandle(first []byte, i int) pagestore.Handle {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
@@ -340,4 +341,52 @@ func TestZstdObjects(t *testing.T) {
 		t.Fatalf("objects of 8 pages took %d bytes, the pages alone %d", stored[8], stored[1])
 	}
 	t.Logf("compressed: %d bytes in objects of 8 pages, %d pages alone", stored[8], stored[1])
+}
+
+// TestStagedWritesMakeObjects: staged writes are kept in objects of
+// several pages as inline writes are, made by the accelerator: an object
+// whose pages were all written again while its batch compressed is
+// freed, one that lost some keeps the others, and the store holds
+// exactly what the table names.
+func TestStagedWritesMakeObjects(t *testing.T) {
+	const pages = 64
+	f := newDeviceObjects(t, pages*pageSize, pagestore.Config{}, pathStaged, 4)
+	ctx := context.Background()
+	want := make([]byte, pages*pageSize)
+	for i := range pages {
+		objectPage(1, i, want[i*pageSize:(i+1)*pageSize])
+	}
+	// Held in the accelerator long enough to write over some pages:
+	// all of the object of pages 8-11, and pages 17 and 18.
+	f.accel.Delay.Store(int64(50 * time.Millisecond))
+	if err := f.dev.WriteAt(ctx, want[:32*pageSize], 0, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // sealed at its deadline, compressing
+	f.accel.Delay.Store(0)
+	// In descending order, so that they make no objects of their own.
+	for _, i := range []int{11, 10, 9, 8, 18, 17} {
+		objectPage(2, i, want[i*pageSize:(i+1)*pageSize])
+		if err := f.dev.WriteAt(ctx, want[i*pageSize:(i+1)*pageSize], int64(i)*pageSize, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.settle(t) // the next write fills a batch of its own: one object every 4 pages
+	if err := f.dev.WriteAt(ctx, want[32*pageSize:], 32*pageSize, false); err != nil {
+		t.Fatal(err)
+	}
+	f.settle(t)
+	st := f.dev.Stats()
+	// Pages 0-31 in 8 objects less the one written over; 32-63 in 8.
+	if st.PackedObjects != 15 || st.PackedPages != 58 || f.accel.Pages.Load() == 0 {
+		t.Errorf("%d objects holding %d pages (%d on the accelerator), want 15 holding 58", st.PackedObjects, st.PackedPages, f.accel.Pages.Load())
+	}
+	checkContents(t, f.dev, want)
+	checkStore(t, f.dev, f.store)
+	if err := f.dev.Trim(ctx, 0, pages*pageSize); err != nil {
+		t.Fatal(err)
+	}
+	if st, ss := f.dev.Stats(), f.store.Stats(); st.PackedObjects != 0 || ss.Objects != 0 {
+		t.Errorf("trimmed: %d objects, %d in the store", st.PackedObjects, ss.Objects)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 	"github.com/gzramd/gzramd/pkg/stage"
 )
@@ -42,6 +43,8 @@ func (d *Device) stageRun(first uint32, pages []byte) int {
 // whose entry still points at its slot; pages written again since lose,
 // and their objects are freed. It runs on a staging worker and returns
 // only once every page of the batch is settled, as the area requires.
+// Adjacent pages go together in objects of several pages where the fast
+// tier makes them (objectsOf).
 //
 // The store takes the batch's objects from the 4 KiB each page reserved
 // when it was staged, and asks the memory limit for more only where that
@@ -50,10 +53,12 @@ func (d *Device) stageRun(first uint32, pages []byte) int {
 // committed stay staged and readable, and flush tries again until it can,
 // or the device closes: they are acknowledged.
 func (d *Device) flush(b *stage.Batch) {
+	cs := &d.commits[b.ID]
+	b.Objects = d.objectsOf(b, cs.objects)
+	defer func() { b.Objects = nil }()
 	d.cfg.Router.AttachOutputs(b.Batch)
 	defer d.cfg.Router.ReleaseOutputs(b.Batch)
 	d.cfg.Router.CompressBatch(b.Batch)
-	cs := &d.commits[b.ID]
 	cs.done, cs.credit = 0, 0
 	for i := range b.N {
 		if b.Owners[i] != unusedSlot {
@@ -82,6 +87,34 @@ func (d *Device) flush(b *stage.Batch) {
 	}
 }
 
+// objectsOf marks, in objs, the objects of several pages b's pages make
+// as an inline write's would: runs of slots that hold adjacent pages of
+// the device, within one span of Config.ObjectPages pages. It returns
+// nil where staged pages are kept alone: without --object-pages, or
+// where the fast tier's codec is zstd, whose objects the accelerators do
+// not make.
+func (d *Device) objectsOf(b *stage.Batch, objs []uint8) []uint8 {
+	per := uint32(d.cfg.ObjectPages)
+	if per <= 1 || d.fastStream != streamLZ4 {
+		return nil
+	}
+	objs = objs[:b.N]
+	start := 0
+	for i := range b.N {
+		idx, prev := b.Owners[i], uint32(unusedSlot)
+		if i > 0 {
+			prev = b.Owners[i-1]
+		}
+		if idx != unusedSlot && prev != unusedSlot && idx == prev+1 && idx%per != 0 {
+			objs[i] = 0
+			objs[start]++
+			continue
+		}
+		objs[i], start = 1, i
+	}
+	return objs
+}
+
 // Drain returns once no page is staged and no staged batch is compressing
 // (the open batch seals at its deadline), or with ctx's error.
 func (d *Device) Drain(ctx context.Context) error {
@@ -103,11 +136,13 @@ func (d *Device) Drain(ctx context.Context) error {
 // commitScratch is one staging batch's commit state, made with the
 // device so that commits allocate nothing.
 type commitScratch struct {
-	done   int   // slots of the batch committed (or lost) so far
-	credit int64 // what is left of the pages' reservations
-	// The slots from done on that hold a write, and their objects.
-	slots   []int
-	objs    [][]byte // in the batch's memory
+	done    int     // slots of the batch committed (or lost) so far
+	credit  int64   // what is left of the pages' reservations
+	objects []uint8 // the batch's objects (codec.Batch.Objects)
+	// The units from done on, and their allocations: a page's object
+	// (objs, in the batch's memory, and states), or an object's chunks.
+	units   []commitUnit
+	objs    [][]byte
 	states  []int
 	sizes   []int
 	owners  []uint32
@@ -115,52 +150,140 @@ type commitScratch struct {
 	free    []pagestore.Handle
 }
 
+// commitUnit is what a commit stores as one: the write in a slot, or an
+// object of several pages (layout set) from a slot on.
+type commitUnit struct {
+	slot, pages int
+	layout      objectLayout
+	alloc       int // its first allocation
+}
+
+// allocs is how many allocations the unit takes.
+func (u *commitUnit) allocs() int { return max(u.layout.chunks, 1) }
+
 func newCommitScratch(pages int) commitScratch {
 	return commitScratch{
-		slots: make([]int, pages), objs: make([][]byte, pages), states: make([]int, pages),
-		sizes: make([]int, pages), owners: make([]uint32, pages),
-		handles: make([]pagestore.Handle, pages), free: make([]pagestore.Handle, 0, 2*pages+maxChunks),
+		objects: make([]uint8, pages), units: make([]commitUnit, pages),
+		objs: make([][]byte, pages), states: make([]int, pages), sizes: make([]int, pages),
+		owners: make([]uint32, pages), handles: make([]pagestore.Handle, pages),
+		free: make([]pagestore.Handle, 0, 2*pages+maxChunks),
 	}
 }
 
 // commit stores the pages of b from cs.done on and installs them, as far
 // as the store takes them.
 func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
-	m := 0
-	for i := cs.done; i < b.N; i++ {
-		if b.Owners[i] == unusedSlot {
-			continue
+	u, m := 0, 0
+	for i := cs.done; i < b.N; {
+		un := commitUnit{slot: i, pages: 1, alloc: m}
+		if p := int(objectPages(b.Batch, i)); p > 1 {
+			if l, ok := d.keepObject(len(b.Compressed(i)), p); ok {
+				un.pages, un.layout = p, l
+				for c := range l.chunks {
+					cs.objs[m], cs.sizes[m], cs.owners[m] = nil, l.chunkLen(c), b.Owners[i]
+					m++
+				}
+				cs.units[u] = un
+				u++
+				i += p
+				continue
+			}
 		}
-		state, obj := d.object(b.Batch, i, b.Page(i))
-		cs.slots[m], cs.objs[m], cs.states[m], cs.sizes[m], cs.owners[m] = i, obj, state, len(obj), b.Owners[i]
-		m++
+		if b.Owners[i] != unusedSlot {
+			cs.states[m], cs.objs[m] = d.stagedPage(b.Batch, i)
+			cs.sizes[m], cs.owners[m] = len(cs.objs[m]), b.Owners[i]
+			m++
+			cs.units[u] = un
+			u++
+		}
+		i++
 	}
 	k, credit, err := d.cfg.Store.AllocBatch(cs.sizes[:m], cs.owners[:m], cs.handles[:m], cs.credit)
 	cs.credit = credit
-	for j := range k {
-		copy(d.cfg.Store.Bytes(cs.handles[j], cs.sizes[j]), cs.objs[j])
+	whole := u
+	for j := range u {
+		if un := &cs.units[j]; un.alloc+un.allocs() > k {
+			// An object the store gave some of its chunks: they go
+			// back, and it is tried again with the rest.
+			whole = j
+			d.cfg.Store.FreeBatch(cs.handles[un.alloc:k])
+			break
+		}
 	}
 	cs.free = cs.free[:0]
-	for j := range k {
-		i, idx := cs.slots[j], cs.owners[j]
+	for j := range whole {
+		un := &cs.units[j]
+		if un.pages > 1 {
+			d.commitObject(b, cs, un)
+			continue
+		}
+		i, a := un.slot, un.alloc
+		copy(d.cfg.Store.Bytes(cs.handles[a], cs.sizes[a]), cs.objs[a])
+		idx := b.Owners[i]
 		s := d.stripe(idx)
 		s.mu.Lock()
 		if d.table[idx] == d.stagedAt(b, i) {
-			d.swapLocked(s, idx, objectEntry(cs.states[j], cs.handles[j], cs.sizes[j])) // a staged entry leaves nothing
+			d.swapLocked(s, idx, objectEntry(cs.states[a], cs.handles[a], cs.sizes[a])) // a staged entry leaves nothing
 		} else {
-			cs.free = append(cs.free, cs.handles[j]) // written again since
+			cs.free = append(cs.free, cs.handles[a]) // written again since
 		}
 		s.mu.Unlock()
 		cs.free = d.queueFree(cs.free, objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
 	d.cfg.Store.FreeBatch(cs.free)
-	if k < m {
-		cs.done = cs.slots[k]
+	clear(cs.objs[:m]) // the batch's memory is not the scratch's
+	if whole < u {
+		cs.done = cs.units[whole].slot
 	} else {
 		cs.done = b.N
 	}
 	return err
+}
+
+// objectPages is Objects[i] of b, 1 where b has no objects.
+func objectPages(b *codec.Batch, i int) uint8 {
+	if b.Objects == nil {
+		return 1
+	}
+	return b.Objects[i]
+}
+
+// stagedPage returns how the page in slot i of b is stored, as object
+// does; a page of an object of several pages that is not kept as one
+// (it did not compress well enough) is stored raw.
+func (d *Device) stagedPage(b *codec.Batch, i int) (state int, obj []byte) {
+	if objectPages(b, i) != 1 {
+		return stateHuge, b.Page(i)
+	}
+	return d.object(b, i, b.Page(i))
+}
+
+// commitObject fills the chunks the store gave an object of several pages
+// of b and installs it for each of its pages still staged in its slot;
+// an object no page takes any more is freed.
+func (d *Device) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit) {
+	l := un.layout
+	hs := cs.handles[un.alloc : un.alloc+l.chunks]
+	d.fillObject(hs, l, un.pages, b.Compressed(un.slot))
+	installed := 0
+	s := d.stripe(b.Owners[un.slot]) // an object's pages share their group's
+	s.mu.Lock()
+	for j := range un.pages {
+		i := un.slot + j
+		if idx := b.Owners[i]; d.table[idx] == d.stagedAt(b, i) {
+			d.swapLocked(s, idx, partEntry(hs[0], j, un.pages, l.chunkLen(0)))
+			installed++
+		}
+	}
+	s.mu.Unlock()
+	if installed == 0 {
+		cs.free = d.queueFree(cs.free, partRef|objectRef(hs[0]))
+	}
+	for i := un.slot; i < un.slot+un.pages; i++ {
+		cs.free = d.queueFree(cs.free, objectRef(b.Words[i]))
+		b.Words[i] = 0
+	}
 }
 
 // uncommitted settles the pages of b the store never took, when the device

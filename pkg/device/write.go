@@ -248,11 +248,8 @@ func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObj
 		if m > 1 {
 			out := b.Out[at*pageSize : (at+m)*pageSize]
 			limit := min(len(out), m*d.cfg.HugeThreshold-1)
-			if c := d.compressObject(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]); c > 0 {
-				if l, ok := layoutFor(c); ok && l.chunks <= m {
-					l.codec = d.fastStream
-					ob.layout = l
-				}
+			if l, ok := d.keepObject(d.compressObject(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]), m); ok {
+				ob.layout = l
 			}
 		}
 		if ob.layout.chunks > 0 {
@@ -282,18 +279,7 @@ func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObj
 // their own into theirs.
 func (d *Device) fillInline(w *inlineWrite, ob *inlineObject) {
 	if l := ob.layout; l.chunks > 0 {
-		stream := w.batch.Out[ob.at*pageSize:][:l.stream]
-		first := d.cfg.Store.Bytes(w.handles[ob.alloc], l.chunkLen(0))
-		putHeader(first, l, ob.pages)
-		for c := 1; c < l.chunks; c++ {
-			setChunkHandle(first, c, w.handles[ob.alloc+c])
-		}
-		n := copy(first[l.header:], stream)
-		for c := 1; c < l.chunks; c++ {
-			n += copy(d.cfg.Store.Bytes(w.handles[ob.alloc+c], l.chunkLen(c)), stream[n:])
-		}
-		d.packedObjects.Add(1)
-		d.packedChunks.Add(int64(l.chunks))
+		d.fillObject(w.handles[ob.alloc:ob.alloc+l.chunks], l, ob.pages, w.batch.Out[ob.at*pageSize:][:l.stream])
 		return
 	}
 	for a := ob.alloc; a < ob.alloc+ob.pages; a++ {

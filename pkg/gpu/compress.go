@@ -36,9 +36,20 @@ func (g *Backend) checkBatch(b *codec.Batch) error {
 // that run concurrently, each packed at the start of its part of b.Out.
 // When it returns an error the device may still be working on a
 // quarantined slot; see NewBatch for what that means for b.Out.
+//
+// Objects of several pages (b.Objects) are compressed as one LZ4 block
+// each, by an LZ4 backend only.
 func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
 	if err := g.checkBatch(b); err != nil {
 		return err
+	}
+	if b.Objects != nil {
+		if g.cfg.Algorithm != "lz4" {
+			return fmt.Errorf("gpu: objects of several pages are LZ4 blocks, and this backend compresses %s", g.cfg.Algorithm)
+		}
+		if err := b.CheckObjects(); err != nil {
+			return fmt.Errorf("gpu: %w", err)
+		}
 	}
 	return g.split(b, func(part *codec.Batch, first int) error {
 		if err := g.compressPart(ctx, part); err != nil {
@@ -54,29 +65,42 @@ func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
 }
 
 // split calls f on b whole when it fits a slot, else on views of b of up
-// to MaxBatchPages pages (Out sliced alike), concurrently; first is the
-// index of a part's first page in b.
+// to MaxBatchPages pages (Out sliced alike), concurrently, none cutting
+// an object; first is the index of a part's first page in b.
 func (g *Backend) split(b *codec.Batch, f func(part *codec.Batch, first int) error) error {
 	n, m := b.N, g.cfg.MaxBatchPages
 	if n <= m {
 		return f(b, 0)
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, (n+m-1)/m)
-	for k, lo := 0, 0; lo < n; k, lo = k+1, lo+m {
+	var errs []error
+	var mu sync.Mutex
+	for lo := 0; lo < n; {
 		hi := min(lo+m, n)
+		for hi < n && b.Objects != nil && b.Objects[hi] == 0 && hi > lo+1 {
+			hi-- // the object that starts before hi goes to the next part
+		}
 		part := &codec.Batch{
 			Pages:   b.Pages[lo*codec.PageSize : hi*codec.PageSize],
 			N:       hi - lo,
 			Out:     b.Out[lo*codec.PageSize : hi*codec.PageSize],
 			Offsets: b.Offsets[lo:hi],
 			Lens:    b.Lens[lo:hi],
+			Limit:   b.Limit,
+		}
+		if b.Objects != nil {
+			part.Objects = b.Objects[lo:hi]
 		}
 		wg.Add(1)
-		go func() {
+		go func(first int) {
 			defer wg.Done()
-			errs[k] = f(part, lo)
-		}()
+			if err := f(part, first); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}(lo)
+		lo = hi
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -87,7 +111,43 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 	if b.N == 0 {
 		return nil
 	}
-	return g.run(ctx, b, b.N, g.launch, codec.PageSize, "page", nil)
+	if b.Objects == nil {
+		return g.run(ctx, b, b.N, g.launch, codec.PageSize, "page", nil)
+	}
+	launch := func(s *slot, n int) error { return g.launchObjects(s, b.Objects[:n]) }
+	if err := g.run(ctx, b, b.N, launch, codec.MaxObjectPages*codec.PageSize, "object", nil); err != nil {
+		return err
+	}
+	// Trust nothing the device returned until it is checked: an object
+	// within its pages' outputs, nothing for pages within an object.
+	for i, p := range b.Objects[:b.N] {
+		if l := b.Lens[i]; (p == 0 && l != 0) || (p > 0 && l >= uint32(p)*codec.PageSize) {
+			return fmt.Errorf("gpu: object of %d pages at page %d: device returned length %d", p, i, l)
+		}
+	}
+	return nil
+}
+
+// launchObjects queues on s the compression of the objects of its n pages
+// (objects[i] pages from page i on, 0 within one), already on the device:
+// their sizes go up in the offsets, where gz_lz4_compress_objects reads
+// them before it writes its results.
+func (g *Backend) launchObjects(s *slot, objects []uint8) error {
+	n := len(objects)
+	dOffs, dLens := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens)
+	hOffs := g.metaHost(s, metaOffsets, n)
+	for i, p := range objects {
+		hOffs[i] = uint32(p)
+	}
+	if err := g.dr.htod(dOffs, bytesOf(hOffs), s.stream); err != nil {
+		return err
+	}
+	grid := (n + lz4ObjectWarps - 1) / lz4ObjectWarps
+	if err := g.dr.launchCompress(g.lz4Objects, grid, 32*lz4ObjectWarps, s.stream, s.dPages, n,
+		s.dScratch, s.dPacked, s.dMeta, dOffs, dLens); err != nil {
+		return fmt.Errorf("gz_lz4_compress_objects: %w", err)
+	}
+	return nil
 }
 
 // run compresses b's pages on a slot with the kernels launch queues, and

@@ -67,6 +67,14 @@ var groupKernels = []kernel{{name: "gz_zstd_parse_groups"}, {name: "gz_zstd_enco
 // groupScratchPages is the scratch groupKernels need a page.
 const groupScratchPages = 2
 
+// lz4ObjectWarps is O_WARPS in kernels/lz4.cu: objects a block of
+// gz_lz4_compress_objects.
+const lz4ObjectWarps = 2
+
+// pagesPad is what a slot's device buffers hold past their pages:
+// gz_lz4_compress_objects reads up to 64 bytes past an object.
+const pagesPad = 256
+
 // lz4DecodeWarps is D_WARPS in kernels/lz4.cu: pages a block of
 // gz_lz4_decompress, which decodes the LZ4 pages of groups.
 const lz4DecodeWarps = 4
@@ -199,10 +207,13 @@ type Backend struct {
 	// lz4Decode is gz_lz4_decompress, which CompressGroups runs first
 	// on pages given as LZ4 blocks.
 	lz4Decode function
-	slots     []*slot
-	free      chan *slot
-	closed    atomic.Bool
-	done      chan struct{} // closed by Close
+	// lz4Objects is gz_lz4_compress_objects, which an LZ4 backend runs
+	// for batches with objects of several pages (codec.Batch.Objects).
+	lz4Objects function
+	slots      []*slot
+	free       chan *slot
+	closed     atomic.Bool
+	done       chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
@@ -274,6 +285,9 @@ func (g *Backend) setup(ptx []byte) error {
 	if g.lz4Decode, err = g.dr.function(g.mod, "gz_lz4_decompress"); err != nil {
 		return err
 	}
+	if g.lz4Objects, err = g.dr.function(g.mod, "gz_lz4_compress_objects"); err != nil {
+		return err
+	}
 	n := g.cfg.MaxBatchPages
 	for range g.cfg.Slots {
 		s := &slot{}
@@ -285,7 +299,7 @@ func (g *Backend) setup(ptx []byte) error {
 			p     *devicePtr
 			pages int
 		}{{&s.dPages, n}, {&s.dScratch, n * batch.scratchPages}, {&s.dPacked, n}} {
-			if *d.p, err = g.dr.memAlloc(d.pages * codec.PageSize); err != nil {
+			if *d.p, err = g.dr.memAlloc(d.pages*codec.PageSize + pagesPad); err != nil {
 				return err
 			}
 		}

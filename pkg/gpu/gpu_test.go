@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/kernels"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -75,22 +76,31 @@ func TestFaultPlan(t *testing.T) {
 // from __launch_bounds__): a block of another size would fail to launch,
 // or leave pages without a warp.
 func TestLaunchShapesMatchPTX(t *testing.T) {
-	for alg, batch := range batchKernels {
+	for _, batch := range batchKernels {
 		for _, k := range batch.kernels {
-			_, rest, ok := strings.Cut(string(batch.ptx), ".entry "+k.name+"(")
-			if !ok {
-				t.Errorf("%s: the PTX has no entry %s", alg, k.name)
-				continue
-			}
-			var x, y, z int
-			_, decl, _ := strings.Cut(rest, ".maxntid ")
-			if _, err := fmt.Sscanf(decl, "%d, %d, %d", &x, &y, &z); err != nil {
-				t.Errorf("%s: %s declares no .maxntid: %v", alg, k.name, err)
-				continue
-			}
-			if x != 32*k.pagesPerBlock || y != 1 || z != 1 {
-				t.Errorf("%s: %s is declared for %dx%dx%d threads a block, launched with %d", alg, k.name, x, y, z, 32*k.pagesPerBlock)
-			}
+			checkLaunchShape(t, batch.ptx, k.name, k.pagesPerBlock)
 		}
+	}
+	checkLaunchShape(t, kernels.LZ4, "gz_lz4_compress_objects", lz4ObjectWarps)
+	checkLaunchShape(t, kernels.LZ4, "gz_lz4_decompress", lz4DecodeWarps)
+}
+
+// checkLaunchShape checks that kernel name of ptx is declared for warps
+// warps a block.
+func checkLaunchShape(t *testing.T, ptx []byte, name string, warps int) {
+	t.Helper()
+	_, rest, ok := strings.Cut(string(ptx), ".entry "+name+"(")
+	if !ok {
+		t.Errorf("the PTX has no entry %s", name)
+		return
+	}
+	var x, y, z int
+	_, decl, _ := strings.Cut(rest, ".maxntid ")
+	if _, err := fmt.Sscanf(decl, "%d, %d, %d", &x, &y, &z); err != nil {
+		t.Errorf("%s declares no .maxntid: %v", name, err)
+		return
+	}
+	if x != 32*warps || y != 1 || z != 1 {
+		t.Errorf("%s is declared for %dx%dx%d threads a block, launched with %d", name, x, y, z, 32*warps)
 	}
 }

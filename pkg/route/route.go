@@ -365,7 +365,7 @@ func (r *Router) accelerate(b *codec.Batch) bool {
 		r.noShadow.Add(1)
 		return false
 	}
-	sb.Pages, sb.N, sb.Limit = b.Pages, b.N, b.Limit
+	sb.Pages, sb.N, sb.Limit, sb.Objects = b.Pages, b.N, b.Limit, b.Objects
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Watchdog)
 	defer cancel()
 	done := make(chan error, 1)
@@ -410,7 +410,7 @@ func (r *Router) accelerate(b *codec.Batch) bool {
 
 // recycle returns a shadow to the pool, without the caller's pages.
 func (r *Router) recycle(sb *codec.Batch) {
-	sb.Pages, sb.N = nil, 0
+	sb.Pages, sb.N, sb.Objects = nil, 0, nil
 	r.shadows <- sb
 }
 
