@@ -1231,28 +1231,24 @@ gz_zstd_encode(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratc
 #define ZW_GROUP_RAW_AT (ZP_PAGE - 64)
 #endif
 
-extern "C" __global__ void __launch_bounds__(32)
-gz_zstd_parse_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
-		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
-		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
-	__shared__ uint32_t table[1 << ZW_GROUP_HASH_BITS];
-	const int lane = threadIdx.x;
-	const int grp = blockIdx.x;
-	if ((grp + 1) * ZW_GROUP_PAGES > n) return;
-	const uint32_t *const group = (const uint32_t *)(in + (size_t)grp * (ZW_GROUP / 16));
+// zw_parse_group parses the pages pages at group (words, ZP_PAGE bytes a
+// page) as one frame's blocks, each page's parse in scratch from first on
+// (ZW_SCRATCH_PAGE a page), with table (ZW_GROUP_HASH_BITS) as its hash
+// table.
+static __device__ void zw_parse_group(const uint32_t *group, int pages, uint8_t *first, uint32_t *table, int lane) {
 	for (int i = lane; i < (1 << ZW_GROUP_HASH_BITS); i += 32) table[i] = 0;
 	__syncwarp();
 	uint32_t rep[3] = {1, 4, 8};
-	for (int b = 0; b < ZW_GROUP_PAGES; b++) {
-		uint8_t *const lit = scratch + ((size_t)grp * ZW_GROUP_PAGES + b) * ZW_SCRATCH_PAGE;
+	for (int b = 0; b < pages; b++) {
+		uint8_t *const lit = first + (size_t)b * ZW_SCRATCH_PAGE;
 		zw_parsed *const out = (zw_parsed *)(lit + ZP_PAGE);
 		const uint32_t before[3] = {rep[0], rep[1], rep[2]};
-		zw_parse_block<ZW_GROUP_HASH_BITS>(group, ZW_GROUP / 4, b * ZP_PAGE, table, rep, lit, out, lane);
+		zw_parse_block<ZW_GROUP_HASH_BITS>(group, pages * (ZP_PAGE / 4), b * ZP_PAGE, table, rep, lit, out, lane);
 		__syncwarp();
 		// A page that leaves nearly all of itself literals will not
 		// compress: its sequences are dropped, and the repeat offsets
 		// they set, so that its block can be stored raw rather than
-		// decline the group (gz_zstd_pack_groups).
+		// decline the group (zw_pack_group).
 		const int nlit = out->nlit, nseq = out->nseq;
 		if (nlit >= 0 && nseq > 0 && nlit + 2 * nseq >= ZW_GROUP_RAW_AT) {
 			rep[0] = before[0], rep[1] = before[1], rep[2] = before[2];
@@ -1263,6 +1259,48 @@ gz_zstd_parse_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ 
 		}
 		__syncwarp();
 	}
+}
+
+extern "C" __global__ void __launch_bounds__(32)
+gz_zstd_parse_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
+		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+	__shared__ uint32_t table[1 << ZW_GROUP_HASH_BITS];
+	const int grp = blockIdx.x;
+	if ((grp + 1) * ZW_GROUP_PAGES > n) return;
+	zw_parse_group((const uint32_t *)(in + (size_t)grp * (ZW_GROUP / 16)), ZW_GROUP_PAGES,
+		scratch + (size_t)grp * ZW_GROUP_PAGES * ZW_SCRATCH_PAGE, table, threadIdx.x);
+}
+
+// Objects of several pages (the fast tier's --object-pages, for staged
+// writes) are groups of their own size: up to ZW_GROUP_PAGES pages, each
+// starting at a page of the batch. The kernels of objects take, in
+// offsets[i] on entry, the pages of the object that starts at page i (1
+// for a page alone, 0 for a page within an object), and write the frame
+// of object i at offsets[i] and lens[i] (length 0 where it did not
+// compress, with offset ~0 where it would not be smaller than its pages,
+// and for pages within an object). gz_zstd_parse_objects, then
+// gz_zstd_encode_blocks, then gz_zstd_pack_objects, each a warp a page.
+
+// zw_object returns the pages of the object that starts at page pg of n,
+// from offsets, or 0 for none (a page within one, or sizes that do not
+// fit the batch).
+static __device__ __forceinline__ int zw_object(const unsigned int *offsets, int pg, int n) {
+	const unsigned int pages = offsets[pg];
+	return pages >= 1 && pages <= ZW_GROUP_PAGES && pg + (int)pages <= n ? (int)pages : 0;
+}
+
+extern "C" __global__ void __launch_bounds__(32)
+gz_zstd_parse_objects(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
+		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+	__shared__ uint32_t table[1 << ZW_GROUP_HASH_BITS];
+	const int pg = blockIdx.x;
+	if (pg >= n) return;
+	const int pages = zw_object(offsets, pg, n);
+	if (pages == 0) return;
+	zw_parse_group((const uint32_t *)(in + (size_t)pg * (ZP_PAGE / 16)), pages,
+		scratch + (size_t)pg * ZW_SCRATCH_PAGE, table, threadIdx.x);
 }
 
 // gz_zstd_encode_blocks codes a page of a group as a block (its length in
@@ -1283,24 +1321,22 @@ gz_zstd_encode_blocks(const uint4 *__restrict__ in, int n, uint8_t *__restrict__
 	if (lane == 0) parsed->pad = (uint32_t)(len < ZP_PAGE ? len : 0);
 }
 
-// gz_zstd_pack_groups writes each group's frame: the header, then its
+// zw_pack_group writes the frame of the pages pages at group (the pages;
+// their parses and blocks in scratch from first on): the header, then its
 // blocks. A page whose block did not fit is stored as a raw block when it
 // has no sequences; one with sequences fails its group, as the repeat
 // offsets of the blocks after it were chosen with its sequences decoded,
-// and a raw block would leave them out.
-extern "C" __global__ void __launch_bounds__(32)
-gz_zstd_pack_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
-		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
-		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+// and a raw block would leave them out. It sets *offset and *len to the
+// frame in packed, or *len to 0 and *offset to 0 for a group declined, ~0
+// for one that would not be smaller than its pages.
+static __device__ void zw_pack_group(const uint8_t *group, int pages, const uint8_t *first, uint8_t *packed,
+		unsigned int *packed_size, unsigned int *offset, unsigned int *len, int lane) {
 	const unsigned full = 0xFFFFFFFFu;
-	const int lane = threadIdx.x;
-	const int grp = blockIdx.x;
-	if ((grp + 1) * ZW_GROUP_PAGES > n) return;
 	const int hdr = 7;
 	int size = 0;
 	bool bad = false;
-	if (lane < ZW_GROUP_PAGES) {
-		const zw_parsed *parsed = (const zw_parsed *)(scratch + ((size_t)grp * ZW_GROUP_PAGES + lane) * ZW_SCRATCH_PAGE + ZP_PAGE);
+	if (lane < pages) {
+		const zw_parsed *parsed = (const zw_parsed *)(first + (size_t)lane * ZW_SCRATCH_PAGE + ZP_PAGE);
 		size = (int)parsed->pad;
 		if (size == 0) {
 			bad = parsed->nlit >= 0 && parsed->nseq > 0;
@@ -1310,10 +1346,8 @@ gz_zstd_pack_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ s
 	const int end = (int)zw_scan((uint32_t)size, lane);
 	const int total = hdr + __shfl_sync(full, end, 31);
 	const bool declined = __any_sync(full, bad);
-	if (declined || total >= ZW_GROUP) {
-		// Offset ~0: the group is no smaller than its pages (rather than
-		// declined), which the caller need not try elsewhere.
-		if (lane == 0) offsets[grp] = declined ? 0u : 0xFFFFFFFFu, lens[grp] = 0;
+	if (declined || total >= pages * ZP_PAGE) {
+		if (lane == 0) *offset = declined ? 0u : 0xFFFFFFFFu, *len = 0;
 		return;
 	}
 	unsigned int at = 0;
@@ -1321,18 +1355,19 @@ gz_zstd_pack_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ s
 	at = __shfl_sync(full, at, 0);
 	uint8_t *const dst = packed + at;
 	if (lane == 0) {
+		const int content = pages * ZP_PAGE - 256;
 		dst[0] = 0x28, dst[1] = 0xB5, dst[2] = 0x2F, dst[3] = 0xFD;
 		dst[4] = 0x60; // Single_Segment, a 2-byte Frame_Content_Size
-		dst[5] = (uint8_t)((ZW_GROUP - 256) & 0xFF);
-		dst[6] = (uint8_t)((ZW_GROUP - 256) >> 8);
+		dst[5] = (uint8_t)(content & 0xFF);
+		dst[6] = (uint8_t)(content >> 8);
 	}
-	for (int b = 0; b < ZW_GROUP_PAGES; b++) {
+	for (int b = 0; b < pages; b++) {
 		const int bsize = __shfl_sync(full, size, b);
 		const int from = hdr + __shfl_sync(full, end, b) - bsize;
-		const uint8_t *const frame = scratch + ((size_t)grp * ZW_GROUP_PAGES + b) * ZW_SCRATCH_PAGE;
+		const uint8_t *const frame = first + (size_t)b * ZW_SCRATCH_PAGE;
 		const bool raw = ((const zw_parsed *)(frame + ZP_PAGE))->pad == 0;
-		const uint8_t *const src = raw ? (const uint8_t *)(in + (size_t)grp * (ZW_GROUP / 16)) + b * ZP_PAGE : frame;
-		const int last = b == ZW_GROUP_PAGES - 1;
+		const uint8_t *const src = raw ? group + b * ZP_PAGE : frame;
+		const int last = b == pages - 1;
 		if (raw) {
 			if (lane == 0) zp_block_header(dst + from, 0, ZP_PAGE);
 			for (int i = lane; i < ZP_PAGE; i += 32) dst[from + 3 + i] = src[i];
@@ -1343,5 +1378,35 @@ gz_zstd_pack_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ s
 		// zp_block_header marks every block the last.
 		if (lane == 0 && !last) dst[from] &= 0xFE;
 	}
-	if (lane == 0) offsets[grp] = at, lens[grp] = (unsigned int)total;
+	if (lane == 0) *offset = at, *len = (unsigned int)total;
+}
+
+// gz_zstd_pack_groups writes each group's frame (zw_pack_group).
+extern "C" __global__ void __launch_bounds__(32)
+gz_zstd_pack_groups(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
+		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+	const int grp = blockIdx.x;
+	if ((grp + 1) * ZW_GROUP_PAGES > n) return;
+	zw_pack_group((const uint8_t *)(in + (size_t)grp * (ZW_GROUP / 16)), ZW_GROUP_PAGES,
+		scratch + (size_t)grp * ZW_GROUP_PAGES * ZW_SCRATCH_PAGE, packed, packed_size, &offsets[grp], &lens[grp],
+		threadIdx.x);
+}
+
+// gz_zstd_pack_objects writes each object's frame (zw_pack_group), and
+// nothing for a page within one (length 0, offset 0).
+extern "C" __global__ void __launch_bounds__(32)
+gz_zstd_pack_objects(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
+		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
+		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
+	const int lane = threadIdx.x;
+	const int pg = blockIdx.x;
+	if (pg >= n) return;
+	const int pages = zw_object(offsets, pg, n);
+	__syncwarp(); // every lane has read its size before lane 0 writes the result
+	unsigned int offset = 0, len = 0;
+	if (pages > 0)
+		zw_pack_group((const uint8_t *)(in + (size_t)pg * (ZP_PAGE / 16)), pages, scratch + (size_t)pg * ZW_SCRATCH_PAGE,
+			packed, packed_size, &offset, &len, lane);
+	if (lane == 0) offsets[pg] = offset, lens[pg] = len;
 }

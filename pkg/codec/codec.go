@@ -72,8 +72,10 @@ type Batch struct {
 	// number of pages (1 to MaxObjectPages) of the object that starts at
 	// page i, 0 for a page within an object that starts before it. An
 	// object of several pages has its stream at Offsets[i], Lens[i]
-	// bytes (0: it did not compress below ObjectLimit), and its other
-	// pages length 0. Objects of one page are pages as without Objects.
+	// bytes (0: it did not compress below ObjectLimit, with Offsets[i]
+	// GroupNotSmaller where the compressor found it no smaller than its
+	// pages), and its other pages length 0. Objects of one page are
+	// pages as without Objects.
 	Objects []uint8
 }
 

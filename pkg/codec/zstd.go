@@ -99,16 +99,46 @@ import (
 
 // Zstd is zstd at a fixed level: a better ratio than LZ4 for more CPU. It
 // is libzstd compiled from the C sources that github.com/DataDog/zstd
-// carries, so building gzramd needs no zstd library. It compresses pages
-// only: a longer input needs more context memory than NewZstd made, and
-// Compress returns 0 for it.
+// carries, so building gzramd needs no zstd library. It compresses pages,
+// and objects of several pages once HoldObjects has made contexts for
+// them: a longer input needs more context memory than a page's, and
+// Compress returns 0 for it until then.
 type Zstd struct {
 	level int
 	// ctxs are the compression and decompression contexts, all made in
 	// memory NewZstd allocated and wrote: a swap device must not
 	// allocate (or fault) while the kernel reclaims.
 	ctxs *slots[C.gz_zstd_ctx]
-	held int64 // their bytes
+	// objects compress inputs of several pages (HoldObjects); nil: none.
+	objects chan *ZstdObjects
+	held    int64 // the bytes of all of them
+}
+
+// objectCompressors is how many objects of several pages a Zstd
+// compresses at once: each context for 64 KiB inputs holds about 400 KB
+// at level 1, and objects are compressed on the CPU only where the GPU
+// does not (inline writes, and batches it leaves to the CPU).
+const objectCompressors = 4
+
+// HoldObjects makes the contexts that compress objects of up to pages
+// pages, at the codec's level, as frames of a block a page (a read
+// decodes up to its page's block). Call it before the codec is used.
+func (z *Zstd) HoldObjects(pages int) error {
+	if z.objects != nil {
+		return nil
+	}
+	objects := make(chan *ZstdObjects, min(objectCompressors, runtime.GOMAXPROCS(0)))
+	var held int64
+	for range cap(objects) {
+		o, err := NewZstdObjects(z.level, pages*PageSize, PageSize)
+		if err != nil {
+			return fmt.Errorf("codec: objects of %d pages: %w", pages, err)
+		}
+		objects <- o
+		held += o.HeldBytes()
+	}
+	z.objects, z.held = objects, z.held+held
+	return nil
 }
 
 // NewZstd returns the zstd codec at the given compression level.
@@ -198,10 +228,21 @@ func (z *Zstd) Level() int { return z.level }
 // HeldBytes implements Codec.
 func (z *Zstd) HeldBytes() int64 { return z.held }
 
-// Compress implements Codec.
+// Compress implements Codec. An input of several pages is compressed as
+// one frame of a block a page, when HoldObjects made contexts for it (0
+// otherwise).
 func (z *Zstd) Compress(dst, src []byte) int {
 	if len(src) == 0 || len(dst) == 0 {
 		return 0
+	}
+	if len(src) > PageSize {
+		if z.objects == nil {
+			return 0
+		}
+		o := <-z.objects
+		n := o.Compress(dst, src)
+		z.objects <- o
+		return n
 	}
 	s := z.ctxs.get()
 	n := z.compress(s.ctx, dst, src)

@@ -301,14 +301,18 @@ func (d *Device) recompress(g, age uint32) (settled bool, err error) {
 	raw := t.raw[:pages*pageSize]
 	s := d.stripe(lo)
 	s.mu.RLock()
-	stored, dense, before, err := d.snapshotGroup(lo, pages, &t.snap, raw, nil)
+	if d.asDenseAsItGets(lo, pages) {
+		s.mu.RUnlock()
+		return true, nil
+	}
+	stored, before, err := d.snapshotGroup(lo, pages, &t.snap, raw, nil)
 	s.mu.RUnlock()
 	switch {
 	case err != nil:
 		return false, err
 	case stored < 0: // a page is staged: its batch commits it soon
 		return false, nil
-	case stored == 0 || dense == stored && oneObject(t.snap[:pages]):
+	case stored == 0:
 		return true, nil
 	}
 	return d.commitDense(g, age, &t.snap, pages, t.compress(raw, before), before, stored)
@@ -341,13 +345,18 @@ func (d *Device) queue(q *denseGPU, g, age uint32) bool {
 	}
 	s := d.stripe(lo)
 	s.mu.RLock()
-	stored, dense, before, err := d.snapshotGroup(lo, groupPages, &q.snaps[i], raw, lz4)
+	if d.asDenseAsItGets(lo, groupPages) {
+		s.mu.RUnlock()
+		d.settle(g, age, true, nil)
+		return true
+	}
+	stored, before, err := d.snapshotGroup(lo, groupPages, &q.snaps[i], raw, lz4)
 	s.mu.RUnlock()
 	switch {
 	case err != nil:
 		d.settle(g, age, true, err)
 	case stored < 0:
-	case stored == 0 || dense == stored && oneObject(q.snaps[i][:]):
+	case stored == 0:
 		d.settle(g, age, true, nil)
 	default:
 		q.queued = append(q.queued, queuedGroup{g: g, age: age, stored: stored, before: before})
@@ -499,9 +508,9 @@ func storedState(e entry) bool {
 // stored pages into out (the others as zeroes, which cost a zstd frame
 // nothing), but for its LZ4 pages where lz4 is not nil: those it copies
 // there as they are stored. It returns the stored pages (-1 if one is
-// staged), those in dense objects, and the bytes the stored pages take in
-// the store. The caller holds the group's lock.
-func (d *Device) snapshotGroup(lo uint32, pages int, snap *[groupPages]entry, out []byte, lz4 *lz4Pages) (stored, dense, before int, err error) {
+// staged) and the bytes they take in the store. The caller holds the
+// group's lock.
+func (d *Device) snapshotGroup(lo uint32, pages int, snap *[groupPages]entry, out []byte, lz4 *lz4Pages) (stored, before int, err error) {
 	t := d.dense
 	t.sc.decoded = 0
 	var seen [groupPages]pagestore.Handle
@@ -516,7 +525,7 @@ func (d *Device) snapshotGroup(lo uint32, pages int, snap *[groupPages]entry, ou
 		}
 		switch {
 		case e.state() == stateStaged:
-			return -1, 0, 0, nil
+			return -1, 0, nil
 		case !storedState(e):
 			clear(raw)
 			continue
@@ -525,16 +534,13 @@ func (d *Device) snapshotGroup(lo uint32, pages int, snap *[groupPages]entry, ou
 			lz4.at += copy(lz4.packed[lz4.at:], d.cfg.Store.Bytes(e.handle(), e.length()))
 		default:
 			if err := d.load(idx, raw, &t.sc, pages-1-k); err != nil {
-				return 0, 0, 0, err
+				return 0, 0, err
 			}
 		}
 		stored++
 		if e.state() != statePart {
 			before += e.length()
 			continue
-		}
-		if e.dense() {
-			dense++
 		}
 		known := false
 		for _, h := range seen[:objects] {
@@ -545,28 +551,31 @@ func (d *Device) snapshotGroup(lo uint32, pages int, snap *[groupPages]entry, ou
 			objects++
 			l, err := objectHeader(d.cfg.Store.Bytes(e.handle(), e.length()), e.partPages())
 			if err != nil {
-				return 0, 0, 0, fmt.Errorf("page %d: %w", idx, err)
+				return 0, 0, fmt.Errorf("page %d: %w", idx, err)
 			}
 			before += l.total
 		}
 	}
-	return stored, dense, before, nil
+	return stored, before, nil
 }
 
-// oneObject reports whether the stored pages of a group's entries, all
-// dense, are in one object: the group is as dense as it gets.
-func oneObject(snap []entry) bool {
+// asDenseAsItGets reports whether the stored pages of the group of pages
+// pages from lo, if any, are all in one zstd object: a dense one, or the
+// fast tier's own over the whole group (zstd with --object-pages 16),
+// which recompressing would only make again, after decoding it. The
+// caller holds the group's lock.
+func (d *Device) asDenseAsItGets(lo uint32, pages int) bool {
 	var h pagestore.Handle
-	for _, e := range snap {
-		if e.state() != statePart {
-			continue
-		}
-		if h != 0 && e.handle() != h {
+	for k := range pages {
+		e := d.table[lo+uint32(k)]
+		switch {
+		case e.state() == statePart && (e.dense() || d.fastStream == streamZstd) && (h == 0 || e.handle() == h):
+			h = e.handle()
+		case e.state() == stateStaged || storedState(e):
 			return false
 		}
-		h = e.handle()
 	}
-	return true
+	return h != 0
 }
 
 // DenseStats are the dense tier's counters.

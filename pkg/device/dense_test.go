@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
 // age runs d's dense tier until every group is settled.
@@ -376,5 +377,40 @@ func TestDenseTierOnAGroupCompressorRaces(t *testing.T) {
 	st := d.Stats()
 	if st.Dense.Raced != 4 || st.DensePages != st.StoredPages {
 		t.Fatalf("%d groups raced, %d dense pages of %d stored", st.Dense.Raced, st.DensePages, st.StoredPages)
+	}
+}
+
+// TestDenseTierLeavesWholeZstdObjects: the fast tier's zstd objects of a
+// whole group (--object-pages 16 with zstd) are as dense as the tier
+// would make them, and it leaves them without decoding them; objects of
+// 4 pages it recompresses. Every page reads back either way.
+func TestDenseTierLeavesWholeZstdObjects(t *testing.T) {
+	const pages = 64
+	data := denseData(pages)
+	for _, per := range []int{16, 4} {
+		z, err := codec.NewZstd(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := newDeviceWith(t, pages*pageSize, pagestore.Config{}, pathInline, func(c *Config) {
+			c.Codec, c.ObjectPages = z, per
+			c.Dense = DenseConfig{After: 100 * time.Microsecond, CPU: 1}
+		})
+		// A write a group: the first, with a same-filled page and a
+		// zero page, makes three objects, the others one each.
+		for off := 0; off < len(data); off += groupPages * pageSize {
+			if err := f.dev.WriteAt(context.Background(), data[off:off+groupPages*pageSize], int64(off), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		age(t, f.dev)
+		ds := f.dev.Stats().Dense
+		if per == 16 && (ds.Groups != 1 || ds.Kept != 0) {
+			t.Errorf("objects of 16 pages: %d groups recompressed, %d kept; want the first alone", ds.Groups, ds.Kept)
+		}
+		if per == 4 && ds.Groups == 0 {
+			t.Errorf("objects of 4 pages: no group recompressed")
+		}
+		checkContents(t, f.dev, data)
 	}
 }

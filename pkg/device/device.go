@@ -104,11 +104,6 @@ type Device struct {
 	// fastStream is the codec of the fast tier's objects of several
 	// pages: the device's own, LZ4 or zstd.
 	fastStream byte
-	// objZstd compresses those objects where the codec is zstd: the
-	// codec's contexts are made for pages (holdObjectCompressors); they
-	// hold objZstdHeld bytes.
-	objZstd     chan *codec.ZstdObjects
-	objZstdHeld int64
 	// groupShift is log2 of the pages that share a stripe: 0, or that
 	// of groupPages where there may be objects of several pages. Set
 	// before the device is used.
@@ -244,43 +239,17 @@ func (d *Device) holdObjects() {
 	}
 }
 
-// objectCompressors is how many objects of several pages a zstd device
-// compresses at once: each context for 64 KiB inputs holds about 400 KB
-// at level 1, and inline writes are the CPU's path, taken when staging is
-// full or absent.
-const objectCompressors = 4
-
 // holdObjectCompressors makes the contexts that compress a zstd device's
-// objects of several pages, at the codec's level, in blocks of a page (a
-// read decodes up to its page's block).
+// objects of several pages: the codec's contexts are made for pages.
 func (d *Device) holdObjectCompressors() error {
-	level := 1
-	if z, ok := d.cfg.Codec.(interface{ Level() int }); ok {
-		level = z.Level()
+	z, ok := d.cfg.Codec.(interface{ HoldObjects(pages int) error })
+	if !ok {
+		return fmt.Errorf("device: the %s codec makes no objects of several pages", d.cfg.Codec.Name())
 	}
-	d.objZstd = make(chan *codec.ZstdObjects, min(objectCompressors, runtime.GOMAXPROCS(0)))
-	for range cap(d.objZstd) {
-		z, err := codec.NewZstdObjects(level, d.cfg.ObjectPages*pageSize, pageSize)
-		if err != nil {
-			return fmt.Errorf("device: objects of %d pages: %w", d.cfg.ObjectPages, err)
-		}
-		d.objZstd <- z
-		d.objZstdHeld += z.HeldBytes()
+	if err := z.HoldObjects(d.cfg.ObjectPages); err != nil {
+		return fmt.Errorf("device: %w", err)
 	}
 	return nil
-}
-
-// compressObject compresses the pages src, an object of several pages,
-// into dst as the fast tier's objects are, and returns its length (0
-// where it does not fit dst).
-func (d *Device) compressObject(dst, src []byte) int {
-	if d.objZstd == nil {
-		return d.cfg.Codec.Compress(dst, src)
-	}
-	z := <-d.objZstd
-	n := z.Compress(dst, src)
-	d.objZstd <- z
-	return n
 }
 
 // zstdDecoder decodes the dense tier's objects: codec.Zstd or
@@ -398,7 +367,6 @@ func (d *Device) Held() Held {
 	if z, ok := d.zstd.(*codec.ZstdDecoder); ok {
 		h.Dense += z.HeldBytes()
 	}
-	h.Scratch += d.objZstdHeld
 	return h
 }
 

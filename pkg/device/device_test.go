@@ -82,13 +82,13 @@ func newDeviceWith(t testing.TB, size int64, storeCfg pagestore.Config, path wri
 		sc = stage.Config{Batches: 3, BatchPages: 8, Deadline: 100 * time.Microsecond, Workers: 2}
 		rc.MinAcceleratorPages = 6
 	}
-	if path != pathInline {
-		f.accel = routetest.NewAccelerator()
-		rc.Accelerator, rc.BatchPages, rc.Outputs, rc.Shadows = f.accel, sc.BatchPages, sc.Workers, sc.Workers
-	}
 	cfg := Config{Size: size, Codec: codec.NewLZ4(), Store: store, Staging: sc, Logger: quiet}
 	set(&cfg)
 	rc.Codec = cfg.Codec // set may choose another
+	if path != pathInline {
+		f.accel = routetest.NewAcceleratorFor(cfg.Codec)
+		rc.Accelerator, rc.BatchPages, rc.Outputs, rc.Shadows = f.accel, sc.BatchPages, sc.Workers, sc.Workers
+	}
 	if f.router, err = route.New(rc); err != nil {
 		t.Fatal(err)
 	}
@@ -194,9 +194,11 @@ func TestModelPaths(t *testing.T) {
 		// writes, reads, staged commits and the compactor.
 		{"dense-inline", modelOptions{path: pathInline, dense: true}},
 		{"dense-mixed", modelOptions{path: pathMixed, objectPages: 4, compact: true, dense: true}},
-		// zstd pages, objects of zstd frames, and the dense tier (inline:
-		// the test accelerator writes LZ4).
+		// zstd pages, objects of zstd frames, and the dense tier.
 		{"zstd-objects", modelOptions{path: pathInline, objectPages: 8, compact: true, dense: true, zstd: true}},
+		// zstd objects of staged writes, made by an accelerator that
+		// writes zstd, fails and hangs, and by the CPU in its place.
+		{"zstd-objects-staged", modelOptions{path: pathMixed, objectPages: 16, faults: true, dense: true, zstd: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ops := 200_000

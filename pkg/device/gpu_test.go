@@ -43,65 +43,79 @@ func TestCorpusAgingOnGPU(t *testing.T) {
 }
 
 // TestCorpusObjectsOnGPU writes the shared corpus in 128 KiB writes to
-// devices whose staged writes a GPU (its LZ4 backend) compresses, with
-// pages alone and in objects of 4 and 16 pages: what each stores, that
-// the objects were the GPU's, and that every page reads back.
+// devices whose staged writes a GPU compresses (LZ4, and zstd), with pages
+// alone and in objects of 4 and 16 pages: what each stores, that the
+// objects were the GPU's, and that every page reads back.
 func TestCorpusObjectsOnGPU(t *testing.T) {
 	data := testneeds.Corpus(t)
-	g, err := gpu.Open(gpu.Config{Logger: slog.New(slog.DiscardHandler)})
+	for _, alg := range []string{"lz4", "zstd"} {
+		g, err := gpu.Open(gpu.Config{Logger: slog.New(slog.DiscardHandler), Algorithm: alg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var alone float64
+		for _, per := range []int{1, 4, 16} {
+			ratio := corpusObjectsOnGPU(t, data, g, alg, per, alone)
+			if per == 1 {
+				alone = ratio
+			}
+		}
+		g.Close()
+	}
+}
+
+func corpusObjectsOnGPU(t *testing.T, data []byte, g *gpu.Backend, alg string, per int, alone float64) float64 {
+	store, err := pagestore.New(pagestore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.Close()
-	var alone float64
-	for _, per := range []int{1, 4, 16} {
-		store, err := pagestore.New(pagestore.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := stage.Config{Batches: 8, BatchPages: 1024, Deadline: time.Millisecond, Workers: 4}
-		router, err := route.New(route.Config{Codec: codec.NewLZ4(), CPUWorkers: 2, Logger: quiet,
-			Accelerator: g, BatchPages: sc.BatchPages, Outputs: sc.Workers, Shadows: sc.Workers, MinAcceleratorPages: 1,
-			Watchdog: 10 * time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dev, err := New(Config{Size: int64(len(data)), Codec: codec.NewLZ4(), Store: store, Staging: sc, Logger: quiet,
-			Router: router, ObjectPages: per})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		start := time.Now()
-		for off := 0; off < len(data); off += 32 * pageSize {
-			end := min(off+32*pageSize, len(data))
-			if err := dev.WriteAt(ctx, data[off:end], int64(off), false); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := dev.Drain(ctx); err != nil {
-			t.Fatal(err)
-		}
-		wall := time.Since(start)
-		st, rs := dev.Stats(), router.Stats()
-		ratio := float64(len(data)) / float64(st.MemUsedTotal)
-		if per == 1 {
-			alone = ratio
-		}
-		t.Logf("objects of %2d pages: whole corpus / mem_used %.3f (%.3fx pages alone; %.3fx zram lzo-rle's 2.402); %d of %d stored pages in %d objects; %d pages on the GPU, %d on the CPU (%d inline); written in %v",
-			per, ratio, ratio/alone, ratio/2.402, st.PackedPages, st.StoredPages, st.PackedObjects,
-			rs.AcceleratorPages, rs.CPUPages, rs.InlinePages, wall.Round(time.Millisecond))
-		if per > 1 && (st.PackedObjects == 0 || rs.AcceleratorPages == 0) {
-			t.Errorf("objects of %d pages: %d objects, %d pages on the GPU", per, st.PackedObjects, rs.AcceleratorPages)
-		}
-		got := make([]byte, len(data))
-		if err := dev.ReadAt(ctx, got, 0); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, data) {
-			t.Fatalf("objects of %d pages: the corpus reads back different", per)
-		}
-		dev.Close()
-		store.Close()
+	defer store.Close()
+	c, err := codec.New(alg)
+	if err != nil {
+		t.Fatal(err)
 	}
+	sc := stage.Config{Batches: 8, BatchPages: 1024, Deadline: time.Millisecond, Workers: 4}
+	router, err := route.New(route.Config{Codec: c, CPUWorkers: 2, Logger: quiet,
+		Accelerator: g, BatchPages: sc.BatchPages, Outputs: sc.Workers, Shadows: sc.Workers, MinAcceleratorPages: 1,
+		Watchdog: 10 * time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := New(Config{Size: int64(len(data)), Codec: c, Store: store, Staging: sc, Logger: quiet,
+		Router: router, ObjectPages: per})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	ctx := context.Background()
+	start := time.Now()
+	for off := 0; off < len(data); off += 32 * pageSize {
+		end := min(off+32*pageSize, len(data))
+		if err := dev.WriteAt(ctx, data[off:end], int64(off), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dev.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wall := time.Since(start)
+	st, rs := dev.Stats(), router.Stats()
+	ratio := float64(len(data)) / float64(st.MemUsedTotal)
+	if per == 1 {
+		alone = ratio
+	}
+	t.Logf("%s objects of %2d pages: whole corpus / mem_used %.3f (%.3fx pages alone; %.3fx zram lzo-rle's 2.402); %d of %d stored pages in %d objects; %d pages on the GPU, %d on the CPU (%d inline); written in %v",
+		alg, per, ratio, ratio/alone, ratio/2.402, st.PackedPages, st.StoredPages, st.PackedObjects,
+		rs.AcceleratorPages, rs.CPUPages, rs.InlinePages, wall.Round(time.Millisecond))
+	if per > 1 && (st.PackedObjects == 0 || rs.AcceleratorPages == 0 || rs.Fallbacks != 0) {
+		t.Errorf("%s objects of %d pages: %d objects, %d pages on the GPU, %d fallbacks to the CPU", alg, per, st.PackedObjects, rs.AcceleratorPages, rs.Fallbacks)
+	}
+	got := make([]byte, len(data))
+	if err := dev.ReadAt(ctx, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("%s objects of %d pages: the corpus reads back different", alg, per)
+	}
+	return ratio
 }

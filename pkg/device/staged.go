@@ -90,12 +90,10 @@ func (d *Device) flush(b *stage.Batch) {
 // objectsOf marks, in objs, the objects of several pages b's pages make
 // as an inline write's would: runs of slots that hold adjacent pages of
 // the device, within one span of Config.ObjectPages pages. It returns
-// nil where staged pages are kept alone: without --object-pages, or
-// where the fast tier's codec is zstd, whose objects the accelerators do
-// not make.
+// nil where staged pages are kept alone (no Config.ObjectPages).
 func (d *Device) objectsOf(b *stage.Batch, objs []uint8) []uint8 {
 	per := uint32(d.cfg.ObjectPages)
-	if per <= 1 || d.fastStream != streamLZ4 {
+	if per <= 1 {
 		return nil
 	}
 	objs = objs[:b.N]

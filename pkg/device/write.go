@@ -248,7 +248,7 @@ func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObj
 		if m > 1 {
 			out := b.Out[at*pageSize : (at+m)*pageSize]
 			limit := min(len(out), m*d.cfg.HugeThreshold-1)
-			if l, ok := d.keepObject(d.compressObject(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]), m); ok {
+			if l, ok := d.keepObject(d.cfg.Codec.Compress(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]), m); ok {
 				ob.layout = l
 			}
 		}

@@ -38,18 +38,15 @@ func (g *Backend) checkBatch(b *codec.Batch) error {
 // quarantined slot; see NewBatch for what that means for b.Out.
 //
 // Objects of several pages (b.Objects) are compressed as one LZ4 block
-// each, by an LZ4 backend only.
+// or one zstd frame (of a block a page) each, as the backend's pages are;
+// a zstd object no smaller than its pages gets offset
+// codec.GroupNotSmaller.
 func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
 	if err := g.checkBatch(b); err != nil {
 		return err
 	}
-	if b.Objects != nil {
-		if g.cfg.Algorithm != "lz4" {
-			return fmt.Errorf("gpu: objects of several pages are LZ4 blocks, and this backend compresses %s", g.cfg.Algorithm)
-		}
-		if err := b.CheckObjects(); err != nil {
-			return fmt.Errorf("gpu: %w", err)
-		}
+	if err := b.CheckObjects(); err != nil {
+		return fmt.Errorf("gpu: %w", err)
 	}
 	return g.split(b, func(part *codec.Batch, first int) error {
 		if err := g.compressPart(ctx, part); err != nil {
@@ -115,7 +112,14 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 		return g.run(ctx, b, b.N, g.launch, codec.PageSize, "page", nil)
 	}
 	launch := func(s *slot, n int) error { return g.launchObjects(s, b.Objects[:n]) }
-	if err := g.run(ctx, b, b.N, launch, codec.MaxObjectPages*codec.PageSize, "object", nil); err != nil {
+	notSmaller := func(s *slot) {
+		for i, o := range g.metaHost(s, metaOffsets, b.N) {
+			if b.Lens[i] == 0 && o == codec.GroupNotSmaller {
+				b.Offsets[i] = o
+			}
+		}
+	}
+	if err := g.run(ctx, b, b.N, launch, codec.MaxObjectPages*codec.PageSize, "object", notSmaller); err != nil {
 		return err
 	}
 	// Trust nothing the device returned until it is checked: an object
@@ -130,8 +134,8 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 
 // launchObjects queues on s the compression of the objects of its n pages
 // (objects[i] pages from page i on, 0 within one), already on the device:
-// their sizes go up in the offsets, where gz_lz4_compress_objects reads
-// them before it writes its results.
+// their sizes go up in the offsets, where the kernels read them before
+// the last writes its results.
 func (g *Backend) launchObjects(s *slot, objects []uint8) error {
 	n := len(objects)
 	dOffs, dLens := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens)
@@ -142,10 +146,12 @@ func (g *Backend) launchObjects(s *slot, objects []uint8) error {
 	if err := g.dr.htod(dOffs, bytesOf(hOffs), s.stream); err != nil {
 		return err
 	}
-	grid := (n + lz4ObjectWarps - 1) / lz4ObjectWarps
-	if err := g.dr.launchCompress(g.lz4Objects, grid, 32*lz4ObjectWarps, s.stream, s.dPages, n,
-		s.dScratch, s.dPacked, s.dMeta, dOffs, dLens); err != nil {
-		return fmt.Errorf("gz_lz4_compress_objects: %w", err)
+	for _, k := range g.objects {
+		per := max(k.pagesPerBlock, 1)
+		if err := g.dr.launchCompress(k.f, (n+per-1)/per, 32*per, s.stream, s.dPages, n,
+			s.dScratch, s.dPacked, s.dMeta, dOffs, dLens); err != nil {
+			return fmt.Errorf("%s: %w", k.name, err)
+		}
 	}
 	return nil
 }

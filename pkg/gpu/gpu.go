@@ -64,6 +64,11 @@ var batchKernels = map[string]struct {
 // a page, and a warp a group; ZW_SCRATCH_PAGE a page.
 var groupKernels = []kernel{{name: "gz_zstd_parse_groups"}, {name: "gz_zstd_encode_blocks"}, {name: "gz_zstd_pack_groups"}}
 
+// zstdObjectKernels compress objects of several pages (codec.Batch.Objects)
+// on a zstd backend, each as one frame of a block a page: zstd.cu's,
+// each launched with a warp a page.
+var zstdObjectKernels = []kernel{{name: "gz_zstd_parse_objects"}, {name: "gz_zstd_encode_blocks"}, {name: "gz_zstd_pack_objects"}}
+
 // groupScratchPages is the scratch groupKernels need a page.
 const groupScratchPages = 2
 
@@ -207,13 +212,15 @@ type Backend struct {
 	// lz4Decode is gz_lz4_decompress, which CompressGroups runs first
 	// on pages given as LZ4 blocks.
 	lz4Decode function
-	// lz4Objects is gz_lz4_compress_objects, which an LZ4 backend runs
-	// for batches with objects of several pages (codec.Batch.Objects).
-	lz4Objects function
-	slots      []*slot
-	free       chan *slot
-	closed     atomic.Bool
-	done       chan struct{} // closed by Close
+	// objects compress batches with objects of several pages
+	// (codec.Batch.Objects): gz_lz4_compress_objects on an LZ4 backend
+	// (lz4ObjectWarps a block), zstdObjectKernels on a zstd one (a warp
+	// a block).
+	objects []kernel
+	slots   []*slot
+	free    chan *slot
+	closed  atomic.Bool
+	done    chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
@@ -285,8 +292,15 @@ func (g *Backend) setup(ptx []byte) error {
 	if g.lz4Decode, err = g.dr.function(g.mod, "gz_lz4_decompress"); err != nil {
 		return err
 	}
-	if g.lz4Objects, err = g.dr.function(g.mod, "gz_lz4_compress_objects"); err != nil {
-		return err
+	objects := []kernel{{name: "gz_lz4_compress_objects", pagesPerBlock: lz4ObjectWarps}}
+	if g.cfg.Algorithm == "zstd" {
+		objects = zstdObjectKernels
+	}
+	for _, k := range objects {
+		if k.f, err = g.dr.function(g.mod, k.name); err != nil {
+			return err
+		}
+		g.objects = append(g.objects, k)
 	}
 	n := g.cfg.MaxBatchPages
 	for range g.cfg.Slots {

@@ -82,6 +82,9 @@ func TestLaunchShapesMatchPTX(t *testing.T) {
 		}
 	}
 	checkLaunchShape(t, kernels.LZ4, "gz_lz4_compress_objects", lz4ObjectWarps)
+	for _, k := range zstdObjectKernels {
+		checkLaunchShape(t, kernels.Zstd, k.name, max(k.pagesPerBlock, 1))
+	}
 	checkLaunchShape(t, kernels.LZ4, "gz_lz4_decompress", lz4DecodeWarps)
 }
 

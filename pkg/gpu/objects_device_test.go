@@ -1,9 +1,10 @@
 //go:build gpu
 
-// Objects of several pages compressed as one LZ4 block each on a real GPU:
-// every block decodes with the CPU's LZ4 to its pages, a page alone comes
-// out as gz_lz4_compress makes it, and what objects store and cost beside
-// pages alone and the CPU's objects of the same pages.
+// Objects of several pages compressed as one LZ4 block or zstd frame each
+// on a real GPU: every object decodes with the CPU's codec to its pages,
+// an LZ4 page alone comes out as gz_lz4_compress makes it, and what
+// objects store and cost beside pages alone and the CPU's objects of the
+// same pages.
 
 package gpu
 
@@ -11,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -40,9 +40,8 @@ func objectsOf(n, per int) []uint8 {
 // objects (nil: pages alone), checks that every object decodes to its
 // pages, and returns the bytes stored (an object or page without a block
 // counted whole) and the time the calls took.
-func objectRoundTrip(t *testing.T, c codec.BatchCompressor, b *codec.Batch, pages []byte, objects []uint8) (stored int, wall time.Duration) {
+func objectRoundTrip(t *testing.T, c codec.BatchCompressor, b *codec.Batch, pages []byte, objects []uint8, dec codec.Codec) (stored int, wall time.Duration) {
 	t.Helper()
-	lz4 := codec.NewLZ4()
 	n := len(pages) / codec.PageSize
 	got := make([]byte, codec.MaxObjectPages*codec.PageSize)
 	for lo := 0; lo < n; {
@@ -79,7 +78,7 @@ func objectRoundTrip(t *testing.T, c codec.BatchCompressor, b *codec.Batch, page
 				continue
 			}
 			stored += len(block)
-			if err := lz4.Decompress(got[:len(want)], block); err != nil || !bytes.Equal(got[:len(want)], want) {
+			if err := dec.Decompress(got[:len(want)], block); err != nil || !bytes.Equal(got[:len(want)], want) {
 				t.Fatalf("object of %d pages at page %d: its block of %d bytes does not decode to its pages (%v)", p, lo+i, len(block), err)
 			}
 			i += p
@@ -91,37 +90,69 @@ func objectRoundTrip(t *testing.T, c codec.BatchCompressor, b *codec.Batch, page
 
 // TestGPUObjects: objects of 1, 4 and 16 pages and of mixed sizes, of
 // edge pages and of the corpus (or generated pages), decode to their
-// pages; objects of one page are gz_lz4_compress's pages byte for byte;
-// and a batch larger than a slot is split between objects.
+// pages, on an LZ4 and a zstd backend; LZ4 objects of one page are
+// gz_lz4_compress's pages byte for byte; and a batch larger than a slot
+// is split between objects.
 func TestGPUObjects(t *testing.T) {
 	data := testneeds.CorpusOr(t, "generated pages instead")
 	if data == nil {
 		data = edgePages(4096)
 	}
+	for _, alg := range []string{"lz4", "zstd"} {
+		t.Run(alg, func(t *testing.T) { gpuObjects(t, data, alg) })
+	}
+}
+
+func gpuObjects(t *testing.T, data []byte, alg string) {
 	edge := edgePages(16 * 9)
-	g := openGPU(t, testConfig(t))
+	var g *Backend
+	var c codec.Codec
+	if alg == "zstd" {
+		g = openZstd(t, testConfig(t))
+		z, err := codec.NewZstd(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := z.HoldObjects(codec.MaxObjectPages); err != nil {
+			t.Fatal(err)
+		}
+		c = z
+	} else {
+		g, c = openGPU(t, testConfig(t)), codec.NewLZ4()
+	}
 	b, err := g.NewBatch(g.cfg.MaxBatchPages)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpu := codec.NewCPUBatch(codec.NewLZ4(), 0)
+	cpu := codec.NewCPUBatch(c, 0)
 	cb := codec.NewBatch(g.cfg.MaxBatchPages)
 	n := len(data) / codec.PageSize
-	pagesAlone, _ := objectRoundTrip(t, g, b, data, nil)
+	pagesAlone, _ := objectRoundTrip(t, g, b, data, nil, c)
 	for _, per := range []int{1, 4, 16, 0} {
 		objs := objectsOf(n, per)
-		objectRoundTrip(t, g, b, edge, objectsOf(len(edge)/codec.PageSize, per))
-		stored, wall := objectRoundTrip(t, g, b, data, objs)
-		cpuStored, cpuWall := objectRoundTrip(t, cpu, cb, data, objs)
-		t.Logf("objects of %2d pages (0: mixed): ratio %.3f on the GPU (%.3f pages alone: %.3fx), %.3f on the CPU; %.2f GB/s on the GPU, %.2f on the CPU",
-			per, float64(len(data))/float64(stored), float64(len(data))/float64(pagesAlone), float64(pagesAlone)/float64(stored),
+		objectRoundTrip(t, g, b, edge, objectsOf(len(edge)/codec.PageSize, per), c)
+		stored, wall := objectRoundTrip(t, g, b, data, objs, c)
+		cpuStored, cpuWall := objectRoundTrip(t, cpu, cb, data, objs, c)
+		t.Logf("%s objects of %2d pages (0: mixed): ratio %.3f on the GPU (%.3f pages alone: %.3fx), %.3f on the CPU; %.2f GB/s on the GPU, %.2f on the CPU",
+			alg, per, float64(len(data))/float64(stored), float64(len(data))/float64(pagesAlone), float64(pagesAlone)/float64(stored),
 			float64(len(data))/float64(cpuStored), float64(len(data))/wall.Seconds()/1e9, float64(len(data))/cpuWall.Seconds()/1e9)
-		if per == 1 && stored != pagesAlone {
+		if per == 1 && alg == "lz4" && stored != pagesAlone {
 			t.Errorf("objects of one page stored %d bytes, pages alone %d", stored, pagesAlone)
 		}
 		if per == 16 && stored >= pagesAlone {
 			t.Errorf("objects of 16 pages stored %d bytes, pages alone %d", stored, pagesAlone)
 		}
+	}
+	// A batch of more pages than a slot takes, in parts that keep
+	// objects whole.
+	cfg := Config{Logger: quiet, MaxBatchPages: 40, Slots: 2}
+	small := openGPU(t, cfg)
+	if alg == "zstd" {
+		small = openZstd(t, cfg)
+	}
+	objectRoundTrip(t, small, codec.NewBatch(300), data[:300*codec.PageSize], objectsOf(300, 0), c)
+	if alg != "lz4" {
+		return
 	}
 
 	// Objects of one page are pages, byte for byte.
@@ -144,35 +175,25 @@ func TestGPUObjects(t *testing.T) {
 			t.Fatalf("page %d: %d bytes as an object of one page, %d alone", i, b.Lens[i], len(want[i]))
 		}
 	}
-
-	// A batch of more pages than a slot takes, in parts that keep
-	// objects whole.
-	small := openGPU(t, Config{Logger: quiet, MaxBatchPages: 40, Slots: 2})
-	big := codec.NewBatch(300)
-	objectRoundTrip(t, small, big, data[:300*codec.PageSize], objectsOf(300, 0))
 }
 
-// TestGPUObjectsRefused: a zstd backend refuses objects (its objects would
-// be LZ4 blocks), and so does any backend given objects that do not tile
-// the batch.
+// TestGPUObjectsRefused: a backend refuses objects that do not tile the
+// batch.
 func TestGPUObjectsRefused(t *testing.T) {
 	pages := edgePages(32)
-	z := openZstd(t, testConfig(t))
 	b := codec.NewBatch(32)
 	copy(b.Pages, pages)
-	b.N, b.Objects = 32, objectsOf(32, 4)
-	if err := z.CompressBatch(context.Background(), b); err == nil || !strings.Contains(err.Error(), "LZ4") {
-		t.Errorf("zstd backend given objects: %v, want a refusal", err)
-	}
-	g := openGPU(t, testConfig(t))
-	for _, objs := range [][]uint8{
-		append([]uint8{17}, make([]uint8, 31)...),                 // too large
-		append([]uint8{4, 0, 0, 0, 2, 0, 0}, objectsOf(25, 1)...), // a 0 where one starts
-		append(objectsOf(30, 1), 4, 0),                            // past the batch
-	} {
-		b.Objects = objs
-		if err := g.CompressBatch(context.Background(), b); err == nil {
-			t.Errorf("objects %v: no error", objs[:8])
+	b.N = 32
+	for _, g := range []*Backend{openGPU(t, testConfig(t)), openZstd(t, testConfig(t))} {
+		for _, objs := range [][]uint8{
+			append([]uint8{17}, make([]uint8, 31)...),                 // too large
+			append([]uint8{4, 0, 0, 0, 2, 0, 0}, objectsOf(25, 1)...), // a 0 where one starts
+			append(objectsOf(30, 1), 4, 0),                            // past the batch
+		} {
+			b.Objects = objs
+			if err := g.CompressBatch(context.Background(), b); err == nil {
+				t.Errorf("%s: objects %v: no error", g.cfg.Algorithm, objs[:8])
+			}
 		}
 	}
 }

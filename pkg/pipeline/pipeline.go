@@ -232,7 +232,7 @@ func (p *Pipeline) Holdings() []swapsafe.Holding {
 		{Name: "page-table", Bytes: held.Table, Why: "8 bytes per page of the device, faulted in: a swap-out to a page never used must not fault in the table"},
 		{Name: "store-prefault", Bytes: p.prefault, Why: "store memory faulted in ahead of use by gzramd-prefault, and emptied slabs kept for reuse (--prefault)"},
 		{Name: "write-scratch", Bytes: held.Scratch, Why: "outputs of writes compressed inline and buffers of partial pages, written at start; a write waits for one rather than allocating"},
-		{Name: "codec-contexts", Bytes: p.Codec.HeldBytes(), Why: "the " + p.Codec.Name() + " codec's compression and decompression contexts, written at start; a page's compression or decoding waits for a free one rather than allocating"},
+		{Name: "codec-contexts", Bytes: p.Codec.HeldBytes(), Why: "the " + p.Codec.Name() + " codec's compression and decompression contexts (with zstd and --object-pages, those of objects of several pages too), written at start; a page's compression or decoding waits for a free one rather than allocating"},
 	}
 	if held.Dense > 0 {
 		hs = append(hs, swapsafe.Holding{Name: "dense-tier", Bytes: held.Dense, Why: "the dense tier's recompressor: its zstd context for objects of 16 pages and its buffers, the groups' idle ages, the decoder of its objects where the codec is not zstd, and with a GPU its batch of groups, pinned (--dense-after)"})

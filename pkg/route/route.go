@@ -134,7 +134,11 @@ type Router struct {
 	failures int          // consecutive failures of the accelerator
 
 	shadows chan *codec.Batch // free shadow outputs
-	calls   sync.WaitGroup    // accelerator calls not yet returned, given up on or not
+	// shadowObjects is each shadow's own copy of its batch's objects
+	// (codec.Batch.Objects): an accelerator the watchdog gave up on may
+	// still read them after the batch's owner has moved on.
+	shadowObjects map[*codec.Batch][]uint8
+	calls         sync.WaitGroup // accelerator calls not yet returned, given up on or not
 	// outputs are the output sets for staged batches; empty holds the
 	// structs of the sets attached to batches, to carry them back.
 	outputs, empty chan *codec.Batch
@@ -187,6 +191,10 @@ func New(cfg Config) (*Router, error) {
 			return nil, fmt.Errorf("route: outputs for staged batches and the accelerator's shadows: %w", err)
 		}
 		r.shadows, r.outputs = outputSets(sets[:cfg.Shadows]), outputSets(sets[cfg.Shadows:])
+		r.shadowObjects = make(map[*codec.Batch][]uint8, cfg.Shadows)
+		for _, sb := range sets[:cfg.Shadows] {
+			r.shadowObjects[sb] = make([]uint8, cfg.BatchPages)
+		}
 		r.empty = make(chan *codec.Batch, cfg.Outputs)
 	}
 	return r, nil
@@ -229,7 +237,7 @@ func (r *Router) HeldBytes() int64 {
 	if r.accel == nil {
 		return 0
 	}
-	return int64(r.cfg.Shadows+r.cfg.Outputs) * int64(r.cfg.BatchPages) * (codec.PageSize + 8)
+	return int64(r.cfg.Shadows+r.cfg.Outputs)*int64(r.cfg.BatchPages)*(codec.PageSize+8) + int64(r.cfg.Shadows)*int64(r.cfg.BatchPages)
 }
 
 // Stage reports whether a write of pages whole pages is to be staged for
@@ -365,7 +373,11 @@ func (r *Router) accelerate(b *codec.Batch) bool {
 		r.noShadow.Add(1)
 		return false
 	}
-	sb.Pages, sb.N, sb.Limit, sb.Objects = b.Pages, b.N, b.Limit, b.Objects
+	sb.Pages, sb.N, sb.Limit = b.Pages, b.N, b.Limit
+	if b.Objects != nil {
+		sb.Objects = r.shadowObjects[sb][:b.N]
+		copy(sb.Objects, b.Objects)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Watchdog)
 	defer cancel()
 	done := make(chan error, 1)

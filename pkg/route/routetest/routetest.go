@@ -35,9 +35,13 @@ type Accelerator struct {
 	Calls, Returned, Pages atomic.Int64
 }
 
-// NewAccelerator returns a healthy accelerator.
-func NewAccelerator() *Accelerator {
-	return &Accelerator{cpu: codec.NewCPUBatch(codec.NewLZ4(), 1)}
+// NewAccelerator returns a healthy accelerator that writes LZ4.
+func NewAccelerator() *Accelerator { return NewAcceleratorFor(codec.NewLZ4()) }
+
+// NewAcceleratorFor returns a healthy accelerator that compresses with c,
+// as a GPU of c's algorithm does.
+func NewAcceleratorFor(c codec.Codec) *Accelerator {
+	return &Accelerator{cpu: codec.NewCPUBatch(c, 1)}
 }
 
 // Name implements codec.BatchCompressor.
