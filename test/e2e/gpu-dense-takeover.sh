@@ -10,7 +10,9 @@
 # corpus byte for byte.
 #
 # Needs GZRAMD (a gzramd binary), nbdcopy and python3 on PATH, and
-# GZRAMD_CORPUS (the corpus, raw). Prints E2E-GPU-DENSE PASS or FAIL.
+# GZRAMD_CORPUS (the corpus, raw); GZRAMD_ARGS adds flags (objects of
+# several pages the GPU makes: --object-pages 16, or --algorithm zstd
+# --object-pages 4). Prints E2E-GPU-DENSE PASS or FAIL.
 set -euo pipefail
 : "${GZRAMD:?a gzramd binary}" "${GZRAMD_CORPUS:?the corpus, raw}"
 WORK=$(mktemp -d /tmp/gzramd-gpu-dense.XXXXXX)
@@ -42,8 +44,9 @@ ready() { serving_pid >/dev/null; }
 # logged TEXT N: the log has TEXT at least N times.
 logged() { [ "$(grep -c "$1" "$LOG")" -ge "$2" ]; }
 size=$(stat -c %s "$GZRAMD_CORPUS")
+# shellcheck disable=SC2086 # GZRAMD_ARGS is a list of flags
 "$GZRAMD" serve --size 256M --socket "$SOCK" --export gzramd --metrics "$METRICS" --backend gpu \
-	--dense-after 1s --dense-cpu 1 --prefault 0 >"$LOG" 2>&1 &
+	--dense-after 1s --dense-cpu 1 --prefault 0 ${GZRAMD_ARGS:-} >"$LOG" 2>&1 &
 DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null; rm -rf "$WORK"' EXIT
 wait_for "gzramd did not come up" 60 ready
@@ -70,4 +73,4 @@ PY
 done
 nbdcopy --synchronous "$URI" "$WORK/back"
 cmp -n "$size" "$GZRAMD_CORPUS" "$WORK/back" || fail "the device does not read back as the corpus"
-echo "E2E-GPU-DENSE PASS: $(grep -c 'took the device over' "$LOG") takeovers, $(metric gzramd_dense_gpu_groups_total 'result="compressed"') groups recompressed on the GPU since the last, $(metric gzramd_tier_pages 'tier="dense"') dense pages"
+echo "E2E-GPU-DENSE PASS${GZRAMD_ARGS:+ ($GZRAMD_ARGS)}: $(grep -c 'took the device over' "$LOG") takeovers, $(metric gzramd_dense_gpu_groups_total 'result="compressed"') groups recompressed on the GPU since the last, $(metric gzramd_tier_pages 'tier="dense"') dense pages, $(metric gzramd_packed_objects) objects of several pages"
