@@ -453,15 +453,7 @@ func (d *Device) commitDense(g, age uint32, snap *[groupPages]entry, pages int, 
 		d.cfg.Store.FreeBatch(t.handles[:k])
 		return false, nil // the store is full: tried again later
 	}
-	first := d.cfg.Store.Bytes(t.handles[0], l.chunkLen(0))
-	putHeader(first, l, pages)
-	for c := 1; c < l.chunks; c++ {
-		setChunkHandle(first, c, t.handles[c])
-	}
-	w := copy(first[l.header:], frame)
-	for c := 1; c < l.chunks; c++ {
-		w += copy(d.cfg.Store.Bytes(t.handles[c], l.chunkLen(c)), frame[w:])
-	}
+	d.writeObject(t.handles[:l.chunks], l, pages, frame)
 	s := d.stripe(lo)
 	s.mu.Lock()
 	changed := t.ages[g].Load() != age

@@ -141,9 +141,17 @@ func (d *Device) keepObject(n, pages int) (objectLayout, bool) {
 	return l, true
 }
 
-// fillObject writes an object of several pages into its chunks hs, which
-// the store gave it: its header, then its stream.
+// fillObject writes an object of several pages of the fast tier into its
+// chunks hs (writeObject) and counts it.
 func (d *Device) fillObject(hs []pagestore.Handle, l objectLayout, pages int, stream []byte) {
+	d.writeObject(hs, l, pages, stream)
+	d.packedObjects.Add(1)
+	d.packedChunks.Add(int64(l.chunks))
+}
+
+// writeObject writes an object of several pages into its chunks hs, which
+// the store gave it: its header, then its stream.
+func (d *Device) writeObject(hs []pagestore.Handle, l objectLayout, pages int, stream []byte) {
 	first := d.cfg.Store.Bytes(hs[0], l.chunkLen(0))
 	putHeader(first, l, pages)
 	for c := 1; c < l.chunks; c++ {
@@ -153,8 +161,6 @@ func (d *Device) fillObject(hs []pagestore.Handle, l objectLayout, pages int, st
 	for c := 1; c < l.chunks; c++ {
 		n += copy(d.cfg.Store.Bytes(hs[c], l.chunkLen(c)), stream[n:])
 	}
-	d.packedObjects.Add(1)
-	d.packedChunks.Add(int64(l.chunks))
 }
 
 // chunkHandle and setChunkHandle read and write the handle of chunk i
@@ -229,10 +235,14 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) 
 
 // objectRef is what an entry that was replaced leaves to free: the handle
 // of its object, with partRef set for an object of several pages (its
-// first chunk, which names the others). 0 is nothing.
+// first chunk, which names the others), and denseRef for one of the dense
+// tier's. 0 is nothing.
 type objectRef uint64
 
-const partRef = 1 << 63
+const (
+	partRef  = 1 << 63
+	denseRef = 1 << 62
+)
 
 // released returns what replacing page idx's entry old leaves to free: an
 // object of its own, or an object of several pages when no other page of
@@ -251,6 +261,9 @@ func (d *Device) released(idx uint32, old entry) objectRef {
 			return 0
 		}
 	}
+	if old.dense() {
+		return partRef | denseRef | objectRef(h)
+	}
 	return partRef | objectRef(h)
 }
 
@@ -261,7 +274,7 @@ func (d *Device) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.
 	if ref == 0 {
 		return hs
 	}
-	h := pagestore.Handle(ref &^ partRef)
+	h := pagestore.Handle(ref &^ (partRef | denseRef))
 	if ref&partRef != 0 {
 		first := d.cfg.Store.Bytes(h, chunkSize)
 		if n := int(first[5]); n <= maxChunks {
@@ -270,7 +283,7 @@ func (d *Device) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.
 			}
 			d.packedObjects.Add(-1)
 			d.packedChunks.Add(-int64(n))
-			if l, ok := layoutFor(int(binary.LittleEndian.Uint32(first))); ok && first[4]&zstdPages != 0 {
+			if l, ok := layoutFor(int(binary.LittleEndian.Uint32(first))); ok && ref&denseRef != 0 {
 				d.denseObjects.Add(-1)
 				d.denseBytes.Add(-int64(l.total))
 			}

@@ -329,11 +329,17 @@ func TestZstdObjects(t *testing.T) {
 		}
 		checkContents(t, d, want)
 		checkStore(t, d, store)
+		checkNotDense(t, d, "written")
 		d.Close()
 		store.Close()
 		d, store = f.recover(t)
 		checkContents(t, d, want)
 		checkStore(t, d, store)
+		checkNotDense(t, d, "recovered")
+		if err := d.Trim(ctx, 0, pages*pageSize); err != nil {
+			t.Fatal(err)
+		}
+		checkNotDense(t, d, "trimmed")
 		d.Close()
 		store.Close()
 	}
@@ -388,5 +394,14 @@ func TestStagedWritesMakeObjects(t *testing.T) {
 	}
 	if st, ss := f.dev.Stats(), f.store.Stats(); st.PackedObjects != 0 || ss.Objects != 0 {
 		t.Errorf("trimmed: %d objects, %d in the store", st.PackedObjects, ss.Objects)
+	}
+}
+
+// checkNotDense checks that d counts none of its objects in the dense
+// tier: the fast tier's zstd objects are not the tier's.
+func checkNotDense(t *testing.T, d *Device, when string) {
+	t.Helper()
+	if st := d.Stats(); st.DenseObjects != 0 || st.DenseBytes != 0 || st.DensePages != 0 {
+		t.Errorf("%s: %d dense objects of %d bytes, %d dense pages; want none", when, st.DenseObjects, st.DenseBytes, st.DensePages)
 	}
 }

@@ -246,7 +246,7 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 	}
 	d.packedObjects.Add(1)
 	d.packedChunks.Add(int64(l.chunks))
-	if l.codec == streamZstd {
+	if e.dense() {
 		d.denseObjects.Add(1)
 		d.denseBytes.Add(int64(l.total))
 	}
