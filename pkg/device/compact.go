@@ -17,6 +17,11 @@ type CompactPolicy struct {
 	// MaxOverhead is the ratio mem_used / compr_data above which the
 	// store is compacted (default 1.15).
 	MaxOverhead float64
+	// AfterDense is the ratio above which it is compacted once the dense
+	// tier has recompressed groups since the last compaction (default
+	// 1.03): what recompression frees is spread over every slab the
+	// groups' pages were in, and idle, so no write fills it soon.
+	AfterDense float64
 }
 
 // RunCompactor compacts the store whenever fragmentation passes the
@@ -32,8 +37,12 @@ func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) {
 	if p.MaxOverhead <= 1 {
 		p.MaxOverhead = 1.15
 	}
+	if p.AfterDense <= 1 {
+		p.AfterDense = 1.03
+	}
 	t := time.NewTicker(p.Interval)
 	defer t.Stop()
+	var compacted uint64 // the dense tier's groups at the last compaction
 	for {
 		select {
 		case <-ctx.Done():
@@ -41,16 +50,22 @@ func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) {
 		case <-t.C:
 		}
 		st := d.cfg.Store.Stats()
+		groups := d.dense.stats().Groups
+		limit, why := p.MaxOverhead, "fragmented"
+		if groups != compacted {
+			limit, why = p.AfterDense, "the dense tier recompressed groups"
+		}
 		// Staged pages' reservations are not slab memory: compaction
 		// cannot give them back.
 		held := st.MemUsed - st.Reserved
-		if waste := held - st.ComprDataSize; waste < p.MinWaste || float64(held) < p.MaxOverhead*float64(st.ComprDataSize) {
+		if waste := held - st.ComprDataSize; waste < p.MinWaste || float64(held) < limit*float64(st.ComprDataSize) {
 			continue
 		}
 		start := time.Now()
 		moved := d.Compact()
+		compacted = groups
 		after := d.cfg.Store.Stats()
-		d.log.Info("compacted the page store", "moved", moved,
+		d.log.Info("compacted the page store", "why", why, "moved", moved,
 			"mem_used_before", st.MemUsed, "mem_used_after", after.MemUsed, "took", time.Since(start).Round(time.Millisecond))
 	}
 }

@@ -414,3 +414,59 @@ func TestDenseTierLeavesWholeZstdObjects(t *testing.T) {
 		checkContents(t, f.dev, data)
 	}
 }
+
+// TestCompactorFollowsTheDenseTier: once the dense tier has recompressed
+// groups, the compactor takes back what that freed at a lower overhead
+// than writes' fragmentation (CompactPolicy.AfterDense), and below both
+// bounds it leaves the store alone.
+func TestCompactorFollowsTheDenseTier(t *testing.T) {
+	const pages = 2048
+	// Pages of every compressed size, so that recompression empties
+	// slots of every size class, and pages that repeat across a group,
+	// so that it frees much.
+	data := make([]byte, pages*pageSize)
+	r := rand.New(rand.NewPCG(5, 5))
+	for i := range pages {
+		p := data[i*pageSize : (i+1)*pageSize]
+		noise := i * 97 % (pageSize * 3 / 4)
+		for j := range p {
+			if j < noise {
+				p[j] = byte(r.Uint32())
+			} else {
+				p[j] = byte(j / 16)
+			}
+		}
+		if i%16 >= 8 {
+			copy(p, data[(i-8)*pageSize:(i-7)*pageSize])
+		}
+	}
+	f := newDeviceWith(t, pages*pageSize, pagestore.Config{}, pathInline, func(c *Config) {
+		c.Dense = DenseConfig{After: 100 * time.Microsecond, CPU: 1}
+	})
+	if err := f.dev.WriteAt(context.Background(), data, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	age(t, f.dev)
+	st := f.store.Stats()
+	overhead := float64(st.MemUsed) / float64(st.ComprDataSize)
+	t.Logf("after aging: mem_used %d, compr_data %d: %.3f", st.MemUsed, st.ComprDataSize, overhead)
+	if overhead < 1.05 {
+		t.Fatalf("the tier left an overhead of %.3f: the test proves nothing", overhead)
+	}
+	run := func(afterDense float64) int64 {
+		before := f.dev.Stats().PagesCompacted
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		f.dev.RunCompactor(ctx, CompactPolicy{Interval: time.Millisecond, MinWaste: 1, MaxOverhead: overhead + 0.1, AfterDense: afterDense})
+		return f.dev.Stats().PagesCompacted - before
+	}
+	if n := run(overhead + 0.05); n != 0 {
+		t.Errorf("%d pages compacted at an overhead of %.3f, below both bounds", n, overhead)
+	}
+	if n := run((1 + overhead) / 2); n == 0 {
+		t.Errorf("nothing compacted after the tier recompressed, at an overhead of %.3f", overhead)
+	}
+	st = f.store.Stats()
+	t.Logf("compacted: mem_used %d, compr_data %d: %.3f", st.MemUsed, st.ComprDataSize, float64(st.MemUsed)/float64(st.ComprDataSize))
+	checkContents(t, f.dev, data)
+}
