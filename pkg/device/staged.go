@@ -149,15 +149,15 @@ type commitScratch struct {
 }
 
 // commitUnit is what a commit stores as one: the write in a slot, or an
-// object of several pages (layout set) from a slot on.
+// object of several pages from a slot on, of chunks chunks. It is small:
+// a commit scratch holds one a staged page.
 type commitUnit struct {
-	slot, pages int
-	layout      objectLayout
-	alloc       int // its first allocation
+	slot, alloc   int32 // its slot, and its first allocation
+	pages, chunks uint8 // chunks 0: a page's object
 }
 
 // allocs is how many allocations the unit takes.
-func (u *commitUnit) allocs() int { return max(u.layout.chunks, 1) }
+func (u *commitUnit) allocs() int { return max(int(u.chunks), 1) }
 
 func newCommitScratch(pages int) commitScratch {
 	return commitScratch{
@@ -173,10 +173,10 @@ func newCommitScratch(pages int) commitScratch {
 func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 	u, m := 0, 0
 	for i := cs.done; i < b.N; {
-		un := commitUnit{slot: i, pages: 1, alloc: m}
+		un := commitUnit{slot: int32(i), pages: 1, alloc: int32(m)}
 		if p := int(objectPages(b.Batch, i)); p > 1 {
 			if l, ok := d.keepObject(len(b.Compressed(i)), p); ok {
-				un.pages, un.layout = p, l
+				un.pages, un.chunks = uint8(p), uint8(l.chunks)
 				for c := range l.chunks {
 					cs.objs[m], cs.sizes[m], cs.owners[m] = nil, l.chunkLen(c), b.Owners[i]
 					m++
@@ -200,7 +200,7 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 	cs.credit = credit
 	whole := u
 	for j := range u {
-		if un := &cs.units[j]; un.alloc+un.allocs() > k {
+		if un := &cs.units[j]; int(un.alloc)+un.allocs() > k {
 			// An object the store gave some of its chunks: they go
 			// back, and it is tried again with the rest.
 			whole = j
@@ -215,7 +215,7 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 			d.commitObject(b, cs, un)
 			continue
 		}
-		i, a := un.slot, un.alloc
+		i, a := int(un.slot), int(un.alloc)
 		copy(d.cfg.Store.Bytes(cs.handles[a], cs.sizes[a]), cs.objs[a])
 		idx := b.Owners[i]
 		s := d.stripe(idx)
@@ -232,7 +232,7 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 	d.cfg.Store.FreeBatch(cs.free)
 	clear(cs.objs[:m]) // the batch's memory is not the scratch's
 	if whole < u {
-		cs.done = cs.units[whole].slot
+		cs.done = int(cs.units[whole].slot)
 	} else {
 		cs.done = b.N
 	}
@@ -261,16 +261,18 @@ func (d *Device) stagedPage(b *codec.Batch, i int) (state int, obj []byte) {
 // of b and installs it for each of its pages still staged in its slot;
 // an object no page takes any more is freed.
 func (d *Device) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit) {
-	l := un.layout
-	hs := cs.handles[un.alloc : un.alloc+l.chunks]
-	d.fillObject(hs, l, un.pages, b.Compressed(un.slot))
+	slot, pages := int(un.slot), int(un.pages)
+	stream := b.Compressed(slot)
+	l, _ := d.keepObject(len(stream), pages) // as commit found it
+	hs := cs.handles[un.alloc : int(un.alloc)+l.chunks]
+	d.fillObject(hs, l, pages, stream)
 	installed := 0
-	s := d.stripe(b.Owners[un.slot]) // an object's pages share their group's
+	s := d.stripe(b.Owners[slot]) // an object's pages share their group's
 	s.mu.Lock()
-	for j := range un.pages {
-		i := un.slot + j
+	for j := range pages {
+		i := slot + j
 		if idx := b.Owners[i]; d.table[idx] == d.stagedAt(b, i) {
-			d.swapLocked(s, idx, partEntry(hs[0], j, un.pages, l.chunkLen(0)))
+			d.swapLocked(s, idx, partEntry(hs[0], j, pages, l.chunkLen(0)))
 			installed++
 		}
 	}
@@ -278,7 +280,7 @@ func (d *Device) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit)
 	if installed == 0 {
 		cs.free = d.queueFree(cs.free, partRef|objectRef(hs[0]))
 	}
-	for i := un.slot; i < un.slot+un.pages; i++ {
+	for i := slot; i < slot+pages; i++ {
 		cs.free = d.queueFree(cs.free, objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
