@@ -12,7 +12,9 @@
 # Needs GZRAMD (a gzramd binary), nbdcopy and python3 on PATH, and
 # GZRAMD_CORPUS (the corpus, raw); GZRAMD_ARGS adds flags (objects of
 # several pages the GPU makes: --object-pages 16, or --algorithm zstd
-# --object-pages 4). Prints E2E-GPU-DENSE PASS or FAIL.
+# --object-pages 4; not zstd objects of 16 pages, whole groups the dense
+# tier leaves as they are, so that it waits for recompression in vain).
+# Prints E2E-GPU-DENSE PASS or FAIL.
 set -euo pipefail
 : "${GZRAMD:?a gzramd binary}" "${GZRAMD_CORPUS:?the corpus, raw}"
 WORK=$(mktemp -d /tmp/gzramd-gpu-dense.XXXXXX)
