@@ -82,9 +82,24 @@ typedef unsigned int bucket_t;
 
 #define FULL_MASK 0xFFFFFFFFu
 
-// word_at loads an unaligned little-endian 32-bit word at byte position x
-// of a page held as words in shared memory (followed by PAD_WORDS).
-__device__ __forceinline__ uint32_t word_at(const uint32_t *s, int x) {
+// The encoder reads its input as words, from a source: a page in shared
+// memory followed by PAD_WORDS of padding (Padded), or an object in global
+// memory read no further than its last word (Clamped), as the batch may
+// end there. The encoder loads words up to 64 bytes past its input's end,
+// whose values it never uses.
+struct Padded {
+	const uint32_t *w;
+	__device__ __forceinline__ uint32_t operator[](int i) const { return w[i]; }
+};
+struct Clamped {
+	const uint32_t *w;
+	int last; // the input's last word
+	__device__ __forceinline__ uint32_t operator[](int i) const { return w[min(i, last)]; }
+};
+
+// word_at loads an unaligned little-endian 32-bit word at byte position x.
+template <class S>
+__device__ __forceinline__ uint32_t word_at(const S &s, int x) {
 	const int i = x >> 2;
 	return __funnelshift_r(s[i], s[i + 1], (x & 3) * 8);
 }
@@ -103,9 +118,10 @@ __device__ __forceinline__ int equal_bytes(uint32_t a, uint32_t b) {
 // cand_len returns how many leading bytes (4 to SEARCH_CAP) position c
 // shares with the position whose first SEARCH_WORDS words are pw, or 0 if
 // they differ in the first 4 bytes. c is an earlier position than the one
-// searched, so the loads stay within the page and its padding; bytes past
-// the page are never used (the caller clamps the length).
-__device__ __forceinline__ int cand_len(const uint32_t *s, int c, const uint32_t (&pw)[SEARCH_WORDS]) {
+// searched; bytes past the input are never used (the caller clamps the
+// length).
+template <class S>
+__device__ __forceinline__ int cand_len(const S &s, int c, const uint32_t (&pw)[SEARCH_WORDS]) {
 	const int ci = c >> 2, cs = (c & 3) * 8;
 	uint32_t a[SEARCH_WORDS + 1];
 	a[0] = s[ci];
@@ -125,7 +141,8 @@ __device__ __forceinline__ int cand_len(const uint32_t *s, int c, const uint32_t
 // warp_extend extends a match between p and c from length k up to limit,
 // comparing 128 bytes per step with the whole warp. All lanes call it with
 // the same arguments and get the same result.
-__device__ int warp_extend(const uint32_t *s, int p, int c, int k, int limit, int lane) {
+template <class S>
+__device__ int warp_extend(const S &s, int p, int c, int k, int limit, int lane) {
 	while (k < limit) {
 		int at = k + 4 * lane;
 		int e = 0;
@@ -191,16 +208,15 @@ __device__ bool emit(const uint8_t *src, uint8_t *out, int &op, int lit, int nli
 	return true;
 }
 
-// lz4_encode encodes the size bytes at s (words; the 64 bytes after them
-// readable, their values unused) as one LZ4 block into out, with table
-// (1 << HB buckets, cleared) as its hash table, and returns the block's
-// length, or 0 where it would be longer than out_limit. One warp calls it
-// with the same arguments; size is at most 65536, so that positions fit
-// a bucket's 16 bits and every match is within LZ4's reach.
-template <int HB>
-__device__ __forceinline__ int lz4_encode(const uint32_t *s, const int size, bucket_t *table, uint8_t *out,
+// lz4_encode encodes the size bytes of source s as one LZ4 block into out,
+// with table (1 << HB buckets, cleared) as its hash table, and returns the
+// block's length, or 0 where it would be longer than out_limit. One warp
+// calls it with the same arguments; size is at most 65536, so that
+// positions fit a bucket's 16 bits and every match is within LZ4's reach.
+template <int HB, class S>
+__device__ __forceinline__ int lz4_encode(const S &s, const int size, bucket_t *table, uint8_t *out,
 		const int out_limit, const int lane) {
-	const uint8_t *src = (const uint8_t *)s;
+	const uint8_t *src = (const uint8_t *)s.w;
 	// A match may start at p only if p + MF_LIMIT <= size, and must end
 	// at or before match_end.
 	const int match_start = size - MF_LIMIT;
@@ -419,7 +435,7 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 	load_page(in, pg, s, lane);
 	for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
 	__syncwarp();
-	const int len = lz4_encode<HASH_BITS>(s, PAGE_SIZE, table, out, OUT_LIMIT, lane);
+	const int len = lz4_encode<HASH_BITS>(Padded{s}, PAGE_SIZE, table, out, OUT_LIMIT, lane);
 	pack(out, (unsigned int)len, pg, packed, packed_size, offsets, lens, lane);
 }
 
@@ -445,7 +461,7 @@ struct ObjectShared {
 // within an object), and on return, as lens[i], object i's packed block
 // (length 0 where it did not compress below its pages' size less a byte,
 // and for pages within an object). Object i is encoded into scratch from
-// page i on. in must be readable 64 bytes past its n pages.
+// page i on.
 extern "C" __global__ void __launch_bounds__(O_WARPS * 32)
 gz_lz4_compress_objects(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scratch,
 		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
@@ -466,12 +482,12 @@ gz_lz4_compress_objects(const uint4 *__restrict__ in, int n, uint8_t *__restrict
 		load_page(in, pg, s, lane);
 		for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
 		__syncwarp();
-		len = lz4_encode<HASH_BITS>(s, PAGE_SIZE, table, out, OUT_LIMIT, lane);
+		len = lz4_encode<HASH_BITS>(Padded{s}, PAGE_SIZE, table, out, OUT_LIMIT, lane);
 	} else if (pages > 1 && pages <= MAX_OBJECT_PAGES && pg + (int)pages <= n) {
-		const uint32_t *s = (const uint32_t *)(in + (size_t)pg * (PAGE_SIZE / 16));
+		const int size = (int)pages * PAGE_SIZE;
+		const Clamped s{(const uint32_t *)(in + (size_t)pg * (PAGE_SIZE / 16)), size / 4 - 1};
 		for (int i = lane; i < (1 << O_HASH_BITS); i += 32) table[i] = (bucket_t)~0ull;
 		__syncwarp();
-		const int size = (int)pages * PAGE_SIZE;
 		len = lz4_encode<O_HASH_BITS>(s, size, table, out, size - 1, lane);
 	}
 	pack(out, (unsigned int)len, pg, packed, packed_size, offsets, lens, lane);

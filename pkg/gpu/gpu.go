@@ -76,10 +76,6 @@ const groupScratchPages = 2
 // gz_lz4_compress_objects.
 const lz4ObjectWarps = 2
 
-// pagesPad is what a slot's device buffers hold past their pages:
-// gz_lz4_compress_objects reads up to 64 bytes past an object.
-const pagesPad = 256
-
 // lz4DecodeWarps is D_WARPS in kernels/lz4.cu: pages a block of
 // gz_lz4_decompress, which decodes the LZ4 pages of groups.
 const lz4DecodeWarps = 4
@@ -313,7 +309,7 @@ func (g *Backend) setup(ptx []byte) error {
 			p     *devicePtr
 			pages int
 		}{{&s.dPages, n}, {&s.dScratch, n * batch.scratchPages}, {&s.dPacked, n}} {
-			if *d.p, err = g.dr.memAlloc(d.pages*codec.PageSize + pagesPad); err != nil {
+			if *d.p, err = g.dr.memAlloc(d.pages * codec.PageSize); err != nil {
 				return err
 			}
 		}
