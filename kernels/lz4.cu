@@ -409,6 +409,16 @@ __device__ __forceinline__ void load_page(const uint4 *in, int pg, uint32_t *s, 
 	if (lane < PAD_WORDS) s[PAGE_WORDS + lane] = 0;
 }
 
+// encode_page encodes page pg of in, loaded into s (the warp's page in
+// shared memory), with table (HASH_BUCKETS of it) as its hash table, into
+// out, and returns the block's length, or 0 where it did not compress.
+__device__ __forceinline__ int encode_page(const uint4 *in, int pg, uint32_t *s, bucket_t *table, uint8_t *out, int lane) {
+	load_page(in, pg, s, lane);
+	for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
+	__syncwarp();
+	return lz4_encode<HASH_BITS>(Padded{s}, PAGE_SIZE, table, out, OUT_LIMIT, lane);
+}
+
 struct CompressShared {
 	uint32_t page[C_WARPS][PAGE_WORDS + PAD_WORDS];
 	bucket_t table[C_WARPS][HASH_BUCKETS];
@@ -429,13 +439,8 @@ gz_lz4_compress(const uint4 *__restrict__ in, int n, uint8_t *__restrict__ scrat
 	const int pg = blockIdx.x * C_WARPS + w;
 	if (pg >= n) return;
 
-	uint32_t *s = sh.page[w];
-	bucket_t *table = sh.table[w];
 	uint8_t *out = scratch + (size_t)pg * PAGE_SIZE;
-	load_page(in, pg, s, lane);
-	for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
-	__syncwarp();
-	const int len = lz4_encode<HASH_BITS>(Padded{s}, PAGE_SIZE, table, out, OUT_LIMIT, lane);
+	const int len = encode_page(in, pg, sh.page[w], sh.table[w], out, lane);
 	pack(out, (unsigned int)len, pg, packed, packed_size, offsets, lens, lane);
 }
 
@@ -478,11 +483,7 @@ gz_lz4_compress_objects(const uint4 *__restrict__ in, int n, uint8_t *__restrict
 	uint8_t *out = scratch + (size_t)pg * PAGE_SIZE;
 	int len = 0;
 	if (pages == 1) {
-		uint32_t *s = sh.page[w];
-		load_page(in, pg, s, lane);
-		for (int i = lane; i < HASH_BUCKETS; i += 32) table[i] = (bucket_t)~0ull;
-		__syncwarp();
-		len = lz4_encode<HASH_BITS>(Padded{s}, PAGE_SIZE, table, out, OUT_LIMIT, lane);
+		len = encode_page(in, pg, sh.page[w], table, out, lane);
 	} else if (pages > 1 && pages <= MAX_OBJECT_PAGES && pg + (int)pages <= n) {
 		const int size = (int)pages * PAGE_SIZE;
 		const Clamped s{(const uint32_t *)(in + (size_t)pg * (PAGE_SIZE / 16)), size / 4 - 1};

@@ -112,13 +112,7 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 		return g.run(ctx, b, b.N, g.launch, codec.PageSize, "page", nil)
 	}
 	launch := func(s *slot, n int) error { return g.launchObjects(s, b.Objects[:n]) }
-	notSmaller := func(s *slot) {
-		for i, o := range g.metaHost(s, metaOffsets, b.N) {
-			if b.Lens[i] == 0 && o == codec.GroupNotSmaller {
-				b.Offsets[i] = o
-			}
-		}
-	}
+	notSmaller := func(s *slot) { g.keepNotSmaller(s, b.N, b.Offsets, b.Lens) }
 	if err := g.run(ctx, b, b.N, launch, codec.MaxObjectPages*codec.PageSize, "object", notSmaller); err != nil {
 		return err
 	}
@@ -130,6 +124,17 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 		}
 	}
 	return nil
+}
+
+// keepNotSmaller gives each of the first n results of slot s that has no
+// length the offset codec.GroupNotSmaller where the device reported that
+// (results drops offsets of length 0).
+func (g *Backend) keepNotSmaller(s *slot, n int, offsets, lens []uint32) {
+	for i, o := range g.metaHost(s, metaOffsets, n) {
+		if lens[i] == 0 && o == codec.GroupNotSmaller {
+			offsets[i] = o
+		}
+	}
 }
 
 // launchObjects queues on s the compression of the objects of its n pages

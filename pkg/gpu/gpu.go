@@ -274,10 +274,14 @@ func (g *Backend) setup(ptx []byte) error {
 	if g.mod, err = g.dr.loadModule(img); err != nil {
 		return err
 	}
+	objects := []kernel{{name: "gz_lz4_compress_objects", pagesPerBlock: lz4ObjectWarps}}
+	if g.cfg.Algorithm == "zstd" {
+		objects = zstdObjectKernels
+	}
 	for _, ks := range []struct {
 		from []kernel
 		to   *[]kernel
-	}{{batch.kernels, &g.kernels}, {groupKernels, &g.groups}} {
+	}{{batch.kernels, &g.kernels}, {groupKernels, &g.groups}, {objects, &g.objects}} {
 		for _, k := range ks.from {
 			if k.f, err = g.dr.function(g.mod, k.name); err != nil {
 				return err
@@ -287,16 +291,6 @@ func (g *Backend) setup(ptx []byte) error {
 	}
 	if g.lz4Decode, err = g.dr.function(g.mod, "gz_lz4_decompress"); err != nil {
 		return err
-	}
-	objects := []kernel{{name: "gz_lz4_compress_objects", pagesPerBlock: lz4ObjectWarps}}
-	if g.cfg.Algorithm == "zstd" {
-		objects = zstdObjectKernels
-	}
-	for _, k := range objects {
-		if k.f, err = g.dr.function(g.mod, k.name); err != nil {
-			return err
-		}
-		g.objects = append(g.objects, k)
 	}
 	n := g.cfg.MaxBatchPages
 	for range g.cfg.Slots {

@@ -57,11 +57,7 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 		}
 	}
 	after := func(s *slot) {
-		for i, o := range g.metaHost(s, metaOffsets, groups) {
-			if b.Lens[i] == 0 && o == codec.GroupNotSmaller {
-				b.Offsets[i] = o
-			}
-		}
+		g.keepNotSmaller(s, groups, b.Offsets, b.Lens)
 		// A group with a page that did not decode is not compressed.
 		status := g.metaHost(s, metaStatus, n)
 		for i, l := range lz4Lens[:min(len(lz4Lens), n)] {
