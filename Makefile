@@ -12,22 +12,21 @@ LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_v
 	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
 TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-report test-unit test-race vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging test-e2e test-survive test-systemd test-systemd-mutants ptx install clean
+.PHONY: all build run test test-report test-unit test-race test-unit-all test-unit-nbd-inline test-unit-nbd-helpers test-race-all test-race-nbd-helpers vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging test-e2e test-survive test-systemd test-systemd-mutants ptx install clean
 
 all: build
 
 build:
 	$(GO) build $(GOFLAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/gzramd ./cmd/gzramd
 
-# A daemon on the embedded defaults: 1 GiB, a Unix socket in a temporary
-# directory (removed when it stops), metrics on a free port (the log's
-# "serving metrics" line names it), backend auto. Ctrl-C stops it.
+# A daemon on the embedded defaults, to try gzramd: 1 GiB, a Unix socket
+# in a temporary directory (removed when it stops), backend auto, metrics
+# where `gzramd status` finds them (127.0.0.1:9829, else the next free
+# port). It prints how to connect, the status command (with bin/gzramd:
+# go install's ~/go/bin may not be on PATH) and that Ctrl-C stops it,
+# which ends make run with status 0 (deploy/run.sh says how).
 run: build
-	@dir=$$(mktemp -d /tmp/gzramd.XXXXXX); trap 'rm -rf "$$dir"' EXIT; trap 'exit 130' INT TERM; \
-	echo "gzramd: socket $$dir/gzramd.sock — connect with: nbdinfo 'nbd+unix:///gzram0?socket=$$dir/gzramd.sock'"; \
-	echo "gzramd: metrics on a free port, named by the 'serving metrics' line below (gzramd status --metrics 127.0.0.1:PORT)"; \
-	command -v nbdinfo >/dev/null || echo "gzramd: nbdinfo not installed (Debian package libnbd-bin: apt-get install libnbd-bin)"; \
-	$(BIN)/gzramd serve --socket "$$dir/gzramd.sock" --metrics 127.0.0.1:0
+	@./deploy/run.sh $(BIN)/gzramd
 
 # One line on whether the tests compare against liblz4; with
 # GZRAMD_LZ4_ORACLE=required (CI) a missing oracle is an error.
@@ -47,30 +46,46 @@ vet: lz4-oracle
 
 # Each go test run goes through internal/testreport, which shows what go
 # test shows and records every test's outcome under $(TEST_RUNS); make
-# test ends with the summary of what did not run, and why, and what would
-# run it (TEST_REPORT_FLAGS=-list names each test). Under CI=true a test
-# skipped for want of a Debian package fails it: .ci/run installs them.
+# test ends with the summary of what failed, what did not run, and why,
+# and what would run it (TEST_REPORT_FLAGS=-list names each test). Under
+# CI=true a test skipped for want of a Debian package fails it: .ci/run
+# installs them.
 TEST_REPORT       := $(BIN)/testreport
 TEST_RUNS         := $(BIN)/test-runs
 TEST_REPORT_FLAGS ?=
 GO_TEST           := $(TEST_REPORT) run -o $(TEST_RUNS)
+TEST_RECORDS      := unit unit-nbd-inline unit-nbd-helpers race race-nbd-helpers
 
 test-report:
 	@mkdir -p $(TEST_RUNS)
 	@$(GO) build -o $(TEST_REPORT) ./internal/testreport
 
-test-unit: lz4-oracle test-report
-	$(GO_TEST)/unit.json -- $(GO) test -json -tags "$(TAGS)" -count=1 -timeout 30m ./...
-	NBD_TEST_INLINE=1 $(GO_TEST)/unit-nbd-inline.json -- $(GO) test -json -count=1 -timeout 10m ./pkg/nbd
-	NBD_TEST_INLINE=helpers $(GO_TEST)/unit-nbd-helpers.json -- $(GO) test -json -count=1 -timeout 10m ./pkg/nbd
+# One target a go test run, so that make -k runs the others when one fails.
+test-unit: test-unit-all test-unit-nbd-inline test-unit-nbd-helpers
+test-race: test-race-all test-race-nbd-helpers
 
-test-race: lz4-oracle test-report
+test-unit-all: lz4-oracle test-report
+	$(GO_TEST)/unit.json -- $(GO) test -json -tags "$(TAGS)" -count=1 -timeout 30m ./...
+test-unit-nbd-inline: test-report
+	NBD_TEST_INLINE=1 $(GO_TEST)/unit-nbd-inline.json -- $(GO) test -json -count=1 -timeout 10m ./pkg/nbd
+test-unit-nbd-helpers: test-report
+	NBD_TEST_INLINE=helpers $(GO_TEST)/unit-nbd-helpers.json -- $(GO) test -json -count=1 -timeout 10m ./pkg/nbd
+test-race-all: lz4-oracle test-report
 	$(GO_TEST)/race.json -- $(GO) test -json -tags "$(TAGS)" -count=1 -race -short -timeout 30m ./...
+test-race-nbd-helpers: test-report
 	NBD_TEST_INLINE=helpers $(GO_TEST)/race-nbd-helpers.json -- $(GO) test -json -count=1 -race -short -timeout 10m ./pkg/nbd
 
-test: vet test-unit test-race
-	@$(TEST_REPORT) summary $(if $(filter true,$(CI)),-ci) $(TEST_REPORT_FLAGS) \
-		$(addprefix $(TEST_RUNS)/,unit.json unit-nbd-inline.json unit-nbd-helpers.json race.json race-nbd-helpers.json)
+# Every step runs, also after one fails, and the summary always ends it:
+# a newcomer sees what failed beside what did not run. Records of an
+# earlier make test are removed first, so that none is counted twice.
+test:
+	@rm -f $(addprefix $(TEST_RUNS)/,$(addsuffix .json,$(TEST_RECORDS)))
+	@failed=; \
+	$(MAKE) --no-print-directory -k vet || failed="$$failed vet"; \
+	$(MAKE) --no-print-directory -k test-unit test-race || failed="$$failed tests"; \
+	$(TEST_REPORT) summary $(if $(filter true,$(CI)),-ci) $(TEST_REPORT_FLAGS) \
+		$(addprefix $(TEST_RUNS)/,$(addsuffix .json,$(TEST_RECORDS))) || failed="$$failed summary"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED ($${failed# }): see above" >&2; exit 1; fi
 
 # Builds and unit-tests gzramd with the lz4 and zstd development files
 # hidden and empty Go caches (root: it uses a mount namespace).

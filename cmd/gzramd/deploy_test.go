@@ -35,7 +35,9 @@ func TestSystemdUnitsVerify(t *testing.T) {
 		if err := os.WriteFile(dst, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command(path, "verify", dst).CombinedOutput()
+		// --man=no: the man pages in Documentation= come with packages
+		// (nbd-client) the unit does not need, and may not be installed.
+		out, err := exec.Command(path, "verify", "--man=no", dst).CombinedOutput()
 		if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 			t.Errorf("systemd-analyze verify %s: %v\n%s", filepath.Base(u), err, out)
 		}

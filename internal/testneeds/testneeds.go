@@ -10,8 +10,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/corpus"
 )
@@ -26,6 +30,9 @@ const (
 	KindModule = "module"
 	// KindRoot is root, or a capability root has.
 	KindRoot = "root"
+	// KindLimit is a resource limit (NAME, as ulimit names it: memlock)
+	// higher than this user's: root may raise it, or run the test.
+	KindLimit = "limit"
 	// KindOptIn is an environment variable (NAME) that turns on a test
 	// too slow, too heavy or too specific for every run.
 	KindOptIn = "opt-in"
@@ -103,6 +110,59 @@ func Root(tb testing.TB, what string) {
 	if os.Geteuid() != 0 {
 		Skip(tb, KindRoot, "", "%s needs root", what)
 	}
+}
+
+// Memlock skips the test unless this process may lock n bytes of memory:
+// it has CAP_IPC_LOCK, or its memlock limit (RLIMIT_MEMLOCK; Debian's
+// default for a user is 8 MiB) allows n. n < 0 asks for an unlimited
+// limit, as mlockall of future memory does. what says what needs it.
+func Memlock(tb testing.TB, n int64, what string) {
+	tb.Helper()
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim); err != nil {
+		return // the test finds out for itself
+	}
+	if lim.Cur == unix.RLIM_INFINITY || (n >= 0 && lim.Cur >= uint64(n)) || hasCapIPCLock() {
+		return
+	}
+	need := "an unlimited memlock limit"
+	if n >= 0 {
+		need = fmt.Sprintf("%d MiB locked", (n+1<<20-1)>>20)
+	}
+	Skip(tb, KindLimit, "memlock", "%s needs %s; this user's limit is %d KiB (ulimit -l), without CAP_IPC_LOCK", what, need, lim.Cur>>10)
+}
+
+// MlockRefused skips the test when err, from mlock or mlockall, is the
+// memlock limit's refusal (ENOMEM or EPERM): what says what needs it. Any
+// other error fails the test.
+func MlockRefused(tb testing.TB, err error, what string) {
+	tb.Helper()
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, unix.ENOMEM) && !errors.Is(err, unix.EPERM) {
+		tb.Fatalf("%s: %v", what, err)
+		return
+	}
+	var lim unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)
+	Skip(tb, KindLimit, "memlock", "%s: refused (%v); this user's limit is %d KiB (ulimit -l), without CAP_IPC_LOCK", what, err, lim.Cur>>10)
+}
+
+// hasCapIPCLock reports whether CAP_IPC_LOCK (bit 14) is in the effective
+// set, which lifts the memlock limit.
+func hasCapIPCLock() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && caps&(1<<14) != 0
+		}
+	}
+	return false
 }
 
 // Machine skips the test: this machine lacks what it needs, and no

@@ -6,8 +6,9 @@
 //	testreport run -o FILE -- go test -json ./...
 //	testreport summary [-list] [-ci] FILE...
 //
-// summary -ci (make test under CI=true) fails when a test skipped for want
-// of a Debian package: .ci/run installs them all.
+// summary fails when a test failed or a run left no records; with -ci
+// (make test under CI=true) also when a test skipped for want of a Debian
+// package: .ci/run installs them all.
 package main
 
 import (
@@ -88,16 +89,28 @@ func summaryCmd(args []string) error {
 		usage()
 	}
 	var records []record
+	var absent []string
 	for _, name := range fs.Args() {
 		rs, err := readRecords(name)
+		if errors.Is(err, os.ErrNotExist) {
+			// Its go test did not run: the summary still ends make test.
+			absent = append(absent, name)
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		records = append(records, rs...)
 	}
 	s := summarize(records)
+	s.absent = absent
 	s.write(os.Stdout, *list)
-	if *ci && s.packageSkips() > 0 {
+	switch {
+	case len(s.failed) > 0:
+		return fmt.Errorf("%d tests failed", len(s.failed))
+	case len(absent) > 0:
+		return fmt.Errorf("%d runs of go test left no results", len(absent))
+	case *ci && s.packageSkips() > 0:
 		return fmt.Errorf("%d tests skipped for want of a Debian package, and CI installs them all (.ci/run)", s.packageSkips())
 	}
 	return nil

@@ -30,7 +30,7 @@ type record struct {
 
 // needRE matches a testneeds message, after the file:line prefix the
 // testing package writes: needs KIND [NAME]: DETAIL.
-var needRE = regexp.MustCompile(`needs (package|corpus|module|root|opt-in|machine|helper)(?: ([^\s:]+))?: (.*)$`)
+var needRE = regexp.MustCompile(`needs (package|corpus|module|root|limit|opt-in|machine|helper)(?: ([^\s:]+))?: (.*)$`)
 
 // partPrefix is testneeds.PartPrefix.
 const partPrefix = "did not check all: "

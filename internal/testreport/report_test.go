@@ -78,6 +78,7 @@ func TestSummaryAccountsForEverySkip(t *testing.T) {
 		"TestA=pass:", "TestB=skip:"+pkgMsg, "TestC=skip:"+pkgMsg,
 		"TestCorpus=skip:"+testneeds.Message(testneeds.KindCorpus, "", testneeds.CorpusMissing),
 		"TestNBD=skip:"+testneeds.Message(testneeds.KindModule, "nbd", "no /dev/nbd0"),
+		"TestLock=skip:"+testneeds.Message(testneeds.KindLimit, "memlock", "locks 64 MiB, over this user's RLIMIT_MEMLOCK of 8 MiB"),
 		"TestSlow=skip:"+testneeds.Message(testneeds.KindOptIn, "GZRAMD_SLOW", "slow"),
 		"TestChild=skip:"+testneeds.Message(testneeds.KindHelper, "", "the body of a process TestA starts"),
 		"TestShort=pass:",
@@ -85,18 +86,20 @@ func TestSummaryAccountsForEverySkip(t *testing.T) {
 		"TestOdd=skip:something else"))
 	_, race := record1(t, stream(t, "example.com/p", "TestA=pass:", "TestShort=skip:short mode"))
 	s := summarize(append(unit, race...))
-	if s.ran != 3 || len(s.skipped) != 7 || len(s.parts) != 1 || s.packageSkips() != 2 {
+	if s.ran != 3 || len(s.skipped) != 8 || len(s.parts) != 1 || s.packageSkips() != 2 {
 		t.Fatalf("ran %d, skipped %d, parts %d, package skips %d: %+v", s.ran, len(s.skipped), len(s.parts), s.packageSkips(), s)
 	}
 	var b strings.Builder
 	s.write(&b, true)
 	out := b.String()
 	for _, want := range []string{
-		"3 tests ran; 6 did not (and 1 ran inside other tests); 1 ran without one of their checks",
+		"3 tests ran, 0 failed; 7 did not run (and 1 ran inside other tests); 1 ran without one of their checks",
 		"2 need Debian packages", "2 libnbd-bin: nbdcopy not installed", "p.TestB",
 		"1 need the corpus", "1 need a kernel module", "1 are opt-in", "1 skipped for other reasons", "something else",
 		"Ran without a check:", "prometheus: promtool not installed",
 		"apt-get install libnbd-bin prometheus\n", "GZRAMD_CORPUS=FILE", "modprobe nbd", "GZRAMD_SLOW",
+		"1 need a higher resource limit", "memlock: locks 64 MiB", "/etc/security/limits.d/", "make test as root",
+		"\n3 passed, 0 failed, 7 skipped\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
@@ -117,5 +120,28 @@ func TestSummaryPartMissingOnlyIfEveryRunLackedIt(t *testing.T) {
 	}
 	if s := summarize(append(a, a...)); len(s.parts) != 1 {
 		t.Errorf("parts = %+v, want one", s.parts)
+	}
+}
+
+// A test that failed in any run is named in the summary, which still
+// ends with its closing line; a run that left no records is named too.
+func TestSummaryNamesFailures(t *testing.T) {
+	_, unit := record1(t, stream(t, "example.com/p", "TestA=pass:", "TestBad=pass:"))
+	_, race := record1(t, stream(t, "example.com/p", "TestA=pass:", "TestBad=fail:it broke"))
+	s := summarize(append(unit, race...))
+	s.absent = []string{"bin/test-runs/race-nbd-helpers.json"}
+	var b strings.Builder
+	s.write(&b, false)
+	out := b.String()
+	for _, want := range []string{
+		"2 tests ran, 1 failed; 0 did not run", "Failed (their output is above):\n      p.TestBad\n",
+		"No results in bin/test-runs/race-nbd-helpers.json", "\n1 passed, 1 failed, 0 skipped\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.HasSuffix(out, "1 passed, 1 failed, 0 skipped\n") {
+		t.Errorf("the summary does not end with its closing line:\n%s", out)
 	}
 }

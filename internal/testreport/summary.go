@@ -34,13 +34,16 @@ type missing struct {
 // -short).
 type summary struct {
 	ran     int
+	failed  []string // tests that failed in any run
 	skipped []missing
 	parts   []missing
+	absent  []string // record files not written: their go test did not run
 }
 
 func summarize(records []record) summary {
 	type state struct {
 		ran   bool
+		fail  bool
 		skip  string
 		parts map[string]bool // nil until the test ran; then the parts every run of it lacked
 	}
@@ -58,6 +61,7 @@ func summarize(records []record) summary {
 			}
 			continue
 		}
+		st.fail = st.fail || r.Result == "fail"
 		parts := make(map[string]bool)
 		for _, p := range r.Parts {
 			if !st.ran || st.parts[p] {
@@ -74,6 +78,9 @@ func summarize(records []record) summary {
 			continue
 		}
 		s.ran++
+		if st.fail {
+			s.failed = append(s.failed, key)
+		}
 		for _, p := range slices.Sorted(maps.Keys(st.parts)) {
 			s.parts = append(s.parts, missing{key, parseNeed(p)})
 		}
@@ -99,6 +106,7 @@ var kinds = []struct{ kind, says string }{
 	{"corpus", "need the corpus of memory pages"},
 	{"module", "need a kernel module"},
 	{"root", "need root"},
+	{"limit", "need a higher resource limit (ulimit)"},
 	{"opt-in", "are opt-in: each runs when its variable is set"},
 	{"machine", "cannot run on this machine"},
 	{"other", "skipped for other reasons"},
@@ -112,11 +120,20 @@ func (s summary) write(w io.Writer, list bool) {
 			helpers++
 		}
 	}
-	fmt.Fprintf(w, "\n== make test: %d tests ran; %d did not", s.ran, len(s.skipped)-helpers)
+	fmt.Fprintf(w, "\n== make test: %d tests ran, %d failed; %d did not run", s.ran, len(s.failed), len(s.skipped)-helpers)
 	if helpers > 0 {
 		fmt.Fprintf(w, " (and %d ran inside other tests)", helpers)
 	}
 	fmt.Fprintf(w, "; %d ran without one of their checks ==\n", len(s.parts))
+	if len(s.failed) > 0 {
+		fmt.Fprintln(w, "Failed (their output is above):")
+		for _, t := range s.failed {
+			fmt.Fprintf(w, "      %s\n", t)
+		}
+	}
+	for _, name := range s.absent {
+		fmt.Fprintf(w, "No results in %s: its go test did not run (see above)\n", name)
+	}
 	if len(s.skipped) > 0 {
 		fmt.Fprintln(w, "Did not run:")
 		writeGroups(w, s.skipped, list)
@@ -134,6 +151,8 @@ func (s summary) write(w io.Writer, list bool) {
 	if !list && len(s.skipped) > helpers {
 		fmt.Fprintln(w, "(make test TEST_REPORT_FLAGS=-list names each test)")
 	}
+	// The plain closing line that CI and scripts read.
+	fmt.Fprintf(w, "%d passed, %d failed, %d skipped\n", s.ran-len(s.failed), len(s.failed), len(s.skipped)-helpers)
 }
 
 // writeGroups writes one line per kind of need, then one per distinct
@@ -200,8 +219,23 @@ func fixes(ms []missing) []string {
 	if names["root"] != nil {
 		out = append(out, "make test as root")
 	}
+	for _, limit := range sorted("limit") {
+		out = append(out, limitFix(limit))
+	}
 	if vars := sorted("opt-in"); len(vars) > 0 {
 		out = append(out, "opt-in, one at a time (each test's comment says what it needs): "+strings.Join(vars, " "))
 	}
 	return out
+}
+
+// limitFix is how to raise a resource limit (ulimit's name for it) for
+// make test. An ordinary user cannot raise a hard limit: root can, for
+// one shell or for the user's next login.
+func limitFix(limit string) string {
+	switch limit {
+	case "memlock":
+		return "an unlimited memlock limit: make test as root, or as root add the line '" +
+			"USER - memlock unlimited' to /etc/security/limits.d/gzramd.conf, then log in again (ulimit -l says unlimited)"
+	}
+	return "raise the " + limit + " limit (ulimit), or make test as root"
 }

@@ -114,7 +114,7 @@ func TestReleaseLocked(t *testing.T) {
 	r := s.rec(uint32(h >> slotBits))
 	mem := (*s.arenas.Load())[r.arena]
 	if err := unix.Mlock(mem[:64<<10]); err != nil {
-		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
+		testneeds.MlockRefused(t, err, "mlock of the pages")
 	}
 	for i := range 64 << 10 {
 		mem[i] = 0xA5

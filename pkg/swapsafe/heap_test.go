@@ -96,9 +96,7 @@ func TestTopUpFaultsInFreeHeap(t *testing.T) {
 	}
 	s := r.TopUp()
 	runtime.KeepAlive(keep)
-	if s.Err != nil {
-		t.Fatal(s.Err)
-	}
+	testneeds.MlockRefused(t, s.Err, "TopUp, which locks the heap")
 	t.Log(s.Done)
 	sample := []metrics.Sample{
 		{Name: "/memory/classes/heap/free:bytes"},
@@ -144,7 +142,7 @@ func TestReserveThreadsStartsThreads(t *testing.T) {
 func TestLockHeapAllocatesOnlyItsProbe(t *testing.T) {
 	r, _ := reserveHeap(t, 4<<20)
 	if _, err := r.LockHeap(); err != nil {
-		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
+		testneeds.MlockRefused(t, err, "locking the heap")
 	}
 	if n := testing.AllocsPerRun(10, func() { r.LockHeap() }); n > 1 {
 		t.Errorf("%v allocations per LockHeap, want at most 1 (the small probe)", n)
@@ -187,7 +185,7 @@ func TestLockMissingFaultsInWhatIsNotResident(t *testing.T) {
 	lo := uintptr(unsafe.Pointer(&mem[0]))
 	var vec []byte
 	if err := lockMissing(lo, lo+pages*page, &vec); err != nil {
-		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
+		testneeds.MlockRefused(t, err, "locking the heap")
 	}
 	defer unix.Munlock(mem)
 	if _, _, e := unix.Syscall(unix.SYS_MINCORE, lo, pages*page, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {

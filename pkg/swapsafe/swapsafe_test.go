@@ -225,7 +225,7 @@ func TestMayLockFuture(t *testing.T) {
 func TestLockMappedFiles(t *testing.T) {
 	n, err := lockMappedFiles("/proc/self/maps")
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOMEM) {
-		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
+		testneeds.MlockRefused(t, err, "mlock")
 	}
 	if err != nil {
 		t.Fatal(err)
