@@ -26,8 +26,10 @@ func main() {
 serves it over the NBD protocol. The kernel's NBD client attaches it as
 /dev/nbdN and uses it as swap; writes are compressed in large batches on the
 GPU when one is present and on the CPU otherwise, as standard LZ4 blocks
-(--algorithm lz4, the default) or zstd frames (--algorithm zstd, about 45 %
-more memory saved, a dearer swap-in), which liblz4 and libzstd decode.`,
+(--algorithm lz4, the default) or zstd frames (--algorithm zstd, which
+stores 1.43x what lz4 stores in the same memory: ratio 3.38 against 2.36 on
+the corpus of real memory pages; a swap-in costs more CPU), which liblz4
+and libzstd decode.`,
 		// cobra prints it as the version command does. No version
 		// template: a text/template makes the linker keep every method
 		// of every type (2.5 MB more code, all of it locked in memory).

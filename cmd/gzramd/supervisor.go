@@ -39,6 +39,12 @@ func runSupervisor(ctx context.Context, cfg *serving.Config, log *slog.Logger) e
 	if reexecErr != nil {
 		log.Debug("io flusher re-exec", "err", reexecErr)
 	}
+	// A plain export loses nothing without these: its serving process,
+	// which takes the same steps and more, sums them up in one line.
+	level := slog.LevelWarn
+	if !cfg.ForSwap() {
+		level = slog.LevelDebug
+	}
 	adj := -1000
 	for _, s := range swapsafe.Apply(supervisorHardening(cfg, &adj)) {
 		if s.Err != nil {
@@ -46,7 +52,7 @@ func runSupervisor(ctx context.Context, cfg *serving.Config, log *slog.Logger) e
 			if s.Name == "oom_score_adj" {
 				without = "the OOM killer may choose the supervisor: the serving process goes on alone, with no standby and no restart if it dies"
 			}
-			log.Warn("supervisor hardening step failed; gzramd serves without it", "step", s.Name, "err", s.Err, "without_it", without, "hint", s.Hint)
+			log.Log(ctx, level, "supervisor hardening step failed; gzramd serves without it", "step", s.Name, "err", s.Err, "without_it", without, "hint", s.Hint)
 		}
 	}
 	st, err := stateFromSystemd()

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -64,6 +63,7 @@ type daemon struct {
 
 	listeners []net.Listener
 	reserve   *swapsafe.HeapReserve // topped up before serving swap
+	lockHeap  bool                  // mlockall took, so the heap is kept locked too
 	gpuSetup  gpuSetup              // how the GPU opens, for openLate
 	// kernel is the device attached by us (--device); /status reads it
 	// from the HTTP server's goroutines.
@@ -279,11 +279,9 @@ func (d *daemon) listen() error {
 }
 
 // listenUnix listens on path with mode 0600, replacing a stale socket left
-// by a daemon that died, but never a live one.
+// by a daemon that died, but never a live one. Its directory is there
+// already: cmd/gzramd creates the default's, and only that.
 func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("creating the directory for --socket %s: %w", path, err)
-	}
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
 		return nil, fmt.Errorf("--socket %s: another daemon is already serving there", path)
@@ -368,8 +366,10 @@ func (d *daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
 func (d *daemon) run(ctx context.Context) error {
 	defer d.close()
 	sigs := make(chan os.Signal, 4)
+	// Never stopped: a stop signal after the stop (a terminal's ^C comes
+	// twice, the supervisor forwarding its own) would otherwise kill the
+	// process as it exits, and the supervisor would take that for a death.
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	dump := make(chan os.Signal, 1)
 	signal.Notify(dump, syscall.SIGUSR1)
 	defer signal.Stop(dump)
@@ -426,7 +426,7 @@ func (d *daemon) run(ctx context.Context) error {
 		<-denseDone
 	}()
 
-	if d.reserve != nil {
+	if d.reserve != nil && d.lockHeap {
 		lockCtx, stopLock := context.WithCancel(context.Background())
 		defer stopLock()
 		go d.reserve.KeepHeapLocked(lockCtx, 250*time.Millisecond, func(err error) {
@@ -452,7 +452,7 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Error("stopping", "err", err)
 	} else {
 		d.log.Info("gzramd ready", "version", d.version, "size", d.cfg.Size.String(), "algorithm", d.cfg.Algorithm,
-			"backend", d.accel.name(), "mem_limit", d.cfg.MemLimit.String())
+			"backend", d.accel.name(), "mem_limit", d.cfg.MemLimit.String(), statusAttr(d.cfg.Metrics))
 		if d.recovered != nil && !d.start.DiedAt.IsZero() {
 			pause := time.Since(d.start.DiedAt)
 			d.pause.Store(int64(pause))

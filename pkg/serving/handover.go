@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/gzramd/gzramd/pkg/nbddev"
@@ -61,6 +63,11 @@ func receiveHandover(start supervise.Started, log *slog.Logger) (*os.File, []sup
 	if standby {
 		log.Info("standby: started ahead and hardened; waiting to take over when the serving process ends")
 		timeout = 0
+		// A terminal's ^C reaches the standby too, but a stop is the
+		// supervisor's to tell it: with the go, or by ending it.
+		ignored := make(chan os.Signal, 1)
+		signal.Notify(ignored, syscall.SIGINT)
+		defer signal.Stop(ignored)
 	}
 	msgs, err := supervise.Receive(sock, timeout)
 	start = supervise.FromEnv() // Receive set the start environment

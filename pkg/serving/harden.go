@@ -3,8 +3,11 @@
 package serving
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/gzramd/gzramd/pkg/swapsafe"
@@ -17,8 +20,10 @@ var reexecAsIOFlusher = swapsafe.ReExecAsIOFlusher
 // harden applies the swap-safety steps and logs each: what it did, or why
 // it could not. A failure stops the daemon only with --require-hardening.
 // With --harden it also faults in and keeps the plan's heap reserve; the
-// reserve must stay reachable while the daemon serves.
-func harden(cfg *Config, log *slog.Logger, reexecErr error) (*swapsafe.HeapReserve, error) {
+// reserve must stay reachable while the daemon serves. locked reports
+// whether mlockall took: without it, keeping the heap locked would only
+// fail again every few seconds.
+func harden(cfg *Config, log *slog.Logger, reexecErr error) (reserve *swapsafe.HeapReserve, locked bool, err error) {
 	opts := swapsafe.Options{MemoryLimit: int64(cfg.GoMemoryLimit)}
 	if cfg.Harden {
 		adj := -1000
@@ -28,7 +33,7 @@ func harden(cfg *Config, log *slog.Logger, reexecErr error) (*swapsafe.HeapReser
 		opts.Realtime = cfg.WantRealtime()
 	}
 	steps := swapsafe.Apply(opts)
-	reserve := &swapsafe.HeapReserve{}
+	reserve = &swapsafe.HeapReserve{}
 	if cfg.Harden {
 		var step swapsafe.Step
 		reserve, step = swapsafe.ReserveHeap(cfg.Plan.HeapReserve)
@@ -41,7 +46,11 @@ func harden(cfg *Config, log *slog.Logger, reexecErr error) (*swapsafe.HeapReser
 		if cfg.Realtime == "auto" {
 			reason = "--realtime auto: gzramd attaches no kernel device; give --realtime on if the kernel uses this export as swap"
 		}
-		log.Info("hardening step skipped", "step", "realtime", "reason", reason)
+		level := slog.LevelInfo
+		if !cfg.ForSwap() {
+			level = slog.LevelDebug
+		}
+		log.Log(context.Background(), level, "hardening step skipped", "step", "realtime", "reason", reason)
 	}
 	if !cfg.Harden {
 		log.Warn("hardening off (--harden=false): the daemon may be swapped out or OOM-killed while serving swap")
@@ -49,19 +58,14 @@ func harden(cfg *Config, log *slog.Logger, reexecErr error) (*swapsafe.HeapReser
 	if cfg.Harden && !cfg.Reexec {
 		log.Warn("--io-flusher-reexec=false: threads are not IO flushers; memory allocation while serving swap may recurse into swap I/O")
 	}
-	var failed []string
-	for _, s := range steps {
-		if !logStep(log, s) {
-			failed = append(failed, s.Name)
-		}
-	}
+	failed := ReportSteps(log, cfg, steps)
 	if reexecErr != nil {
 		log.Debug("io flusher re-exec", "err", reexecErr)
 	}
 	if cfg.RequireHardening && len(failed) > 0 {
-		return nil, fmt.Errorf("--require-hardening: %s failed (see the log above)", strings.Join(failed, ", "))
+		return nil, false, fmt.Errorf("--require-hardening: %s failed (see the log above)", strings.Join(failed, ", "))
 	}
-	return reserve, nil
+	return reserve, opts.LockMemory && !slices.Contains(failed, "mlockall"), nil
 }
 
 // wantRealtime reports whether the daemon asks for SCHED_RR (--realtime).
@@ -82,17 +86,54 @@ func (c *Config) WantRealtime() bool {
 	return false
 }
 
-// logStep logs what a hardening step did, or why it failed and what the
-// operator can do; it reports whether the step succeeded.
-func logStep(log *slog.Logger, s swapsafe.Step) bool {
-	if s.Err == nil {
-		log.Info("hardening", "step", s.Name, "done", s.Done)
-		return true
+// ReportSteps logs what each hardening step did, or why it failed and
+// what the operator can do, and returns the names of those that failed.
+// A failure matters only while the export is swap: then each is a WARN.
+// A plain export, as an ordinary user tries gzramd, gets one INFO line for
+// them all, and each at DEBUG.
+func ReportSteps(log *slog.Logger, cfg *Config, steps []swapsafe.Step) []string {
+	level := slog.LevelWarn
+	if !cfg.ForSwap() {
+		level = slog.LevelDebug
 	}
-	attrs := []any{"step", s.Name, "err", s.Err, "without_it", s.Without()}
-	if s.Hint != "" {
-		attrs = append(attrs, "hint", s.Hint)
+	var failed []string
+	for _, s := range steps {
+		if s.Err == nil {
+			log.Info("hardening", "step", s.Name, "done", s.Done)
+			continue
+		}
+		failed = append(failed, s.Name)
+		attrs := []any{"step", s.Name, "err", s.Err, "without_it", s.Without()}
+		if s.Hint != "" {
+			attrs = append(attrs, "hint", s.Hint)
+		}
+		log.Log(context.Background(), level, "hardening step failed; gzramd serves without it (it matters while the export is swap)", attrs...)
 	}
-	log.Warn("hardening step failed; gzramd serves without it (it matters while the export is swap)", attrs...)
-	return false
+	if level != slog.LevelWarn && len(failed) > 0 {
+		log.Info(skippedSummary(len(failed), os.Geteuid() == 0), "skipped", strings.Join(failed, ","),
+			"why", "--log-level debug says what each needs")
+	}
+	return failed
+}
+
+// skippedSummary is the one line for the hardening steps a plain export
+// goes without.
+func skippedSummary(n int, root bool) string {
+	steps := "hardening steps"
+	if n == 1 {
+		steps = "hardening step"
+	}
+	who := "running without root"
+	if root {
+		who = "running without a needed capability or limit"
+	}
+	return fmt.Sprintf("%s: %d %s skipped; fine for trying gzramd, not for swap (--swap, --device or --realtime on warn of each)", who, n, steps)
+}
+
+// ForSwap reports whether the export is swap as far as gzramd can tell:
+// it makes it swap (--swap), attaches a kernel device (--device), or is
+// told that the kernel swaps on it (--realtime on, --require-hardening).
+// Only then does a hardening step that failed put anything at risk.
+func (c *Config) ForSwap() bool {
+	return c.Swap || c.Device != "" || c.Realtime == "on" || c.RequireHardening
 }

@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg *Config, version string, level slog.Level) err
 	if backend != "cpu" && !(backend == "gpu" && !start.DiedAt.IsZero()) {
 		kernels = compileKernels(ctx, cfg.GPUDevice, cfg.Algorithm)
 	}
-	reserve, err := harden(cfg, log, reexecErr)
+	reserve, locked, err := harden(cfg, log, reexecErr)
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg *Config, version string, level slog.Level) err
 	}
 	d.handover, d.adopt = handover, append(handed, orphans...)
 	if cfg.Harden {
-		d.reserve = reserve
+		d.reserve, d.lockHeap = reserve, locked
 	}
 	return d.run(ctx)
 }

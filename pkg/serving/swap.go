@@ -13,6 +13,7 @@ import (
 
 	"github.com/gzramd/gzramd/pkg/nbddev"
 	"github.com/gzramd/gzramd/pkg/swapctl"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // parseDevice accepts /dev/nbdN, nbdN or "auto" (any free device).
@@ -244,12 +245,13 @@ func (d *daemon) keepConnected(kd *nbddev.Device) {
 }
 
 // topUpHeap faults in the heap's free pages once start-up is done (see
-// swapsafe.HeapReserve.TopUp), when the daemon holds a reserve.
+// swapsafe.HeapReserve.TopUp), when the daemon holds a reserve and may
+// lock it: unlocked, the pages could be reclaimed again anyway.
 func (d *daemon) topUpHeap() {
-	if d.reserve == nil {
+	if d.reserve == nil || !d.lockHeap {
 		return
 	}
-	logStep(d.log, d.reserve.TopUp())
+	ReportSteps(d.log, d.cfg, []swapsafe.Step{d.reserve.TopUp()})
 }
 
 // readyToStop decides whether a stop request can be honoured now. Swap

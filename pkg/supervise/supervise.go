@@ -155,6 +155,21 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			standby.discard()
 		}
 	}()
+	// A standby that dies while no stop is asked for is warned of: the
+	// next crash finds none ready. But a terminal's ^C, or a SIGTERM to
+	// every gzramd process, kills the standby too, and its death may be
+	// heard before the supervisor's own signal: one killed by SIGINT or
+	// SIGTERM is unsettled until a stop comes (it was part of it) or
+	// stopGrace passes (it was not).
+	var unsettled *standbyEnd
+	var settleDue <-chan time.Time
+	settle := func() {
+		if unsettled != nil {
+			unsettled.log(log, stopping)
+			unsettled, settleDue = nil, nil
+		}
+	}
+	defer settle()
 	startEnv := func() []string {
 		env := []string{EnvTakeovers + "=" + strconv.Itoa(takeovers)}
 		if !diedAt.IsZero() {
@@ -222,20 +237,29 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 					log.Info("standby serving process started", "pid", standby.cmd.Process.Pid)
 				}
 			case err := <-standbyExited:
-				log.Warn("the standby serving process ended while it waited; starting another later", "pid", standby.cmd.Process.Pid,
-					"how", endingOf(standby.cmd.ProcessState, err))
+				settle()
+				end := standbyEnd{pid: standby.cmd.Process.Pid, how: endingOf(standby.cmd.ProcessState, err)}
 				standby.exited = closedErr(err)
 				standby.discard()
 				standby = nil
 				standbyDue = time.After(cfg.StableAfter)
+				if !stopping && end.how.stopSignal() {
+					unsettled, settleDue = &end, time.After(stopGrace)
+				} else {
+					end.log(log, stopping)
+				}
+			case <-settleDue:
+				settle()
 			case sig := <-cfg.Signals:
 				if sig == syscall.SIGINT || sig == syscall.SIGTERM {
 					stopping = true
+					settle()
 				}
 				_ = active.cmd.Process.Signal(sig)
 			case <-ctxDone:
 				ctxDone = nil
 				stopping = true
+				settle()
 				_ = active.cmd.Process.Signal(syscall.SIGTERM)
 			}
 		}
@@ -306,6 +330,28 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 }
 
+// stopGrace is how long a standby killed by SIGINT or SIGTERM waits for
+// the supervisor to be asked to stop before its death is warned of (see
+// Run): the signal reaches both at once, and is heard within
+// milliseconds.
+var stopGrace = time.Second
+
+// standbyEnd is a standby's death, to be logged.
+type standbyEnd struct {
+	pid int
+	how ending
+}
+
+// log logs it: as a warning unless the supervisor is stopping, which kills
+// the standby anyway.
+func (e *standbyEnd) log(log *slog.Logger, stopping bool) {
+	if stopping {
+		log.Info("the standby serving process ended with the stop", "pid", e.pid, "how", e.how)
+		return
+	}
+	log.Warn("the standby serving process ended while it waited; starting another later", "pid", e.pid, "how", e.how)
+}
+
 func closedErr(err error) chan error {
 	c := make(chan error, 1)
 	c <- err
@@ -367,7 +413,8 @@ func (cfg *Config) spawn(env []string, standby bool) (*child, error) {
 	}
 	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
 	// Its own process group is not wanted: a terminal's ^C reaches
-	// both, and the supervisor forwards nothing twice (see Run).
+	// both. So the serving process hears it twice, from the terminal
+	// and forwarded by Run, and a standby dies of it (see standbyEnd).
 	c.start = time.Now()
 	if err := cmd.Start(); err != nil {
 		if c.pair != nil {
@@ -578,6 +625,12 @@ func endingOf(ps *os.ProcessState, err error) ending {
 		return ending{err: err}
 	}
 	return ending{ws: ws}
+}
+
+// stopSignal reports whether the process was killed by a signal that asks
+// gzramd to stop.
+func (e ending) stopSignal() bool {
+	return e.err == nil && e.ws.Signaled() && (e.ws.Signal() == syscall.SIGINT || e.ws.Signal() == syscall.SIGTERM)
 }
 
 func (e ending) exit() (status int, died bool) { return exitOf(e.ws, e.err) }

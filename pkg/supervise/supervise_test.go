@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if path := os.Getenv("SUPERVISE_TEST_LIFELINE"); path != "" {
 		os.Exit(lifelineChild(path))
 	}
+	if plan := os.Getenv("SUPERVISE_TEST_STANDBY"); plan != "" {
+		os.Exit(standbyChild(plan))
+	}
 	os.Exit(m.Run())
 }
 
@@ -200,7 +203,7 @@ func TestKeeperLocksWhatTheFileHolds(t *testing.T) {
 	defer k.Close()
 	held, err := k.Lock()
 	if err != nil {
-		testneeds.Machine(t, "mlock, not permitted here (raise RLIMIT_MEMLOCK: ulimit -l unlimited, or run as root): %v", err)
+		testneeds.MlockRefused(t, err, "mlock")
 	}
 	if held != 4*4096 {
 		t.Fatalf("locked %d bytes, want 4 pages", held)
