@@ -29,9 +29,12 @@ func (d *daemon) holdings() []swapsafe.Holding {
 			Why: "payload buffers each NBD connection keeps resident, written at its handshake, and as many workers: per connection"})
 	}
 	if d.reserve != nil {
+		why := "Go heap faulted in and kept, and locked with the rest of the heap by gzramd-heaplock"
+		if !d.lockHeap {
+			why = "Go heap faulted in and kept (not locked: mlockall did not take)"
+		}
 		hs = append(hs,
-			swapsafe.Holding{Name: "heap-reserve", Bytes: d.reserve.Bytes(),
-				Why: "Go heap faulted in and kept, and locked with the rest of the heap by gzramd-heaplock"},
+			swapsafe.Holding{Name: "heap-reserve", Bytes: d.reserve.Bytes(), Why: why},
 			swapsafe.Holding{Name: "threads", Count: d.cfg.Plan.Threads,
 				Why: "threads started before serving, each with its signal stack written"})
 	}

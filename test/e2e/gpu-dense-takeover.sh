@@ -31,15 +31,23 @@ metric() { python3 -c "print(int(float('$(gzramd_metric "$@")')))"; }
 serving_pid() {
 	python3 -c 'import json,sys,urllib.request; print(json.load(urllib.request.urlopen("http://'"$METRICS"'/status", timeout=5))["pid"])'
 }
-# wait_for WHAT SECONDS CMD...: until CMD succeeds.
+# wait_for WHAT SECONDS CMD...: until CMD succeeds, for SECONDS of wall
+# clock: a hung daemon is a FAIL that says what it waited for, not
+# silence (a count of tries was not: each poll may block 5 s, its HTTP
+# timeout).
 wait_for() {
-	local what=$1 n=$2
+	local what=$1 limit=$2
+	local deadline=$((SECONDS + limit))
 	shift 2
-	for _ in $(seq $((n * 10))); do
+	while [ "$SECONDS" -lt "$deadline" ]; do
 		"$@" 2>/dev/null && return 0
 		sleep 0.1
 	done
-	fail "$what"
+	fail "$what (waited ${limit} s)"
+}
+# copy SRC DST: nbdcopy, failed after 5 minutes (the corpus takes seconds).
+copy() {
+	timeout 300 nbdcopy --synchronous "$1" "$2" || fail "nbdcopy $1 $2 failed or hung (status $?)"
 }
 gpu_groups_above() { [ "$(metric gzramd_dense_gpu_groups_total 'result="compressed"')" -gt "$1" ]; }
 ready() { serving_pid >/dev/null; }
@@ -53,7 +61,7 @@ DAEMON=$!
 trap 'kill $DAEMON 2>/dev/null; wait $DAEMON 2>/dev/null; rm -rf "$WORK"' EXIT
 wait_for "gzramd did not come up" 60 ready
 grep -q "the dense tier recompresses on the GPU" "$LOG" || fail "the dense tier did not take the GPU at start"
-nbdcopy --synchronous "$GZRAMD_CORPUS" "$URI"
+copy "$GZRAMD_CORPUS" "$URI"
 wait_for "the GPU recompressed no group in 60 s" 60 gpu_groups_above 0
 for round in 1 2; do
 	pid=$(serving_pid)
@@ -69,10 +77,10 @@ import sys
 data = open(sys.argv[1], "rb").read()
 open(sys.argv[2], "wb").write(data[: len(data) // 2 // 65536 * 65536])
 PY
-	nbdcopy --synchronous "$WORK/half" "$URI"
+	copy "$WORK/half" "$URI"
 	before=$(metric gzramd_dense_gpu_groups_total 'result="compressed"')
 	wait_for "the late GPU recompressed no group in 60 s (round $round)" 60 gpu_groups_above "$before"
 done
-nbdcopy --synchronous "$URI" "$WORK/back"
+copy "$URI" "$WORK/back"
 cmp -n "$size" "$GZRAMD_CORPUS" "$WORK/back" || fail "the device does not read back as the corpus"
 echo "E2E-GPU-DENSE PASS${GZRAMD_ARGS:+ ($GZRAMD_ARGS)}: $(grep -c 'took the device over' "$LOG") takeovers, $(metric gzramd_dense_gpu_groups_total 'result="compressed"') groups recompressed on the GPU since the last, $(metric gzramd_tier_pages 'tier="dense"') dense pages, $(metric gzramd_packed_objects) objects of several pages"
