@@ -6,6 +6,9 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/freelist"
 )
@@ -22,6 +25,9 @@ type payloadBudget struct {
 	cache       [numClasses][]*[]byte
 	cached      int64
 	retainBytes int64
+	// region is the mapping the reserve's buffers are cut from
+	// (reserveBuffers), nil for none.
+	region []byte
 }
 
 // takeBuffer gives r a payload buffer of r.length bytes, from the
@@ -123,35 +129,83 @@ const ReserveBufferMax = 128 << 10
 // under mlockall). One serves a request of any size up to its own, and
 // the reserve's budget counts it whole, so such requests never need a
 // buffer the reserve does not have.
+//
+// The buffers are one mapping of their own, outside the Go heap, unmapped
+// as the connection closes (releaseCache). On the heap they would stay
+// resident for ever once freed: under mlockall the runtime cannot give
+// locked pages back (madvise refuses them), so every connection ever
+// opened would leave its reserve behind.
 func (c *conn) reserveBuffers(n int64) {
 	if n <= 0 {
 		return
 	}
+	count := max(1, n/ReserveBufferMax)
 	c.payload.retainBytes += n
 	class := sizeClass(ReserveBufferMax)
 	c.payload.mu.Lock()
 	defer c.payload.mu.Unlock()
-	for range max(1, n/ReserveBufferMax) {
-		b := make([]byte, ReserveBufferMax)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 0
-		}
+	mem, err := unix.Mmap(-1, 0, int(count*ReserveBufferMax), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		// Served all the same, from the heap: the connection works,
+		// its reserve just stays behind it.
+		c.srv.log.Warn("nbd: mapping a connection's reserve buffers; taking them from the heap", "remote", c.remote(), "bytes", count*ReserveBufferMax, "err", err)
+		mem = make([]byte, count*ReserveBufferMax)
+	} else {
+		c.payload.region = mem
+	}
+	for i := 0; i < len(mem); i += 4096 {
+		mem[i] = 0
+	}
+	for i := range count {
+		b := mem[i*ReserveBufferMax : (i+1)*ReserveBufferMax : (i+1)*ReserveBufferMax]
 		c.payload.cache[class] = append(c.payload.cache[class], &b)
 		c.payload.cached += ReserveBufferMax
 	}
 }
 
-// releaseCache hands the connection's cached buffers to the server pool.
+// releaseCache hands the connection's cached buffers to the server pool,
+// and unmaps its reserve. Every request has ended by now, and a reserve
+// buffer always returns to the cache (putRequest), so none is in use.
 func (c *conn) releaseCache() {
 	c.payload.mu.Lock()
 	defer c.payload.mu.Unlock()
+	region := c.payload.region
+	var back int
 	for class, l := range c.payload.cache {
 		for _, b := range l {
+			if inRegion(*b, region) {
+				back++
+				continue
+			}
 			c.srv.bufs.put(b)
 		}
+		clear(l)
 		c.payload.cache[class] = nil
 	}
 	c.payload.cached = 0
+	if region == nil {
+		return
+	}
+	c.payload.region = nil
+	if want := len(region) / ReserveBufferMax; back != want {
+		// Unmapping a buffer still referenced would turn a bug into a
+		// crash of the daemon that serves swap: keep it mapped.
+		c.srv.log.Error("nbd: a connection's reserve buffers are not all back; leaving them mapped", "remote", c.remote(), "back", back, "want", want)
+		return
+	}
+	if err := unix.Munmap(region); err != nil {
+		c.srv.log.Error("nbd: unmapping a connection's reserve buffers", "remote", c.remote(), "err", err)
+	}
+}
+
+// inRegion reports whether b lies within region.
+func inRegion(b, region []byte) bool {
+	if len(region) == 0 || cap(b) == 0 {
+		return false
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(region)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return p >= start && p < start+uintptr(len(region))
 }
 
 // bufferPool hands out payload buffers in power-of-two size classes from

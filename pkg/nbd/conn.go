@@ -47,6 +47,10 @@ type conn struct {
 	sock     net.Conn
 	br       *bufio.Reader
 	stopping atomic.Bool
+	// other is set for a connection that is not the process's own
+	// (Options.Own): it counts against MaxConnections. Set before the
+	// connection is added, then only read.
+	other bool
 	// inHandshake is set while the handshake runs under a deadline on
 	// writes too; stop wakes a handshake's blocked write, but never a
 	// transmission-phase reply.
@@ -181,7 +185,17 @@ func (c *conn) serve() {
 	}
 	e, err := c.handshake()
 	if err != nil {
-		if !c.stopping.Load() && err != errAbort {
+		switch {
+		case c.stopping.Load(), err == errAbort:
+		case isTimeout(err):
+			// Stalled clients may come by the thousand: a line for each
+			// would drown the log.
+			n := c.srv.handshakeTimeouts.Add(1)
+			if ok, since := c.srv.timeoutLog.allow(time.Now()); ok {
+				c.srv.log.Warn("nbd: handshake timed out; connection closed", "remote", c.remote(),
+					"timeout", c.srv.handshakeTimeout, "timed_out_since_last_line", since, "timed_out_total", n, "err", err)
+			}
+		default:
 			c.srv.log.Info("nbd: handshake failed; dropping connection", "remote", c.remote(), "err", err)
 		}
 		return

@@ -8,9 +8,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrServerClosed is returned by Serve once Shutdown has been called.
@@ -95,8 +98,26 @@ type Options struct {
 	// reserve and bounded by it (not by MaxInFlightBytes): they never
 	// allocate. A swap device's requests then find their buffers
 	// resident instead of faulting in fresh memory while the kernel is
-	// short of it. At most 64 MiB; 0 means none.
+	// short of it. The reserve lives outside the Go heap and goes back to
+	// the system as the connection closes. At most 64 MiB; 0 means none.
 	ReserveBuffers int64
+	// MaxConnections bounds the connections open at once that are not
+	// the process's own (Own), from accept to close, the handshake
+	// included: each costs goroutines, request structures and its
+	// ReserveBuffers, which a client could otherwise multiply until the
+	// machine runs out. A connection accepted beyond it is closed at once,
+	// counted (ConnectionsRefused) and logged, at most once per
+	// refusalLogEvery with the count since. Connections handed over
+	// (Adopt) are never refused, but those not the process's own take
+	// their place within it. 0 means no limit.
+	MaxConnections int
+	// Own reports whether nc, as a listener accepted it or as Adopt was
+	// given it, is one of the process's own connections: the kernel
+	// device's, which must never be starved, and which count against no
+	// limit. nil means a Unix socket whose peer (SO_PEERCRED) is this
+	// process. A TCP peer cannot be told apart: it is never own by
+	// default.
+	Own func(nc net.Conn) bool
 }
 
 // MaxInlineHelpers bounds Options.InlineHelpers.
@@ -115,6 +136,9 @@ const (
 	defaultMaxInFlight      = 128
 	defaultMaxInFlightBytes = 64 << 20
 	defaultHandshakeTimeout = 10 * time.Second
+	// refusalLogEvery spaces the log lines for refused connections and
+	// handshake timeouts: a flood of them must not flood the log too.
+	refusalLogEvery = 10 * time.Second
 )
 
 // Server serves NBD exports on any number of listeners.
@@ -137,6 +161,13 @@ type Server struct {
 	// all connections: zero whenever nothing is in flight.
 	bufBytes atomic.Int64
 
+	maxConns int
+	own      func(net.Conn) bool
+	// refused and handshakeTimeouts count connections closed unserved:
+	// past MaxConnections, and idle through their handshake.
+	refused, handshakeTimeouts atomic.Int64
+	refusedLog, timeoutLog     logLimiter
+
 	// ctx is handed to every Backend call; it is cancelled only when a
 	// Shutdown gives up waiting.
 	ctx    context.Context
@@ -146,7 +177,10 @@ type Server struct {
 	closing   bool
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	connWG    sync.WaitGroup
+	// others counts the open connections that are not the process's own
+	// (Options.Own): those MaxConnections bounds.
+	others int
+	connWG sync.WaitGroup
 }
 
 // NewServer returns a Server for exports; the first export is the default
@@ -180,6 +214,12 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 	if opts.MaxInFlightBytes == 0 {
 		opts.MaxInFlightBytes = defaultMaxInFlightBytes
 	}
+	if opts.MaxConnections < 0 {
+		return nil, fmt.Errorf("nbd: MaxConnections %d: want >= 0 (0 means no limit)", opts.MaxConnections)
+	}
+	if opts.Own == nil {
+		opts.Own = peerIsSelf
+	}
 	if opts.MaxInFlight == 0 {
 		opts.MaxInFlight = defaultMaxInFlight
 	}
@@ -203,6 +243,8 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 		reserveBuffers:   min(max(opts.ReserveBuffers, 0), maxReserveBytes),
 		handshakeTimeout: opts.HandshakeTimeout,
 		replyTimeout:     opts.ReplyTimeout,
+		maxConns:         opts.MaxConnections,
+		own:              opts.Own,
 		ctx:              ctx,
 		cancel:           cancel,
 		listeners:        make(map[net.Listener]struct{}),
@@ -273,17 +315,95 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 		backoff = 0
 		c := newConn(s, nc)
+		c.other = !s.own(nc)
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
 			nc.Close()
 			return ErrServerClosed
 		}
-		s.conns[c] = struct{}{}
-		s.connWG.Add(1)
+		if c.other && s.maxConns > 0 && s.others >= s.maxConns {
+			s.mu.Unlock()
+			s.refuse(c)
+			continue
+		}
+		s.add(c)
 		s.mu.Unlock()
 		go c.serve()
 	}
+}
+
+// add registers c, under s.mu.
+func (s *Server) add(c *conn) {
+	s.conns[c] = struct{}{}
+	if c.other {
+		s.others++
+	}
+	s.connWG.Add(1)
+}
+
+// refuse closes c, a connection past MaxConnections, before it costs
+// anything: no goroutine, no handshake. The client sees the connection
+// close before the greeting.
+func (s *Server) refuse(c *conn) {
+	n := s.refused.Add(1)
+	c.nc.Close()
+	if ok, since := s.refusedLog.allow(time.Now()); ok {
+		s.log.Warn("nbd: connection refused: the limit on connections other than the kernel device's is reached",
+			"remote", c.remote(), "limit", s.maxConns, "refused_since_last_line", since, "refused_total", n)
+	}
+}
+
+// ConnectionsRefused counts the connections closed at accept because
+// MaxConnections other connections were open.
+func (s *Server) ConnectionsRefused() int64 { return s.refused.Load() }
+
+// HandshakeTimeouts counts the connections closed because their handshake
+// did not finish within Options.HandshakeTimeout.
+func (s *Server) HandshakeTimeouts() int64 { return s.handshakeTimeouts.Load() }
+
+// logLimiter lets one log line through per refusalLogEvery, and counts
+// the events it held back meanwhile.
+type logLimiter struct {
+	mu      sync.Mutex
+	last    time.Time
+	pending int64
+}
+
+// allow reports whether the event at now gets a log line, and how many
+// events had none since the last that did (this one included).
+func (l *logLimiter) allow(now time.Time) (bool, int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending++
+	if !l.last.IsZero() && now.Sub(l.last) < refusalLogEvery {
+		return false, 0
+	}
+	n := l.pending
+	l.last, l.pending = now, 0
+	return true, n
+}
+
+// peerIsSelf reports whether nc is a Unix socket whose peer is this
+// process, as the kernel device's connections are: gzramd dials them
+// itself and hands them to the kernel.
+func peerIsSelf(nc net.Conn) bool {
+	uc, ok := unwrap(nc).(*net.UnixConn)
+	if !ok {
+		return false
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return false
+	}
+	return int(cred.Pid) == os.Getpid()
 }
 
 func (s *Server) isClosing() bool {
@@ -295,6 +415,9 @@ func (s *Server) isClosing() bool {
 func (s *Server) forget(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	if c.other {
+		s.others--
+	}
 	s.mu.Unlock()
 	s.connWG.Done()
 }

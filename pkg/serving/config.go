@@ -40,6 +40,7 @@ type Config struct {
 	Swap          bool
 	SwapPriority  int
 	KernelConns   int
+	MaxConns      int
 	KernelTimeout time.Duration
 	// kernelDeadTimeout: how long the kernel device holds its I/O while
 	// no serving process is connected.

@@ -168,7 +168,8 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.Export, Description: "gzramd compressed RAM device", Backend: served}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.NBDInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
-			ReserveBuffers: connBuffers(cfg), Recorder: rec})
+			ReserveBuffers: connBuffers(cfg), Recorder: rec,
+			MaxConnections: maxConnections(cfg), Own: d.ownConn})
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +185,14 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 			Name: "gzramd_nbd_payload_buffers_allocated_total",
 			Help: "NBD payload buffers allocated: the reserve made at start, then any request that needed more (an allocation on the request path).",
 		}, func() float64 { return float64(d.srv.PayloadBuffersAllocated()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gzramd_nbd_connections_refused_total",
+			Help: "NBD connections closed at accept: --max-connections connections other than the kernel device's were open.",
+		}, func() float64 { return float64(d.srv.ConnectionsRefused()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gzramd_nbd_handshake_timeouts_total",
+			Help: "NBD connections closed because their handshake did not finish in time.",
+		}, func() float64 { return float64(d.srv.HandshakeTimeouts()) }),
 	}, d.accel.collectors(cfg.GPUDevice, d.pipe.Router, log)...)
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
@@ -639,6 +648,28 @@ func (d *daemon) watchPrefault(ctx context.Context) {
 // MaxKernelRequest is the largest request the kernel device is allowed to
 // send (nbddev.Device.LimitRequests): the largest reserved buffer.
 const MaxKernelRequest = nbd.ReserveBufferMax
+
+// maxConnections is nbd.Options.MaxConnections from --max-connections.
+// The kernel's connections arrive uncounted over the Unix socket (their
+// peer is this process: ownConn); over TCP nothing tells them from other
+// clients, so the limit makes room for them on top.
+func maxConnections(cfg *Config) int {
+	if cfg.MaxConns <= 0 {
+		return 0
+	}
+	if cfg.Device != "" && cfg.Socket == "" {
+		return cfg.MaxConns + cfg.KernelConns
+	}
+	return cfg.MaxConns
+}
+
+// ownConn reports whether nc is the kernel device's: dialed by this
+// process (SO_PEERCRED, as the tracker recorded at accept), or handed over
+// as the kernel's at an upgrade. Those never count against
+// --max-connections, so no client can starve the device of them.
+func (d *daemon) ownConn(nc net.Conn) bool {
+	return d.tracker.PeerOf(nc) == os.Getpid()
+}
 
 // inlineHelpers decides nbd.Options.InlineHelpers from
 // --nbd-inline-helpers: nbd.AutoInlineHelpers unless given.

@@ -1,0 +1,362 @@
+package nbd
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
+)
+
+// logBuffer collects a server's log lines, for tests that count them.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// count returns the number of lines that contain s.
+func (b *logBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Count(b.buf.String(), s)
+}
+
+// limitServer is a Server with opts on a Unix socket (whose clients in
+// this process are its own) and on loopback TCP (whose clients are not).
+type limitServer struct {
+	*testServer
+	tcp  string
+	logs *logBuffer
+}
+
+func startLimitServer(t *testing.T, opts Options) *limitServer {
+	t.Helper()
+	logs := &logBuffer{}
+	opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	ts := startServer(t, []Export{{Name: "d", Backend: nbdtest.NewMemBackend(8 << 20)}}, opts)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ts.srv.Serve(l)
+	return &limitServer{testServer: ts, tcp: l.Addr().String(), logs: logs}
+}
+
+func (ls *limitServer) dialTCP(t *testing.T) (*rawClient, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	nc, info, err := Dial(ctx, "tcp", ls.tcp, "d")
+	if err != nil {
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	t.Cleanup(func() { nc.Close() })
+	return &rawClient{t: t, nc: nc, info: info}, nil
+}
+
+// others returns the connections the server counts against its limit.
+func (s *Server) othersOpen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.others
+}
+
+// waitFor polls cond, which the server's connection goroutines make true
+// as they end: nothing signals that from outside.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Connections past MaxConnections are closed at accept and counted, with
+// one log line for the lot; those within go on serving, and the server's
+// own connections (Unix peers in this process) are neither refused nor
+// counted.
+func TestMaxConnectionsRefusesThePast(t *testing.T) {
+	const limit = 3
+	ls := startLimitServer(t, Options{MaxConnections: limit, ReserveBuffers: 4 * ReserveBufferMax})
+	var within []*rawClient
+	for i := range limit {
+		c, err := ls.dialTCP(t)
+		if err != nil {
+			t.Fatalf("connection %d of %d: %v", i+1, limit, err)
+		}
+		within = append(within, c)
+	}
+	const past = 5
+	for i := range past {
+		if c, err := ls.dialTCP(t); err == nil {
+			c.nc.Close()
+			t.Fatalf("connection %d past the limit of %d negotiated", i+1, limit)
+		}
+	}
+	if n := ls.srv.ConnectionsRefused(); n != past {
+		t.Errorf("ConnectionsRefused = %d, want %d", n, past)
+	}
+	if n := ls.logs.count("connection refused"); n != 1 {
+		t.Errorf("%d log lines for %d refusals, want 1 (rate-limited)", n, past)
+	}
+	// The kernel device's connections come from this process: a full
+	// limit must not keep them out.
+	for i := range 2 * limit {
+		dialRaw(t, ls.testServer, "d").roundTrip(uint64(i) << 12)
+	}
+	for i, c := range within {
+		c.roundTrip(uint64(16+i) << 12)
+	}
+	if n := ls.srv.ConnectionsRefused(); n != past {
+		t.Errorf("ConnectionsRefused = %d after own connections, want %d", n, past)
+	}
+
+	// A place freed is a place taken.
+	within[0].nc.Close()
+	waitFor(t, "the closed connection's place", func() bool { return ls.srv.othersOpen() == limit-1 })
+	c, err := ls.dialTCP(t)
+	if err != nil {
+		t.Fatalf("a connection after one closed: %v", err)
+	}
+	c.roundTrip(0)
+}
+
+// Connections handed over (Adopt) are never refused; another client's
+// still takes its place within the limit, so that upgrades cannot let
+// more in each time.
+func TestAdoptNeverRefused(t *testing.T) {
+	ls := startLimitServer(t, Options{MaxConnections: 1})
+	first, err := ls.dialTCP(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A TCP pair stands for a client's connection handed over.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.srv.Adopt(server, "d", nil); err != nil {
+		t.Fatalf("Adopt past the limit: %v", err)
+	}
+	adopted := &rawClient{t: t, nc: client}
+	adopted.roundTrip(0)
+	first.roundTrip(4096)
+	if n := ls.srv.othersOpen(); n != 2 {
+		t.Errorf("%d connections counted, want 2: the adopted one takes a place", n)
+	}
+	if _, err := ls.dialTCP(t); err == nil {
+		t.Error("a new connection negotiated while the adopted one holds a place")
+	}
+}
+
+// The limit tells the process's own connections from another process's
+// by the Unix socket's peer: a client in a child process is counted.
+func TestMaxConnectionsForeignProcess(t *testing.T) {
+	const limit = 2
+	ls := startLimitServer(t, Options{MaxConnections: limit})
+	// Own connections first: they take no place.
+	for i := range 3 {
+		dialRaw(t, ls.testServer, "d").roundTrip(uint64(i) << 12)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestForeignClientChild$")
+	cmd.Env = append(os.Environ(), "NBD_TEST_FOREIGN_SOCKET="+ls.sock, "NBD_TEST_FOREIGN_CONNS="+strconv.Itoa(limit+2))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	var got []string
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "done" {
+			break
+		}
+		if line == "ok" || line == "refused" {
+			got = append(got, line)
+		}
+	}
+	want := []string{"ok", "ok", "refused", "refused"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("child's connections: %v, want %v", got, want)
+	}
+	if n := ls.srv.ConnectionsRefused(); n != 2 {
+		t.Errorf("ConnectionsRefused = %d, want 2", n)
+	}
+	// While the child holds the limit, this process still gets in.
+	dialRaw(t, ls.testServer, "d").roundTrip(8 << 12)
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("child: %v", err)
+	}
+}
+
+// TestForeignClientChild is the client of another process that
+// TestMaxConnectionsForeignProcess starts: it dials the socket
+// NBD_TEST_FOREIGN_CONNS times, prints ok or refused for each, then
+// "done", and holds its connections until its stdin closes.
+func TestForeignClientChild(t *testing.T) {
+	sock := os.Getenv("NBD_TEST_FOREIGN_SOCKET")
+	if sock == "" {
+		testneeds.Helper(t, "TestMaxConnectionsForeignProcess")
+	}
+	n, _ := strconv.Atoi(os.Getenv("NBD_TEST_FOREIGN_CONNS"))
+	var held []net.Conn
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		nc, _, err := Dial(ctx, "unix", sock, "d")
+		cancel()
+		if err != nil {
+			fmt.Println("refused")
+			continue
+		}
+		c := &rawClient{t: t, nc: nc}
+		nc.SetDeadline(time.Time{})
+		c.roundTrip(uint64(32+i) << 12)
+		held = append(held, nc)
+		fmt.Println("ok")
+	}
+	fmt.Println("done")
+	io.Copy(io.Discard, os.Stdin)
+	for _, nc := range held {
+		nc.Close()
+	}
+}
+
+// A handshake that stalls is closed at the timeout, counted, and logged
+// once for the lot; meanwhile it held a place within the limit, which it
+// then gives back.
+func TestHandshakeTimeoutCounted(t *testing.T) {
+	const stalled = 4
+	ls := startLimitServer(t, Options{MaxConnections: stalled, HandshakeTimeout: 200 * time.Millisecond})
+	var conns []net.Conn
+	for i := range stalled {
+		nc, err := net.Dial("tcp", ls.tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if i%2 == 1 {
+			nc.Write([]byte{0, 0}) // half of the client flags
+		}
+		conns = append(conns, nc)
+	}
+	for _, nc := range conns {
+		expectClosed(t, nc)
+	}
+	if n := ls.srv.HandshakeTimeouts(); n != stalled {
+		t.Errorf("HandshakeTimeouts = %d, want %d", n, stalled)
+	}
+	if n := ls.logs.count("handshake timed out"); n != 1 {
+		t.Errorf("%d log lines for %d handshake timeouts, want 1 (rate-limited)", n, stalled)
+	}
+	waitFor(t, "the stalled connections' places", func() bool { return ls.srv.othersOpen() == 0 })
+	c, err := ls.dialTCP(t)
+	if err != nil {
+		t.Fatalf("a connection after the stalled ones closed: %v", err)
+	}
+	c.roundTrip(0)
+	if n := ls.srv.ConnectionsRefused(); n != 0 {
+		t.Errorf("ConnectionsRefused = %d, want 0", n)
+	}
+}
+
+// vmRSS is this process's resident memory.
+func vmRSS(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		testneeds.Machine(t, "no /proc/self/status: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmRSS %q: %v", v, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// Closed connections give their reserve back to the system at once: it
+// is no heap memory the runtime keeps (and, locked, could never return).
+func TestClosedConnectionsGiveReserveBack(t *testing.T) {
+	const (
+		reserve = 4 << 20
+		n       = 12
+	)
+	ts := startServer(t, []Export{{Name: "d", Backend: nbdtest.NewMemBackend(1 << 20)}}, Options{ReserveBuffers: reserve})
+	// One connection first, so that what every connection allocates on
+	// the heap the first time (and keeps for the next) is in before.
+	dialRaw(t, ts, "d").roundTrip(0)
+	before := vmRSS(t)
+	var conns []*rawClient
+	for i := range n {
+		c := dialRaw(t, ts, "d")
+		c.roundTrip(uint64(i) << 12) // its transmission phase, reserve and all, has begun
+		conns = append(conns, c)
+	}
+	during := vmRSS(t)
+	for _, c := range conns {
+		c.nc.Close()
+	}
+	waitFor(t, "the connections to end", func() bool {
+		ts.srv.mu.Lock()
+		defer ts.srv.mu.Unlock()
+		return len(ts.srv.conns) == 1
+	})
+	after := vmRSS(t)
+	t.Logf("resident: %d MiB before, %d MiB with %d more connections, %d MiB after they closed",
+		before>>20, during>>20, n, after>>20)
+	if grew := during - before; grew < n*reserve*9/10 {
+		t.Errorf("resident memory grew %d MiB with %d connections of a %d MiB reserve: the reserve is not resident", grew>>20, n, reserve>>20)
+	}
+	if kept := after - before; kept > 2*reserve {
+		t.Errorf("resident memory %d MiB above where it was after the connections closed: their reserve stayed", kept>>20)
+	}
+}
