@@ -182,9 +182,9 @@ func Helper(tb testing.TB, parent string) {
 // CorpusMissing is the detail of a corpus skip: what the corpus is, and
 // the two ways to have one.
 const CorpusMissing = "memory-pages.bin.zst, real anonymous memory pages (4 KiB each) " +
-	"that the ratio, codec and store tests read, was not found: take the one beside " +
-	"the repository (../shared/corpus/), or capture one from this machine's memory " +
-	"(as root: go run ./internal/corpus/capture -o /tmp/memory-pages.bin.zst), " +
+	"that the ratio, codec and store tests read, was not found: capture one from this machine's memory " +
+	"(as root: go run ./internal/corpus/capture -o /tmp/memory-pages.bin.zst), or take the project's " +
+	"where you have it (../shared/corpus/ beside the repository on the project's machines), " +
 	"and set " + corpus.EnvPath + " to its path (README: The corpus)"
 
 var corpusOnce struct {

@@ -211,7 +211,7 @@ func fixes(ms []missing) []string {
 		out = append(out, "apt-get install "+strings.Join(pkgs, " "))
 	}
 	if names["corpus"] != nil {
-		out = append(out, "GZRAMD_CORPUS=FILE make test, FILE the corpus beside the repository (../shared/corpus/memory-pages.bin.zst) or one captured here as root: go run ./internal/corpus/capture -o FILE")
+		out = append(out, "GZRAMD_CORPUS=FILE make test, FILE a corpus captured here as root (go run ./internal/corpus/capture -o FILE), or the project's (../shared/corpus/memory-pages.bin.zst beside the repository on the project's machines)")
 	}
 	for _, mod := range sorted("module") {
 		out = append(out, "modprobe "+mod+" (as root)")

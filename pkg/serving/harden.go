@@ -23,7 +23,9 @@ var reexecAsIOFlusher = swapsafe.ReExecAsIOFlusher
 // reserve must stay reachable while the daemon serves. locked reports
 // whether mlockall took: without it, keeping the heap locked would only
 // fail again every few seconds.
-func harden(cfg *Config, log *slog.Logger, reexecErr error) (reserve *swapsafe.HeapReserve, locked bool, err error) {
+// A standby's report repeats its serving process's: for a plain export it
+// goes to DEBUG.
+func harden(cfg *Config, log *slog.Logger, reexecErr error, standby bool) (reserve *swapsafe.HeapReserve, locked bool, err error) {
 	opts := swapsafe.Options{MemoryLimit: int64(cfg.GoMemoryLimit)}
 	if cfg.Harden {
 		adj := -1000
@@ -58,7 +60,7 @@ func harden(cfg *Config, log *slog.Logger, reexecErr error) (reserve *swapsafe.H
 	if cfg.Harden && !cfg.Reexec {
 		log.Warn("--io-flusher-reexec=false: threads are not IO flushers; memory allocation while serving swap may recurse into swap I/O")
 	}
-	failed := ReportSteps(log, cfg, steps)
+	failed := reportSteps(log, cfg, steps, standby)
 	if reexecErr != nil {
 		log.Debug("io flusher re-exec", "err", reexecErr)
 	}
@@ -86,20 +88,24 @@ func (c *Config) WantRealtime() bool {
 	return false
 }
 
-// ReportSteps logs what each hardening step did, or why it failed and
+// reportSteps logs what each hardening step did, or why it failed and
 // what the operator can do, and returns the names of those that failed.
 // A failure matters only while the export is swap: then each is a WARN.
 // A plain export, as an ordinary user tries gzramd, gets one INFO line for
-// them all, and each at DEBUG.
-func ReportSteps(log *slog.Logger, cfg *Config, steps []swapsafe.Step) []string {
-	level := slog.LevelWarn
+// them all, and each at DEBUG; a standby's (quiet) is all at DEBUG, for it
+// says again what its serving process said.
+func reportSteps(log *slog.Logger, cfg *Config, steps []swapsafe.Step, quiet bool) []string {
+	level, done := slog.LevelWarn, slog.LevelInfo
 	if !cfg.ForSwap() {
 		level = slog.LevelDebug
+		if quiet {
+			done = slog.LevelDebug
+		}
 	}
 	var failed []string
 	for _, s := range steps {
 		if s.Err == nil {
-			log.Info("hardening", "step", s.Name, "done", s.Done)
+			log.Log(context.Background(), done, "hardening", "step", s.Name, "done", s.Done)
 			continue
 		}
 		failed = append(failed, s.Name)
@@ -110,7 +116,7 @@ func ReportSteps(log *slog.Logger, cfg *Config, steps []swapsafe.Step) []string 
 		log.Log(context.Background(), level, "hardening step failed; gzramd serves without it (it matters while the export is swap)", attrs...)
 	}
 	if level != slog.LevelWarn && len(failed) > 0 {
-		log.Info(skippedSummary(len(failed), os.Geteuid() == 0), "skipped", strings.Join(failed, ","),
+		log.Log(context.Background(), done, skippedSummary(len(failed), os.Geteuid() == 0), "skipped", strings.Join(failed, ","),
 			"why", "--log-level debug says what each needs")
 	}
 	return failed

@@ -22,7 +22,7 @@ func reportAt(t *testing.T, level slog.Level, cfg *Config) (string, []string) {
 	t.Helper()
 	var b bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: level}))
-	failed := ReportSteps(log, cfg, userSteps)
+	failed := reportSteps(log, cfg, userSteps, false)
 	return b.String(), failed
 }
 
@@ -62,6 +62,27 @@ func TestReportStepsForSwap(t *testing.T) {
 		}
 		if !strings.Contains(out, `without_it="gzramd's own memory may be reclaimed`) || !strings.Contains(out, `hint="LimitMEMLOCK=infinity"`) {
 			t.Errorf("swap %v, device %q, realtime %q: a WARN lacks what is at risk or the hint:\n%s", cfg.Swap, cfg.Device, cfg.Realtime, out)
+		}
+	}
+}
+
+// A standby says again what its serving process said: for a plain export,
+// all of it at DEBUG; for swap its failures still warn.
+func TestReportStepsStandby(t *testing.T) {
+	for _, c := range []struct {
+		cfg   *Config
+		lines int
+	}{{&Config{Realtime: "auto"}, 0}, {&Config{Swap: true}, 3}} {
+		var b bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		reportSteps(log, c.cfg, userSteps, true)
+		out := strings.TrimSpace(b.String())
+		n := 0
+		if out != "" {
+			n = strings.Count(out, "\n") + 1
+		}
+		if n != c.lines {
+			t.Errorf("swap %v: the standby logged %d lines at INFO and above, want %d:\n%s", c.cfg.Swap, n, c.lines, out)
 		}
 	}
 }

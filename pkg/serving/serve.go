@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg *Config, version string, level slog.Level) err
 	if backend != "cpu" && !(backend == "gpu" && !start.DiedAt.IsZero()) {
 		kernels = compileKernels(ctx, cfg.GPUDevice, cfg.Algorithm)
 	}
-	reserve, locked, err := harden(cfg, log, reexecErr)
+	reserve, locked, err := harden(cfg, log, reexecErr, start.Standby)
 	if err != nil {
 		return err
 	}

@@ -251,7 +251,7 @@ func (d *daemon) topUpHeap() {
 	if d.reserve == nil || !d.lockHeap {
 		return
 	}
-	ReportSteps(d.log, d.cfg, []swapsafe.Step{d.reserve.TopUp()})
+	reportSteps(d.log, d.cfg, []swapsafe.Step{d.reserve.TopUp()}, false)
 }
 
 // readyToStop decides whether a stop request can be honoured now. Swap
