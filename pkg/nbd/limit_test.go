@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -303,9 +304,12 @@ func TestHandshakeTimeoutCounted(t *testing.T) {
 	}
 }
 
-// vmRSS is this process's resident memory.
+// vmRSS is this process's resident memory, the Go heap's free pages
+// given back first: what the heap does meanwhile (other tests' garbage)
+// moves it by several MiB, as much as the reserves measured.
 func vmRSS(t *testing.T) int64 {
 	t.Helper()
+	debug.FreeOSMemory()
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		testneeds.Machine(t, "no /proc/self/status: %v", err)
@@ -326,6 +330,9 @@ func vmRSS(t *testing.T) int64 {
 // Closed connections give their reserve back to the system at once: it
 // is no heap memory the runtime keeps (and, locked, could never return).
 func TestClosedConnectionsGiveReserveBack(t *testing.T) {
+	if raceEnabled {
+		t.Skip("resident memory under -race counts the detector's shadow memory, never given back; the run without -race checks this")
+	}
 	const (
 		reserve = 4 << 20
 		n       = 12
@@ -353,7 +360,7 @@ func TestClosedConnectionsGiveReserveBack(t *testing.T) {
 	after := vmRSS(t)
 	t.Logf("resident: %d MiB before, %d MiB with %d more connections, %d MiB after they closed",
 		before>>20, during>>20, n, after>>20)
-	if grew := during - before; grew < n*reserve*9/10 {
+	if grew := during - before; grew < n*reserve*3/4 {
 		t.Errorf("resident memory grew %d MiB with %d connections of a %d MiB reserve: the reserve is not resident", grew>>20, n, reserve>>20)
 	}
 	if kept := after - before; kept > 2*reserve {
