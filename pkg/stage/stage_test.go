@@ -177,7 +177,10 @@ func TestFullAreaWaits(t *testing.T) {
 	r := newRecorder()
 	r.block = make(chan struct{})
 	r.entered = make(chan struct{}, 8)
-	a := newArea(t, Config{Batches: 2, BatchPages: 4, Deadline: time.Hour, Workers: 2, Wait: 20 * time.Millisecond}, r)
+	// A wait long beside the 5 ms after which a buffer comes free below:
+	// with 20 ms, a loaded 2-core machine let the wait end first.
+	const wait = 200 * time.Millisecond
+	a := newArea(t, Config{Batches: 2, BatchPages: 4, Deadline: time.Hour, Workers: 2, Wait: wait}, r)
 	var next atomic.Uint32
 	for range 2 {
 		if k := stage(a, 4, &next); k != 4 {
@@ -189,7 +192,7 @@ func TestFullAreaWaits(t *testing.T) {
 	if k := stage(a, 1, &next); k != 0 {
 		t.Fatalf("a full area gave %d slots", k)
 	}
-	if d := time.Since(start); d < 20*time.Millisecond {
+	if d := time.Since(start); d < wait {
 		t.Fatalf("gave up after %v, before its wait", d)
 	}
 	if s := a.Stats(); s.Refused != 1 || s.Waited != 0 {
