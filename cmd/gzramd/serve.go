@@ -146,6 +146,7 @@ WARN.`,
 	f.Var((*sizeValue)(&cfg.Prefault), "prefault", "store memory kept faulted in ahead of use, so storing a swapped-out page never waits for a page fault that needs swap (0 to fault lazily); by default at most 1/32 of RAM")
 	f.StringVar(&cfg.Socket, "socket", defaultSocket(), "Unix socket to serve NBD on (mode 0600); empty to disable. By default "+systemSocketDir+"/gzramd.sock as root, $RUNTIME_DIRECTORY/gzramd.sock under systemd, $XDG_RUNTIME_DIR/gzramd/gzramd.sock for a user who may not write "+systemSocketDir+"; only the default's directory is created")
 	f.StringVar(&cfg.TCP, "tcp", "", "TCP address to serve NBD on, e.g. 127.0.0.1:10809 (a bare :PORT means loopback); off by default")
+	tlsFlags(f, cfg)
 	f.StringVar(&cfg.Export, "export", "gzram0", "export name; the empty name reaches it too")
 	f.StringVar(&cfg.Metrics, "metrics", "127.0.0.1:9829", "address for the HTTP endpoint serving /metrics (Prometheus) and /status; empty to disable")
 	f.StringVar(&cfg.Backend, "backend", "auto", "compression backend: auto (the GPU when one is usable and the device is 8GiB or more, else the CPU: the GPU's own memory, about 150MiB, pays for itself in CPU time only where much is swapped), gpu (required, any size) or cpu")
@@ -262,6 +263,9 @@ func validate(c *serving.Config) error {
 		if _, _, err := net.SplitHostPort(c.TCP); err != nil {
 			return fmt.Errorf("invalid --tcp %q: want HOST:PORT, e.g. 127.0.0.1:10809", c.TCP)
 		}
+	}
+	if err := validateTLS(c); err != nil {
+		return err
 	}
 	if c.Metrics != "" {
 		if _, _, err := net.SplitHostPort(c.Metrics); err != nil {

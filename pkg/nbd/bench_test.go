@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,8 +47,14 @@ func benchRequests(b *testing.B, cmd Command, size uint32, qd int, obs Observer)
 		b.Fatal(err)
 	}
 	defer nc.Close()
+	driveRequests(b, nc, cmd, size, qd, devSize)
+}
 
-	pages := uint64(devSize / size)
+// driveRequests sends b.N requests of cmd, size bytes each, at scattered
+// offsets of a device of devSize, with up to qd in flight on nc, a
+// connection in the transmission phase.
+func driveRequests(b *testing.B, nc net.Conn, cmd Command, size uint32, qd int, devSize uint64) {
+	pages := devSize / uint64(size)
 	tokens := make(chan struct{}, qd)
 	done := make(chan error, 1)
 	go func() {

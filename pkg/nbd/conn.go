@@ -5,6 +5,7 @@ package nbd
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,11 +43,20 @@ type conn struct {
 	srv *Server
 	nc  net.Conn
 	// sock is nc without the wrappers that expose what they wrap (see
-	// unwrap): replies go out through it, so that net.Buffers finds its
-	// writev.
-	sock     net.Conn
-	br       *bufio.Reader
-	stopping atomic.Bool
+	// unwrap), or the TLS connection once the client started TLS: the
+	// handshake's replies and the transmission phase's replies and
+	// requests go through it, so that net.Buffers finds the socket's
+	// writev. Deadlines and closing go to nc, which is the same socket.
+	sock net.Conn
+	br   *bufio.Reader
+	// tlsConfig, set at accept on a listener served with ServeTLS (nil on
+	// others), makes the handshake require TLS. tls is the session once
+	// NBD_OPT_STARTTLS succeeded, and client the name its certificate
+	// gives the client, for log lines.
+	tlsConfig *tls.Config
+	tls       *tls.Conn
+	client    string
+	stopping  atomic.Bool
 	// other is set for a connection that is not the process's own
 	// (Options.Own): it counts against MaxConnections. Set before the
 	// connection is added, then only read.
@@ -118,12 +128,16 @@ func newConn(s *Server, nc net.Conn) *conn {
 	return &conn{srv: s, nc: nc, sock: unwrap(nc)}
 }
 
-// unwrap returns the connection beneath wrappers with a NetConn method (as
-// crypto/tls.Conn has). A wrapper that embeds a *net.UnixConn hides its
-// writev: net.Buffers would write each header and payload with a system
-// call of its own.
+// unwrap returns the connection beneath wrappers with a NetConn method. A
+// wrapper that embeds a *net.UnixConn hides its writev: net.Buffers would
+// write each header and payload with a system call of its own. A
+// *tls.Conn has a NetConn method too, but what it wraps carries ciphertext:
+// unwrap stops there.
 func unwrap(nc net.Conn) net.Conn {
 	for range 8 {
+		if _, ok := nc.(*tls.Conn); ok {
+			break
+		}
 		w, ok := nc.(interface{ NetConn() net.Conn })
 		if !ok {
 			break
@@ -165,6 +179,7 @@ func (c *conn) remote() string {
 func (c *conn) serve() {
 	defer c.srv.forget(c)
 	defer c.nc.Close()
+	defer c.closeTLS()
 	defer func() {
 		// The handshake and the reader run no Backend code but Size;
 		// still, a panic here must not take the daemon down.
@@ -234,6 +249,9 @@ func (c *conn) transmission(e *Export, early []byte) {
 	c.replies.pending = make([]*request, 0, c.srv.maxInFlight)
 	c.replies.batch = make([]*request, 0, c.srv.maxInFlight)
 	c.replies.iovs = make([][]byte, 0, 2*c.srv.maxInFlight)
+	if c.tls != nil {
+		c.replies.tls = bufio.NewWriterSize(c.tls, tlsRecordSize)
+	}
 	// Twice the in-flight bound: a mix of sizes in flight changes over
 	// time, and a cache that drops the buffers of one mix to keep those of
 	// the last allocates all the while.

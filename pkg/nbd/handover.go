@@ -33,23 +33,33 @@ type HandedConn struct {
 // HandOver stops the server as Shutdown does, but for the connections in
 // the transmission phase: each stops reading at a request boundary, has
 // its requests in flight answered, and is returned open instead of
-// closed. Connections still negotiating are closed. If ctx ends first, the
-// connections not yet stopped are closed, and what was handed over so far
-// is returned with ctx's error.
+// closed. Connections still negotiating are closed, and so are those of a
+// listener served with ServeTLS: their session's keys must not leave the
+// process. If ctx ends first, the connections not yet stopped are closed,
+// and what was handed over so far is returned with ctx's error.
 func (s *Server) HandOver(ctx context.Context) ([]HandedConn, error) {
 	s.mu.Lock()
 	s.closing = true
 	for l := range s.listeners {
 		l.Close()
 	}
+	var closedTLS int
 	for c := range s.conns {
-		if c.inHandshake.Load() {
+		switch {
+		case c.tlsConfig != nil:
+			closedTLS++
 			c.stop()
-		} else {
+		case c.inHandshake.Load():
+			c.stop()
+		default:
 			c.handOver()
 		}
 	}
 	s.mu.Unlock()
+	if closedTLS > 0 {
+		s.log.Info("nbd: closing the TLS connections instead of handing them over: their keys stay in this process; the clients reconnect",
+			"connections", closedTLS)
+	}
 	err := s.drain(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -21,7 +21,7 @@ func (c *conn) handshake() (*Export, error) {
 	be.PutUint64(greeting[0:], magicInit)
 	be.PutUint64(greeting[8:], magicOption)
 	be.PutUint16(greeting[16:], flagFixedNewstyle|flagNoZeroes)
-	if _, err := c.nc.Write(greeting[:]); err != nil {
+	if _, err := c.sock.Write(greeting[:]); err != nil {
 		return nil, fmt.Errorf("sending greeting: %w", err)
 	}
 
@@ -35,6 +35,11 @@ func (c *conn) handshake() (*Export, error) {
 		return nil, fmt.Errorf("client flags %#x: unknown bits %#x", clientFlags, unknown)
 	}
 	noZeroes := clientFlags&clientFlagNoZeroes != 0
+	if c.tlsConfig != nil && clientFlags&clientFlagFixed == 0 {
+		// The spec allows TLS only after fixed newstyle: such a client
+		// could never start it.
+		return nil, errors.New("client without fixed newstyle cannot start TLS, which this listener requires")
+	}
 
 	var oh [16]byte
 	for {
@@ -66,6 +71,12 @@ func (c *conn) handshake() (*Export, error) {
 			_ = c.optError(opt, repErrShutdown, "server shutting down")
 			return nil, errStopped
 		}
+		if c.tlsConfig != nil && c.tls == nil {
+			if err := c.requireTLS(opt, data); err != nil {
+				return nil, err
+			}
+			continue
+		}
 
 		switch opt {
 		case optExportName:
@@ -81,7 +92,7 @@ func (c *conn) handshake() (*Export, error) {
 			if !noZeroes {
 				reply = reply[:10+124]
 			}
-			if _, err := c.nc.Write(reply); err != nil {
+			if _, err := c.sock.Write(reply); err != nil {
 				return nil, fmt.Errorf("NBD_OPT_EXPORT_NAME: sending export: %w", err)
 			}
 			return e, nil
@@ -121,9 +132,22 @@ func (c *conn) handshake() (*Export, error) {
 				return e, nil
 			}
 
+		case optStartTLS:
+			// On a listener that requires TLS, requireTLS took it until
+			// TLS was up; on others TLS is not offered.
+			if c.tls != nil {
+				if err := c.optError(opt, repErrInvalid, "TLS is already started"); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if err := c.optError(opt, repErrUnsup, "TLS is not offered here"); err != nil {
+				return nil, err
+			}
+
 		default:
-			// STARTTLS, STRUCTURED_REPLY, meta contexts, extended headers
-			// and anything newer: the client falls back to the basics.
+			// STRUCTURED_REPLY, meta contexts, extended headers and
+			// anything newer: the client falls back to the basics.
 			if err := c.optError(opt, repErrUnsup, "option not supported"); err != nil {
 				return nil, err
 			}
@@ -210,7 +234,7 @@ func (c *conn) optReply(opt, typ uint32, data []byte) error {
 	be.PutUint32(b[8:], opt)
 	be.PutUint32(b[12:], typ)
 	be.PutUint32(b[16:], uint32(len(data)))
-	if _, err := c.nc.Write(append(b, data...)); err != nil {
+	if _, err := c.sock.Write(append(b, data...)); err != nil {
 		return fmt.Errorf("option %d: sending reply %#x: %w", opt, typ, err)
 	}
 	return nil

@@ -38,6 +38,7 @@ const (
 	repErrPolicy      = uint32(1<<31 | 2)
 	repErrInvalid     = uint32(1<<31 | 3)
 	repErrUnknown     = protocol.NEGOTIATION_TYPE_REPLY_ERR_UNKNOWN
+	repErrTLSReqd     = uint32(1<<31 | 5)
 	repErrShutdown    = uint32(1<<31 | 7)
 	repErrTooBig      = uint32(1<<31 | 9)
 	repErrBlockSizeRq = uint32(1<<31 | 8)

@@ -3,6 +3,7 @@
 package nbd
 
 import (
+	"bufio"
 	"errors"
 	"net"
 	"os"
@@ -23,6 +24,9 @@ type replyQueue struct {
 	batch []*request
 	iovs  [][]byte // backing array of iov, 2 per request
 	iov   net.Buffers
+	// tls gathers the replies to a TLS client into records of up to
+	// tlsRecordSize (nil for a plain one, whose writev gathers them).
+	tls *bufio.Writer
 }
 
 // reply queues the requests' simple replies and releases each once it is
@@ -62,7 +66,7 @@ func (c *conn) reply(rs ...*request) {
 			if c.srv.replyTimeout > 0 {
 				c.nc.SetWriteDeadline(time.Now().Add(c.srv.replyTimeout))
 			}
-			if _, err := c.replies.iov.WriteTo(c.sock); err != nil {
+			if err := c.writeReplies(); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					c.srv.log.Warn("nbd: client not reading replies; dropping connection",
 						"remote", c.remote(), "reply_timeout", c.srv.replyTimeout)
@@ -87,6 +91,20 @@ func (c *conn) reply(rs ...*request) {
 	}
 	c.replies.writing = false
 	c.replies.mu.Unlock()
+}
+
+// writeReplies writes iov, the replies' headers and payloads, in one
+// writev on a plain socket; over TLS in as few records as they fill.
+func (c *conn) writeReplies() error {
+	q := &c.replies
+	if q.tls == nil {
+		_, err := q.iov.WriteTo(c.sock)
+		return err
+	}
+	if _, err := q.iov.WriteTo(q.tls); err != nil {
+		return err
+	}
+	return q.tls.Flush()
 }
 
 // release recycles a finished request.

@@ -4,6 +4,7 @@ package nbd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -282,7 +283,10 @@ func (s *Server) lookup(name string) *Export {
 // Serve accepts connections on l until Shutdown, serving each on its own
 // goroutines. It may be called for several listeners at once. It always
 // returns a non-nil error: ErrServerClosed after Shutdown.
-func (s *Server) Serve(l net.Listener) error {
+func (s *Server) Serve(l net.Listener) error { return s.serve(l, nil) }
+
+// serve is Serve, and with tlsConfig ServeTLS.
+func (s *Server) serve(l net.Listener, tlsConfig *tls.Config) error {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -316,6 +320,7 @@ func (s *Server) Serve(l net.Listener) error {
 		backoff = 0
 		c := newConn(s, nc)
 		c.other = !s.own(nc)
+		c.tlsConfig = tlsConfig
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()

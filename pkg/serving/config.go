@@ -21,6 +21,10 @@ type Config struct {
 	Prefault      Size
 	Socket        string
 	TCP           string
+	TLSCert       string
+	TLSKey        string
+	TLSCA         string
+	TCPInsecure   bool
 	Export        string
 	Metrics       string
 	Backend       string

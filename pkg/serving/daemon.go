@@ -4,6 +4,7 @@ package serving
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +63,7 @@ type daemon struct {
 	trace     *iolog.Recorder // --record-trace
 
 	listeners []net.Listener
+	tcpTLS    *tls.Config           // the TCP listener's, with --tls-cert
 	reserve   *swapsafe.HeapReserve // topped up before serving swap
 	lockHeap  bool                  // mlockall took, so the heap is kept locked too
 	gpuSetup  gpuSetup              // how the GPU opens, for openLate
@@ -258,15 +260,22 @@ func (d *daemon) listen() error {
 		d.listeners = append(d.listeners, l)
 	}
 	if cfg.TCP != "" {
-		addr := TCPAddr(cfg.TCP)
-		l, err := net.Listen("tcp", addr)
+		conf, serve, err := d.loadTLS()
 		if err != nil {
-			return fmt.Errorf("listening on --tcp %s: %w", addr, err)
+			return err
 		}
-		if ip := l.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
-			d.log.Warn("serving NBD beyond loopback: anyone who can reach this address can read and write the device", "addr", l.Addr())
+		if serve {
+			addr := TCPAddr(cfg.TCP)
+			l, err := net.Listen("tcp", addr)
+			if err != nil {
+				return fmt.Errorf("listening on --tcp %s: %w", addr, err)
+			}
+			if ip := l.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && conf == nil {
+				d.log.Warn("serving NBD beyond loopback without TLS (--tcp-insecure): anyone who can reach this address can read and write the device", "addr", l.Addr())
+			}
+			d.tcpTLS = conf
+			d.listeners = append(d.listeners, l)
 		}
-		d.listeners = append(d.listeners, l)
 	}
 	if cfg.Metrics != "" {
 		l, err := net.Listen("tcp", cfg.Metrics)
@@ -401,11 +410,12 @@ func (d *daemon) run(ctx context.Context) error {
 	for _, l := range d.listeners {
 		l := d.tracker.Wrap(l)
 		go func() {
-			if err := d.srv.Serve(l); err != nil && !errors.Is(err, nbd.ErrServerClosed) {
+			if err := d.serveNBD(l); err != nil && !errors.Is(err, nbd.ErrServerClosed) {
 				errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
 			}
 		}()
-		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.Export)
+		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.Export,
+			"tls", d.tcpTLS != nil && l.Addr().Network() == "tcp")
 	}
 	d.adoptedKernel = d.adoptConnections()
 	if d.handover != nil {
