@@ -253,7 +253,7 @@ func (d *daemon) close() {
 func (d *daemon) listen() error {
 	cfg := d.cfg
 	if cfg.Socket != "" {
-		l, err := listenUnix(cfg.Socket)
+		l, err := d.retryListen(func() (net.Listener, error) { return listenUnix(cfg.Socket) })
 		if err != nil {
 			return err
 		}
@@ -266,7 +266,7 @@ func (d *daemon) listen() error {
 		}
 		if serve {
 			addr := TCPAddr(cfg.TCP)
-			l, err := net.Listen("tcp", addr)
+			l, err := d.retryListen(func() (net.Listener, error) { return net.Listen("tcp", addr) })
 			if err != nil {
 				return fmt.Errorf("listening on --tcp %s: %w", addr, err)
 			}
@@ -278,7 +278,7 @@ func (d *daemon) listen() error {
 		}
 	}
 	if cfg.Metrics != "" {
-		l, err := net.Listen("tcp", cfg.Metrics)
+		l, err := d.retryListen(func() (net.Listener, error) { return net.Listen("tcp", cfg.Metrics) })
 		if err != nil {
 			return fmt.Errorf("listening on --metrics %s: %w", cfg.Metrics, err)
 		}
@@ -296,13 +296,42 @@ func (d *daemon) listen() error {
 	return nil
 }
 
+// takeoverListenWait bounds how long a process taking the device over
+// after a death waits for the dead one's addresses: its listeners stay
+// open until its teardown ends, which a CUDA context's makes 100 ms or
+// more, and the supervisor cannot always shut them first (issue 35's
+// takeovers that found the metrics port taken).
+const takeoverListenWait = 10 * time.Second
+
+// errServedThere is listenUnix's answer for a socket some process
+// accepts on.
+var errServedThere = errors.New("another daemon is already serving there")
+
+// retryListen returns listen's listener. In a process that takes the
+// device over after a death, it tries again while the address is taken,
+// for up to takeoverListenWait: failing would leave the device without a
+// server for another start.
+func (d *daemon) retryListen(listen func() (net.Listener, error)) (net.Listener, error) {
+	deadline := time.Now().Add(takeoverListenWait)
+	wait := time.Millisecond
+	for {
+		l, err := listen()
+		taken := errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, errServedThere)
+		if err == nil || !taken || d.start.DiedAt.IsZero() || time.Now().After(deadline) {
+			return l, err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
 // listenUnix listens on path with mode 0600, replacing a stale socket left
 // by a daemon that died, but never a live one. Its directory is there
 // already: cmd/gzramd creates the default's, and only that.
 func listenUnix(path string) (net.Listener, error) {
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
-		return nil, fmt.Errorf("--socket %s: another daemon is already serving there", path)
+		return nil, fmt.Errorf("--socket %s: %w", path, errServedThere)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {

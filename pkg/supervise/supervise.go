@@ -202,6 +202,10 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		}
 		active.release(relay, startEnv(), log)
 		relay = nil
+		// It takes the state over from a process that ended before it
+		// (died, or handed over): a failure of its own before it serves
+		// is no reason to drop that state (see failedTakeover below).
+		tookOver := takeovers > 0
 		if cfg.Started != nil {
 			cfg.Started(active.cmd.Process.Pid, takeovers)
 		}
@@ -294,11 +298,25 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 				"pid", cmd.Process.Pid, "lived", diedAt.Sub(start).Round(time.Millisecond), "takeovers", takeovers)
 			continue
 		}
-		if !died {
+		// A process that took the state over and failed before it served
+		// (ExitFailed: say, its listen refused because the dead one's
+		// listeners were still open, which they are until its teardown
+		// ends, a CUDA context's taking 100 ms or more) ends nothing: the
+		// state holds what the one before acknowledged, and ending Run
+		// here would drop it with the kernel device waiting on it. It is
+		// taken for a death at start: backed off, and GiveUp decides.
+		failedTakeover := !died && status == ExitFailed && tookOver && !served && !stopping
+		if !died && !failedTakeover {
+			// Its own error line, the last, says why.
 			return status, nil
 		}
-		diedAt = time.Now()
-		lived := diedAt.Sub(start)
+		now := time.Now()
+		lived := now.Sub(start)
+		if !failedTakeover {
+			// A failed takeover keeps the death it failed to take over
+			// from: the device has gone without a server since then.
+			diedAt = now
+		}
 		takeovers++
 		cfg.keep(log)
 		if lived >= cfg.StableAfter || served {
@@ -313,9 +331,15 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		if served || (standby != nil && standby.alive()) {
 			wait = 0 // the device waits for a server: no time to lose
 		}
-		log.Error("the serving process died; starting another to take its state over",
-			"pid", cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
-			"takeovers", takeovers, "in", wait, "standby", standby != nil, "heard", end.heard())
+		if failedTakeover {
+			log.Error("the serving process failed before it served the state it took over; starting another to take it over",
+				"pid", cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
+				"takeovers", takeovers, "in", wait, "standby", standby != nil)
+		} else {
+			log.Error("the serving process died; starting another to take its state over",
+				"pid", cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
+				"takeovers", takeovers, "in", wait, "standby", standby != nil, "heard", end.heard())
+		}
 		if wait > 0 {
 			select {
 			case <-time.After(wait):
