@@ -16,18 +16,26 @@ import (
 // read again: they are worth their CPU once more, to be kept denser. The
 // device sees every access, so it knows which groups of groupPages pages
 // have been idle for Config.Dense.After, and a background recompressor
-// (RunDense) decodes such a group and compresses its pages together as
-// one zstd frame, stored as an object of several pages (object.go) whose
-// entries carry the dense bit. The pages of a group compressed together
-// gain what a larger window and one set of entropy tables find across
-// them: on the shared corpus, zstd -1 over 64 KiB stores 13 % more than
-// over single pages, and zstd 40-50 % more than LZ4.
+// (RunDense) decodes such a group and compresses it again with more
+// effort, as frames of denseFramePages adjacent pages, each stored as an
+// object of several pages (object.go) whose entries carry the dense bit.
+// Pages compressed together gain what a larger window and one set of
+// entropy tables find across them: on the shared corpus, zstd over 16 KiB
+// at level 9 stores 17 % more than zstd -1 over single pages, and 69 %
+// more than LZ4.
 //
-// A page of the group written, trimmed or zeroed leaves the object as it
+// A frame is small and one block, so that a read of a page idle this long
+// (the one a user coming back faults on) decodes 16 KiB at most: the
+// frames of 64 KiB this tier wrote first stored as much at level 3 but
+// took twice as long to read, and their reads were 18x an LZ4 page's
+// decode (bench/results/dense-frames-cpu-2026-11-28.md). The GPU still
+// writes a frame a group (SetDenseGPU), and objects of either shape are
+// read alike, so a device written by an earlier build is taken over as
+// it is.
+//
+// A page of the group written, trimmed or zeroed leaves its object as it
 // leaves any object, into the fast tier; the object goes with its last
-// page. A read decodes the whole object (zstd cannot stop early), so a
-// group that is read again is costlier to read than the fast tier's
-// pages: it is the price of the idle ones' memory.
+// page.
 //
 // Nothing of the tier is in the device's files beyond its objects and
 // entries: idle ages start again at zero in a process that takes the
@@ -42,8 +50,9 @@ type DenseConfig struct {
 	// to 1 (default 0.1): it sleeps in proportion to its work, as
 	// zram's recompression is bounded by max_pages.
 	CPU float64
-	// Level is zstd's level (default 3: on the shared corpus 2 % denser
-	// than 1, for a fifth more of the recompressor's CPU).
+	// Level is the frames' zstd level, 1 to 19 (default denseLevel):
+	// higher stores more for more of the recompressor's CPU, and reads
+	// cost the same.
 	Level int
 }
 
@@ -59,9 +68,22 @@ const (
 	// device whose codec is not zstd: such reads are of idle pages, and
 	// each context holds 96 KiB.
 	denseDecoders = 4
-	// denseBlock is the input of one block of a dense object's frame: a
-	// read decodes the blocks up to the one that holds the page it wants.
-	denseBlock = 16 << 10
+	// denseFramePages is the most pages of a frame the CPU writes: 16
+	// KiB, one block, the smallest frame that stores about what the 64
+	// KiB frames did with more effort
+	// (bench/results/dense-frames-cpu-2026-11-28.md).
+	denseFramePages = 4
+	// maxDenseChunks is the most chunks a group's frames take: as
+	// smaller than the pages they replace, their bytes fill at most
+	// maxChunks chunks, and each frame may end in one chunk more.
+	maxDenseChunks = maxChunks + groupPages/denseFramePages
+	// denseLevel is the frames' zstd level by default. Over 16 KiB
+	// frames of the shared corpus (same-filled pages in), level 5 stores
+	// 4.03 at 137 MB/s of a core, 0.9 % less than level 3 stored over 64
+	// KiB frames, at 2.6 times its CPU; 4 stores 1.7 % less than 5 at
+	// 178 MB/s, 6 0.3 % more at 86 MB/s, and 9 1 % more at 31 MB/s
+	// (--dense-level).
+	denseLevel = 5
 	// denseSlice is the work the recompressor does between two sleeps
 	// of its budget.
 	denseSlice = 2 * time.Millisecond
@@ -80,9 +102,11 @@ type denseTier struct {
 	raw     [groupPages * pageSize]byte
 	stream  [groupPages * pageSize]byte
 	snap    [groupPages]entry
-	sizes   [maxChunks]int
-	owners  [maxChunks]uint32
-	handles [maxChunks]pagestore.Handle
+	frames  [groupPages / denseFramePages]denseFrame
+	layouts [groupPages / denseFramePages]objectLayout
+	sizes   [maxDenseChunks]int
+	owners  [maxDenseChunks]uint32
+	handles [maxDenseChunks]pagestore.Handle
 	frees   []pagestore.Handle
 
 	// gpu, when set, recompresses groups in batches (SetDenseGPU).
@@ -92,6 +116,13 @@ type denseTier struct {
 	bytesIn, bytesOut          atomic.Uint64
 	onGPU, declined            atomic.Uint64
 	busy, gpuTime              atomic.Int64 // nanoseconds
+}
+
+// denseFrame is one frame of a group's dense objects: its pages from the
+// group's page first, and its bytes.
+type denseFrame struct {
+	first, pages int
+	data         []byte
 }
 
 // denseGPU is the recompressor's batch on a GPU: the groups snapshotted
@@ -132,15 +163,17 @@ func newDenseTier(cfg DenseConfig, pages uint32) (*denseTier, error) {
 		cfg.CPU = 0.1
 	}
 	if cfg.Level == 0 {
-		cfg.Level = 3
+		cfg.Level = denseLevel
 	}
 	switch {
 	case cfg.After < 0:
 		return nil, fmt.Errorf("device: dense tier after %v: want a duration above zero", cfg.After)
 	case cfg.CPU < 0.01 || cfg.CPU > 1:
 		return nil, fmt.Errorf("device: dense tier CPU share %v: want 0.01 to 1", cfg.CPU)
+	case cfg.Level < 1 || cfg.Level > 19:
+		return nil, fmt.Errorf("device: dense tier zstd level %d: want 1 to 19", cfg.Level)
 	}
-	comp, err := codec.NewZstdObjects(cfg.Level, groupPages*pageSize, denseBlock)
+	comp, err := codec.NewZstdObjects(cfg.Level, denseFramePages*pageSize, denseFramePages*pageSize)
 	if err != nil {
 		return nil, fmt.Errorf("device: dense tier: %w", err)
 	}
@@ -298,6 +331,9 @@ func (d *Device) recompress(g, age uint32) (settled bool, err error) {
 	t := d.dense
 	lo := g << groupShift
 	pages := int(min(groupPages, d.pages-lo))
+	if pages < 2 {
+		return true, nil // an object has two pages at least
+	}
 	raw := t.raw[:pages*pageSize]
 	s := d.stripe(lo)
 	s.mu.RLock()
@@ -315,17 +351,49 @@ func (d *Device) recompress(g, age uint32) (settled bool, err error) {
 	case stored == 0:
 		return true, nil
 	}
-	return d.commitDense(g, age, &t.snap, pages, t.compress(raw, before), before, stored)
+	return d.commitDense(g, age, &t.snap, t.compress(raw, &t.snap, pages, before), before, stored)
 }
 
-// compress compresses raw on the CPU into the tier's stream, and returns
-// the frame, or nil where it would not be smaller than before.
-func (t *denseTier) compress(raw []byte, before int) []byte {
-	n := t.comp.Compress(t.stream[:min(len(t.stream), before)], raw)
-	if n <= 0 {
-		return nil
+// compress compresses the group's pages pages in raw on the CPU, as frames
+// of denseFramePages pages (framePages) into the tier's stream, and returns
+// the frames, none for pages of which none is stored, or nil where they
+// would not come out smaller than before bytes together.
+func (t *denseTier) compress(raw []byte, snap *[groupPages]entry, pages, before int) []denseFrame {
+	frames := t.frames[:0]
+	end := min(len(t.stream), before)
+	at := 0
+	for first, n := 0, 0; first < pages; first += n {
+		n = framePages(first, pages)
+		stored := false
+		for _, e := range snap[first : first+n] {
+			stored = stored || storedState(e)
+		}
+		if !stored {
+			continue
+		}
+		if at >= end {
+			return nil
+		}
+		size := t.comp.Compress(t.stream[at:end], raw[first*pageSize:(first+n)*pageSize])
+		if size <= 0 {
+			return nil
+		}
+		frames = append(frames, denseFrame{first: first, pages: n, data: t.stream[at : at+size]})
+		at += size
 	}
-	return t.stream[:n]
+	return frames
+}
+
+// framePages is the pages of the frame that begins at page first of a
+// group of pages pages: denseFramePages, fewer at the group's end, and
+// one fewer where a single page would be left after it (an object has
+// two pages at least; a group of one page is not recompressed).
+func framePages(first, pages int) int {
+	n := min(denseFramePages, pages-first)
+	if pages-first-n == 1 && n > 2 {
+		n--
+	}
+	return n
 }
 
 // queue snapshots group g, of age age, into the GPU's batch. It reports
@@ -409,7 +477,8 @@ func (d *Device) flushGPU(ctx context.Context, q *denseGPU) time.Duration {
 		switch {
 		case frame != nil && len(frame) < qg.before:
 			t.onGPU.Add(1)
-			settled, cerr = d.commitDense(qg.g, qg.age, &q.snaps[i], groupPages, frame, qg.before, qg.stored)
+			t.frames[0] = denseFrame{first: 0, pages: groupPages, data: frame}
+			settled, cerr = d.commitDense(qg.g, qg.age, &q.snaps[i], t.frames[:1], qg.before, qg.stored)
 		case frame != nil || err == nil && b.Offsets[i] == codec.GroupNotSmaller:
 			// Not smaller: the CPU's would not be either.
 			t.onGPU.Add(1)
@@ -430,59 +499,79 @@ func (d *Device) flushGPU(ctx context.Context, q *denseGPU) time.Duration {
 	return waited
 }
 
-// commitDense stores frame, the pages of group g compressed together,
-// as the group's dense object, if no page of the group was accessed since
-// snap was taken at age age (nothing else changes a group's age while the
+// commitDense stores frames, the pages of group g compressed again, as the
+// group's dense objects, if no page of the group was accessed since snap
+// was taken at age age (nothing else changes a group's age while the
 // recompressor works; an access zeroes it before it changes an entry)
-// and if frame is smaller than the before bytes the group's stored pages
-// took. It reports whether the group is settled.
-func (d *Device) commitDense(g, age uint32, snap *[groupPages]entry, pages int, frame []byte, before, stored int) (settled bool, err error) {
+// and if the objects are smaller than the before bytes the group's
+// stored pages took. It reports whether the group is settled.
+func (d *Device) commitDense(g, age uint32, snap *[groupPages]entry, frames []denseFrame, before, stored int) (settled bool, err error) {
 	t := d.dense
 	lo := g << groupShift
-	// Kept only when it is smaller than what it replaces.
-	l, ok := layoutFor(len(frame))
-	if len(frame) == 0 || !ok || l.total >= before {
+	total, chunks := 0, 0
+	for i, f := range frames {
+		l, ok := layoutFor(len(f.data))
+		if len(f.data) == 0 || !ok || chunks+l.chunks > len(t.handles) {
+			t.kept.Add(1)
+			return true, nil
+		}
+		l.codec = streamZstd
+		t.layouts[i] = l
+		for c := range l.chunks {
+			t.sizes[chunks], t.owners[chunks] = l.chunkLen(c), lo+uint32(f.first)
+			chunks++
+		}
+		total += l.total
+	}
+	// Kept only when they are smaller than what they replace.
+	if len(frames) == 0 || total >= before {
 		t.kept.Add(1)
 		return true, nil
 	}
-	l.codec = streamZstd
-	for c := range l.chunks {
-		t.sizes[c], t.owners[c] = l.chunkLen(c), lo
-	}
-	if k, _, err := d.cfg.Store.AllocBatch(t.sizes[:l.chunks], t.owners[:l.chunks], t.handles[:l.chunks], 0); err != nil {
-		d.cfg.Store.FreeBatch(t.handles[:k])
+	handles := t.handles[:chunks]
+	if k, _, err := d.cfg.Store.AllocBatch(t.sizes[:chunks], t.owners[:chunks], handles, 0); err != nil {
+		d.cfg.Store.FreeBatch(handles[:k])
 		return false, nil // the store is full: tried again later
 	}
-	d.writeObject(t.handles[:l.chunks], l, pages, frame)
+	at := 0
+	for i, f := range frames {
+		d.writeObject(handles[at:], t.layouts[i], f.pages, f.data)
+		at += t.layouts[i].chunks
+	}
 	s := d.stripe(lo)
 	s.mu.Lock()
 	changed := t.ages[g].Load() != age
-	for k := range pages {
+	for k, f := 0, frames[len(frames)-1]; k < f.first+f.pages; k++ {
 		changed = changed || d.table[lo+uint32(k)] != snap[k]
 	}
 	if changed {
 		s.mu.Unlock()
-		d.cfg.Store.FreeBatch(t.handles[:l.chunks])
+		d.cfg.Store.FreeBatch(handles)
 		t.raced.Add(1)
 		return false, nil
 	}
-	for k := range pages {
-		if storedState(snap[k]) {
-			e := partEntry(t.handles[0], k, pages, l.chunkLen(0)) | denseBit
-			t.frees = d.queueFree(t.frees, d.swapLocked(s, lo+uint32(k), e))
+	at = 0
+	for i, f := range frames {
+		l := t.layouts[i]
+		for k := range f.pages {
+			if storedState(snap[f.first+k]) {
+				e := partEntry(handles[at], k, f.pages, l.chunkLen(0)) | denseBit
+				t.frees = d.queueFree(t.frees, d.swapLocked(s, lo+uint32(f.first+k), e))
+			}
 		}
+		at += l.chunks
 	}
-	d.packedObjects.Add(1)
-	d.packedChunks.Add(int64(l.chunks))
-	d.denseObjects.Add(1)
-	d.denseBytes.Add(int64(l.total))
+	d.packedObjects.Add(int64(len(frames)))
+	d.packedChunks.Add(int64(chunks))
+	d.denseObjects.Add(int64(len(frames)))
+	d.denseBytes.Add(int64(total))
 	s.mu.Unlock()
 	d.cfg.Store.FreeBatch(t.frees)
 	t.frees = t.frees[:0]
 	t.groups.Add(1)
 	t.pages.Add(uint64(stored))
 	t.bytesIn.Add(uint64(before))
-	t.bytesOut.Add(uint64(l.total))
+	t.bytesOut.Add(uint64(total))
 	return true, nil
 }
 
@@ -552,22 +641,26 @@ func (d *Device) snapshotGroup(lo uint32, pages int, snap *[groupPages]entry, ou
 }
 
 // asDenseAsItGets reports whether the stored pages of the group of pages
-// pages from lo, if any, are all in one zstd object: a dense one, or the
-// fast tier's own over the whole group (zstd with --object-pages 16),
-// which recompressing would only make again, after decoding it. The
+// pages from lo, if any, are all in dense objects (frames the CPU wrote,
+// the GPU's frame of the group, or an earlier build's), or all in one zstd
+// object of the fast tier's over the whole group (zstd with --object-pages
+// 16), which recompressing would only make again, after decoding it. The
 // caller holds the group's lock.
 func (d *Device) asDenseAsItGets(lo uint32, pages int) bool {
-	var h pagestore.Handle
+	var fast pagestore.Handle
+	dense := false
 	for k := range pages {
 		e := d.table[lo+uint32(k)]
 		switch {
-		case e.state() == statePart && (e.dense() || d.fastStream == streamZstd) && (h == 0 || e.handle() == h):
-			h = e.handle()
+		case e.state() == statePart && e.dense():
+			dense = true
+		case e.state() == statePart && d.fastStream == streamZstd && (fast == 0 || e.handle() == fast):
+			fast = e.handle()
 		case e.state() == stateStaged || storedState(e):
 			return false
 		}
 	}
-	return h != 0
+	return dense != (fast != 0)
 }
 
 // DenseStats are the dense tier's counters.

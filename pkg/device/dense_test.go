@@ -69,7 +69,7 @@ func TestDenseTierKeepsEveryPage(t *testing.T) {
 		st := d.Stats()
 		// What the store holds shrinks; its slabs go back once the
 		// compactor runs.
-		if st.DenseObjects != pages/groupPages || st.DensePages != st.StoredPages || st.ComprDataSize >= before.ComprDataSize {
+		if st.DenseObjects != pages/denseFramePages || st.DensePages != st.StoredPages || st.ComprDataSize >= before.ComprDataSize {
 			t.Fatalf("objects of %d: after aging %d dense pages of %d in %d objects, compr_data %d (%d before)",
 				per, st.DensePages, st.StoredPages, st.DenseObjects, st.ComprDataSize, before.ComprDataSize)
 		}
@@ -159,6 +159,82 @@ func TestRecoverKeepsDenseObjects(t *testing.T) {
 	if st := d.Stats(); st.DenseObjects != 0 {
 		t.Fatalf("%d dense objects left after every page was rewritten", st.DenseObjects)
 	}
+}
+
+// TestDenseFramesAtTheDeviceEnd ages devices whose last group is short:
+// its frames are of denseFramePages pages, the last ones fewer, and
+// none of a page alone (an object has two pages at least), and a
+// group of one page stays as it is. Every page reads back, and again in
+// a process that takes the device over.
+func TestDenseFramesAtTheDeviceEnd(t *testing.T) {
+	for _, tc := range []struct{ pages, objects int }{
+		{groupPages + 1, 4},     // the last group: one page, left alone
+		{groupPages + 2, 5},     // a frame of 2 pages
+		{groupPages + 5, 6},     // 3, then 2
+		{groupPages + 9, 7},     // 4, 3, then 2
+		{2*groupPages - 1, 8},   // 4, 4, 4, then 3
+		{3 * groupPages, 3 * 4}, // whole groups
+	} {
+		f := newDenseFixture(t, tc.pages, 1)
+		d, store := f.open(t)
+		data := denseData(tc.pages)
+		if err := d.WriteAt(context.Background(), data, 0, false); err != nil {
+			t.Fatal(err)
+		}
+		age(t, d)
+		for i := range uint32(tc.pages) {
+			if e := d.table[i]; e.state() == statePart && (e.partPages() < 2 || e.partPages() > denseFramePages) {
+				t.Fatalf("%d pages: page %d is in a dense object of %d pages", tc.pages, i, e.partPages())
+			}
+		}
+		if st := d.Stats(); st.DenseObjects != int64(tc.objects) {
+			t.Errorf("%d pages: %d dense objects, want %d", tc.pages, st.DenseObjects, tc.objects)
+		}
+		checkContents(t, d, data)
+		checkStore(t, d, store)
+		d.Close()
+		store.Close()
+		d, store = f.recover(t)
+		checkContents(t, d, data)
+		checkStore(t, d, store)
+		d.Close()
+		store.Close()
+	}
+}
+
+// TestGroupFramesAreTakenOverAsTheyAre: objects of a whole group, as the
+// GPU writes and as builds before 16 KiB frames wrote on the CPU, are
+// taken over by a process that recompresses on the CPU, read back, and
+// left as they are by its recompressor: settled, not decoded and written
+// again as smaller frames.
+func TestGroupFramesAreTakenOverAsTheyAre(t *testing.T) {
+	const pages = 4 * groupPages
+	f := newDenseFixture(t, pages, 1)
+	d, store := f.open(t)
+	if err := d.SetDenseGPU(newCPUGroups(t, 4)); err != nil {
+		t.Fatal(err)
+	}
+	data := denseData(pages)
+	if err := d.WriteAt(context.Background(), data, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	age(t, d)
+	want := d.Stats()
+	if want.DenseObjects != pages/groupPages {
+		t.Fatalf("%d dense objects, want one a group", want.DenseObjects)
+	}
+	d.Close()
+	store.Close()
+	d, store = f.recover(t)
+	defer func() { d.Close(); store.Close() }()
+	checkContents(t, d, data)
+	age(t, d)
+	if st := d.Stats(); st.DenseObjects != want.DenseObjects || st.DenseBytes != want.DenseBytes || st.Dense.Groups != 0 {
+		t.Fatalf("after aging again: %d dense objects of %d bytes, %d groups recompressed; want the %d of %d taken over, none",
+			st.DenseObjects, st.DenseBytes, st.Dense.Groups, want.DenseObjects, want.DenseBytes)
+	}
+	checkContents(t, d, data)
+	checkStore(t, d, store)
 }
 
 // TestRecoverRefusesATierMismatch: an entry whose dense bit disagrees with

@@ -38,6 +38,7 @@ type Config struct {
 	ObjectPages   int
 	DenseAfter    time.Duration
 	DenseCPU      float64
+	DenseLevel    int
 	LogLevel      string
 
 	Device        string

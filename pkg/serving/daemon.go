@@ -135,7 +135,7 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 		// small steps, ahead of need (Prefault), not 64 MiB at a time.
 		ArenaSize:     storeArenaSize,
 		HugeThreshold: cfg.HugeThreshold, ObjectPages: cfg.ObjectPages,
-		Dense:       device.DenseConfig{After: cfg.DenseAfter, CPU: cfg.DenseCPU},
+		Dense:       device.DenseConfig{After: cfg.DenseAfter, CPU: cfg.DenseCPU, Level: cfg.DenseLevel},
 		Accelerator: d.accel.routeAccelerator(), MinAcceleratorPages: cfg.GPUMinPages,
 		StagingBytes: int64(cfg.Staging), StagingWait: cfg.StagingWait, BatchPages: cfg.BatchPages,
 		BatchDeadline: cfg.BatchDeadline, BatchWorkers: cfg.BatchInFlight,
