@@ -312,12 +312,15 @@ var errServedThere = errors.New("another daemon is already serving there")
 // for up to takeoverListenWait: failing would leave the device without a
 // server for another start.
 func (d *daemon) retryListen(listen func() (net.Listener, error)) (net.Listener, error) {
-	deadline := time.Now().Add(takeoverListenWait)
+	start := time.Now()
 	wait := time.Millisecond
 	for {
 		l, err := listen()
 		taken := errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, errServedThere)
-		if err == nil || !taken || d.start.DiedAt.IsZero() || time.Now().After(deadline) {
+		if err == nil || !taken || d.start.DiedAt.IsZero() || time.Since(start) > takeoverListenWait {
+			if wait > time.Millisecond {
+				d.log.Info("waited for an address the process before still held", "took", time.Since(start).Round(time.Millisecond), "err", err)
+			}
 			return l, err
 		}
 		time.Sleep(wait)

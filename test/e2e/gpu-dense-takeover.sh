@@ -89,6 +89,11 @@ diagnose() {
 			fi
 		done
 	done
+	# What the dense tier did in the serving process (recompressed on the
+	# GPU or the CPU, declined, raced, kept), if it answers.
+	echo "--- the dense tier's metrics and the tiers (nothing: /metrics did not answer):"
+	python3 -c 'import urllib.request; print(urllib.request.urlopen("http://'"$METRICS"'/metrics", timeout=5).read().decode())' 2>/dev/null |
+		grep -E '^gzramd_(dense_|tier_|packed_|stored_pages)' || true
 	echo "--- listening on the metrics port ${METRICS##*:} (refused means no one):"
 	if command -v ss >/dev/null; then
 		ss -ltnp "sport = :${METRICS##*:}"
@@ -222,8 +227,10 @@ import sys
 data = open(sys.argv[1], "rb").read()
 open(sys.argv[2], "wb").write(data[: len(data) // 2 // 65536 * 65536])
 PY
-	copy "$WORK/half" "$URI"
+	# Read before the copy: the copy's first groups may age and go to the
+	# GPU before it ends.
 	before=$(metric gzramd_dense_gpu_groups_total 'result="compressed"')
+	copy "$WORK/half" "$URI"
 	wait_for "the late GPU recompressed no group in 60 s (round $round)" 60 gpu_groups_above "$before"
 done
 copy "$URI" "$WORK/back"
