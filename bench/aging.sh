@@ -99,12 +99,13 @@ for target in $TARGETS; do
 		used=$(awk '{ print $3 }' /sys/block/zram0/mm_stat)
 		fast=$(reads "$target" read4k 4k)
 		read32=$(reads "$target" read32k 32k)
-		echo "$target $(python3 -c "print('%.3f' % ($BYTES / $used))") $fast - - - - - - $read32 - - - -" >>"$RESULTS"
+		echo "$target $(python3 -c "print('%.3f' % ($BYTES / $used))") $fast - - - - - - $read32 - - - - - -" >>"$RESULTS"
 		;;
 	*)
 		nbdcopy --synchronous "$WORK/corpus" "nbd+unix:///$BENCH_EXPORT?socket=$WORK/${target//+/_}.sock"
 		used=$(gzramd_metric gzramd_mem_used_bytes)
 		fast=$(reads "$target" fast4k 4k)
+		fast32=$(reads "$target" fast32k 32k)
 		bench_log "$target: written, mem_used $used; aging"
 		t0=$(machine_cpu_ticks) s0=$(date +%s.%N) p0=$(gzramd_metric process_cpu_seconds_total)
 		# The serving process's idle CPU, before any group is idle, where
@@ -132,7 +133,7 @@ for target in $TARGETS; do
 		denseread=$(reads "$target" dense4k 4k)
 		read32=$(reads "$target" dense32k 32k)
 		python3 - "$target" "$BYTES" "$used" "$aged" "$dense" "$stored" "$pages" "$busy" "$t0" "$t1" "$(getconf CLK_TCK)" "$fast" "$denseread" "$read32" \
-			"$s0" "$s1" "$p0" "$p1" "$idle" >>"$RESULTS" <<'EOF'
+			"$s0" "$s1" "$p0" "$p1" "$idle" "$fast32" >>"$RESULTS" <<'EOF'
 import sys
 t, total, used, aged, dense, stored, pages, busy, t0, t1, tck = sys.argv[1:12]
 fast, dense_read, read32 = sys.argv[12].split(), sys.argv[13].split(), sys.argv[14].split()
@@ -144,7 +145,8 @@ process = "-"
 if gb and sys.argv[19] != "-":
     process = "%.2f" % (((p1 - p0) - float(sys.argv[19]) * (s1 - s0)) / gb)
 print(t, "%.3f" % (int(total) / float(used)), " ".join(fast), "%.3f" % (int(total) / float(aged)), " ".join(dense_read),
-      " ".join(read32), "%.1f" % (100 * float(dense) / float(stored) if float(stored) else 0), "%.2f" % own, process, "%.2f" % machine)
+      " ".join(read32), "%.1f" % (100 * float(dense) / float(stored) if float(stored) else 0), "%.2f" % own, process, "%.2f" % machine,
+      sys.argv[20].split()[0], sys.argv[20].split()[2])
 EOF
 		;;
 	esac
@@ -157,15 +159,15 @@ done
 	echo
 	echo "Corpus: $(basename "$CORPUS") (${AGING_COPIES:-1} times), $BYTES bytes; gzramd with --dense-after $AFTER --dense-cpu 1 --prefault 0; reads QD1 over the corpus, ${RUNTIME} s each."
 	echo
-	echo "| target | ratio before | 4K QD1 p50/p99 µs before | ratio after aging | 4K QD1 p50/p99 µs after | 32K QD1 MB/s after | CPU-s/GB | dense % of stored | recompression CPU-s/GB (own / process / machine) |"
-	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-	# target ratio MB/s IOPS CPU p50 p99 | ratio MB/s IOPS CPU p50 p99 | MB/s IOPS CPU p50 p99 | dense own process machine
-	while read -r t r0 _ _ _ p50 p99 r1 _ _ _ q50 q99 m32 _ c32 _ _ dp own proc mach; do
+	echo "| target | ratio before | 4K QD1 p50/p99 µs before | 32K QD1 MB/s, CPU-s/GB before | ratio after aging | 4K QD1 p50/p99 µs after | 32K QD1 MB/s after | CPU-s/GB | dense % of stored | recompression CPU-s/GB (own / process / machine) |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	# target ratio MB/s IOPS CPU p50 p99 | ratio MB/s IOPS CPU p50 p99 | MB/s IOPS CPU p50 p99 | dense own process machine | fast 32K MB/s CPU
+	while read -r t r0 _ _ _ p50 p99 r1 _ _ _ q50 q99 m32 _ c32 _ _ dp own proc mach f32 fc32; do
 		if [ "$r1" = - ]; then
-			echo "| $t | $r0 | $p50 / $p99 | (no tier) | - | $m32 | $c32 | - | - |"
+			echo "| $t | $r0 | $p50 / $p99 | $m32, $c32 | (no tier) | - | - | - | - | - |"
 			continue
 		fi
-		echo "| $t | $r0 | $p50 / $p99 | $r1 | $q50 / $q99 | $m32 | $c32 | $dp | $own / $proc / $mach |"
+		echo "| $t | $r0 | $p50 / $p99 | $f32, $fc32 | $r1 | $q50 / $q99 | $m32 | $c32 | $dp | $own / $proc / $mach |"
 	done <"$RESULTS"
 	[ ! -s "$WORK/skipped.txt" ] || { echo; sed 's/^/- /' "$WORK/skipped.txt"; }
 } | tee "${AGING_OUT:-/dev/null}"
