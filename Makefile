@@ -12,7 +12,7 @@ LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_v
 	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
 TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-report test-unit test-race test-unit-all test-unit-nbd-inline test-unit-nbd-helpers test-race-all test-race-nbd-helpers vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging test-e2e test-survive test-systemd test-systemd-mutants ptx install clean
+.PHONY: all build run test test-report test-unit test-race test-unit-all test-unit-nbd-inline test-unit-nbd-helpers test-race-all test-race-nbd-helpers vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging test-e2e test-survive test-systemd test-systemd-mutants ptx install clean charts
 
 all: build
 
@@ -148,6 +148,12 @@ install: build
 	install -D -m 0755 $(BIN)/gzramd $(DESTDIR)/usr/local/bin/gzramd
 	install -D -m 0644 deploy/systemd/gzramd.service $(DESTDIR)/etc/systemd/system/gzramd.service
 	[ -e $(DESTDIR)/etc/gzramd/gzramd.env ] || install -D -m 0644 deploy/systemd/gzramd.env $(DESTDIR)/etc/gzramd/gzramd.env
+
+# The README's two charts (docs/memory-saved.svg, docs/cpu-per-gb.svg),
+# drawn from bench/results/memory-saved.csv and trace-cpu-per-gb.csv by a
+# standard-library Go program.
+charts:
+	$(GO) run ./bench/charts -results bench/results -out docs
 
 clean:
 	rm -rf $(BIN)
