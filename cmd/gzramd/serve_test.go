@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -132,9 +133,12 @@ func TestStatusMatchesMetrics(t *testing.T) {
 		t.Errorf("gzramd_self_memory_bytes{role=serving,kind=pss} = %v", v)
 	}
 	table, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
-	if code != 0 || lines(table) != 5 || !strings.HasPrefix(strings.Split(table, "\n")[2], "serving process ") ||
+	// Then who is connected: nbdcopy's connections are closed, but the
+	// serving process may not have seen the last of them close yet.
+	if code != 0 || lines(table) < 6 || !strings.HasPrefix(strings.Split(table, "\n")[2], "serving process ") ||
 		!strings.HasPrefix(strings.Split(table, "\n")[3], "dense tier: none of ") ||
-		!strings.HasPrefix(strings.Split(table, "\n")[4], "gzramd's processes ") {
+		!strings.HasPrefix(strings.Split(table, "\n")[4], "gzramd's processes ") ||
+		!strings.HasPrefix(strings.Split(table, "\n")[5], "NBD connections: ") {
 		t.Fatalf("status: exit status %d, output:\n%s", code, table)
 	}
 	row := strings.Fields(strings.Split(table, "\n")[1])
@@ -307,6 +311,19 @@ func TestStopRefusedWhileExportIsSwap(t *testing.T) {
 	out, _, code := gzramd(t, nil, "status", "--metrics", d.metrics)
 	if code != 0 || !strings.Contains(out, "/dev/nbd7") || !strings.HasSuffix(strings.Split(out, "\n")[1], "yes") {
 		t.Errorf("status does not show /dev/nbd7 as swap:\n%s", out)
+	}
+	// Who is connected: this process, over the Unix socket, not the
+	// serving process's own (kernel) connection.
+	if !strings.Contains(out, "NBD connections: 1 (0 the kernel device's, 1 other clients)") ||
+		!regexp.MustCompile(fmt.Sprintf(`(?m)^  unix +unix:\S+ +pid %d uid %d +no +\S+ since `, os.Getpid(), os.Getuid())).MatchString(out) {
+		t.Errorf("status does not list this process's connection:\n%s", out)
+	}
+	f := d.scrape()
+	if v, _ := f.Value("gzramd_nbd_connections", "client", "other"); v != 1 {
+		t.Errorf(`gzramd_nbd_connections{client="other"} = %v, want 1`, v)
+	}
+	if v, ok := f.Value("gzramd_nbd_connections", "client", "kernel"); !ok || v != 0 {
+		t.Errorf(`gzramd_nbd_connections{client="kernel"} = %v (present: %v), want 0`, v, ok)
 	}
 	if err := d.cmd.Process.Signal(sigterm); err != nil {
 		t.Fatal(err)

@@ -140,16 +140,59 @@ func printStatus(w io.Writer, r *serving.Status) error {
 	if _, err := fmt.Fprintln(w, denseLine(r)); err != nil {
 		return err
 	}
-	if len(r.SelfMemory) == 0 {
+	if len(r.SelfMemory) > 0 {
+		// What each process holds, its share of what they share.
+		var parts []string
+		for _, p := range r.SelfMemory {
+			parts = append(parts, fmt.Sprintf("%s %s", p.Role, humanBytes(p.PSS)))
+		}
+		if _, err := fmt.Fprintf(w, "gzramd's processes (proportional sets, the store included): %s\n", strings.Join(parts, ", ")); err != nil {
+			return err
+		}
+	}
+	return printConnections(w, r.NBDConnections)
+}
+
+// printConnections prints who is connected: a line for the count, then
+// one for each connection, oldest first.
+func printConnections(w io.Writer, conns []serving.ConnectionStatus) error {
+	kernel := 0
+	for _, c := range conns {
+		if c.Kernel {
+			kernel++
+		}
+	}
+	if _, err := fmt.Fprintf(w, "NBD connections: %d (%d the kernel device's, %d other clients)\n", len(conns), kernel, len(conns)-kernel); err != nil {
+		return err
+	}
+	if len(conns) == 0 {
 		return nil
 	}
-	// What each process holds, its share of what they share.
-	var parts []string
-	for _, p := range r.SelfMemory {
-		parts = append(parts, fmt.Sprintf("%s %s", p.Role, humanBytes(p.PSS)))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TRANSPORT\tREMOTE\tCLIENT\tKERNEL\tOPEN")
+	for _, c := range conns {
+		client := c.Client
+		switch {
+		case client != "":
+			client = "TLS " + client
+		case c.TLS:
+			client = "TLS (handshake)"
+		case c.PeerUID != nil:
+			client = fmt.Sprintf("pid %d uid %d", c.PeerPID, *c.PeerUID)
+		default:
+			client = "-"
+		}
+		kernel := "no"
+		if c.Kernel {
+			kernel = "yes"
+		}
+		if c.Adopted {
+			kernel += " (handed over)"
+		}
+		open := time.Duration(c.OpenSeconds * float64(time.Second)).Round(time.Second)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s since %s\n", c.Transport, c.Remote, client, kernel, open, c.Since.Local().Format(time.DateTime))
 	}
-	_, err := fmt.Fprintf(w, "gzramd's processes (proportional sets, the store included): %s\n", strings.Join(parts, ", "))
-	return err
+	return tw.Flush()
 }
 
 // signedBytes is humanBytes with a minus sign below zero.

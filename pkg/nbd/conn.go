@@ -55,12 +55,21 @@ type conn struct {
 	// gives the client, for log lines.
 	tlsConfig *tls.Config
 	tls       *tls.Conn
-	client    string
-	stopping  atomic.Bool
+	// client is written under srv.mu (Server.Connections reads it there).
+	client   string
+	stopping atomic.Bool
 	// other is set for a connection that is not the process's own
 	// (Options.Own): it counts against MaxConnections. Set before the
 	// connection is added, then only read.
 	other bool
+	// since, transport and the Unix socket peer's credentials
+	// (SO_PEERCRED; peerUID -1 when unknown) describe the connection in
+	// Server.Connections. Set before the connection is added, then only
+	// read.
+	since            time.Time
+	transport        string
+	peerPID, peerUID int
+	adopted          bool
 	// inHandshake is set while the handshake runs under a deadline on
 	// writes too; stop wakes a handshake's blocked write, but never a
 	// transmission-phase reply.
@@ -125,7 +134,14 @@ type request struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	return &conn{srv: s, nc: nc, sock: unwrap(nc)}
+	c := &conn{srv: s, nc: nc, sock: unwrap(nc), since: time.Now(), peerUID: -1}
+	if a := c.sock.LocalAddr(); a != nil {
+		c.transport = a.Network()
+	}
+	if cred := peerCred(c.sock); cred != nil {
+		c.peerPID, c.peerUID = int(cred.Pid), int(cred.Uid)
+	}
+	return c
 }
 
 // unwrap returns the connection beneath wrappers with a NetConn method. A

@@ -90,11 +90,12 @@ func (s *Server) Adopt(nc net.Conn, export string, pending []byte) error {
 		return fmt.Errorf("nbd: adopting a connection to export %q: no such export", export)
 	}
 	c := newConn(s, nc)
+	c.adopted = true
 	// Never refused: its client was admitted by the process before, and
 	// for the kernel's a refusal would fail swap I/O. Another client's
 	// still takes its place within MaxConnections, or every upgrade
 	// would let as many more in.
-	c.other = !s.own(nc)
+	c.other = !s.isOwn(c)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()

@@ -367,3 +367,38 @@ func TestClosedConnectionsGiveReserveBack(t *testing.T) {
 		t.Errorf("resident memory %d MiB above where it was after the connections closed: their reserve stayed", kept>>20)
 	}
 }
+
+// Refusals are logged a line per client per refusalLogEvery, for the
+// first refusalLogClients clients; the rest share the lines of "other".
+func TestRefusalLogPerClient(t *testing.T) {
+	var l clientLogLimiter
+	now := time.Now()
+	for i := range refusalLogClients {
+		client := fmt.Sprintf("10.0.0.%d", i)
+		if ok, n, c := l.allow(now, client); !ok || n != 1 || c != client {
+			t.Fatalf("first refusal of %s: logged %v, count %d, client %q", client, ok, n, c)
+		}
+		if ok, _, _ := l.allow(now, client); ok {
+			t.Fatalf("second refusal of %s logged within the period", client)
+		}
+	}
+	if ok, n, c := l.allow(now, "10.0.1.1"); !ok || n != 1 || c != "other" {
+		t.Errorf("a client past the bound: logged %v, count %d, client %q; want a line for \"other\"", ok, n, c)
+	}
+	if ok, _, c := l.allow(now, "10.0.1.2"); ok || c != "other" {
+		t.Errorf("another client past the bound: logged %v as %q; want it counted in \"other\"'s next line", ok, c)
+	}
+	// A period on, the first client's held-back refusal is in its next
+	// line; the clients that had no line for a period are forgotten, and
+	// a new one gets lines of its own.
+	later := now.Add(refusalLogEvery)
+	if ok, n, _ := l.allow(later, "10.0.0.0"); !ok || n != 2 {
+		t.Errorf("10.0.0.0 a period later: logged %v, count %d; want a line counting 2", ok, n)
+	}
+	if ok, n, c := l.allow(later, "10.0.1.3"); !ok || n != 1 || c != "10.0.1.3" {
+		t.Errorf("a new client a period later: logged %v, count %d, client %q; want a line of its own", ok, n, c)
+	}
+	if len(l.clients) != 2 {
+		t.Errorf("%d clients remembered, want 2", len(l.clients))
+	}
+}

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,8 +109,9 @@ type Options struct {
 	// included: each costs goroutines, request structures and its
 	// ReserveBuffers, which a client could otherwise multiply until the
 	// machine runs out. A connection accepted beyond it is closed at once,
-	// counted (ConnectionsRefused) and logged, at most once per
-	// refusalLogEvery with the count since. Connections handed over
+	// counted (ConnectionsRefused) and logged with its client, at most
+	// once per client per refusalLogEvery with the count since
+	// (clientLogLimiter). Connections handed over
 	// (Adopt) are never refused, but those not the process's own take
 	// their place within it. 0 means no limit.
 	MaxConnections int
@@ -167,7 +170,8 @@ type Server struct {
 	// refused and handshakeTimeouts count connections closed unserved:
 	// past MaxConnections, and idle through their handshake.
 	refused, handshakeTimeouts atomic.Int64
-	refusedLog, timeoutLog     logLimiter
+	refusedLog                 clientLogLimiter
+	timeoutLog                 logLimiter
 
 	// ctx is handed to every Backend call; it is cancelled only when a
 	// Shutdown gives up waiting.
@@ -217,9 +221,6 @@ func NewServer(exports []Export, opts Options) (*Server, error) {
 	}
 	if opts.MaxConnections < 0 {
 		return nil, fmt.Errorf("nbd: MaxConnections %d: want >= 0 (0 means no limit)", opts.MaxConnections)
-	}
-	if opts.Own == nil {
-		opts.Own = peerIsSelf
 	}
 	if opts.MaxInFlight == 0 {
 		opts.MaxInFlight = defaultMaxInFlight
@@ -319,7 +320,7 @@ func (s *Server) serve(l net.Listener, tlsConfig *tls.Config) error {
 		}
 		backoff = 0
 		c := newConn(s, nc)
-		c.other = !s.own(nc)
+		c.other = !s.isOwn(c)
 		c.tlsConfig = tlsConfig
 		s.mu.Lock()
 		if s.closing {
@@ -349,14 +350,81 @@ func (s *Server) add(c *conn) {
 
 // refuse closes c, a connection past MaxConnections, before it costs
 // anything: no goroutine, no handshake. The client sees the connection
-// close before the greeting.
+// close before the greeting. The log line names the client: a line per
+// client per refusalLogEvery at most (see clientLogLimiter).
 func (s *Server) refuse(c *conn) {
 	n := s.refused.Add(1)
 	c.nc.Close()
-	if ok, since := s.refusedLog.allow(time.Now()); ok {
-		s.log.Warn("nbd: connection refused: the limit on connections other than the kernel device's is reached",
-			"remote", c.remote(), "limit", s.maxConns, "refused_since_last_line", since, "refused_total", n)
+	ok, since, client := s.refusedLog.allow(time.Now(), c.refusalKey())
+	if !ok {
+		return
 	}
+	args := []any{"client", client, "remote", c.remote()}
+	if c.peerUID >= 0 {
+		args = append(args, "peer_pid", c.peerPID, "peer_uid", c.peerUID)
+	}
+	args = append(args, "limit", s.maxConns, "refused_since_last_line", since, "refused_total", n)
+	s.log.Warn("nbd: connection refused: the limit on connections other than the kernel device's is reached", args...)
+}
+
+// refusalKey names the client of a connection refused at accept, for its
+// log line and its share of them: the peer's address without its port
+// over TCP (a TLS client's certificate is not known before the
+// handshake), the peer's user on a Unix socket.
+func (c *conn) refusalKey() string {
+	if c.peerUID >= 0 {
+		return "uid " + strconv.Itoa(c.peerUID)
+	}
+	remote := c.remote()
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return host
+	}
+	return remote
+}
+
+// clientLogLimiter is a logLimiter per client, for the first
+// refusalLogClients clients refused in a refusalLogEvery; the refusals of
+// any other client share one more (client "other"), so that clients of
+// many addresses get no more lines than that.
+type clientLogLimiter struct {
+	mu      sync.Mutex
+	clients map[string]*logLimiter
+}
+
+// refusalLogClients bounds the clients a refusal log line each per
+// refusalLogEvery.
+const refusalLogClients = 16
+
+// allow is logLimiter.allow for client's events, and the client the
+// count is of: client, or "other" for one past the bound.
+func (l *clientLogLimiter) allow(now time.Time, client string) (bool, int64, string) {
+	l.mu.Lock()
+	if l.clients == nil {
+		l.clients = make(map[string]*logLimiter)
+	}
+	ll := l.clients[client]
+	if ll == nil && len(l.clients) >= refusalLogClients {
+		// Forget the clients that had no line for a period: the refusals
+		// they had since stay in refused_total, not in a line of theirs.
+		for k, c := range l.clients {
+			c.mu.Lock()
+			if now.Sub(c.last) >= refusalLogEvery {
+				delete(l.clients, k)
+			}
+			c.mu.Unlock()
+		}
+	}
+	if ll == nil && len(l.clients) >= refusalLogClients {
+		client = "other"
+		ll = l.clients[client]
+	}
+	if ll == nil {
+		ll = &logLimiter{}
+		l.clients[client] = ll
+	}
+	l.mu.Unlock()
+	ok, since := ll.allow(now)
+	return ok, since, client
 }
 
 // ConnectionsRefused counts the connections closed at accept because
@@ -389,26 +457,82 @@ func (l *logLimiter) allow(now time.Time) (bool, int64) {
 	return true, n
 }
 
-// peerIsSelf reports whether nc is a Unix socket whose peer is this
-// process, as the kernel device's connections are: gzramd dials them
-// itself and hands them to the kernel.
-func peerIsSelf(nc net.Conn) bool {
-	uc, ok := unwrap(nc).(*net.UnixConn)
+// isOwn reports whether c is one of the process's own connections
+// (Options.Own): by default, a Unix socket whose peer is this process, as
+// the kernel device's connections are: gzramd dials them itself and hands
+// them to the kernel.
+func (s *Server) isOwn(c *conn) bool {
+	if s.own != nil {
+		return s.own(c.nc)
+	}
+	return c.peerPID == os.Getpid()
+}
+
+// peerCred returns the credentials of a Unix socket's peer as of its
+// connect (SO_PEERCRED); nil for other connections. One getsockopt, at
+// accept.
+func peerCred(nc net.Conn) *unix.Ucred {
+	uc, ok := nc.(*net.UnixConn)
 	if !ok {
-		return false
+		return nil
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return false
+		return nil
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || cerr != nil {
-		return false
+		return nil
 	}
-	return int(cred.Pid) == os.Getpid()
+	return cred
+}
+
+// ConnInfo describes one open connection, for status reports and
+// metrics (Server.Connections).
+type ConnInfo struct {
+	// Transport is the network it came in on: "unix" or "tcp".
+	Transport string
+	// Remote is the peer's address; for a Unix socket, whose peers are
+	// unnamed, the socket it came in on ("unix:PATH").
+	Remote string
+	// Client names a TLS client by its certificate (its subject's common
+	// name, "anonymous" without a certificate), once its TLS handshake is
+	// done; "" for connections without TLS.
+	Client string
+	// TLS says the connection came in on a listener that requires TLS.
+	TLS bool
+	// PeerPID and PeerUID are a Unix socket peer's, as of its connect
+	// (SO_PEERCRED); PeerUID is -1 when unknown (TCP), PeerPID 0 then
+	// and for a peer in a pid namespace this process cannot see.
+	PeerPID, PeerUID int
+	// Own says it is one of the process's own connections (Options.Own):
+	// the kernel device's.
+	Own bool
+	// Adopted says another server handed it over (Adopt).
+	Adopted bool
+	// Since is when it was accepted, or adopted.
+	Since time.Time
+}
+
+// Connections describes the connections open now, refused ones never
+// among them, oldest first. It takes the server's lock, never the
+// connections' own: what it reports is what accept, the TLS handshake
+// and close recorded.
+func (s *Server) Connections() []ConnInfo {
+	s.mu.Lock()
+	out := make([]ConnInfo, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, ConnInfo{
+			Transport: c.transport, Remote: c.remote(), Client: c.client, TLS: c.tlsConfig != nil,
+			PeerPID: c.peerPID, PeerUID: c.peerUID, Own: !c.other, Adopted: c.adopted, Since: c.since,
+		})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b ConnInfo) int { return a.Since.Compare(b.Since) })
+	return out
 }
 
 func (s *Server) isClosing() bool {

@@ -79,7 +79,10 @@ func (c *conn) startTLS() error {
 	c.tls, c.sock = tc, tc
 	c.br.Reset(tc)
 	st := tc.ConnectionState()
-	c.client = clientName(st)
+	name := clientName(st)
+	c.srv.mu.Lock()
+	c.client = name
+	c.srv.mu.Unlock()
 	c.srv.log.Info("nbd: TLS client connected", "remote", c.remote(), "client", c.client,
 		"tls", tls.VersionName(st.Version), "cipher", tls.CipherSuiteName(st.CipherSuite))
 	return nil

@@ -57,10 +57,13 @@ type daemon struct {
 	pause     atomic.Int64
 	srv       *nbd.Server
 	tracker   swapctl.Tracker
-	host      swapctl.Host // the kernel's swap list and block devices
-	httpSrv   *http.Server
-	reg       *prometheus.Registry
-	trace     *iolog.Recorder // --record-trace
+	// conns counts the open NBD connections by client, for the metrics
+	// and the labels /status shows.
+	conns   *metrics.Connections
+	host    swapctl.Host // the kernel's swap list and block devices
+	httpSrv *http.Server
+	reg     *prometheus.Registry
+	trace   *iolog.Recorder // --record-trace
 
 	listeners []net.Listener
 	tcpTLS    *tls.Config           // the TCP listener's, with --tls-cert
@@ -165,6 +168,7 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 		rec = d.trace
 	}
 	nbdObs := metrics.NewNBD()
+	d.conns = metrics.NewConnections(func() []nbd.ConnInfo { return d.srv.Connections() })
 	var served nbd.Backend
 	served, d.host = withFaults(d.dev, d.recovered != nil && !d.start.HandedOver, log)
 	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.Export, Description: "gzramd compressed RAM device", Backend: served}},
@@ -179,7 +183,7 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 		Version: version, Export: cfg.Export, Algorithm: cfg.Algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.Size),
 	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings),
-		metrics.NewSelf(d.selfMemory, log),
+		metrics.NewSelf(d.selfMemory, log), d.conns,
 		metrics.NewTakeover(func() metrics.Takeovers {
 			return metrics.Takeovers{Count: d.takeovers, LastPause: time.Duration(d.pause.Load())}
 		}),
@@ -378,6 +382,7 @@ func (d *daemon) status() Status {
 	if d.start.Serving {
 		r.SupervisorPID = os.Getppid()
 	}
+	r.NBDConnections = d.connections(time.Now())
 	if kd := d.kernel.Load(); kd != nil {
 		r.Device = kd.Path
 	}
@@ -387,6 +392,28 @@ func (d *daemon) status() Status {
 		}
 	}
 	return r
+}
+
+// connections describes the open NBD connections as of now.
+func (d *daemon) connections(now time.Time) []ConnectionStatus {
+	if d.srv == nil || d.conns == nil {
+		return []ConnectionStatus{}
+	}
+	open := d.srv.Connections()
+	out := make([]ConnectionStatus, 0, len(open))
+	for _, c := range open {
+		cs := ConnectionStatus{
+			Transport: c.Transport, Remote: c.Remote, Client: c.Client, TLS: c.TLS,
+			PeerPID: c.PeerPID, Kernel: c.Own, Adopted: c.Adopted, Label: d.conns.Label(c),
+			Since: c.Since, OpenSeconds: now.Sub(c.Since).Seconds(),
+		}
+		if c.PeerUID >= 0 {
+			uid := c.PeerUID
+			cs.PeerUID = &uid
+		}
+		out = append(out, cs)
+	}
+	return out
 }
 
 // kernelState is what `gzramd status` reports of the kernel's use of the

@@ -3,6 +3,8 @@
 package serving
 
 import (
+	"time"
+
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
@@ -52,7 +54,10 @@ type Status struct {
 	DenseOnGPU    uint64  `json:"dense_gpu_groups"`    // of DenseGroups, compressed on the GPU
 	DenseAfter    float64 `json:"dense_after_seconds"` // 0: the tier is off
 	Connections   int     `json:"connections"`
-	UptimeSeconds float64 `json:"uptime_seconds"`
+	// NBDConnections are the NBD connections open, oldest first: who is
+	// connected.
+	NBDConnections []ConnectionStatus `json:"nbd_connections"`
+	UptimeSeconds  float64            `json:"uptime_seconds"`
 	// Holdings is what the daemon holds ahead of need (docs/DESIGN.md).
 	Holdings []swapsafe.Holding `json:"holdings"`
 	// SelfMemory is the memory of gzramd's processes, by role;
@@ -62,6 +67,33 @@ type Status struct {
 	SelfMemory     []metrics.ProcessMemory `json:"self_memory,omitempty"`
 	OwnMemoryBytes int64                   `json:"own_memory_bytes"`
 	NetSavedBytes  int64                   `json:"net_saved_bytes"`
+}
+
+// ConnectionStatus is one open NBD connection in the /status report.
+type ConnectionStatus struct {
+	Transport string `json:"transport"` // "unix" or "tcp"
+	// Remote is the peer's address; a Unix socket's peers are unnamed,
+	// and it names the socket ("unix:PATH").
+	Remote string `json:"remote"`
+	// Client is the name of a TLS client's certificate ("anonymous"
+	// without one), once its TLS handshake is done.
+	Client string `json:"client,omitempty"`
+	TLS    bool   `json:"tls,omitempty"`
+	// PeerPID and PeerUID are a Unix socket peer's (SO_PEERCRED, as it
+	// connected); absent over TCP.
+	PeerPID int  `json:"peer_pid,omitempty"`
+	PeerUID *int `json:"peer_uid,omitempty"`
+	// Kernel says it is the kernel device's own connection, which no
+	// limit counts or refuses.
+	Kernel bool `json:"kernel"`
+	// Adopted says the serving process before this one handed it over.
+	Adopted bool `json:"adopted,omitempty"`
+	// Label is the connection's client label in gzramd_nbd_connections.
+	Label string `json:"metrics_client"`
+	// Since is when it was accepted (or adopted), and OpenSeconds how
+	// long ago that was at the report.
+	Since       time.Time `json:"since"`
+	OpenSeconds float64   `json:"open_seconds"`
 }
 
 // Ratio is orig_data_size / mem_used_total, zramctl's view of what the
