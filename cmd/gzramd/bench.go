@@ -565,16 +565,9 @@ func (p *progress) done() {
 // (serving.Config.ResolveBackend): required with --device-backend gpu, where
 // one is usable with auto, never with cpu; nil for none.
 func devAccelerator(cfg *benchConfig, log *slog.Logger) (*gpu.Backend, error) {
-	if cfg.devBackend == "cpu" {
-		return nil, nil
-	}
-	g, err := gpu.Open(gpu.Config{Device: cfg.gpuDevice, Slots: cfg.inFlight, MaxBatchPages: cfg.batchPages,
-		Algorithm: cfg.devAlg, WorkQueues: serving.GPUWorkQueues(cfg.devAlg), Logger: log})
-	if err != nil {
-		if cfg.devBackend == "gpu" {
-			return nil, fmt.Errorf("--device-backend gpu: %w", err)
-		}
-		return nil, nil
-	}
-	return g, nil
+	g, _, err := serving.OpenBackend("--device-backend", cfg.devBackend, func() (*gpu.Backend, error) {
+		return gpu.Open(gpu.Config{Device: cfg.gpuDevice, Slots: cfg.inFlight, MaxBatchPages: cfg.batchPages,
+			Algorithm: cfg.devAlg, WorkQueues: serving.GPUWorkQueues(cfg.devAlg), Logger: log})
+	})
+	return g, err
 }

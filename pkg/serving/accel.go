@@ -122,33 +122,52 @@ func (c *Config) ResolveBackend() (backend, why string) {
 	return "auto", ""
 }
 
+// OpenBackend is --backend's policy, for the flag named flag: cpu opens no
+// GPU; gpu must open one (open's error is the caller's); auto takes one if
+// open gives one, and otherwise none, with unused saying why, for the
+// caller to log.
+func OpenBackend(flag, backend string, open func() (*gpu.Backend, error)) (g *gpu.Backend, unused, err error) {
+	if backend == "cpu" {
+		return nil, nil, nil
+	}
+	g, err = open()
+	switch {
+	case err == nil:
+		return g, nil, nil
+	case backend == "gpu":
+		return nil, nil, fmt.Errorf("%s gpu: %w", flag, err)
+	default:
+		return nil, err, nil
+	}
+}
+
 // openAccelerator opens the GPU for --backend gpu (which must find one)
 // or auto (when one is usable), its kernels writing the algorithm's
 // format; --backend cpu and a machine without a usable GPU under auto get
 // none.
 func openAccelerator(c gpuSetup, log *slog.Logger) (*accelerator, error) {
 	a := &accelerator{}
-	if c.backend == "cpu" {
-		return a, nil
-	}
-	g, err := gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
-		Algorithm: c.algorithm, Image: c.kernels.image, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
-	if err != nil && c.kernels.image != nil {
-		// An image the driver refuses (a driver upgraded since) costs
-		// the JIT compiler in this process, not the GPU.
-		log.Warn("the GPU refused the kernels compiled ahead; compiling them here", "err", err)
-		g, err = gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
-			Algorithm: c.algorithm, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
-	}
-	if err != nil {
-		if c.backend == "gpu" {
-			return nil, fmt.Errorf("--backend gpu: %w", err)
+	g, unused, err := OpenBackend("--backend", c.backend, func() (*gpu.Backend, error) {
+		g, err := gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
+			Algorithm: c.algorithm, Image: c.kernels.image, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
+		if err != nil && c.kernels.image != nil {
+			// An image the driver refuses (a driver upgraded since)
+			// costs the JIT compiler in this process, not the GPU.
+			log.Warn("the GPU refused the kernels compiled ahead; compiling them here", "err", err)
+			g, err = gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
+				Algorithm: c.algorithm, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
 		}
-		if !errors.Is(err, gpu.ErrUnavailable) {
-			log.Warn("GPU failed to start; compressing on the CPU", "err", err)
-		} else {
-			log.Info("no usable GPU; compressing on the CPU", "reason", err)
-		}
+		return g, err
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case unused != nil && !errors.Is(unused, gpu.ErrUnavailable):
+		log.Warn("GPU failed to start; compressing on the CPU", "err", unused)
+	case unused != nil:
+		log.Info("no usable GPU; compressing on the CPU", "reason", unused)
+	}
+	if g == nil {
 		return a, nil
 	}
 	if !g.Info().Compiled && c.kernels.err != nil {
