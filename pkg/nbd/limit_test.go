@@ -192,22 +192,8 @@ func TestMaxConnectionsForeignProcess(t *testing.T) {
 	for i := range 3 {
 		dialRaw(t, ls.testServer, "d").roundTrip(uint64(i) << 12)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestForeignClientChild$")
-	cmd.Env = append(os.Environ(), "NBD_TEST_FOREIGN_SOCKET="+ls.sock, "NBD_TEST_FOREIGN_CONNS="+strconv.Itoa(limit+2))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer stdin.Close()
+	stdout, end := startChild(t, "TestForeignClientChild",
+		"NBD_TEST_FOREIGN_SOCKET="+ls.sock, "NBD_TEST_FOREIGN_CONNS="+strconv.Itoa(limit+2))
 	var got []string
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
@@ -228,8 +214,7 @@ func TestMaxConnectionsForeignProcess(t *testing.T) {
 	}
 	// While the child holds the limit, this process still gets in.
 	dialRaw(t, ls.testServer, "d").roundTrip(8 << 12)
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
+	if err := end(); err != nil {
 		t.Errorf("child: %v", err)
 	}
 }
@@ -401,4 +386,32 @@ func TestRefusalLogPerClient(t *testing.T) {
 	if len(l.clients) != 2 {
 		t.Errorf("%d clients remembered, want 2", len(l.clients))
 	}
+}
+
+// startChild runs this test binary's test named run in another process,
+// with env added to its environment, and returns its stdout and end, which
+// closes its stdin (telling it to end) and waits for it. A test that does
+// not call end has it called at cleanup.
+func startChild(t *testing.T, run string, env ...string) (io.Reader, func() error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+run+"$")
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	end := sync.OnceValue(func() error {
+		stdin.Close()
+		return cmd.Wait()
+	})
+	t.Cleanup(func() { end() })
+	return stdout, end
 }

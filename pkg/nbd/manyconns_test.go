@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -58,23 +57,8 @@ func TestThousandConnectionsHeld(t *testing.T) {
 	waitFor(t, "the first client's connection to end", func() bool { return ls.srv.othersOpen() == 0 })
 	before := vmRSS(t)
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestManyClientsChild$")
-	cmd.Env = append(os.Environ(), "NBD_TEST_MANY_SOCKET="+ls.sock, "NBD_TEST_MANY_TCP="+ls.tcp,
+	stdout, end := startChild(t, "TestManyClientsChild", "NBD_TEST_MANY_SOCKET="+ls.sock, "NBD_TEST_MANY_TCP="+ls.tcp,
 		"NBD_TEST_MANY_CONNS="+strconv.Itoa(manyClients))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
-	defer stdin.Close()
 
 	// The child's counts arrive on a goroutine, so that this one, the
 	// kernel's connection's, serves while the clients connect.
@@ -149,8 +133,7 @@ serving:
 		t.Errorf("Connections lists %d own and %d other connections, want 2 and %d", own, other, limit)
 	}
 
-	stdin.Close()
-	if err := cmd.Wait(); err != nil {
+	if err := end(); err != nil {
 		t.Errorf("child: %v", err)
 	}
 	waitFor(t, "the clients' connections to end", func() bool { return ls.srv.othersOpen() == 0 })
