@@ -25,7 +25,9 @@ const tlsRecordSize = 16 << 10
 // Options.HandshakeTimeout like the rest of the negotiation.
 //
 // config must not be modified after the call. Its MinVersion should be
-// TLS 1.2 or later (Go's default for servers), as the protocol asks.
+// TLS 1.2 or later (Go's default for servers), as the protocol asks, and
+// DynamicRecordSizingDisabled set (TLSFiles.Config's are), so that a
+// reply of up to 16 KiB is one record from a connection's start.
 // Clients the certificate checks of config refuse are dropped.
 //
 // Connections served over TLS are never handed over (HandOver closes

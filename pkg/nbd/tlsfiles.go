@@ -82,6 +82,11 @@ func (f TLSFiles) load() (*tls.Config, error) {
 		// without tickets every connection is checked against the
 		// credentials on disk at its start, whatever it had before.
 		SessionTicketsDisabled: true,
+		// Replies are gathered into records of the most TLS allows
+		// (tlsRecordSize); crypto/tls would cut a connection's first
+		// 128 KiB into records of a TCP segment, each a system call,
+		// which helps a browser show a page early and no NBD client.
+		DynamicRecordSizingDisabled: true,
 	}
 	if f.CA != "" {
 		pool, err := loadCAs(f.CA)
