@@ -11,6 +11,9 @@
 #
 # A gzramd target may end in +NAME, a variant for A/B runs: its binary is
 # $GZRAMD_NAME and its flags $GZRAMD_ARGS_NAME where set (gzramd_variant).
+# After that, @tcp serves it on loopback TCP and @tls on loopback TCP with
+# TLS (a throwaway CA and server certificate, bench_tls_certs; libnbd's
+# nbds:// URI), in place of the Unix socket: gzramd-cpu@tcp gzramd-cpu@tls.
 #
 # Environment: GZRAMD (default bin/gzramd), GZRAMD_ARGS (more serve flags),
 # E2E_NBDKIT_MEMORY (the memory plugin: a name or a .so path),
@@ -25,6 +28,7 @@ BENCH_EXPORT=gzram0
 BENCH_PIDS=()
 BENCH_TMPS=()
 BENCH_ZRAM=""
+BENCH_URI=""
 
 bench_log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
 bench_die() {
@@ -87,18 +91,59 @@ gzramd_variant() {
 	esac
 }
 
+# bench_tls_certs: writes a throwaway CA and a server certificate for
+# 127.0.0.1 to $WORK/tls, once, in GnuTLS's layout that libnbd's
+# tls-certificates= reads (ca-cert.pem), and the server's pair beside it.
+bench_tls_certs() {
+	local d=$WORK/tls
+	[ -s "$d/server-key.pem" ] && return 0
+	bench_require openssl
+	mkdir -p "$d"
+	(
+		cd "$d"
+		openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+			-subj "/CN=gzramd bench CA" -keyout ca-key.pem -out ca-cert.pem
+		openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+			-subj "/CN=gzramd bench" -keyout server-key.pem -out server.csr
+		printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >server.ext
+		openssl x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial \
+			-days 2 -extfile server.ext -out server-cert.pem
+	) >"$d/openssl.log" 2>&1 || bench_die "openssl could not make the TLS certificates: $(tail -3 "$d/openssl.log")"
+}
+
 # target_start TARGET: starts it; on failure sets BENCH_WHY (for a skip
-# line) and returns 1. Sets BENCH_PID (0 for zram) and BENCH_METRICS
-# (gzramd).
+# line) and returns 1. Sets BENCH_PID (0 for zram), BENCH_METRICS
+# (gzramd) and BENCH_URI (the nbd engine's; empty for zram).
 target_start() {
 	local target=$1 sock log
 	BENCH_PID=0
 	BENCH_METRICS=""
+	BENCH_URI=""
 	case "$target" in
 	gzramd-*)
-		local backend=${target#gzramd-} algorithm=lz4 bin=$GZRAMD args=${GZRAMD_ARGS:-}
-		gzramd_variant "$target"
+		local name=${target%@*} transport=unix
+		[ "$name" = "$target" ] || transport=${target##*@}
+		local backend=${name#gzramd-} algorithm=lz4 bin=$GZRAMD args=${GZRAMD_ARGS:-}
+		gzramd_variant "$name"
 		backend=${backend%%+*}
+		case "$transport" in
+		unix) BENCH_URI="nbd+unix:///$BENCH_EXPORT?socket=$WORK/${target//+/_}.sock" ;;
+		tcp | tls)
+			local port
+			port=$(bench_free_port)
+			args="$args --tcp 127.0.0.1:$port"
+			BENCH_URI="nbd://127.0.0.1:$port/$BENCH_EXPORT"
+			if [ "$transport" = tls ]; then
+				bench_tls_certs
+				args="$args --tls-cert $WORK/tls/server-cert.pem --tls-key $WORK/tls/server-key.pem"
+				BENCH_URI="nbds://127.0.0.1:$port/$BENCH_EXPORT?tls-verify-peer=false"
+			fi
+			;;
+		*)
+			BENCH_WHY="unknown transport @$transport (unix, tcp or tls)"
+			return 1
+			;;
+		esac
 		case "$backend" in
 		*-*) algorithm=${backend#*-} backend=${backend%%-*} ;;
 		esac
@@ -128,6 +173,7 @@ target_start() {
 	nbdkit)
 		command -v nbdkit >/dev/null || { BENCH_WHY="nbdkit missing"; return 1; }
 		sock=$WORK/$target.sock
+		BENCH_URI="nbd+unix:///$BENCH_EXPORT?socket=$sock"
 		# nbdkit writes its pid file once it accepts connections; its
 		# socket appears at bind, before it listens, and stays after it
 		# exits.
@@ -180,7 +226,7 @@ target_stop() {
 target_fio() {
 	local target=$1 name=$2
 	shift 2
-	local io=(--ioengine=nbd --uri="nbd+unix:///$BENCH_EXPORT?socket=$WORK/${target//+/_}.sock")
+	local io=(--ioengine=nbd --uri="$BENCH_URI")
 	case "$target" in zram | zram-*) io=(--ioengine=libaio --direct=1 --filename=/dev/zram0) ;; esac
 	fio --name="$name" "${io[@]}" --group_reporting \
 		--buffer_compress_percentage=50 --buffer_compress_chunk=4096 "$@" ||
@@ -224,12 +270,23 @@ print("%.1f %.0f %.3f %.1f %.1f" % ((r["bw_bytes"] + w["bw_bytes"]) / 1e6, r["io
 EOF
 }
 
+# fio_process_cpu JSON P0 P1: CPU-seconds per 10^9 bytes fio moved, of a
+# process whose CPU-seconds were P0 before the run and P1 after.
+fio_process_cpu() {
+	python3 - "$@" <<'EOF'
+import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+moved = job["read"]["io_bytes"] + job["write"]["io_bytes"]
+print("%.3f" % ((float(sys.argv[3]) - float(sys.argv[2])) / (moved / 1e9) if moved else 0))
+EOF
+}
+
 # bench_machine: a line describing the machine, for the report.
 bench_machine() {
 	local cpu gpu
 	cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 	gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
-	echo "Machine: $(nproc) CPUs ($cpu)${gpu:+, $gpu}; kernel $(uname -r); $(date -u +%F); gzramd $("$GZRAMD" version 2>/dev/null | awk '{ print $2; exit }')."
+	echo "Machine: $(nproc) CPUs ($cpu)${gpu:+, $gpu}; kernel $(uname -r); $(date -u +%F); gzramd $("$GZRAMD" version 2>/dev/null | awk '{ print $NF; exit }')."
 }
 
 # bench_order ROUND TARGETS...: the targets, reversed in even rounds, so

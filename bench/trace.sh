@@ -30,6 +30,11 @@
 #                   medians, and ratios taken within each round
 #   TRACE_PAIRS     the ratios to report, A/B each (default
 #                   "gzramd-gpu/gzramd-cpu gzramd-gpu/zram gzramd-cpu/zram")
+#   TRACE_TLS       1: TLS against plain TCP instead, both on loopback, the
+#                   targets "gzramd-cpu@tcp gzramd-cpu@tls" and the pair
+#                   gzramd-cpu@tls/gzramd-cpu@tcp unless TRACE_TARGETS and
+#                   TRACE_PAIRS say otherwise (bench/lib.sh: a target's @tcp
+#                   or @tls; throwaway certificates made with openssl)
 #   GZRAMD, GZRAMD_ARGS, E2E_NBDKIT_MEMORY: as for bench/lib.sh
 # Tools come from PATH: fio (with its nbd engine), nbdkit, python3, and
 # zstd or xz for a compressed trace; on a machine without packages, from
@@ -40,11 +45,15 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 TRACE=${1:-$ROOT/bench/traces/host-2.iolog.zst}
 TARGETS=${TRACE_TARGETS:-gzramd-cpu gzramd-gpu zram nbdkit}
+PAIRS=${TRACE_PAIRS:-gzramd-gpu/gzramd-cpu gzramd-gpu/zram gzramd-cpu/zram}
+if [ "${TRACE_TLS:-0}" = 1 ]; then
+	TARGETS=${TRACE_TARGETS:-gzramd-cpu@tcp gzramd-cpu@tls}
+	PAIRS=${TRACE_PAIRS:-gzramd-cpu@tls/gzramd-cpu@tcp}
+fi
 JOBS=${TRACE_JOBS:-1 4}
 IODEPTH=${TRACE_IODEPTH:-32}
 REPEAT=${TRACE_REPEAT:-10}
 ROUNDS=${TRACE_ROUNDS:-1}
-PAIRS=${TRACE_PAIRS:-gzramd-gpu/gzramd-cpu gzramd-gpu/zram gzramd-cpu/zram}
 
 bench_require fio python3
 [ -r "$TRACE" ] || bench_die "no trace at $TRACE"
@@ -138,16 +147,26 @@ for round in $(seq "$ROUNDS"); do
 			# trace's.
 			redirect=()
 			case "$target" in zram | zram-*) redirect=(--replay_redirect=/dev/zram0) ;; esac
-			t0=$(machine_cpu_ticks)
+			t0=$(machine_cpu_ticks) p0=0
+			[ -z "$BENCH_METRICS" ] || p0=$(gzramd_metric process_cpu_seconds_total)
 			target_fio "$target" replay --read_iolog="$WORK/replay.iolog" --replay_no_stall=1 "${redirect[@]}" \
 				--iodepth="$IODEPTH" --numjobs="$jobs" \
 				--thinktime=1 --thinktime_blocks="$REPLAY_IOS" --thinktime_blocks_type=issue \
 				--output-format=json --output="$WORK/$target.$jobs.json" >/dev/null
-			t1=$(machine_cpu_ticks)
+			t1=$(machine_cpu_ticks) p1=0
+			[ -z "$BENCH_METRICS" ] || p1=$(gzramd_metric process_cpu_seconds_total)
 			# MB/s IOPS CPU-s/GB p50 p99, after the target, job count and
-			# round.
-			fio_summary "$WORK/$target.$jobs.json" "$t0" "$t1" 1 1 | sed "s/^/$target $jobs $round /" >>"$WORK/rows"
+			# round, and gzramd's own CPU-s/GB (its serving process's
+			# process_cpu_seconds_total; 0 for the others).
+			echo "$(fio_summary "$WORK/$target.$jobs.json" "$t0" "$t1" 1 1) $(fio_process_cpu "$WORK/$target.$jobs.json" "$p0" "$p1")" |
+				sed "s/^/$target $jobs $round /" >>"$WORK/rows"
 			bench_log "$(tail -1 "$WORK/rows")"
+			case "$target" in
+			*@tls)
+				# What the client and gzramd agreed on, for the report.
+				grep -ho 'tls="[^"]*" cipher=[A-Z0-9_]*' "$WORK/$target.log" | sort -u | sed "s/^/$target: /" >>"$WORK/ciphers"
+				;;
+			esac
 			case "$target" in
 			gzramd-*)
 				echo "$target $jobs $(gzramd_metric gzramd_compressed_pages_total 'backend="gpu"') $(gzramd_metric gzramd_compressed_pages_total 'backend="cpu"')" >>"$WORK/pages"
@@ -167,13 +186,14 @@ awk '{ $1 = "jobs-" $2 " " $1; $2 = ""; print }' "$WORK/rows" >"$WORK/cases"
 	echo "# Trace replay: $(basename "$TRACE")"
 	echo
 	echo "Trace: $(tstat reads) reads (mean $(kib read_bytes reads) KiB), $(tstat writes) writes (mean $(kib write_bytes writes) KiB, $(awk -v a="$(tstat writes_128k)" -v n="$(tstat writes)" 'BEGIN { printf "%.0f", n ? 100 * a / n : 0 }') % of them 128 KiB), $(tstat trims) trims, flushes: $(tstat syncs); replayed $REPEAT times over by each job: $(awk -v b="$(($(tstat read_bytes) + $(tstat write_bytes)))" -v r="$REPEAT" 'BEGIN { printf "%.2f", b * r / 1e9 }') GB a job; trims $TRIMS; devices of $BENCH_SIZE."
-	echo "$FIO_VERSION: read_iolog, replay_no_stall=1, iodepth=$IODEPTH, buffer_compress_percentage=50, buffer_compress_chunk=4096; nbd engine over a Unix socket, zram with libaio and O_DIRECT."
-	echo "CPU-s/GB: the whole machine's user+nice+system+irq+softirq+steal (/proc/stat) over the fio run, per 10^9 bytes read and written; load average before the run $LOAD. Latency: completion latency of the reads."
+	echo "$FIO_VERSION: read_iolog, replay_no_stall=1, iodepth=$IODEPTH, buffer_compress_percentage=50, buffer_compress_chunk=4096; nbd engine over a Unix socket (over loopback TCP for a target's @tcp, with TLS for @tls), zram with libaio and O_DIRECT."
+	[ ! -s "$WORK/ciphers" ] || echo "TLS: $(sort -u "$WORK/ciphers" | paste -sd ';' | sed 's/;/; /g')."
+	echo "CPU-s/GB: the whole machine's user+nice+system+irq+softirq+steal (/proc/stat) over the fio run, per 10^9 bytes read and written (gzramd's: its serving process's process_cpu_seconds_total; the rest is fio's, its clients' and the kernel's beyond it); load average before the run $LOAD. Latency: completion latency of the reads."
 	echo
-	echo "| target | jobs | MB/s | CPU-s per GB | p50 µs | p99 µs | pages on the GPU |"
-	echo "|---|---:|---:|---:|---:|---:|---:|"
+	echo "| target | jobs | MB/s | CPU-s per GB | of which gzramd's | p50 µs | p99 µs | pages on the GPU |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 	awk 'NR == FNR { share[$1" "$2] = $3; next }
-		{ k = $1" "$2; printf "| %s | %d | %.0f | %.2f | %.0f | %.0f | %s |\n", $1, $2, $4, $6, $7, $8, k in share ? share[k] "%" : "-" }' "$WORK/shares" "$WORK/medians"
+		{ k = $1" "$2; printf "| %s | %d | %.0f | %.2f | %s | %.0f | %.0f | %s |\n", $1, $2, $4, $6, $1 ~ /^gzramd-/ ? sprintf("%.2f", $9) : "-", $7, $8, k in share ? share[k] "%" : "-" }' "$WORK/shares" "$WORK/medians"
 	[ "$ROUNDS" = 1 ] || { echo; echo "Each figure is the median of $ROUNDS rounds; every other round ran the targets in the reverse order."; }
 	echo
 	echo "Ratios within a round (median over the rounds), throughput and CPU-s/GB:"
@@ -182,7 +202,7 @@ awk '{ $1 = "jobs-" $2 " " $1; $2 = ""; print }' "$WORK/rows" >"$WORK/cases"
 	[ ! -s "$WORK/skipped.txt" ] || { echo; cat "$WORK/skipped.txt"; }
 	if [ "$ROUNDS" != 1 ]; then
 		echo
-		echo "Every round (target, jobs, round, MB/s, IOPS, CPU-s/GB, p50 µs, p99 µs):"
+		echo "Every round (target, jobs, round, MB/s, IOPS, CPU-s/GB, p50 µs, p99 µs, gzramd's CPU-s/GB):"
 		echo
 		echo '```'
 		sort -k1,1 -k2n -k3n "$WORK/rows"
@@ -190,5 +210,5 @@ awk '{ $1 = "jobs-" $2 " " $1; $2 = ""; print }' "$WORK/rows" >"$WORK/cases"
 	fi
 	echo
 	bench_machine
-	echo "Command: TRACE_TARGETS=\"$TARGETS\" TRACE_ROUNDS=$ROUNDS TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh${1:+ $1}"
+	echo "Command: ${TRACE_TLS:+TRACE_TLS=$TRACE_TLS }TRACE_TARGETS=\"$TARGETS\" TRACE_ROUNDS=$ROUNDS TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh${1:+ $1}"
 } | tee "${TRACE_OUT:-/dev/null}"
