@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 )
 
 // recordCounter is a listener whose connections count the server's
@@ -36,8 +35,9 @@ func (l *recordCounter) reset() []int {
 }
 
 // recordConn hides the socket's NetConn (so the server writes through it)
-// and counts the TLS records in each write. crypto/tls writes whole
-// records, so a write that does not end at a record's end counts -1.
+// and counts the TLS records in each write, before making it: once the
+// client has read a reply, its writes are all counted. crypto/tls writes
+// whole records, so a write that does not end at a record's end counts -1.
 type recordConn struct {
 	net.Conn
 	l *recordCounter
@@ -97,7 +97,6 @@ func TestTLSReplyRecords(t *testing.T) {
 		{64 << 10, 5},
 		{128 << 10, 9},
 	} {
-		time.Sleep(10 * time.Millisecond) // let the last reply's writes end
 		l.reset()
 		c.send(CmdRead, 0, 1, 0, tc.size, nil)
 		if errno, _ := c.recv(); errno != 0 {
