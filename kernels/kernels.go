@@ -37,3 +37,12 @@ func SourceHash(ptx []byte) string {
 	}
 	return strings.TrimSpace(s)
 }
+
+// ZstdDeep is the PTX of zstd_deep.cu: gz_zstd_deep, which writes frames
+// of several pages compressed hard (zstd_deep.h), a thread a frame. The
+// daemon does not load it: at 1.3 MB/s on an H200 it is the reference a
+// faster kernel must match byte for byte, and its measurement
+// (bench/results/dense-deep-2026-11-28.md), not yet the dense tier's.
+//
+//go:embed zstd_deep.ptx
+var ZstdDeep []byte

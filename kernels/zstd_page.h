@@ -85,7 +85,12 @@
 #define ZP_PROF(k)
 #endif
 
+// ZP_PAGE is the bytes of a frame: a page, or a frame of several pages
+// for kernels/zstd_deep.h, which sets it before including this header.
+// Its one block holds them all, so it is at most 65535 (16-bit positions).
+#ifndef ZP_PAGE
 #define ZP_PAGE 4096
+#endif
 
 // The head table of the match finder has 1 << hash_bits entries, at most
 // 1 << ZP_HASH_BITS_MAX.
@@ -888,9 +893,11 @@ ZP_FN_BIG int zp_huf_sort(zp_workspace *ws) {
 	}
 	for (int s = 0; s < 256; s++)
 		if (hist[s]) tmp[bucket[hist[s] & 63]++] = (uint16_t)s;
-	for (int i = 0; i < 128; i++) bucket[i] = 0;
+	// Two or more symbols: every count is below ZP_PAGE.
+	const int high = ZP_PAGE >> 6 < 128 ? 128 : ZP_PAGE >> 6;
+	for (int i = 0; i < high; i++) bucket[i] = 0;
 	for (int i = 0; i < n; i++) bucket[hist[tmp[i]] >> 6]++;
-	for (int i = 0, sum = 0; i < 128; i++) {
+	for (int i = 0, sum = 0; i < high; i++) {
 		int c = bucket[i];
 		bucket[i] = (uint16_t)sum;
 		sum += c;
@@ -1235,6 +1242,8 @@ ZP_FN_BIG int zp_plan_literals(zp_workspace *ws, int n, uint8_t *op, uint8_t *oe
 		ZP_PROF(12);
 		int four = n > 1023, hdr = four ? 4 : 3;
 		int comp = bestLimit ? zp_huf_plan(ws, n, nsorted, maxSym, bestLimit, 1) : 0x7FFF;
+		// Sizes past 14 bits take the 18-bit format (frames of pages).
+		if (four && (n > 16383 || comp > 16383)) hdr = 5;
 		ZP_PROF(13);
 		if (comp < 0x7FFF && (four || comp <= 1023) && hdr + comp < rawh + n) {
 			if (oend - op < hdr + comp) return 0;
@@ -1302,12 +1311,15 @@ ZP_FN_BIG uint8_t *zp_finish_literals(const zp_lit_plan *pl) {
 		op[0] = (uint8_t)lh;
 		op[1] = (uint8_t)(lh >> 8);
 		op[2] = (uint8_t)(lh >> 16);
-	} else if (pl->streams == 4) {
+	} else if (pl->streams == 4 && pl->n <= 16383 && pl->comp <= 16383) {
 		uint32_t lh = 2u | 2u << 2 | (uint32_t)pl->n << 4 | (uint32_t)pl->comp << 18;
 		op[0] = (uint8_t)lh;
 		op[1] = (uint8_t)(lh >> 8);
 		op[2] = (uint8_t)(lh >> 16);
 		op[3] = (uint8_t)(lh >> 24);
+	} else if (pl->streams == 4) {
+		uint64_t lh = 2u | 3u << 2 | (uint64_t)pl->n << 4 | (uint64_t)pl->comp << 22;
+		for (int i = 0; i < 5; i++) op[i] = (uint8_t)(lh >> (8 * i));
 	}
 	return pl->end;
 }

@@ -1,0 +1,1 @@
+../../kernels/zstd_deep.h

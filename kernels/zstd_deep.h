@@ -1,0 +1,362 @@
+// zstd frames of several pages compressed hard, for the dense tier: an
+// optimal parse (the kind libzstd's highest levels make) over a frame of
+// up to ZP_PAGE bytes, coded as one block by zstd_page.h's stages 2 and 3.
+// Portable C like zstd_page.h: the host tests it against libzstd
+// (internal/zstddeep), and the GPU runs it a thread a frame.
+//
+// The includer sets ZP_PAGE (the largest frame, a multiple of 4096 up to
+// 65535) and ZP_MAX_SEQ before including this header, and defines
+// ZP_NO_CHAIN_MF: the page encoder's own match finder is not used.
+//
+// The parse, for each position of the frame in order:
+//   - the matches that start there: the three repeat offsets as the best
+//     path to the position leaves them, the nearest earlier position with
+//     the same three bytes, and up to ZD_DEPTH earlier positions with the
+//     same four (a hash chain), each kept only where it is longer than
+//     every nearer one;
+//   - every length of those matches is priced (its literal length's, match
+//     length's and offset's codes and extra bits, in 1/256 bits, from
+//     statistics below), and the cheapest way to reach each later position
+//     is kept with the repeat offsets it leaves. A match of ZD_SUFFICIENT
+//     bytes or more is priced at its whole length only, so that runs cost
+//     a position each, not a length each.
+// The cheapest path to the frame's end is then walked back into
+// sequences. The statistics are the frame's bytes and zstd's predefined
+// distributions at first; the frame is then parsed again (ZD_PASSES in
+// all) with those of the parse before, as libzstd's btultra2 does.
+//
+// zd_compress_frame returns the frame's length, or 0 when it would not be
+// smaller than its content or not fit dst_cap. It writes only below
+// dst + dst_cap and reads only the n bytes of src.
+
+#ifndef GZRAMD_ZSTD_DEEP_H
+#define GZRAMD_ZSTD_DEEP_H
+
+#include "zstd_page.h"
+
+#ifndef ZD_HASH_BITS
+#define ZD_HASH_BITS 14
+#endif
+#ifndef ZD_HASH3_BITS
+#define ZD_HASH3_BITS 12
+#endif
+#ifndef ZD_DEPTH
+#define ZD_DEPTH 48
+#endif
+#ifndef ZD_SUFFICIENT
+#define ZD_SUFFICIENT 96
+#endif
+#ifndef ZD_PASSES
+#define ZD_PASSES 2
+#endif
+// Candidates a position keeps: the repeat offsets, the 3-byte one, and
+// those of the chain that were longer than every nearer one.
+#define ZD_CANDS 24
+#define ZD_NONE 0xFFFFu
+#define ZD_INF 0x7FFFFFFF
+
+// A position's cheapest way in: its price, the match that ends there (len
+// 0 for a literal) and its offset, the literals since the last match, and
+// the repeat offsets the path leaves.
+typedef struct zd_node {
+	int32_t price;
+	uint16_t len, off, lit;
+	uint16_t rep[3];
+} zd_node;
+
+// Prices in 1/256 bits: each literal byte, and each code of the three
+// sequence types without its extra bits.
+typedef struct zd_prices {
+	int32_t lit[256];
+	int32_t ll[36], ml[53], of[32];
+} zd_prices;
+
+typedef struct zd_scratch {
+	zd_node node[ZP_PAGE + 1];
+	uint16_t head[1 << ZD_HASH_BITS];
+	uint16_t head3[1 << ZD_HASH3_BITS];
+	uint16_t chain[ZP_PAGE];
+	// The chosen matches, as the walk back finds them (last first).
+	uint16_t mstart[ZP_PAGE / 3 + 1], mlen[ZP_PAGE / 3 + 1], moff[ZP_PAGE / 3 + 1];
+	zd_prices pr;
+	// Counts for the prices, here rather than on a GPU thread's stack.
+	uint32_t hist[256], cll[36], cml[53], cof[32];
+} zd_scratch;
+
+// zd_rd32 returns bytes p..p+3 of the n at s, 0 past them.
+ZP_FN uint32_t zd_rd32(const uint8_t *s, int p, int n) {
+	if (p + 4 <= n) return zp_ld32(s, p);
+	uint32_t v = 0;
+	for (int i = 0; i < 4 && p + i < n; i++) v |= (uint32_t)s[p + i] << (8 * i);
+	return v;
+}
+
+// zd_match_len counts the bytes from b that equal those from a (a < b),
+// up to n.
+ZP_FN int zd_match_len(const uint8_t *s, int a, int b, int n) {
+	int k = 0;
+	while (b + k + 8 <= n) {
+		uint64_t x = zp_ld64(s, a + k) ^ zp_ld64(s, b + k);
+		if (x) return k + (zp_ctz64(x) >> 3);
+		k += 8;
+	}
+	while (b + k < n && s[a + k] == s[b + k]) k++;
+	return k;
+}
+
+// zd_cost returns the price of a symbol seen count times in total, with
+// every one of nsym symbols counted once more (so that none is free or
+// unpriceable).
+ZP_FN int32_t zd_cost(uint32_t count, uint32_t total, int nsym) {
+	return zp_log2q8(total + (uint32_t)nsym) - zp_log2q8(count + 1);
+}
+
+// zd_default_prices prices a frame's first parse: literals by the frame's
+// bytes, the codes by zstd's predefined distributions.
+ZP_FN void zd_default_prices(zd_scratch *sc, const uint8_t *src, int n) {
+	zd_prices *pr = &sc->pr;
+	uint32_t *hist = sc->hist;
+	for (int s = 0; s < 256; s++) hist[s] = 0;
+	for (int i = 0; i < n; i++) hist[src[i]]++;
+	for (int s = 0; s < 256; s++) pr->lit[s] = zd_cost(hist[s], (uint32_t)n, 256);
+	// A predefined count of -1 is a probability below 1/64; priced as 1.
+	for (int c = 0; c < 36; c++) pr->ll[c] = (6 << 8) - zp_log2q8((uint32_t)(zp_ll_def[c] > 0 ? zp_ll_def[c] : 1));
+	for (int c = 0; c < 53; c++) pr->ml[c] = (6 << 8) - zp_log2q8((uint32_t)(zp_ml_def[c] > 0 ? zp_ml_def[c] : 1));
+	for (int c = 0; c < 32; c++) pr->of[c] = c < 29 ? (5 << 8) - zp_log2q8((uint32_t)(zp_of_def[c] > 0 ? zp_of_def[c] : 1)) : 8 << 8;
+}
+
+// zd_parse_prices prices the next parse by the sequences and literals of
+// the last (ws->seq_*, nlit literals in ws->u.lit.lit).
+ZP_FN void zd_parse_prices(zd_scratch *sc, const zp_workspace *ws, int nseq, int nlit) {
+	zd_prices *pr = &sc->pr;
+	uint32_t *hist = sc->hist, *ll = sc->cll, *ml = sc->cml, *of = sc->cof;
+	for (int s = 0; s < 256; s++) hist[s] = 0;
+	for (int i = 0; i < nlit; i++) hist[ws->u.lit.lit[i]]++;
+	for (int s = 0; s < 256; s++) pr->lit[s] = zd_cost(hist[s], (uint32_t)nlit, 256);
+	for (int c = 0; c < 36; c++) ll[c] = 0;
+	for (int c = 0; c < 53; c++) ml[c] = 0;
+	for (int c = 0; c < 32; c++) of[c] = 0;
+	for (int i = 0; i < nseq; i++) {
+		ll[zp_ll_code(ws->seq_ll[i])]++;
+		ml[zp_ml_code((uint32_t)ws->seq_ml[i] - 3)]++;
+		of[zp_highbit(ws->seq_of[i])]++;
+	}
+	for (int c = 0; c < 36; c++) pr->ll[c] = zd_cost(ll[c], (uint32_t)nseq, 36);
+	for (int c = 0; c < 53; c++) pr->ml[c] = zd_cost(ml[c], (uint32_t)nseq, 53);
+	for (int c = 0; c < 32; c++) pr->of[c] = zd_cost(of[c], (uint32_t)nseq, 32);
+}
+
+ZP_FN int32_t zd_ll_price(const zd_prices *pr, uint32_t ll) {
+	int c = zp_ll_code(ll);
+	return pr->ll[c] + ((int32_t)zp_ll_bits[c] << 8);
+}
+
+ZP_FN int32_t zd_ml_price(const zd_prices *pr, uint32_t ml) {
+	int c = zp_ml_code(ml - 3);
+	return pr->ml[c] + ((int32_t)zp_ml_bits[c] << 8);
+}
+
+ZP_FN int32_t zd_of_price(const zd_prices *pr, uint32_t offval) {
+	int c = zp_highbit(offval);
+	return pr->of[c] + ((int32_t)c << 8);
+}
+
+ZP_FN uint32_t zd_hash4(uint32_t v) { return (v * 2654435761u) >> (32 - ZD_HASH_BITS); }
+ZP_FN uint32_t zd_hash3(uint32_t v) { return ((v << 8) * 2654435761u) >> (32 - ZD_HASH3_BITS); }
+
+// zd_relax offers node at p + len the path through p and a match of len
+// bytes at offset off, whose offset value and repeat offsets after are ov
+// and rep.
+ZP_FN void zd_relax(zd_node *node, int p, int len, int32_t price, uint32_t off, const uint32_t *rep) {
+	zd_node *t = &node[p + len];
+	if (price >= t->price) return;
+	t->price = price;
+	t->len = (uint16_t)len;
+	t->off = (uint16_t)off;
+	t->lit = 0;
+	t->rep[0] = (uint16_t)rep[0];
+	t->rep[1] = (uint16_t)rep[1];
+	t->rep[2] = (uint16_t)rep[2];
+}
+
+// zd_parse finds the cheapest parse of src[0..n) by sc->pr into
+// ws->seq_* and returns the number of sequences (at most ZP_MAX_SEQ; the
+// rest of the frame is then literals).
+ZP_FN int zd_parse(const uint8_t *src, int n, zd_scratch *sc, zp_workspace *ws) {
+	zd_node *node = sc->node;
+	const zd_prices *pr = &sc->pr;
+	for (int i = 0; i < (1 << ZD_HASH_BITS); i++) sc->head[i] = ZD_NONE;
+	for (int i = 0; i < (1 << ZD_HASH3_BITS); i++) sc->head3[i] = ZD_NONE;
+	for (int i = 1; i <= n; i++) node[i].price = ZD_INF;
+	node[0].price = zd_ll_price(pr, 0);
+	node[0].len = 0;
+	node[0].lit = 0;
+	node[0].rep[0] = 1, node[0].rep[1] = 4, node[0].rep[2] = 8;
+	int32_t ll_price0 = zd_ll_price(pr, 0);
+	int cl[ZD_CANDS], co[ZD_CANDS];
+	for (int p = 0; p < n; p++) {
+		const zd_node *at = &node[p];
+		const uint32_t litlen = at->lit;
+		// A literal: its byte, and what it adds to the literal length.
+		{
+			int32_t c = at->price + pr->lit[src[p]] + zd_ll_price(pr, litlen + 1) - zd_ll_price(pr, litlen);
+			zd_node *t = &node[p + 1];
+			if (c < t->price) {
+				t->price = c;
+				t->len = 0;
+				t->off = 0;
+				t->lit = (uint16_t)(litlen + 1);
+				t->rep[0] = at->rep[0], t->rep[1] = at->rep[1], t->rep[2] = at->rep[2];
+			}
+		}
+		if (p + 3 > n) continue;
+		const uint32_t v = zd_rd32(src, p, n);
+		// The candidates, each longer than the ones before it.
+		int nc = 0, longest = 2;
+		uint32_t rep[3] = {at->rep[0], at->rep[1], at->rep[2]};
+		for (int i = 0; i < 3; i++) {
+			uint32_t off = litlen > 0 ? rep[i] : (i < 2 ? rep[i + 1] : rep[0] - 1);
+			if (off == 0 || off > (uint32_t)p) continue;
+			int l = zd_match_len(src, p - (int)off, p, n);
+			if (l > longest) {
+				longest = l;
+				cl[nc] = l, co[nc] = (int)off, nc++;
+			}
+		}
+		uint32_t h3 = zd_hash3(v);
+		int q3 = sc->head3[h3];
+		sc->head3[h3] = (uint16_t)p;
+		if (q3 != (int)ZD_NONE) {
+			int l = zd_match_len(src, q3, p, n);
+			if (l > longest) {
+				longest = l;
+				cl[nc] = l, co[nc] = p - q3, nc++;
+			}
+		}
+		if (p + 4 <= n) {
+			uint32_t h = zd_hash4(v);
+			int q = sc->head[h];
+			sc->chain[p] = (uint16_t)q;
+			sc->head[h] = (uint16_t)p;
+			for (int d = 0; d < ZD_DEPTH && q != (int)ZD_NONE && nc < ZD_CANDS && longest < n - p; d++) {
+				// Longer than the longest so far only if equal at its end.
+				if (src[q + longest] == src[p + longest]) {
+					int l = zd_match_len(src, q, p, n);
+					if (l > longest) {
+						longest = l;
+						cl[nc] = l, co[nc] = p - q, nc++;
+					}
+				}
+				q = sc->chain[q];
+			}
+		}
+		if (nc == 0) continue;
+		// Each length priced with the nearest candidate that reaches it
+		// (the candidates grow in length and, past the repeat offsets,
+		// in offset); a long match at its whole length only.
+		int32_t base = at->price + ll_price0;
+		int from = 3;
+		for (int k = 0; k < nc; k++) {
+			uint32_t off = (uint32_t)co[k];
+			uint32_t ov = zp_offval(off, litlen, rep);
+			uint32_t after[3] = {rep[0], rep[1], rep[2]};
+			zp_rep_update(after, ov, litlen);
+			int32_t ofp = base + zd_of_price(pr, ov);
+			if (cl[nc - 1] >= ZD_SUFFICIENT) {
+				zd_relax(node, p, cl[k], ofp + zd_ml_price(pr, (uint32_t)cl[k]), off, after);
+				continue;
+			}
+			for (int l = from; l <= cl[k]; l++) zd_relax(node, p, l, ofp + zd_ml_price(pr, (uint32_t)l), off, after);
+			from = cl[k] + 1;
+		}
+	}
+	// The path, walked back from the end.
+	int nm = 0;
+	for (int e = n; e > 0;) {
+		const zd_node *t = &node[e];
+		if (t->len == 0) {
+			e--;
+			continue;
+		}
+		e -= t->len;
+		sc->mstart[nm] = (uint16_t)e, sc->mlen[nm] = t->len, sc->moff[nm] = t->off;
+		nm++;
+	}
+	uint32_t rep[3] = {1, 4, 8};
+	int anchor = 0, nseq = 0;
+	for (int k = nm - 1; k >= 0 && nseq < ZP_MAX_SEQ; k--) {
+		uint32_t ll = (uint32_t)(sc->mstart[k] - anchor);
+		uint32_t ov = zp_offval(sc->moff[k], ll, rep);
+		zp_rep_update(rep, ov, ll);
+		ws->seq_ll[nseq] = (uint16_t)ll;
+		ws->seq_ml[nseq] = sc->mlen[k];
+		ws->seq_of[nseq] = (uint16_t)ov;
+		nseq++;
+		anchor = sc->mstart[k] + sc->mlen[k];
+	}
+	return nseq;
+}
+
+// zd_gather_literals copies the literals of the nseq sequences of the n
+// bytes at src to ws->u.lit.lit and returns their number.
+ZP_FN int zd_gather_literals(const uint8_t *src, int n, zp_workspace *ws, int nseq) {
+	uint8_t *lit = ws->u.lit.lit;
+	int pos = 0, k = 0;
+	for (int i = 0; i < nseq; i++) {
+		int ll = ws->seq_ll[i];
+		for (int j = 0; j < ll; j++) lit[k + j] = src[pos + j];
+		k += ll;
+		pos += ll + ws->seq_ml[i];
+	}
+	for (; pos < n; pos++) lit[k++] = src[pos];
+	return k;
+}
+
+// zd_frame_header writes the frame's header: Single_Segment, a 2-byte
+// Frame_Content_Size of n (256 <= n < 65792), no checksum, no dictionary.
+ZP_FN void zd_frame_header(uint8_t *dst, int n) {
+	dst[0] = 0x28;
+	dst[1] = 0xB5;
+	dst[2] = 0x2F;
+	dst[3] = 0xFD;
+	dst[4] = 0x60;
+	dst[5] = (uint8_t)((n - 256) & 0xFF);
+	dst[6] = (uint8_t)((n - 256) >> 8);
+}
+
+// zd_compress_frame compresses the n bytes at src (256 <= n <= ZP_PAGE)
+// into one zstd frame at dst (see the top of this file).
+ZP_FN int zd_compress_frame(const uint8_t *src, int n, uint8_t *dst, int dst_cap, zp_workspace *ws, zd_scratch *sc) {
+	if (n < 256 || n > ZP_PAGE) return 0;
+	int cap = dst_cap < n - 1 ? dst_cap : n - 1;
+	if (cap < 11) return 0;
+	zd_frame_header(dst, n);
+	int same = 1;
+	for (int i = 1; i < n; i++) {
+		if (src[i] != src[0]) {
+			same = 0;
+			break;
+		}
+	}
+	if (same) {
+		zp_block_header(dst + 7, 1, (uint32_t)n);
+		dst[10] = src[0];
+		return 11;
+	}
+	zd_default_prices(sc, src, n);
+	int nseq = 0, nlit = 0;
+	for (int pass = 0; pass < ZD_PASSES; pass++) {
+		if (pass > 0) zd_parse_prices(sc, ws, nseq, nlit);
+		nseq = zd_parse(src, n, sc, ws);
+		nlit = zd_gather_literals(src, n, ws, nseq);
+	}
+	uint8_t *const oend = dst + cap;
+	uint8_t *op = zp_encode_literals(ws, nlit, dst + 10, oend, 1);
+	if (!op) return 0;
+	op = zp_encode_sequences(ws, nseq, op, oend, 1);
+	if (!op) return 0;
+	zp_block_header(dst + 7, 2, (uint32_t)(op - (dst + 10)));
+	return (int)(op - dst);
+}
+
+#endif
