@@ -20,6 +20,7 @@ declare -A need=(
 	[modinfo]=kmod
 	[dpkg-deb]=dpkg
 	[apt-get]=apt
+	[openssl]=openssl
 )
 for arg in "$@"; do
 	need[${arg%%=*}]=${arg#*=}

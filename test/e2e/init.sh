@@ -26,6 +26,11 @@ swapmax0=0
 # daemon, survive: NAME=VALUE[,NAME=VALUE...] in gzramd's environment (a
 # faults build's GZRAMD_FAULT_* switches: run.sh's survive-mutant).
 daemon_env=
+# client: a directory with ca-cert.pem, client-cert.pem and client-key.pem
+# makes nbd-client connect over TLS with them (run.sh's host-tls); with
+# tlsguard=1 nbd-client, and so its TLS proxy, runs as an IO flusher,
+# real-time, in a cgroup with memory.swap.max=0 (ioflusher.c).
+tls= tlsguard=0
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.*=*) kv=${arg#e2e.}; eval "${kv%%=*}='${kv#*=}'" ;;
@@ -74,6 +79,17 @@ stop_gzramd() {
 }
 # gzramd_processes: the supervisor and its children (serving, standby).
 gzramd_processes() { echo "$daemon_pid" $(cat /proc/"$daemon_pid"/task/*/children 2>/dev/null); }
+# tls_proxies WHEN: nbd-client's TLS proxies (the processes it forks, one per
+# connection, that encrypt between the kernel's socket and the server's)
+# as E2E-TLS lines: their memory, locked and swapped out.
+tls_proxies() {
+	local p n=0
+	for p in $(pidof nbd-client); do
+		n=$((n + 1))
+		echo "E2E-TLS $1 proxy pid=$p $(awk '/^(VmRSS|VmLck|VmSwap):/ { printf "%s%s%s ", $1, $2, $3 }' /proc/"$p"/status 2>/dev/null)io_flusher_threads=$(io_flushers "$p" | tr ' ' /) policy=$(awk '{ print $41 }' /proc/"$p"/stat 2>/dev/null) cgroup=$(cat /proc/"$p"/cgroup 2>/dev/null)"
+	done
+	echo "E2E-TLS $1 proxies=$n"
+}
 # scrape WHEN: gzramd's metrics (no histogram buckets) as E2E-METRIC lines.
 scrape() {
 	[ -n "$metrics" ] || return 0
@@ -112,9 +128,35 @@ daemon_args=$(echo "${daemon_args:-}" | tr ',' ' ')
 daemon_env=$(echo "${daemon_env:-}" | tr ',' ' ')
 case "$mode" in
 client)
-	step "nbd-client $host $port -N $export -C $conns"
-	nbd-client "$host" "$port" /dev/nbd0 -N "$export" -swap -b 4096 -C "$conns" ||
-		fail "nbd-client could not connect"
+	tlsargs=
+	[ -z "$tls" ] || tlsargs="-certfile $tls/client-cert.pem -keyfile $tls/client-key.pem -cacertfile $tls/ca-cert.pem"
+	guard=
+	if [ -n "$tls" ] && [ "$tlsguard" = 1 ]; then
+		# The proxy's pages must never be swapped out to the device it
+		# carries (its memory locks would not pass to it), and its
+		# allocations must not wait for that device's writes.
+		mkdir -p /sys/fs/cgroup
+		mount -t cgroup2 cgroup2 /sys/fs/cgroup || fail "mount cgroup2"
+		echo +memory >/sys/fs/cgroup/cgroup.subtree_control || fail "cgroup: +memory"
+		mkdir -p /sys/fs/cgroup/nbd-tls
+		echo 0 >/sys/fs/cgroup/nbd-tls/memory.swap.max || fail "cgroup: memory.swap.max=0"
+		guard="ioflusher"
+		step "nbd-client as an IO flusher, real-time, in a cgroup with memory.swap.max=0"
+	fi
+	step "nbd-client $host $port -N $export -C $conns${tls:+ over TLS: $tlsargs}"
+	if [ -n "$guard" ]; then
+		sh -c 'echo $$ >/sys/fs/cgroup/nbd-tls/cgroup.procs || exit 99; exec "$@"' nbd-client \
+			$guard nbd-client "$host" "$port" /dev/nbd0 -N "$export" -swap -b 4096 -C "$conns" $tlsargs
+	else
+		nbd-client "$host" "$port" /dev/nbd0 -N "$export" -swap -b 4096 -C "$conns" $tlsargs
+	fi || fail "nbd-client could not connect"
+	# With TLS the kernel's socket is one end of a socket pair whose other
+	# end a forked nbd-client (the proxy) encrypts to the server: it must
+	# outlive the nbd-client that configured the device.
+	if [ -n "$tls" ]; then
+		tls_proxies start
+		[ -n "$(pidof nbd-client)" ] || fail "no nbd-client TLS proxy running after the connect"
+	fi
 	mkswap /dev/nbd0 >/dev/null || fail "mkswap"
 	swapon -d /dev/nbd0 || fail "swapon -d"
 	;;
@@ -313,6 +355,7 @@ hog_rc=$?
 out=$(($(vmstat_get pswpout) - out0)) in=$(($(vmstat_get pswpin) - in0))
 echo "E2E-SWAP pswpout=$out pswpin=$in"
 cat /proc/swaps
+[ -z "$tls" ] || tls_proxies after-hog
 
 if [ -n "$metrics" ]; then
 	[ -s /tmp/metrics.peak ] || echo "E2E-STEP: no metrics scraped at the hog's peak"

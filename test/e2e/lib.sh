@@ -125,7 +125,7 @@ initramfs_base() {
 	key=$( {
 		echo "$KVER"
 		dpkg-query -W busybox-static nbd-client libc6 2>/dev/null
-		cat "$E2E_DIR/init.sh" "$E2E_DIR/hog.c" "$E2E_DIR/httpget.c" "$E2E_DIR/killer.c" "$E2E_DIR/lib.sh"
+		cat "$E2E_DIR/init.sh" "$E2E_DIR/hog.c" "$E2E_DIR/httpget.c" "$E2E_DIR/killer.c" "$E2E_DIR/ioflusher.c" "$E2E_DIR/lib.sh"
 	} | sha256sum | cut -c1-16)
 	INITRD=$E2E_CACHE/initramfs/base-$KVER-$key.cpio.gz
 	[ -s "$INITRD" ] && return 0
@@ -140,6 +140,7 @@ initramfs_base() {
 	gcc -O2 -static -Wall -o "$root/bin/hog" "$E2E_DIR/hog.c" || die "gcc -static hog.c (needs libc6-dev)"
 	gcc -O2 -static -Wall -o "$root/bin/httpget" "$E2E_DIR/httpget.c" || die "gcc -static httpget.c"
 	gcc -O2 -static -Wall -o "$root/bin/killer" "$E2E_DIR/killer.c" || die "gcc -static killer.c"
+	gcc -O2 -static -Wall -o "$root/bin/ioflusher" "$E2E_DIR/ioflusher.c" || die "gcc -static ioflusher.c"
 	copy_with_libs "$root" "$(command -v nbd-client)" /sbin/nbd-client
 	# The modules the guest needs, in load order, with their dependencies.
 	: >"$root/etc/e2e-modules"
@@ -170,6 +171,16 @@ initramfs_with_gzramd() {
 		(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1)
 	} >"$out"
 	rm -rf "$root"
+}
+
+# initramfs_with_tree DIR OUT: the base initramfs plus a second cpio archive
+# of DIR's tree, at the same paths in the guest (host-tls: the guest's
+# certificates, made per run).
+initramfs_with_tree() {
+	{
+		cat "$INITRD"
+		(cd "$1" && find . | cpio -o -H newc --quiet | gzip -1)
+	} >"$2"
 }
 
 # bundle_open: with E2E_BUNDLE (a bundle made by test/e2e/gpu-e2e-bundle.sh:

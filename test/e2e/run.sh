@@ -5,6 +5,11 @@
 # Scenarios (E2E_SCENARIOS, space-separated, default "host-1 host-2 guest survive-fast"):
 #   host-1  server on the host, guest nbd-client -swap, 1 vCPU, 1 connection
 #   host-2  the same with 2 vCPUs and nbd-client -C 2
+#   host-tls host-1 over TLS with certificates both ways: a throwaway CA,
+#           gzramd serve --tls-cert/--tls-key/--tls-ca (TLS only), the
+#           guest's nbd-client -certfile/-keyfile/-cacertfile (its forked
+#           proxy encrypts for the kernel's socket); gzramd must name the
+#           guest's certificate (log, gzramd status, metrics). gzramd only.
 #   guest   gzramd inside the guest: `gzramd serve --swap --device /dev/nbd0`
 #           attaches, mkswaps and swapons itself; a clean stop must swapoff.
 #           Skipped (with a message) while the binary has no --swap flag,
@@ -37,6 +42,10 @@
 #                              E2E_GUEST_TIMEOUT for guest (twice that)
 #   GZRAMD                     the daemon binary (default bin/gzramd)
 #   E2E_GZRAMD_ARGS            more flags for the host-side gzramd serve
+#   E2E_TLS_GUARD=0            host-tls with nbd-client's TLS proxy bare, as
+#                              a user runs it: it deadlocks at the first
+#                              swap-out (README.md); 1 (default) runs it
+#                              as an IO flusher, real-time, unswappable
 #   E2E_RECORD_TRACE=DIR       the host-side gzramd records the requests
 #                              of each host scenario as a fio iolog,
 #                              DIR/<scenario>.iolog (serve --record-trace),
@@ -102,16 +111,44 @@ fi
 accel_pick
 log "kernel $KVER, accel $ACCEL, server $SERVER, guest ${GUEST_MEM} RAM, hog ${HOG_MIB} MiB (setup $((SECONDS - T0)) s)"
 
+# tls_certs DIR: a throwaway CA (ca-cert.pem), a server certificate for
+# 10.0.2.2, the host as the guest reaches it and as nbd-client checks it
+# (its -tlshostname defaults to the host it connects to), and a client
+# certificate named $TLS_CLIENT, each with its key (NAME-key.pem), in DIR.
+TLS_CLIENT=e2e-guest
+tls_certs() {
+	local dir=$1 name cn ext
+	mkdir -p "$dir"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+		-subj /CN=gzramd-e2e-ca -addext basicConstraints=critical,CA:TRUE \
+		-addext keyUsage=critical,keyCertSign,cRLSign \
+		-keyout "$dir/ca-key.pem" -out "$dir/ca-cert.pem" 2>/dev/null || die "openssl: the CA"
+	for name in server client; do
+		if [ "$name" = server ]; then
+			cn=10.0.2.2 ext=$'subjectAltName=IP:10.0.2.2\nextendedKeyUsage=serverAuth'
+		else
+			cn=$TLS_CLIENT ext=extendedKeyUsage=clientAuth
+		fi
+		openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$cn" \
+			-keyout "$dir/$name-key.pem" -out "$dir/$name.csr" 2>/dev/null &&
+			openssl x509 -req -in "$dir/$name.csr" -CA "$dir/ca-cert.pem" -CAkey "$dir/ca-key.pem" \
+				-set_serial "$RANDOM$RANDOM" -days 2 -extfile <(echo "$ext") \
+				-out "$dir/$name-cert.pem" 2>/dev/null || die "openssl: the $name certificate"
+	done
+}
+
 SERVER_PID=
-# server_start: starts $SERVER on 127.0.0.1:$PORT (and gzramd's metrics on
-# $MPORT) and waits until it accepts connections.
+# server_start NAME [TLS-DIR]: starts $SERVER on 127.0.0.1:$PORT (and
+# gzramd's metrics on $MPORT) and waits until it accepts connections; with
+# TLS-DIR (tls_certs), over TLS only, clients' certificates required.
 server_start() {
 	PORT=$(free_port)
 	SERVER_LOG=$WORK/$1.server.log
 	case "$SERVER" in
 	gzramd)
 		MPORT=$(free_port)
-		local trace=()
+		local trace=() tls=()
+		[ -z "${2:-}" ] || tls=(--tls-cert "$2/server-cert.pem" --tls-key "$2/server-key.pem" --tls-ca "$2/ca-cert.pem")
 		if [ -n "${E2E_RECORD_TRACE:-}" ]; then
 			mkdir -p "$E2E_RECORD_TRACE"
 			trace=(--record-trace "$E2E_RECORD_TRACE/$1.iolog")
@@ -119,7 +156,7 @@ server_start() {
 		fi
 		"$GZRAMD" serve --tcp "127.0.0.1:$PORT" --size "$SIZE" --export "$EXPORT" \
 			--socket "$WORK/gzramd.sock" --metrics "127.0.0.1:$MPORT" \
-			"${trace[@]}" ${E2E_GZRAMD_ARGS:-} >"$SERVER_LOG" 2>&1 &
+			"${trace[@]}" "${tls[@]}" ${E2E_GZRAMD_ARGS:-} >"$SERVER_LOG" 2>&1 &
 		;;
 	nbdkit)
 		MPORT=
@@ -199,16 +236,73 @@ PY
 	SHARES+=("$1 ${share%% (*}")
 }
 
+# tls_plain_refused: a plain client (nbd-client -l without TLS) must be
+# refused by the TLS-only server.
+tls_plain_refused() {
+	local out
+	out=$(timeout 20 nbd-client -l 127.0.0.1 "$PORT" 2>&1) &&
+		die "$1: a plain client was served on the TLS port: $out"
+	[[ "$out" == *"requires TLS"* ]] || die "$1: a plain client was refused, but not for want of TLS: $out"
+	log "$1: a plain client is refused: $(echo "$out" | tail -n 1)"
+}
+
+# tls_check NAME CONNS: the guest's connections used TLS with its
+# certificate: gzramd logged the handshakes, `gzramd status` (taken by
+# guest_watch while the hog ran) listed them by the certificate's name,
+# and the metrics at the hog's peak counted them under that name.
+tls_check() {
+	local name=$1 conns=$2 n
+	n=$(grep -c "msg=\"nbd: TLS client connected\".* client=$TLS_CLIENT tls=\"TLS 1\.[23]\"" "$SERVER_LOG" || true)
+	[ "$n" -ge "$conns" ] || die "$name: gzramd logged $n TLS handshakes from $TLS_CLIENT, want $conns"
+	grep "msg=\"nbd: TLS client connected\"" "$SERVER_LOG" | sed 's/^/  /' >&2
+	[ -s "$CONSOLE.status" ] || die "$name: no gzramd status taken while the hog ran"
+	sed -n '/^NBD connections:/,$p' "$CONSOLE.status" | sed 's/^/  /' >&2
+	n=$(grep -cE "^ +tcp +[^ ]+ +TLS $TLS_CLIENT +no " "$CONSOLE.status" || true)
+	[ "$n" = "$conns" ] || die "$name: gzramd status listed $n TLS connections of $TLS_CLIENT while the hog ran, want $conns"
+	n=$(awk -v s="gzramd_nbd_connections{client=\"$TLS_CLIENT\"}" '$1 == "peak" && $2 == s { print $3 }' "$CONSOLE.metrics")
+	grep -E '^peak gzramd_nbd_connections\{' "$CONSOLE.metrics" | sed 's/^/  /' >&2
+	[ "${n:-0}" = "$conns" ] || die "$name: gzramd_nbd_connections{client=\"$TLS_CLIENT\"} at the hog's peak is ${n:-missing}, want $conns"
+	grep -aE '^E2E-TLS ' "$CONSOLE" | tr -d '\r' >&2 || true
+	log "$name: the guest's $conns connection(s) used TLS as $TLS_CLIENT"
+}
+
 passed=()
-run_host() { # name smp conns
-	local name=$1 smp=$2 conns=$3 seed=$RANDOM
-	server_start "$name"
+run_host() { # name smp conns [tls]
+	local name=$1 smp=$2 conns=$3 seed=$RANDOM tlsdir= tlsarg=
 	CONSOLE=$WORK/$name.console
 	GUEST_INITRD=$INITRD
-	qemu_cmd "$GUEST_MEM" "$smp" "e2e.mode=client e2e.port=$PORT e2e.export=$EXPORT e2e.conns=$conns e2e.hog=$HOG_MIB e2e.seed=$seed${MPORT:+ e2e.metrics=10.0.2.2:$MPORT}"
-	log "$name: booting ($ACCEL, $smp vCPU, $conns connection(s), server $SERVER on :$PORT)"
+	if [ "${4:-}" = tls ]; then
+		# The guest's certificate, its key and the CA go into its
+		# initramfs at /etc/e2e-tls; the server's stay on the host.
+		tlsdir=$WORK/$name.tls
+		tls_certs "$tlsdir"
+		install -D -m 0644 -t "$WORK/$name.root/etc/e2e-tls" "$tlsdir"/{ca-cert,client-cert,client-key}.pem
+		GUEST_INITRD=$WORK/$name.cpio.gz
+		initramfs_with_tree "$WORK/$name.root" "$GUEST_INITRD"
+		tlsarg=" e2e.tls=/etc/e2e-tls"
+		# E2E_TLS_GUARD=1 (the default): the proxy nbd-client forks runs
+		# as gzramd runs itself to serve swap (ioflusher.c, init.sh), on
+		# a ramfs root whose files are never swapped out (its binary and
+		# GnuTLS). 0: nbd-client as a user would run it, which deadlocks
+		# at the first swap-out under this pressure (README.md).
+		[ "${E2E_TLS_GUARD:-1}" = 0 ] || tlsarg="$tlsarg e2e.tlsguard=1 rootfstype=ramfs"
+	fi
+	server_start "$name" "$tlsdir"
+	[ -z "$tlsdir" ] || tls_plain_refused "$name"
+	qemu_cmd "$GUEST_MEM" "$smp" "e2e.mode=client e2e.port=$PORT e2e.export=$EXPORT e2e.conns=$conns e2e.hog=$HOG_MIB e2e.seed=$seed${MPORT:+ e2e.metrics=10.0.2.2:$MPORT}$tlsarg"
+	log "$name: booting ($ACCEL, $smp vCPU, $conns connection(s), server $SERVER on :$PORT${tlsdir:+ over TLS})"
+	if [ -n "$tlsdir" ]; then
+		# Who is connected, once the hog runs (the connection then
+		# carries swap): gzramd status, kept for tls_check.
+		guest_watch() {
+			[ ! -s "$CONSOLE.status" ] && grep -aq '^E2E-STEP: hog ' "$CONSOLE" 2>/dev/null || return 0
+			"$GZRAMD" status --metrics "127.0.0.1:$MPORT" >"$CONSOLE.status.tmp" 2>&1 &&
+				mv "$CONSOLE.status.tmp" "$CONSOLE.status"
+		}
+	fi
 	local ok=0
 	guest_run "$TIMEOUT" || ok=$?
+	unset -f guest_watch
 	if [ "$EXPECT_FAIL" = 1 ]; then
 		server_stop
 		if [ "$ok" -eq 0 ]; then
@@ -233,6 +327,7 @@ run_host() { # name smp conns
 	grep -E '^(hog: |HOG-PASS|E2E-SWAP)' "$CONSOLE" | tr -d '\r' >&2
 	if [ "$SERVER" = gzramd ]; then
 		metrics_check || die "$name: metrics do not show the traffic"
+		[ -z "$tlsdir" ] || tls_check "$name" "$conns"
 		[ -z "$MPORT" ] || gpu_share "$name"
 	fi
 	server_stop
@@ -444,6 +539,13 @@ for s in $SCENARIOS; do
 	case "$s" in
 	host-1) run_host host-1 1 1 ;;
 	host-2) run_host host-2 2 2 ;;
+	host-tls)
+		if [ "$SERVER" != gzramd ]; then
+			log "host-tls: skipped: gzramd only (E2E_SERVER=$SERVER)"
+			continue
+		fi
+		run_host host-tls 1 1 tls
+		;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
 	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-dense | survive-mutant)
 		if [ "$EXPECT_FAIL" = 1 ]; then
