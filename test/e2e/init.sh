@@ -27,10 +27,11 @@ swapmax0=0
 # faults build's GZRAMD_FAULT_* switches: run.sh's survive-mutant).
 daemon_env=
 # client: a directory with ca-cert.pem, client-cert.pem and client-key.pem
-# makes nbd-client connect over TLS with them (run.sh's host-tls); with
-# tlsguard=1 nbd-client, and so its TLS proxy, runs as an IO flusher,
-# real-time, in a cgroup with memory.swap.max=0 (ioflusher.c).
-tls= tlsguard=0
+# makes nbd-client connect over TLS with them (run.sh's host-tls).
+# tlsguard: what guards nbd-client, and so the TLS proxy it forks, comma-
+# separated: flusher (an IO flusher, real-time: ioflusher.c), cgroup (in a
+# cgroup with memory.swap.max=0); run.sh adds a ramfs root for ramfs.
+tls= tlsguard=
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.*=*) kv=${arg#e2e.}; eval "${kv%%=*}='${kv#*=}'" ;;
@@ -130,26 +131,27 @@ case "$mode" in
 client)
 	tlsargs=
 	[ -z "$tls" ] || tlsargs="-certfile $tls/client-cert.pem -keyfile $tls/client-key.pem -cacertfile $tls/ca-cert.pem"
-	guard=
-	if [ -n "$tls" ] && [ "$tlsguard" = 1 ]; then
-		# The proxy's pages must never be swapped out to the device it
-		# carries (its memory locks would not pass to it), and its
-		# allocations must not wait for that device's writes.
+	# The TLS proxy's allocations must not wait for the writes of the
+	# device it carries (flusher), and its pages, its own (cgroup) and
+	# its program's and libraries' (ramfs), must never be swapped out to
+	# it: its memory locks would not pass to it.
+	guard= cg=
+	case ",$tlsguard," in
+	*,cgroup,*)
 		mkdir -p /sys/fs/cgroup
 		mount -t cgroup2 cgroup2 /sys/fs/cgroup || fail "mount cgroup2"
 		echo +memory >/sys/fs/cgroup/cgroup.subtree_control || fail "cgroup: +memory"
 		mkdir -p /sys/fs/cgroup/nbd-tls
 		echo 0 >/sys/fs/cgroup/nbd-tls/memory.swap.max || fail "cgroup: memory.swap.max=0"
-		guard="ioflusher"
-		step "nbd-client as an IO flusher, real-time, in a cgroup with memory.swap.max=0"
-	fi
+		cg=/sys/fs/cgroup/nbd-tls/cgroup.procs
+		;;
+	esac
+	case ",$tlsguard," in *,flusher,*) guard=ioflusher ;; esac
+	[ -z "$tlsguard" ] || step "nbd-client guarded: $tlsguard ($(grep -o 'rootfstype=[a-z]*' /proc/cmdline || echo 'root on tmpfs'))"
 	step "nbd-client $host $port -N $export -C $conns${tls:+ over TLS: $tlsargs}"
-	if [ -n "$guard" ]; then
-		sh -c 'echo $$ >/sys/fs/cgroup/nbd-tls/cgroup.procs || exit 99; exec "$@"' nbd-client \
-			$guard nbd-client "$host" "$port" /dev/nbd0 -N "$export" -swap -b 4096 -C "$conns" $tlsargs
-	else
-		nbd-client "$host" "$port" /dev/nbd0 -N "$export" -swap -b 4096 -C "$conns" $tlsargs
-	fi || fail "nbd-client could not connect"
+	cg=$cg sh -c '[ -z "$cg" ] || echo $$ >"$cg" || exit 99; exec "$@"' nbd-client \
+		$guard nbd-client "$host" "$port" /dev/nbd0 -N "$export" -swap -b 4096 -C "$conns" $tlsargs ||
+		fail "nbd-client could not connect"
 	# With TLS the kernel's socket is one end of a socket pair whose other
 	# end a forked nbd-client (the proxy) encrypts to the server: it must
 	# outlive the nbd-client that configured the device.

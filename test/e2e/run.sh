@@ -42,10 +42,10 @@
 #                              E2E_GUEST_TIMEOUT for guest (twice that)
 #   GZRAMD                     the daemon binary (default bin/gzramd)
 #   E2E_GZRAMD_ARGS            more flags for the host-side gzramd serve
-#   E2E_TLS_GUARD=0            host-tls with nbd-client's TLS proxy bare, as
-#                              a user runs it: it deadlocks at the first
-#                              swap-out (README.md); 1 (default) runs it
-#                              as an IO flusher, real-time, unswappable
+#   E2E_TLS_GUARD              host-tls: what guards nbd-client's TLS
+#                              proxy, of flusher,cgroup,ramfs (1, the
+#                              default: all three; 0: none, as a user
+#                              runs it, which deadlocks: README.md)
 #   E2E_RECORD_TRACE=DIR       the host-side gzramd records the requests
 #                              of each host scenario as a fio iolog,
 #                              DIR/<scenario>.iolog (serve --record-trace),
@@ -279,13 +279,18 @@ run_host() { # name smp conns [tls]
 		install -D -m 0644 -t "$WORK/$name.root/etc/e2e-tls" "$tlsdir"/{ca-cert,client-cert,client-key}.pem
 		GUEST_INITRD=$WORK/$name.cpio.gz
 		initramfs_with_tree "$WORK/$name.root" "$GUEST_INITRD"
-		tlsarg=" e2e.tls=/etc/e2e-tls"
-		# E2E_TLS_GUARD=1 (the default): the proxy nbd-client forks runs
-		# as gzramd runs itself to serve swap (ioflusher.c, init.sh), on
-		# a ramfs root whose files are never swapped out (its binary and
-		# GnuTLS). 0: nbd-client as a user would run it, which deadlocks
-		# at the first swap-out under this pressure (README.md).
-		[ "${E2E_TLS_GUARD:-1}" = 0 ] || tlsarg="$tlsarg e2e.tlsguard=1 rootfstype=ramfs"
+		# E2E_TLS_GUARD=1 (the default: flusher,cgroup,ramfs): the proxy
+		# nbd-client forks runs as gzramd runs itself to serve swap, an
+		# IO flusher and real-time (ioflusher.c), in a cgroup that keeps
+		# its pages out of swap, on a ramfs root whose files (its program,
+		# GnuTLS) are never swapped out. 0: none, nbd-client as a user
+		# runs it. Without any one of the three the guest deadlocked
+		# (README.md).
+		local guard=${E2E_TLS_GUARD:-1}
+		[ "$guard" != 1 ] || guard=flusher,cgroup,ramfs
+		[ "$guard" != 0 ] || guard=
+		tlsarg=" e2e.tls=/etc/e2e-tls${guard:+ e2e.tlsguard=$guard}"
+		[[ ",$guard," != *,ramfs,* ]] || tlsarg="$tlsarg rootfstype=ramfs"
 	fi
 	server_start "$name" "$tlsdir"
 	[ -z "$tlsdir" ] || tls_plain_refused "$name"
