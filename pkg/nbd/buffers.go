@@ -37,7 +37,7 @@ func (c *conn) takeBuffer(r *request) {
 	class := sizeClass(r.length)
 	// Requests the reserve's buffers can serve count against the reserve
 	// alone: within it, they never wait for a buffer to be allocated.
-	used, limit := &c.payload.used, c.srv.maxInFlightBytes
+	used, limit := &c.payload.used, c.heapBudget()
 	r.reserved = c.srv.reserveBuffers > 0 && r.length <= ReserveBufferMax
 	if r.reserved {
 		used, limit = &c.payload.reserveUsed, c.srv.reserveBuffers
@@ -82,6 +82,39 @@ func (c *conn) takeBuffer(r *request) {
 		b = c.srv.bufs.get(class)
 	}
 	r.buf, r.data = b, (*b)[:r.length]
+}
+
+// otherMaxPayload is the largest read or write a connection other than
+// the process's own may send (the maximum payload its handshake
+// advertises), and the payload buffers beyond its reserve that its
+// requests may hold, and that it may keep idle. Such a connection may be
+// any local user's (anyone's, over TCP), and under mlockall every buffer
+// it makes the daemon allocate stays resident: with MaxPayload and
+// MaxInFlightBytes, 8 connections that asked for 32 MiB reads and read no
+// reply held 512 MiB. With this, 8 hold at most 64 MiB in requests and 64
+// MiB idle. The kernel device's connections keep MaxPayload and
+// MaxInFlightBytes: nothing may starve them. 8 MiB is above the 1 MiB the
+// protocol asks a server to accept, the 1280 KiB a Linux client's device
+// sends by default (max_sectors_kb) and nbdcopy's 256 KiB; qemu keeps to
+// the maximum advertised. It is no option: no client but the kernel
+// device needs more to be served well.
+const otherMaxPayload = 8 << 20
+
+// maxPayload is the largest read or write c accepts.
+func (c *conn) maxPayload() uint32 {
+	if c.other {
+		return otherMaxPayload
+	}
+	return MaxPayload
+}
+
+// heapBudget bounds the payload buffers c's requests hold beyond its
+// reserve (Options.MaxInFlightBytes).
+func (c *conn) heapBudget() int64 {
+	if c.other {
+		return min(c.srv.maxInFlightBytes, otherMaxPayload)
+	}
+	return c.srv.maxInFlightBytes
 }
 
 // putRequest recycles r and its buffer. The connection keeps up to

@@ -270,8 +270,14 @@ func (c *conn) transmission(e *Export, early []byte) {
 	}
 	// Twice the in-flight bound: a mix of sizes in flight changes over
 	// time, and a cache that drops the buffers of one mix to keep those of
-	// the last allocates all the while.
-	c.payload.retainBytes = min(2*c.srv.maxInFlightBytes, maxRetainBytes)
+	// the last allocates all the while. Another client's connection keeps
+	// no more than its budget, allocating more often for it: what it makes
+	// the daemon hold stays bounded (otherMaxPayload).
+	if c.other {
+		c.payload.retainBytes = c.heapBudget()
+	} else {
+		c.payload.retainBytes = min(2*c.srv.maxInFlightBytes, maxRetainBytes)
+	}
 	// Every request struct and worker exists from the start, so that
 	// serving (swap) I/O later allocates nothing, not even a stack.
 	for range c.srv.maxInFlight {
@@ -403,9 +409,11 @@ func (c *conn) transmit() error {
 func (c *conn) readPayload(r *request) error {
 	switch r.cmd {
 	case CmdWrite:
-		if r.length > MaxPayload {
+		if r.length > c.maxPayload() {
 			// Skip the payload so the stream stays in step and the
-			// connection stays usable.
+			// connection stays usable: the protocol asks a server not
+			// to drop a client for a payload of up to 32 MiB, even
+			// beyond the maximum it advertised.
 			if _, err := io.CopyN(io.Discard, c.br, int64(r.length)); err != nil {
 				return fmt.Errorf("write of %d bytes beyond the maximum: skipping payload: %w", r.length, err)
 			}
@@ -434,7 +442,7 @@ func (c *conn) readPayload(r *request) error {
 			return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
 		}
 	case CmdRead:
-		if r.length > MaxPayload {
+		if r.length > c.maxPayload() {
 			r.errno = errnoInval
 			return nil
 		}

@@ -210,14 +210,15 @@ func (c *conn) info(opt uint32, data []byte) (*Export, error) {
 			return nil, err
 		}
 	}
-	// Block sizes are sent whether asked for or not: they are the
-	// defaults a client assumes anyway, with the page as the preferred
-	// size so that the kernel and qemu align to it.
+	// Block sizes are sent whether asked for or not, with the page as
+	// the preferred size so that the kernel and qemu align to it. The
+	// maximum is the protocol's default for the kernel device's
+	// connections, less for others (otherMaxPayload).
 	var bs [14]byte
 	be.PutUint16(bs[0:], infoBlockSize)
 	be.PutUint32(bs[2:], minBlockSize)
 	be.PutUint32(bs[6:], PreferredBlockSize)
-	be.PutUint32(bs[10:], MaxPayload)
+	be.PutUint32(bs[10:], c.maxPayload())
 	if err := c.optReply(opt, repInfo, bs[:]); err != nil {
 		return nil, err
 	}

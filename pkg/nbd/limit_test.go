@@ -415,3 +415,79 @@ func startChild(t *testing.T, run string, env ...string) (io.Reader, func() erro
 	t.Cleanup(func() { end() })
 	return stdout, end
 }
+
+// Connections that are not the kernel device's are told a maximum payload
+// of otherMaxPayload, get an error for more (the stream kept in step), and
+// hold at most that of payload buffers beyond their reserve: 8 of them
+// that each asked for four 32 MiB reads and four of otherMaxPayload, and
+// read no reply, held 8 × otherMaxPayload (with MaxPayload for all they
+// held 512 MiB). Meanwhile the kernel device's connection is told
+// MaxPayload and served requests of that size.
+func TestOthersPayloadBounded(t *testing.T) {
+	const others = 8
+	ts := startServer(t, []Export{{Name: "d", Backend: nbdtest.NewMemBackend(MaxPayload)}},
+		Options{MaxConnections: others, ReserveBuffers: 4 << 20})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ts.srv.Serve(l)
+	ls := &limitServer{testServer: ts, tcp: l.Addr().String()}
+
+	for i := range others {
+		c, err := ls.dialTCP(t)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		if c.info.MaxBlock != otherMaxPayload {
+			t.Fatalf("another client was told a maximum payload of %d, want %d", c.info.MaxBlock, otherMaxPayload)
+		}
+		if i == 0 {
+			c.expect(errnoInval, CmdRead, 0, 0, otherMaxPayload+1, nil)
+			c.expect(errnoInval, CmdWrite, 0, 0, otherMaxPayload+4096, make([]byte, otherMaxPayload+4096))
+			c.expect(0, CmdWrite, 0, 0, otherMaxPayload, make([]byte, otherMaxPayload))
+			c.expect(0, CmdRead, 0, 0, otherMaxPayload, nil)
+		}
+		for j := range 4 {
+			c.send(CmdRead, 0, uint64(j), 0, MaxPayload, nil)
+		}
+		for j := range 4 {
+			c.send(CmdRead, 0, uint64(4+j), uint64(j)*otherMaxPayload, otherMaxPayload, nil)
+		}
+	}
+	const bound = others * otherMaxPayload
+	waitFor(t, "the stalled reads' buffers", func() bool { return ts.srv.bufBytes.Load() >= bound })
+	// Give a broken budget the time to let more in.
+	time.Sleep(200 * time.Millisecond)
+	n := ts.srv.bufBytes.Load()
+	t.Logf("%d connections of other clients, each with four reads of %d MiB and four of %d MiB unread, hold %d MiB of payload buffers", others, MaxPayload>>20, otherMaxPayload>>20, n>>20)
+	if n > bound {
+		t.Errorf("%d connections of other clients hold %d MiB of payload buffers, want at most %d MiB", others, n>>20, bound>>20)
+	}
+	ts.srv.mu.Lock()
+	for c := range ts.srv.conns {
+		c.payload.mu.Lock()
+		if c.payload.used > otherMaxPayload || c.payload.cached-c.srv.reserveBuffers > otherMaxPayload {
+			t.Errorf("a connection holds %d bytes of buffers and keeps %d idle beyond its reserve, want at most %d each", c.payload.used, c.payload.cached-c.srv.reserveBuffers, otherMaxPayload)
+		}
+		c.payload.mu.Unlock()
+	}
+	ts.srv.mu.Unlock()
+
+	own := dialRaw(t, ts, "d")
+	if own.info.MaxBlock != MaxPayload {
+		t.Errorf("the kernel device's connection was told a maximum payload of %d, want %d", own.info.MaxBlock, MaxPayload)
+	}
+	data := bytes.Repeat([]byte{0x5a}, MaxPayload)
+	own.expect(0, CmdWrite, 0, 0, MaxPayload, data)
+	own.send(CmdRead, 0, 1, 0, MaxPayload, nil)
+	if errno, _ := own.recv(); errno != 0 {
+		t.Fatalf("the kernel device's read of %d bytes: errno %d", MaxPayload, errno)
+	}
+	if got := own.recvData(MaxPayload); !bytes.Equal(got, data) {
+		t.Error("the kernel device's read differs from its write")
+	}
+	if n := ts.srv.bufBytes.Load(); n != bound {
+		t.Errorf("%d MiB of payload buffers held once the kernel's requests ended, want the others' %d MiB", n>>20, bound>>20)
+	}
+}

@@ -126,8 +126,9 @@ const (
 	requestHeaderLen = 28
 	replyHeaderLen   = 16
 
-	// MaxPayload is the largest read or write the server accepts; it is
-	// the maximum block size advertised in NBD_INFO_BLOCK_SIZE.
+	// MaxPayload is the largest read or write the server accepts on the
+	// kernel device's connections (others: otherMaxPayload); it is the
+	// maximum block size advertised to them in NBD_INFO_BLOCK_SIZE.
 	MaxPayload = 32 << 20
 	// PreferredBlockSize is the advertised preferred block size: one page.
 	PreferredBlockSize = 4096

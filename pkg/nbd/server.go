@@ -67,7 +67,9 @@ type Options struct {
 	// MaxInFlightBytes bounds the payload buffers (write data read ahead,
 	// read data not yet sent) one connection holds, so that a client
 	// cannot make the daemon allocate without limit. A request larger
-	// than the whole budget still runs, alone. Default 64 MiB.
+	// than the whole budget still runs, alone. Default 64 MiB. Connections
+	// other than the process's own (Own) get at most 8 MiB, and send
+	// requests of at most that (see otherMaxPayload).
 	MaxInFlightBytes int64
 	// ReplyTimeout, if positive, drops a connection whose replies make no
 	// progress for this long: a client that stops reading would otherwise
