@@ -40,9 +40,9 @@ func SourceHash(ptx []byte) string {
 
 // ZstdDeep is the PTX of zstd_deep.cu: gz_zstd_deep, which writes frames
 // of several pages compressed hard (zstd_deep.h), a thread a frame. The
-// daemon does not load it: at 1.3 MB/s on an H200 it is the reference a
-// faster kernel must match byte for byte, and its measurement
-// (bench/results/dense-deep-2026-11-28.md), not yet the dense tier's.
+// daemon does not load it yet: at 17.8 MB/s on an H200, with 16,384
+// frames in flight, it is the reference a warp-a-frame kernel must match
+// byte for byte (bench/results/dense-deep-2026-11-28.md).
 //
 //go:embed zstd_deep.ptx
 var ZstdDeep []byte

@@ -32,8 +32,8 @@
 
 #define ZD_ALIGN(x) (((x) + 255) & ~(size_t)255)
 // A frame's scratch, fixed so that the host can size it (pkg/gpu's
-// deepScratchBytes): about 441 KiB are used on the device.
-#define ZD_SCRATCH (448 << 10)
+// deepScratchBytes).
+#define ZD_SCRATCH (320 << 10)
 static_assert(ZD_ALIGN(sizeof(zp_workspace)) + ZD_ALIGN(sizeof(zd_scratch)) + ZP_PAGE <= ZD_SCRATCH,
 	"a frame's scratch must hold its workspace, its parse and its frame");
 

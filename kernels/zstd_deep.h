@@ -13,13 +13,15 @@
 //     path to the position leaves them, the nearest earlier position with
 //     the same three bytes, and up to ZD_DEPTH earlier positions with the
 //     same four (a hash chain), each kept only where it is longer than
-//     every nearer one;
+//     every nearer one. All but the repeat offsets are found for a block
+//     of ZD_BLOCK positions before the parse walks them, each position's
+//     alone, so that a warp can find a block's a lane a position;
 //   - every length of those matches is priced (its literal length's, match
 //     length's and offset's codes and extra bits, in 1/256 bits, from
-//     statistics below), and the cheapest way to reach each later position
-//     is kept with the repeat offsets it leaves. A match of ZD_SUFFICIENT
-//     bytes or more is priced at its whole length only, so that runs cost
-//     a position each, not a length each.
+//     statistics below), and the cheapest way to reach each of the next
+//     ZD_RING positions is kept with the repeat offsets it leaves. A match
+//     of ZD_SUFFICIENT bytes or more is taken at once, and the parse goes
+//     on from its end, as libzstd's optimal parser does.
 // The cheapest path to the frame's end is then walked back into
 // sequences. The statistics are the frame's bytes and zstd's predefined
 // distributions at first; the frame is then parsed again (ZD_PASSES in
@@ -44,14 +46,23 @@
 #define ZD_DEPTH 48
 #endif
 #ifndef ZD_SUFFICIENT
-#define ZD_SUFFICIENT 96
+#define ZD_SUFFICIENT 200
 #endif
 #ifndef ZD_PASSES
 #define ZD_PASSES 2
 #endif
-// Candidates a position keeps: the repeat offsets, the 3-byte one, and
-// those of the chain that were longer than every nearer one.
-#define ZD_CANDS 24
+// Candidates a position keeps beside its repeat offsets: the 3-byte one,
+// and those of the chain that were longer than every nearer one.
+#ifndef ZD_CANDS
+#define ZD_CANDS 16
+#endif
+// Positions whose candidates are found together (a warp's lanes on the
+// GPU), and the positions ahead whose cheapest ways in are kept (more than
+// ZD_SUFFICIENT, a power of two).
+#define ZD_BLOCK 32
+#ifndef ZD_RING
+#define ZD_RING 256
+#endif
 #define ZD_NONE 0xFFFFu
 #define ZD_INF 0x7FFFFFFF
 
@@ -72,10 +83,16 @@ typedef struct zd_prices {
 } zd_prices;
 
 typedef struct zd_scratch {
-	zd_node node[ZP_PAGE + 1];
+	zd_node ring[ZD_RING];
+	// Each position's way in, once final: its match's length << 16 | its
+	// offset (length 0: a literal).
+	uint32_t back[ZP_PAGE + 1];
 	uint16_t head[1 << ZD_HASH_BITS];
 	uint16_t head3[1 << ZD_HASH3_BITS];
-	uint16_t chain[ZP_PAGE];
+	uint16_t chain[ZP_PAGE], prev3[ZP_PAGE];
+	// A block's candidates (zd_candidates).
+	uint16_t cl[ZD_BLOCK][ZD_CANDS], co[ZD_BLOCK][ZD_CANDS];
+	uint8_t nc[ZD_BLOCK];
 	// The chosen matches, as the walk back finds them (last first).
 	uint16_t mstart[ZP_PAGE / 3 + 1], mlen[ZP_PAGE / 3 + 1], moff[ZP_PAGE / 3 + 1];
 	zd_prices pr;
@@ -164,129 +181,186 @@ ZP_FN int32_t zd_of_price(const zd_prices *pr, uint32_t offval) {
 ZP_FN uint32_t zd_hash4(uint32_t v) { return (v * 2654435761u) >> (32 - ZD_HASH_BITS); }
 ZP_FN uint32_t zd_hash3(uint32_t v) { return ((v << 8) * 2654435761u) >> (32 - ZD_HASH3_BITS); }
 
-// zd_relax offers node at p + len the path through p and a match of len
-// bytes at offset off, whose offset value and repeat offsets after are ov
-// and rep.
-ZP_FN void zd_relax(zd_node *node, int p, int len, int32_t price, uint32_t off, const uint32_t *rep) {
-	zd_node *t = &node[p + len];
-	if (price >= t->price) return;
-	t->price = price;
-	t->len = (uint16_t)len;
-	t->off = (uint16_t)off;
-	t->lit = 0;
-	t->rep[0] = (uint16_t)rep[0];
-	t->rep[1] = (uint16_t)rep[1];
-	t->rep[2] = (uint16_t)rep[2];
+// zd_relax offers position t (in the ring) the path through a match of
+// len bytes at offset off at price, leaving the repeat offsets rep.
+ZP_FN void zd_relax(zd_node *ring, int t, int32_t price, int len, uint32_t off, const uint32_t *rep) {
+	zd_node *x = &ring[t & (ZD_RING - 1)];
+	if (price >= x->price) return;
+	x->price = price;
+	x->len = (uint16_t)len;
+	x->off = (uint16_t)off;
+	x->lit = 0;
+	x->rep[0] = (uint16_t)rep[0];
+	x->rep[1] = (uint16_t)rep[1];
+	x->rep[2] = (uint16_t)rep[2];
 }
 
-// zd_parse finds the cheapest parse of src[0..n) by sc->pr into
-// ws->seq_* and returns the number of sequences (at most ZP_MAX_SEQ; the
-// rest of the frame is then literals).
-ZP_FN int zd_parse(const uint8_t *src, int n, zd_scratch *sc, zp_workspace *ws) {
-	zd_node *node = sc->node;
-	const zd_prices *pr = &sc->pr;
+// zd_chains fills sc->chain and sc->prev3: for each position of src[0..n),
+// the nearest earlier one with the same 4-byte hash (ZD_NONE for none) and
+// the nearest with the same 3-byte hash.
+ZP_FN void zd_chains(const uint8_t *src, int n, zd_scratch *sc) {
 	for (int i = 0; i < (1 << ZD_HASH_BITS); i++) sc->head[i] = ZD_NONE;
 	for (int i = 0; i < (1 << ZD_HASH3_BITS); i++) sc->head3[i] = ZD_NONE;
-	for (int i = 1; i <= n; i++) node[i].price = ZD_INF;
-	node[0].price = zd_ll_price(pr, 0);
-	node[0].len = 0;
-	node[0].lit = 0;
-	node[0].rep[0] = 1, node[0].rep[1] = 4, node[0].rep[2] = 8;
-	int32_t ll_price0 = zd_ll_price(pr, 0);
-	int cl[ZD_CANDS], co[ZD_CANDS];
-	for (int p = 0; p < n; p++) {
-		const zd_node *at = &node[p];
-		const uint32_t litlen = at->lit;
-		// A literal: its byte, and what it adds to the literal length.
-		{
-			int32_t c = at->price + pr->lit[src[p]] + zd_ll_price(pr, litlen + 1) - zd_ll_price(pr, litlen);
-			zd_node *t = &node[p + 1];
-			if (c < t->price) {
-				t->price = c;
-				t->len = 0;
-				t->off = 0;
-				t->lit = (uint16_t)(litlen + 1);
-				t->rep[0] = at->rep[0], t->rep[1] = at->rep[1], t->rep[2] = at->rep[2];
-			}
-		}
-		if (p + 3 > n) continue;
+	for (int p = 0; p + 3 <= n; p++) {
 		const uint32_t v = zd_rd32(src, p, n);
-		// The candidates, each longer than the ones before it.
-		int nc = 0, longest = 2;
-		uint32_t rep[3] = {at->rep[0], at->rep[1], at->rep[2]};
-		for (int i = 0; i < 3; i++) {
-			uint32_t off = litlen > 0 ? rep[i] : (i < 2 ? rep[i + 1] : rep[0] - 1);
-			if (off == 0 || off > (uint32_t)p) continue;
-			int l = zd_match_len(src, p - (int)off, p, n);
-			if (l > longest) {
-				longest = l;
-				cl[nc] = l, co[nc] = (int)off, nc++;
-			}
-		}
-		uint32_t h3 = zd_hash3(v);
-		int q3 = sc->head3[h3];
+		const uint32_t h3 = zd_hash3(v);
+		sc->prev3[p] = sc->head3[h3];
 		sc->head3[h3] = (uint16_t)p;
-		if (q3 != (int)ZD_NONE) {
-			int l = zd_match_len(src, q3, p, n);
-			if (l > longest) {
-				longest = l;
-				cl[nc] = l, co[nc] = p - q3, nc++;
+		if (p + 4 <= n) {
+			const uint32_t h = zd_hash4(v);
+			sc->chain[p] = sc->head[h];
+			sc->head[h] = (uint16_t)p;
+		}
+	}
+}
+
+// zd_candidates finds the matches at positions first..first+ZD_BLOCK-1
+// that do not depend on the parse (all but the repeat offsets): the
+// nearest earlier position with the same 3 bytes, then up to ZD_DEPTH
+// along the chain, each kept only when longer than every one before it.
+// Each position's are independent of the others' (the GPU finds a block's
+// a lane a position).
+ZP_FN void zd_candidates(const uint8_t *src, int n, int first, zd_scratch *sc) {
+	for (int k = 0; k < ZD_BLOCK; k++) {
+		const int p = first + k;
+		int nc = 0, longest = 2;
+		if (p + 3 <= n) {
+			const int q3 = sc->prev3[p];
+			if (q3 != (int)ZD_NONE) {
+				const int l = zd_match_len(src, q3, p, n);
+				if (l > longest) {
+					longest = l;
+					sc->cl[k][nc] = (uint16_t)l, sc->co[k][nc] = (uint16_t)(p - q3), nc++;
+				}
 			}
 		}
 		if (p + 4 <= n) {
-			uint32_t h = zd_hash4(v);
-			int q = sc->head[h];
-			sc->chain[p] = (uint16_t)q;
-			sc->head[h] = (uint16_t)p;
+			int q = sc->chain[p];
 			for (int d = 0; d < ZD_DEPTH && q != (int)ZD_NONE && nc < ZD_CANDS && longest < n - p; d++) {
 				// Longer than the longest so far only if equal at its end.
 				if (src[q + longest] == src[p + longest]) {
-					int l = zd_match_len(src, q, p, n);
+					const int l = zd_match_len(src, q, p, n);
 					if (l > longest) {
 						longest = l;
-						cl[nc] = l, co[nc] = p - q, nc++;
+						sc->cl[k][nc] = (uint16_t)l, sc->co[k][nc] = (uint16_t)(p - q), nc++;
 					}
 				}
 				q = sc->chain[q];
 			}
 		}
-		if (nc == 0) continue;
-		// Each length priced with the nearest candidate that reaches it
-		// (the candidates grow in length and, past the repeat offsets,
-		// in offset); a long match at its whole length only.
-		int32_t base = at->price + ll_price0;
-		int from = 3;
-		for (int k = 0; k < nc; k++) {
-			uint32_t off = (uint32_t)co[k];
-			uint32_t ov = zp_offval(off, litlen, rep);
-			uint32_t after[3] = {rep[0], rep[1], rep[2]};
-			zp_rep_update(after, ov, litlen);
-			int32_t ofp = base + zd_of_price(pr, ov);
-			if (cl[nc - 1] >= ZD_SUFFICIENT) {
-				zd_relax(node, p, cl[k], ofp + zd_ml_price(pr, (uint32_t)cl[k]), off, after);
-				continue;
+		sc->nc[k] = (uint8_t)nc;
+	}
+}
+
+// zd_parse finds the cheapest parse of src[0..n) by sc->pr into
+// ws->seq_* and returns the number of sequences (at most ZP_MAX_SEQ; the
+// rest of the frame is then literals).
+//
+// Positions go in blocks of ZD_BLOCK: the block's candidates first
+// (zd_candidates), then its positions in order. The cheapest ways into
+// the next ZD_RING positions are kept in a ring; a position leaves it, its
+// way in final, as the parse reaches it (sc->back). A match of
+// ZD_SUFFICIENT bytes or more is taken at once, as libzstd's optimal
+// parser takes one: the parse goes on from its end with the ring emptied.
+ZP_FN int zd_parse(const uint8_t *src, int n, zd_scratch *sc, zp_workspace *ws) {
+	zd_node *ring = sc->ring;
+	const zd_prices *pr = &sc->pr;
+	const int32_t ll_price0 = zd_ll_price(pr, 0);
+	for (int i = 0; i < ZD_RING; i++) ring[i].price = ZD_INF;
+	ring[0].price = ll_price0;
+	ring[0].len = 0, ring[0].off = 0, ring[0].lit = 0;
+	ring[0].rep[0] = 1, ring[0].rep[1] = 4, ring[0].rep[2] = 8;
+	int p = 0;
+	while (p < n) {
+		const int first = p;
+		zd_candidates(src, n, first, sc);
+		for (; p < n && p < first + ZD_BLOCK; p++) {
+			zd_node at = ring[p & (ZD_RING - 1)];
+			ring[p & (ZD_RING - 1)].price = ZD_INF;
+			sc->back[p] = (uint32_t)at.len << 16 | at.off;
+			const uint32_t litlen = at.lit;
+			// A literal: its byte, and what it adds to the literal length.
+			{
+				const int32_t c = at.price + pr->lit[src[p]] + zd_ll_price(pr, litlen + 1) - zd_ll_price(pr, litlen);
+				zd_node *t = &ring[(p + 1) & (ZD_RING - 1)];
+				if (c < t->price) {
+					t->price = c;
+					t->len = 0, t->off = 0;
+					t->lit = (uint16_t)(litlen + 1);
+					t->rep[0] = at.rep[0], t->rep[1] = at.rep[1], t->rep[2] = at.rep[2];
+				}
 			}
-			for (int l = from; l <= cl[k]; l++) zd_relax(node, p, l, ofp + zd_ml_price(pr, (uint32_t)l), off, after);
-			from = cl[k] + 1;
+			if (p + 3 > n) continue;
+			// The repeat offsets first, then the block's candidates
+			// longer than them: each longer than the ones before it.
+			int cl[3 + ZD_CANDS], co[3 + ZD_CANDS];
+			int nc = 0, longest = 2;
+			uint32_t rep[3] = {at.rep[0], at.rep[1], at.rep[2]};
+			for (int i = 0; i < 3; i++) {
+				const uint32_t off = litlen > 0 ? rep[i] : (i < 2 ? rep[i + 1] : rep[0] - 1);
+				if (off == 0 || off > (uint32_t)p) continue;
+				const int l = zd_match_len(src, p - (int)off, p, n);
+				if (l > longest) {
+					longest = l;
+					cl[nc] = l, co[nc] = (int)off, nc++;
+				}
+			}
+			const int k = p - first;
+			for (int i = 0; i < sc->nc[k]; i++) {
+				if (sc->cl[k][i] > longest) {
+					longest = sc->cl[k][i];
+					cl[nc] = longest, co[nc] = sc->co[k][i], nc++;
+				}
+			}
+			if (nc == 0) continue;
+			const int32_t base = at.price + ll_price0;
+			if (longest >= ZD_SUFFICIENT) {
+				// The longest taken at once; the parse goes on from its end.
+				const uint32_t off = (uint32_t)co[nc - 1];
+				const uint32_t ov = zp_offval(off, litlen, rep);
+				zp_rep_update(rep, ov, litlen);
+				const int e = p + longest;
+				for (int i = 0; i < ZD_RING; i++) ring[i].price = ZD_INF;
+				zd_node *t = &ring[e & (ZD_RING - 1)];
+				t->price = base + zd_of_price(pr, ov) + zd_ml_price(pr, (uint32_t)longest);
+				t->len = (uint16_t)longest, t->off = (uint16_t)off, t->lit = 0;
+				t->rep[0] = (uint16_t)rep[0], t->rep[1] = (uint16_t)rep[1], t->rep[2] = (uint16_t)rep[2];
+				p = e;
+				break;
+			}
+			// Each length priced with the nearest candidate that reaches
+			// it (the candidates grow in length and, past the repeat
+			// offsets, in offset).
+			int from = 3;
+			for (int c = 0; c < nc; c++) {
+				const uint32_t off = (uint32_t)co[c];
+				const uint32_t ov = zp_offval(off, litlen, rep);
+				uint32_t after[3] = {rep[0], rep[1], rep[2]};
+				zp_rep_update(after, ov, litlen);
+				const int32_t ofp = base + zd_of_price(pr, ov);
+				for (int l = from; l <= cl[c]; l++) zd_relax(ring, p + l, ofp + zd_ml_price(pr, (uint32_t)l), l, off, after);
+				from = cl[c] + 1;
+			}
 		}
 	}
+	sc->back[n] = (uint32_t)ring[n & (ZD_RING - 1)].len << 16 | ring[n & (ZD_RING - 1)].off;
 	// The path, walked back from the end.
 	int nm = 0;
 	for (int e = n; e > 0;) {
-		const zd_node *t = &node[e];
-		if (t->len == 0) {
+		const int len = (int)(sc->back[e] >> 16);
+		if (len == 0) {
 			e--;
 			continue;
 		}
-		e -= t->len;
-		sc->mstart[nm] = (uint16_t)e, sc->mlen[nm] = t->len, sc->moff[nm] = t->off;
+		e -= len;
+		sc->mstart[nm] = (uint16_t)e, sc->mlen[nm] = (uint16_t)len, sc->moff[nm] = (uint16_t)(sc->back[e + len] & 0xFFFF);
 		nm++;
 	}
 	uint32_t rep[3] = {1, 4, 8};
 	int anchor = 0, nseq = 0;
 	for (int k = nm - 1; k >= 0 && nseq < ZP_MAX_SEQ; k--) {
-		uint32_t ll = (uint32_t)(sc->mstart[k] - anchor);
-		uint32_t ov = zp_offval(sc->moff[k], ll, rep);
+		const uint32_t ll = (uint32_t)(sc->mstart[k] - anchor);
+		const uint32_t ov = zp_offval(sc->moff[k], ll, rep);
 		zp_rep_update(rep, ov, ll);
 		ws->seq_ll[nseq] = (uint16_t)ll;
 		ws->seq_ml[nseq] = sc->mlen[k];
@@ -344,6 +418,7 @@ ZP_FN int zd_compress_frame(const uint8_t *src, int n, uint8_t *dst, int dst_cap
 		return 11;
 	}
 	zd_default_prices(sc, src, n);
+	zd_chains(src, n, sc);
 	int nseq = 0, nlit = 0;
 	for (int pass = 0; pass < ZD_PASSES; pass++) {
 		if (pass > 0) zd_parse_prices(sc, ws, nseq, nlit);

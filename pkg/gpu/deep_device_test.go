@@ -30,7 +30,7 @@ import (
 )
 
 // deepScratchBytes is ZD_SCRATCH in kernels/zstd_deep.cu: a frame's scratch.
-const deepScratchBytes = 448 << 10
+const deepScratchBytes = 320 << 10
 
 // deepFramePages is ZD_FRAME_PAGES: the most pages a frame holds.
 const deepFramePages = 4
