@@ -39,10 +39,10 @@ func SourceHash(ptx []byte) string {
 }
 
 // ZstdDeep is the PTX of zstd_deep.cu: gz_zstd_deep, which writes frames
-// of several pages compressed hard (zstd_deep.h), a thread a frame. The
-// daemon does not load it yet: at 17.8 MB/s on an H200, with 16,384
-// frames in flight, it is the reference a warp-a-frame kernel must match
-// byte for byte (bench/results/dense-deep-2026-11-28.md).
+// of several pages compressed hard (zstd_deep.h), a warp a frame, byte for
+// byte as internal/zstddeep does on the host (57 MB/s on an H200 with
+// 1,024 frames a launch: bench/results/dense-deep-2026-11-28.md). The
+// daemon does not load it yet.
 //
 //go:embed zstd_deep.ptx
 var ZstdDeep []byte

@@ -1,5 +1,5 @@
 // Frames of several pages compressed hard, for the dense tier: zstd_deep.h's
-// optimal parse and zstd_page.h's entropy stages, a thread a frame.
+// optimal parse and zstd_page.h's entropy stages, a warp a frame.
 //
 // gz_zstd_deep takes the kernels' usual arguments with n counting frames:
 // offsets[f] on entry is frame f's first page in the batch (in) shifted
@@ -11,10 +11,11 @@
 // bytes a frame: the parse's tables, the entropy stages' workspace and the
 // frame as it is written.
 //
-// A thread a frame, not a warp: the parse walks the frame's positions in
-// order, each step depending on the last, and the GPU is used for what the
-// CPU cannot afford, level-19-class effort on pages that have gone idle,
-// while it is otherwise idle. What the kernel costs is measured in
+// A warp a frame: its lanes find the match candidates of 32 positions at
+// once, a lane a position (the hash-chain walks), and
+// lane 0 walks the parse and codes the frame. The GPU is used for what
+// the CPU cannot afford, level-19-class effort on pages that have gone
+// idle, while it is otherwise idle. What the kernel costs is measured in
 // pkg/gpu's deep_device_test.go.
 //
 // Built to PTX for compute_75 by kernels/build-ptx.sh, like zstd.cu.
@@ -41,12 +42,14 @@ extern "C" __global__ void __launch_bounds__(32)
 gz_zstd_deep(const uint8_t *__restrict__ in, int n, uint8_t *__restrict__ scratch,
 		uint8_t *__restrict__ packed, unsigned int *__restrict__ packed_size,
 		unsigned int *__restrict__ offsets, unsigned int *__restrict__ lens) {
-	const int f = blockIdx.x * blockDim.x + threadIdx.x;
+	const int f = blockIdx.x;
+	const int lane = threadIdx.x;
 	if (f >= n) return;
 	const unsigned int entry = offsets[f];
 	const int first = (int)(entry >> 8), pages = (int)(entry & 0xFF);
+	__syncwarp(); // every lane has read the entry before lane 0 writes the result
 	if (pages < 1 || pages > ZD_FRAME_PAGES) {
-		offsets[f] = 0, lens[f] = 0;
+		if (lane == 0) offsets[f] = 0, lens[f] = 0;
 		return;
 	}
 	uint8_t *const mine = scratch + (size_t)f * ZD_SCRATCH;
@@ -56,10 +59,13 @@ gz_zstd_deep(const uint8_t *__restrict__ in, int n, uint8_t *__restrict__ scratc
 	const int bytes = pages * 4096;
 	const int len = zd_compress_frame(in + (size_t)first * 4096, bytes, frame, bytes - 1, ws, sc);
 	if (len <= 0) {
-		offsets[f] = 0xFFFFFFFFu, lens[f] = 0;
+		if (lane == 0) offsets[f] = 0xFFFFFFFFu, lens[f] = 0;
 		return;
 	}
-	const unsigned int at = atomicAdd(packed_size, (unsigned int)(len + 15) & ~15u);
-	for (int i = 0; i < len; i++) packed[at + i] = frame[i];
-	offsets[f] = at, lens[f] = (unsigned int)len;
+	unsigned int at = 0;
+	if (lane == 0) at = atomicAdd(packed_size, (unsigned int)(len + 15) & ~15u);
+	at = __shfl_sync(0xFFFFFFFFu, at, 0);
+	__syncwarp(); // lane 0's frame is written before the lanes copy it
+	for (int i = lane; i < len; i += 32) packed[at + i] = frame[i];
+	if (lane == 0) offsets[f] = at, lens[f] = (unsigned int)len;
 }

@@ -2,7 +2,7 @@
 // optimal parse (the kind libzstd's highest levels make) over a frame of
 // up to ZP_PAGE bytes, coded as one block by zstd_page.h's stages 2 and 3.
 // Portable C like zstd_page.h: the host tests it against libzstd
-// (internal/zstddeep), and the GPU runs it a thread a frame.
+// (internal/zstddeep), and the GPU runs it a warp a frame.
 //
 // The includer sets ZP_PAGE (the largest frame, a multiple of 4096 up to
 // 65535) and ZP_MAX_SEQ before including this header, and defines
@@ -35,6 +35,21 @@
 #define GZRAMD_ZSTD_DEEP_H
 
 #include "zstd_page.h"
+
+// On the GPU a warp compresses a frame: its lanes find a block's
+// candidates, a lane a position, and lane 0 does the rest; on the host one
+// thread does all of it. Both write the same bytes.
+#ifdef __CUDACC__
+#define ZD_LANES 32
+#define ZD_LANE ((int)(threadIdx.x & 31))
+#define ZD_SYNC() __syncwarp()
+#define ZD_BCAST(x) __shfl_sync(0xFFFFFFFFu, (x), 0)
+#else
+#define ZD_LANES 1
+#define ZD_LANE 0
+#define ZD_SYNC()
+#define ZD_BCAST(x) (x)
+#endif
 
 #ifndef ZD_HASH_BITS
 #define ZD_HASH_BITS 14
@@ -221,7 +236,7 @@ ZP_FN void zd_chains(const uint8_t *src, int n, zd_scratch *sc) {
 // Each position's are independent of the others' (the GPU finds a block's
 // a lane a position).
 ZP_FN void zd_candidates(const uint8_t *src, int n, int first, zd_scratch *sc) {
-	for (int k = 0; k < ZD_BLOCK; k++) {
+	for (int k = ZD_LANE; k < ZD_BLOCK; k += ZD_LANES) {
 		const int p = first + k;
 		int nc = 0, longest = 2;
 		if (p + 3 <= n) {
@@ -254,7 +269,8 @@ ZP_FN void zd_candidates(const uint8_t *src, int n, int first, zd_scratch *sc) {
 
 // zd_parse finds the cheapest parse of src[0..n) by sc->pr into
 // ws->seq_* and returns the number of sequences (at most ZP_MAX_SEQ; the
-// rest of the frame is then literals).
+// rest of the frame is then literals); on the GPU, every lane of the warp
+// calls it, and lane 0 gets the parse.
 //
 // Positions go in blocks of ZD_BLOCK: the block's candidates first
 // (zd_candidates), then its positions in order. The cheapest ways into
@@ -266,15 +282,19 @@ ZP_FN int zd_parse(const uint8_t *src, int n, zd_scratch *sc, zp_workspace *ws) 
 	zd_node *ring = sc->ring;
 	const zd_prices *pr = &sc->pr;
 	const int32_t ll_price0 = zd_ll_price(pr, 0);
-	for (int i = 0; i < ZD_RING; i++) ring[i].price = ZD_INF;
-	ring[0].price = ll_price0;
-	ring[0].len = 0, ring[0].off = 0, ring[0].lit = 0;
-	ring[0].rep[0] = 1, ring[0].rep[1] = 4, ring[0].rep[2] = 8;
+	if (ZD_LANE == 0) {
+		for (int i = 0; i < ZD_RING; i++) ring[i].price = ZD_INF;
+		ring[0].price = ll_price0;
+		ring[0].len = 0, ring[0].off = 0, ring[0].lit = 0;
+		ring[0].rep[0] = 1, ring[0].rep[1] = 4, ring[0].rep[2] = 8;
+	}
 	int p = 0;
 	while (p < n) {
 		const int first = p;
+		ZD_SYNC();
 		zd_candidates(src, n, first, sc);
-		for (; p < n && p < first + ZD_BLOCK; p++) {
+		ZD_SYNC();
+		for (; ZD_LANE == 0 && p < n && p < first + ZD_BLOCK; p++) {
 			zd_node at = ring[p & (ZD_RING - 1)];
 			ring[p & (ZD_RING - 1)].price = ZD_INF;
 			sc->back[p] = (uint32_t)at.len << 16 | at.off;
@@ -342,7 +362,9 @@ ZP_FN int zd_parse(const uint8_t *src, int n, zd_scratch *sc, zp_workspace *ws) 
 				from = cl[c] + 1;
 			}
 		}
+		p = ZD_BCAST(p);
 	}
+	if (ZD_LANE != 0) return 0;
 	sc->back[n] = (uint32_t)ring[n & (ZD_RING - 1)].len << 16 | ring[n & (ZD_RING - 1)].off;
 	// The path, walked back from the end.
 	int nm = 0;
@@ -404,34 +426,42 @@ ZP_FN int zd_compress_frame(const uint8_t *src, int n, uint8_t *dst, int dst_cap
 	if (n < 256 || n > ZP_PAGE) return 0;
 	int cap = dst_cap < n - 1 ? dst_cap : n - 1;
 	if (cap < 11) return 0;
-	zd_frame_header(dst, n);
 	int same = 1;
-	for (int i = 1; i < n; i++) {
-		if (src[i] != src[0]) {
-			same = 0;
-			break;
+	if (ZD_LANE == 0) {
+		zd_frame_header(dst, n);
+		for (int i = 1; i < n; i++) {
+			if (src[i] != src[0]) {
+				same = 0;
+				break;
+			}
+		}
+		if (same) {
+			zp_block_header(dst + 7, 1, (uint32_t)n);
+			dst[10] = src[0];
 		}
 	}
-	if (same) {
-		zp_block_header(dst + 7, 1, (uint32_t)n);
-		dst[10] = src[0];
-		return 11;
+	if (ZD_BCAST(same)) return 11;
+	if (ZD_LANE == 0) {
+		zd_default_prices(sc, src, n);
+		zd_chains(src, n, sc);
 	}
-	zd_default_prices(sc, src, n);
-	zd_chains(src, n, sc);
 	int nseq = 0, nlit = 0;
 	for (int pass = 0; pass < ZD_PASSES; pass++) {
-		if (pass > 0) zd_parse_prices(sc, ws, nseq, nlit);
+		if (pass > 0 && ZD_LANE == 0) zd_parse_prices(sc, ws, nseq, nlit);
 		nseq = zd_parse(src, n, sc, ws);
-		nlit = zd_gather_literals(src, n, ws, nseq);
+		if (ZD_LANE == 0) nlit = zd_gather_literals(src, n, ws, nseq);
 	}
-	uint8_t *const oend = dst + cap;
-	uint8_t *op = zp_encode_literals(ws, nlit, dst + 10, oend, 1);
-	if (!op) return 0;
-	op = zp_encode_sequences(ws, nseq, op, oend, 1);
-	if (!op) return 0;
-	zp_block_header(dst + 7, 2, (uint32_t)(op - (dst + 10)));
-	return (int)(op - dst);
+	int len = 0;
+	if (ZD_LANE == 0) {
+		uint8_t *const oend = dst + cap;
+		uint8_t *op = zp_encode_literals(ws, nlit, dst + 10, oend, 1);
+		if (op) op = zp_encode_sequences(ws, nseq, op, oend, 1);
+		if (op) {
+			zp_block_header(dst + 7, 2, (uint32_t)(op - (dst + 10)));
+			len = (int)(op - dst);
+		}
+	}
+	return ZD_BCAST(len);
 }
 
 #endif

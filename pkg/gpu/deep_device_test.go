@@ -133,7 +133,7 @@ func (d *deepDevice) compress(frames [][]byte) ([][]byte, error) {
 		return nil, err
 	}
 	n := len(frames)
-	if err := dr.launchCompress(d.f, (n+31)/32, 32, d.s, d.in, n, d.scratch, d.packed, d.meta, d.offs, d.lens); err != nil {
+	if err := dr.launchCompress(d.f, n, 32, d.s, d.in, n, d.scratch, d.packed, d.meta, d.offs, d.lens); err != nil {
 		return nil, err
 	}
 	lens := make([]uint32, n)
