@@ -139,16 +139,10 @@ func (l *lifeline) endWatch() {
 	}
 }
 
-// HoldLifeline arms the lifeline the supervisor gave this serving process
-// (EnvLifeline), if any: a thread of its own takes the lock in the
-// lifeline's page and holds it for as long as the process lives. It must
-// come after any exec of the process's own, since an exec releases the
-// lock as an exit does.
-func (s Started) HoldLifeline() error {
-	if s.lifeline < 3 {
-		return nil
-	}
-	f, err := memfd.Open(s.lifeline)
+// holdLifeline arms the lifeline page at descriptor fd (see
+// Started.HoldLifeline).
+func holdLifeline(fd int) error {
+	f, err := memfd.Open(fd)
 	if err != nil {
 		return fmt.Errorf("supervise: lifeline: %w", err)
 	}

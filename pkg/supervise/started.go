@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gzramd/gzramd/internal/memfd"
 )
 
@@ -76,14 +78,6 @@ func (s Started) SupervisorAlive() bool {
 	return s.Serving && s.Supervisor != 0 && s.Supervisor == os.Getppid()
 }
 
-func atoi(s string, none int) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return none
-	}
-	return n
-}
-
 // Files takes over the memfds the supervisor passed (Config.Files), one
 // for each name, from descriptor 3 on.
 func (s Started) Files(names []string) ([]*memfd.File, error) {
@@ -97,4 +91,48 @@ func (s Started) Files(names []string) ([]*memfd.File, error) {
 		files = append(files, f)
 	}
 	return files, nil
+}
+
+// SetParentDeath has this serving process get the signal its supervisor
+// asked for (ParentDeath) when the supervisor dies: an exec of the
+// process's own (a binary with file capabilities) clears it. It reports
+// whether the supervisor died already.
+func (s Started) SetParentDeath() (supervisorGone bool, err error) {
+	if s.ParentDeath == 0 {
+		return false, nil
+	}
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(s.ParentDeath), 0, 0, 0); err != nil {
+		return false, fmt.Errorf("supervise: prctl(PR_SET_PDEATHSIG): %w", err)
+	}
+	return !s.SupervisorAlive(), nil
+}
+
+// HandoverSocket returns the serving process's handover socket, if its
+// supervisor gave it one.
+func (s Started) HandoverSocket() (*os.File, bool) {
+	if s.handover < 3 {
+		return nil, false
+	}
+	unix.CloseOnExec(s.handover)
+	return os.NewFile(uintptr(s.handover), "handover"), true
+}
+
+// HoldLifeline arms the lifeline the supervisor gave this serving process
+// (EnvLifeline), if any: a thread of its own takes the lock in the
+// lifeline's page and holds it for as long as the process lives. It must
+// come after any exec of the process's own, since an exec releases the
+// lock as an exit does.
+func (s Started) HoldLifeline() error {
+	if s.lifeline < 3 {
+		return nil
+	}
+	return holdLifeline(s.lifeline)
+}
+
+func atoi(s string, none int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return none
+	}
+	return n
 }

@@ -13,19 +13,13 @@ package supervise
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/memfd"
 )
@@ -137,165 +131,74 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	log := cfg.Logger
-	stopping := false
-	takeovers := 0
-	var diedAt time.Time
-	delay := cfg.MinDelay
-	quick := 0
-	ctxDone := ctx.Done()
-	// What a death is handled in, made now, when memory is plentiful:
-	// then nothing is to be allocated (see dying).
-	scratch := newScratch()
-	var relay []Message // what the last serving process handed over, for the next
-	handedOver := false
-	var standby *child
-	defer func() {
-		if standby != nil {
-			standby.discard()
-		}
-	}()
+	s := &supervisor{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		ctxDone: ctx.Done(),
+		// What a death is handled in, made now, when memory is
+		// plentiful: then nothing is to be allocated (see dying).
+		scratch: newScratch(),
+		delay:   cfg.MinDelay,
+	}
+	defer s.close()
+	return s.run()
+}
+
+// supervisor is Run's state. Its methods are the events that change it,
+// each called from run's goroutine, one at a time.
+type supervisor struct {
+	cfg     Config
+	log     *slog.Logger
+	ctxDone <-chan struct{} // nil once heard
+	scratch []byte
+
+	active  *child // the serving process
+	standby *child // nil when none is started ahead
+
+	// What the next serving process is told (see env).
+	stopping   bool
+	takeovers  int
+	diedAt     time.Time
+	handedOver bool
+	relay      []Message // what the last serving process handed over
+
+	// The backoff after deaths at start: the wait before the next start,
+	// and how many deaths in a row came within StableAfter.
+	delay time.Duration
+	quick int
+
+	standbyDue <-chan time.Time // when to start a standby; nil for not now
+
 	// A standby that dies while no stop is asked for is warned of: the
 	// next crash finds none ready. But a terminal's ^C, or a SIGTERM to
 	// every gzramd process, kills the standby too, and its death may be
 	// heard before the supervisor's own signal: one killed by SIGINT or
 	// SIGTERM is unsettled until a stop comes (it was part of it) or
 	// stopGrace passes (it was not).
-	var unsettled *standbyEnd
-	var settleDue <-chan time.Time
-	settle := func() {
-		if unsettled != nil {
-			unsettled.log(log, stopping)
-			unsettled, settleDue = nil, nil
-		}
-	}
-	defer settle()
-	startEnv := func() []string {
-		env := []string{EnvTakeovers + "=" + strconv.Itoa(takeovers)}
-		if !diedAt.IsZero() {
-			env = append(env, EnvDiedAt+"="+strconv.FormatInt(diedAt.UnixNano(), 10))
-		}
-		if stopping {
-			env = append(env, EnvStopping+"=1")
-		}
-		if handedOver {
-			env = append(env, EnvHandedOver+"=1")
-		}
-		return env
-	}
-	var active *child
+	unsettled *standbyEnd
+	settleDue <-chan time.Time
+}
+
+// run starts a serving process, waits for it to end, and starts the next,
+// until one ends in a way that ends Run.
+func (s *supervisor) run() (int, error) {
 	for {
-		if standby != nil && standby.alive() {
-			active, standby = standby, nil
-			active.start = time.Now()
-			log.Info("the standby serving process takes over", "pid", active.cmd.Process.Pid, "takeovers", takeovers)
-		} else {
-			if standby != nil {
-				standby.discard()
-				standby = nil
-			}
-			var err error
-			if active, err = cfg.spawn(startEnv(), false); err != nil {
-				closeAll(relay)
-				return ExitFailed, err
-			}
+		if err := s.start(); err != nil {
+			return ExitFailed, err
 		}
-		active.release(relay, startEnv(), log)
-		relay = nil
 		// It takes the state over from a process that ended before it
 		// (died, or handed over): a failure of its own before it serves
-		// is no reason to drop that state (see failedTakeover below).
-		tookOver := takeovers > 0
-		if cfg.Started != nil {
-			cfg.Started(active.cmd.Process.Pid, takeovers)
-		}
-		var standbyDue <-chan time.Time
-		if cfg.Standby && cfg.Handover {
-			standbyDue = time.After(cfg.StandbyAfter)
-		}
-		var end ending
-		dying := active.died()
-	wait:
-		for {
-			var standbyExited <-chan error
-			if standby != nil {
-				standbyExited = standby.exited
-			}
-			select {
-			case err := <-active.exited:
-				end = endingOf(active.cmd.ProcessState, err)
-				break wait
-			case <-dying:
-				dying = nil
-				if ws, shutErr, ok := active.deadEarly(scratch[:dyingBuf]); ok {
-					end = ending{ws: ws, early: true, shutErr: shutErr}
-					break wait
-				}
-			case <-standbyDue:
-				standbyDue = nil
-				var err error
-				if standby, err = cfg.spawn(nil, true); err != nil {
-					log.Warn("starting a standby serving process", "err", err)
-					standby = nil
-				} else {
-					log.Info("standby serving process started", "pid", standby.cmd.Process.Pid)
-				}
-			case err := <-standbyExited:
-				settle()
-				end := standbyEnd{pid: standby.cmd.Process.Pid, how: endingOf(standby.cmd.ProcessState, err)}
-				standby.exited = closedErr(err)
-				standby.discard()
-				standby = nil
-				standbyDue = time.After(cfg.StableAfter)
-				if !stopping && end.how.stopSignal() {
-					unsettled, settleDue = &end, time.After(stopGrace)
-				} else {
-					end.log(log, stopping)
-				}
-			case <-settleDue:
-				settle()
-			case sig := <-cfg.Signals:
-				if sig == syscall.SIGINT || sig == syscall.SIGTERM {
-					stopping = true
-					settle()
-				}
-				_ = active.cmd.Process.Signal(sig)
-			case <-ctxDone:
-				ctxDone = nil
-				stopping = true
-				settle()
-				_ = active.cmd.Process.Signal(syscall.SIGTERM)
-			}
-		}
-		cmd, start := active.cmd, active.start
+		// is no reason to drop that state (see below).
+		tookOver := s.takeovers > 0
+		c := s.active
+		end := s.wait()
 		// Heard early, its teardown goes on (a GPU context's takes 100
 		// ms or more); spawn's goroutine reaps it meanwhile.
 		status, died := end.exit()
-		served := false
-		if pair := active.pair; pair != nil {
-			<-active.given
-			if !died && status == ExitHandedOver {
-				relay = pair.taken(nil)
-			} else {
-				pair.taken(scratch)
-			}
-			served = pair.ready
-			pair.mine.Close()
-		}
-		handedOver = !died && status == ExitHandedOver
-		if handedOver {
-			// An upgrade: no death, no wait. The state's memory is
-			// locked here until the next one maps and locks it. The
-			// standby is of the old executable: the next is not.
-			if standby != nil {
-				standby.discard()
-				standby = nil
-			}
-			diedAt = time.Now()
-			takeovers++
-			cfg.keep(log)
-			log.Info("the serving process handed over; starting the next to take its state over",
-				"pid", cmd.Process.Pid, "lived", diedAt.Sub(start).Round(time.Millisecond), "takeovers", takeovers)
+		s.handedOver = !died && status == ExitHandedOver
+		served := s.collect(c)
+		if s.handedOver {
+			s.upgraded(c)
 			continue
 		}
 		// A process that took the state over and failed before it served
@@ -305,59 +208,260 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		// state holds what the one before acknowledged, and ending Run
 		// here would drop it with the kernel device waiting on it. It is
 		// taken for a death at start: backed off, and GiveUp decides.
-		failedTakeover := !died && status == ExitFailed && tookOver && !served && !stopping
+		failedTakeover := !died && status == ExitFailed && tookOver && !served && !s.stopping
 		if !died && !failedTakeover {
 			// Its own error line, the last, says why.
 			return status, nil
 		}
-		now := time.Now()
-		lived := now.Sub(start)
-		if !failedTakeover {
-			// A failed takeover keeps the death it failed to take over
-			// from: the device has gone without a server since then.
-			diedAt = now
+		if err := s.died(c, end, served, failedTakeover); err != nil {
+			return ExitFailed, err
 		}
-		takeovers++
-		cfg.keep(log)
-		if lived >= cfg.StableAfter || served {
-			// A process that served is no crash at start: the next
-			// starts at once, however soon this one died.
-			delay, quick = cfg.MinDelay, 0
-		} else if quick++; cfg.GiveUp != nil && cfg.GiveUp(quick) {
-			log.Error("the serving process keeps dying as it starts; giving up", "deaths", quick, "how", end)
-			return ExitFailed, fmt.Errorf("supervise: the serving process died %d times in a row within %v of its start", quick, cfg.StableAfter)
+	}
+}
+
+// wait hands each event to its method until the serving process ends, and
+// returns how it ended.
+func (s *supervisor) wait() ending {
+	dying := s.active.died()
+	for {
+		var standbyExited <-chan error
+		if s.standby != nil {
+			standbyExited = s.standby.exited
 		}
-		wait := delay
-		if served || (standby != nil && standby.alive()) {
-			wait = 0 // the device waits for a server: no time to lose
-		}
-		if failedTakeover {
-			log.Error("the serving process failed before it served the state it took over; starting another to take it over",
-				"pid", cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
-				"takeovers", takeovers, "in", wait, "standby", standby != nil)
-		} else {
-			log.Error("the serving process died; starting another to take its state over",
-				"pid", cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
-				"takeovers", takeovers, "in", wait, "standby", standby != nil, "heard", end.heard())
-		}
-		if wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-ctxDone:
-				ctxDone = nil
-				stopping = true
+		select {
+		case err := <-s.active.exited:
+			return endingOf(s.active.cmd.ProcessState, err)
+		case <-dying:
+			dying = nil
+			if ws, shutErr, ok := s.active.deadEarly(s.scratch[:dyingBuf]); ok {
+				return ending{ws: ws, early: true, shutErr: shutErr}
 			}
+		case <-s.standbyDue:
+			s.startStandby()
+		case err := <-standbyExited:
+			s.standbyEnded(err)
+		case <-s.settleDue:
+			s.settle()
+		case sig := <-s.cfg.Signals:
+			s.signal(sig)
+		case <-s.ctxDone:
+			s.ctxDone = nil
+			s.stop()
+			_ = s.active.cmd.Process.Signal(syscall.SIGTERM)
 		}
-		if lived < cfg.StableAfter && !served {
-			delay = min(2*delay, cfg.MaxDelay)
+	}
+}
+
+// start starts the next serving process, or lets the standby take over,
+// and releases it with what the one before handed over.
+func (s *supervisor) start() error {
+	if s.standby != nil && s.standby.alive() {
+		s.active, s.standby = s.standby, nil
+		s.active.start = time.Now()
+		s.log.Info("the standby serving process takes over", "pid", s.active.cmd.Process.Pid, "takeovers", s.takeovers)
+	} else {
+		if s.standby != nil {
+			s.standby.discard()
+			s.standby = nil
 		}
+		c, err := s.cfg.spawn(s.env(), false)
+		if err != nil {
+			closeAll(s.relay)
+			return err
+		}
+		s.active = c
+	}
+	s.active.release(s.relay, s.env(), s.log)
+	s.relay = nil
+	if s.cfg.Started != nil {
+		s.cfg.Started(s.active.cmd.Process.Pid, s.takeovers)
+	}
+	s.standbyDue = nil
+	if s.cfg.Standby && s.cfg.Handover {
+		s.standbyDue = time.After(s.cfg.StandbyAfter)
+	}
+	return nil
+}
+
+// env is the start environment of the next serving process.
+func (s *supervisor) env() []string {
+	env := []string{EnvTakeovers + "=" + strconv.Itoa(s.takeovers)}
+	if !s.diedAt.IsZero() {
+		env = append(env, EnvDiedAt+"="+strconv.FormatInt(s.diedAt.UnixNano(), 10))
+	}
+	if s.stopping {
+		env = append(env, EnvStopping+"=1")
+	}
+	if s.handedOver {
+		env = append(env, EnvHandedOver+"=1")
+	}
+	return env
+}
+
+// collect takes what the ended serving process c sent on its handover
+// socket: kept for the next after a handover, closed after any other end.
+// It reports whether c said it served (Ready).
+func (s *supervisor) collect(c *child) (served bool) {
+	pair := c.pair
+	if pair == nil {
+		return false
+	}
+	<-c.given
+	if s.handedOver {
+		s.relay = pair.taken(nil)
+	} else {
+		pair.taken(s.scratch)
+	}
+	pair.mine.Close()
+	return pair.ready
+}
+
+// upgraded is the end of an upgrade asked for with SIGHUP: c handed over
+// (ExitHandedOver). No death, no wait: the next starts at once. The
+// state's memory is locked here until the next one maps and locks it.
+func (s *supervisor) upgraded(c *child) {
+	// The standby is of the old executable: the next is not.
+	if s.standby != nil {
+		s.standby.discard()
+		s.standby = nil
+	}
+	s.diedAt = time.Now()
+	s.takeovers++
+	s.keep()
+	s.log.Info("the serving process handed over; starting the next to take its state over",
+		"pid", c.cmd.Process.Pid, "lived", s.diedAt.Sub(c.start).Round(time.Millisecond), "takeovers", s.takeovers)
+}
+
+// died is a death of the serving process c, or its failed takeover (see
+// run): it backs off before run starts the next, or, where GiveUp says so,
+// returns the error Run ends with.
+func (s *supervisor) died(c *child, end ending, served, failedTakeover bool) error {
+	now := time.Now()
+	lived := now.Sub(c.start)
+	if !failedTakeover {
+		// A failed takeover keeps the death it failed to take over
+		// from: the device has gone without a server since then.
+		s.diedAt = now
+	}
+	s.takeovers++
+	s.keep()
+	if lived >= s.cfg.StableAfter || served {
+		// A process that served is no crash at start: the next
+		// starts at once, however soon this one died.
+		s.delay, s.quick = s.cfg.MinDelay, 0
+	} else if s.quick++; s.cfg.GiveUp != nil && s.cfg.GiveUp(s.quick) {
+		s.log.Error("the serving process keeps dying as it starts; giving up", "deaths", s.quick, "how", end)
+		return fmt.Errorf("supervise: the serving process died %d times in a row within %v of its start", s.quick, s.cfg.StableAfter)
+	}
+	wait := s.delay
+	if served || (s.standby != nil && s.standby.alive()) {
+		wait = 0 // the device waits for a server: no time to lose
+	}
+	if failedTakeover {
+		s.log.Error("the serving process failed before it served the state it took over; starting another to take it over",
+			"pid", c.cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
+			"takeovers", s.takeovers, "in", wait, "standby", s.standby != nil)
+	} else {
+		s.log.Error("the serving process died; starting another to take its state over",
+			"pid", c.cmd.Process.Pid, "how", end, "lived", lived.Round(time.Millisecond),
+			"takeovers", s.takeovers, "in", wait, "standby", s.standby != nil, "heard", end.heard())
+	}
+	if wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-s.ctxDone:
+			s.ctxDone = nil
+			s.stopping = true
+		}
+	}
+	if lived < s.cfg.StableAfter && !served {
+		s.delay = min(2*s.delay, s.cfg.MaxDelay)
+	}
+	return nil
+}
+
+// signal forwards sig to the serving process; SIGINT and SIGTERM are a
+// stop too. SIGHUP asks it for an upgrade, which ends in upgraded.
+func (s *supervisor) signal(sig os.Signal) {
+	if sig == syscall.SIGINT || sig == syscall.SIGTERM {
+		s.stop()
+	}
+	_ = s.active.cmd.Process.Signal(sig)
+}
+
+// stop is a stop asked for, by SIGINT, SIGTERM or Run's context: a
+// serving process started from now on is told so (EnvStopping), and an
+// unsettled standby's end was part of it.
+func (s *supervisor) stop() {
+	s.stopping = true
+	s.settle()
+}
+
+// startStandby starts the next serving process ahead (Config.Standby).
+func (s *supervisor) startStandby() {
+	s.standbyDue = nil
+	c, err := s.cfg.spawn(nil, true)
+	if err != nil {
+		s.log.Warn("starting a standby serving process", "err", err)
+		return
+	}
+	s.standby = c
+	s.log.Info("standby serving process started", "pid", c.cmd.Process.Pid)
+}
+
+// standbyEnded is the standby's end while it waited, which err is
+// wait(2)'s for; another is started StableAfter later.
+func (s *supervisor) standbyEnded(err error) {
+	s.settle()
+	end := standbyEnd{pid: s.standby.cmd.Process.Pid, how: endingOf(s.standby.cmd.ProcessState, err)}
+	s.standby.exited = closedErr(err)
+	s.standby.discard()
+	s.standby = nil
+	s.standbyDue = time.After(s.cfg.StableAfter)
+	if !s.stopping && end.how.stopSignal() {
+		s.unsettled, s.settleDue = &end, time.After(stopGrace)
+	} else {
+		end.log(s.log, s.stopping)
+	}
+}
+
+// settle logs the unsettled standby's end, now that a stop came or
+// stopGrace passed.
+func (s *supervisor) settle() {
+	if s.unsettled != nil {
+		s.unsettled.log(s.log, s.stopping)
+		s.unsettled, s.settleDue = nil, nil
+	}
+}
+
+// keep locks the state's memory while no serving process holds it.
+func (s *supervisor) keep() {
+	k := s.cfg.Keeper
+	if k == nil {
+		return
+	}
+	go func() {
+		if held, err := k.Lock(); err != nil {
+			s.log.Error("locking the state's memory after the serving process ended", "err", err)
+		} else {
+			s.log.Info("state memory locked by the supervisor", "bytes", held)
+		}
+	}()
+}
+
+// close ends Run: the unsettled standby's end logged, and a standby that
+// will not serve now ended.
+func (s *supervisor) close() {
+	s.settle()
+	if s.standby != nil {
+		s.standby.discard()
 	}
 }
 
 // stopGrace is how long a standby killed by SIGINT or SIGTERM waits for
 // the supervisor to be asked to stop before its death is warned of (see
-// Run): the signal reaches both at once, and is heard within
-// milliseconds.
+// supervisor.unsettled): the signal reaches both at once, and is heard
+// within milliseconds.
 var stopGrace = time.Second
 
 // standbyEnd is a standby's death, to be logged.
@@ -375,287 +479,3 @@ func (e *standbyEnd) log(log *slog.Logger, stopping bool) {
 	}
 	log.Warn("the standby serving process ended while it waited; starting another later", "pid", e.pid, "how", e.how)
 }
-
-func closedErr(err error) chan error {
-	c := make(chan error, 1)
-	c <- err
-	return c
-}
-
-// child is a serving process: started, and, once released, serving.
-type child struct {
-	cmd  *exec.Cmd
-	pair *handoverPair // nil without Config.Handover
-	// handoverFD is the handover socket's descriptor number in the
-	// child (-1 without one): its sockets are shut at its death, but
-	// for that one, which the supervisor reads after.
-	handoverFD int
-	start      time.Time
-	exited     chan error
-	given      chan struct{} // closed once release's messages are taken
-	// life and pidfd hear of its death early (see lifeline); nil and -1
-	// where they could not be made, and the death is heard by wait(2).
-	// The pidfd is closed once the process is reaped, under mu.
-	life  *lifeline
-	mu    sync.Mutex
-	pidfd int
-}
-
-// spawn starts a serving process with env added to Config.Env. It waits on
-// its handover socket (if any) until release; a standby gets no start
-// environment but the supervisor's (release sends the rest).
-func (cfg *Config) spawn(env []string, standby bool) (*child, error) {
-	cmd := exec.Command(cfg.Path, cfg.Args...)
-	cmd.Env = append(cfg.Env[:len(cfg.Env):len(cfg.Env)], EnvServing+"=1", EnvSupervisor+"="+strconv.Itoa(os.Getpid()))
-	cmd.Env = append(cmd.Env, env...)
-	if standby {
-		cmd.Env = append(cmd.Env, EnvStandby+"=1")
-	}
-	if cfg.ParentDeath != 0 {
-		cmd.Env = append(cmd.Env, EnvParentDeath+"="+strconv.Itoa(int(cfg.ParentDeath)))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: cfg.ParentDeath}
-	}
-	for _, f := range cfg.Files {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, f.OSFile())
-	}
-	c := &child{cmd: cmd, pidfd: -1, handoverFD: -1}
-	if cfg.Handover {
-		var err error
-		if c.pair, err = newHandoverPair(); err != nil {
-			return nil, err
-		}
-		c.handoverFD = 3 + len(cmd.ExtraFiles)
-		cmd.Env = append(cmd.Env, EnvHandover+"="+strconv.Itoa(c.handoverFD))
-		cmd.ExtraFiles = append(cmd.ExtraFiles, c.pair.child)
-	}
-	if life, err := newLifeline(); err != nil {
-		cfg.Logger.Warn("no lifeline for the serving process: a death is heard only once its teardown ends", "err", err)
-	} else {
-		c.life = life
-		cmd.Env = append(cmd.Env, EnvLifeline+"="+strconv.Itoa(3+len(cmd.ExtraFiles)))
-		cmd.ExtraFiles = append(cmd.ExtraFiles, life.file.OSFile())
-	}
-	cmd.Stdout, cmd.Stderr = cfg.Stdout, cfg.Stderr
-	// Its own process group is not wanted: a terminal's ^C reaches
-	// both. So the serving process hears it twice, from the terminal
-	// and forwarded by Run, and a standby dies of it (see standbyEnd).
-	c.start = time.Now()
-	if err := cmd.Start(); err != nil {
-		if c.pair != nil {
-			c.pair.close()
-		}
-		if c.life != nil {
-			c.life.close()
-		}
-		return nil, fmt.Errorf("supervise: starting the serving process: %w", err)
-	}
-	if c.pair != nil {
-		c.pair.child.Close()
-	}
-	if c.life != nil {
-		// Not yet waited for: the PID is the child's.
-		var err error
-		if c.pidfd, err = unix.PidfdOpen(cmd.Process.Pid, 0); err != nil {
-			cfg.Logger.Warn("no pidfd for the serving process: a death is heard only once its teardown ends", "err", err)
-			c.pidfd = -1
-			c.life.close()
-			c.life = nil
-		} else {
-			c.life.started()
-		}
-	}
-	c.exited = make(chan error, 1)
-	go func() {
-		err := cmd.Wait()
-		// Run goes on first: unmapping the lifeline takes the mmap lock,
-		// which a thread of this process faulting under memory pressure
-		// may hold.
-		c.exited <- err
-		c.mu.Lock()
-		if c.pidfd >= 0 {
-			unix.Close(c.pidfd)
-			c.pidfd = -1
-		}
-		c.mu.Unlock()
-		if c.life != nil {
-			c.life.close()
-		}
-	}()
-	return c, nil
-}
-
-// died returns the channel closed when the lifeline says the process is
-// dying (nil without one).
-func (c *child) died() <-chan struct{} {
-	if c.life == nil {
-		return nil
-	}
-	return c.life.died
-}
-
-// deadEarly is asked once the lifeline says the process is dying, before
-// wait(2) can tell: it returns the process's wait status if it died
-// (exitOf), and then shuts down its sockets (dying.shutSockets; shutErr
-// says why not all, for the log). ok is false if it ended on its own, or
-// if that could not be told; the caller then waits for wait(2). It
-// allocates nothing (see dying).
-func (c *child) deadEarly(buf []byte) (ws syscall.WaitStatus, shutErr error, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pidfd < 0 {
-		return 0, nil, false // reaped: wait(2) tells
-	}
-	d := dying{pid: c.cmd.Process.Pid, pidfd: c.pidfd, buf: buf}
-	ws, ok = d.end(time.Second)
-	if !ok {
-		return 0, nil, false
-	}
-	if _, died := exitOf(ws, nil); !died {
-		return 0, nil, false
-	}
-	_, shutErr = d.shutSockets(c.handoverFD)
-	return ws, shutErr, true
-}
-
-// release lets the serving process go on: the connections handed over, and
-// its start environment (for a standby, which was started without it).
-func (c *child) release(msgs []Message, env []string, log *slog.Logger) {
-	c.given = make(chan struct{})
-	if c.pair == nil {
-		closeAll(msgs)
-		close(c.given)
-		return
-	}
-	msgs = append([]Message{{Data: []byte(envMessage + strings.Join(env, "\n"))}}, msgs...)
-	go func() {
-		defer close(c.given)
-		if err := c.pair.give(msgs); err != nil {
-			log.Warn("handing the last serving process's connections to the next failed; the kernel device reconnects instead", "err", err)
-		}
-	}()
-}
-
-// alive reports whether the process has not exited yet.
-func (c *child) alive() bool {
-	select {
-	case err := <-c.exited:
-		c.exited = closedErr(err)
-		return false
-	default:
-		return true
-	}
-}
-
-// discard ends a standby that will not serve.
-func (c *child) discard() {
-	_ = c.cmd.Process.Kill()
-	<-c.exited
-	if c.pair != nil {
-		closeAll(c.pair.taken(nil))
-		c.pair.mine.Close()
-	}
-}
-
-// keep locks the state's memory while no serving process holds it.
-func (cfg *Config) keep(log *slog.Logger) {
-	if cfg.Keeper == nil {
-		return
-	}
-	go func() {
-		if held, err := cfg.Keeper.Lock(); err != nil {
-			log.Error("locking the state's memory after the serving process ended", "err", err)
-		} else {
-			log.Info("state memory locked by the supervisor", "bytes", held)
-		}
-	}()
-}
-
-// SetParentDeath has this serving process get the signal its supervisor
-// asked for (ParentDeath) when the supervisor dies: an exec of the
-// process's own (a binary with file capabilities) clears it. It reports
-// whether the supervisor died already.
-func (s Started) SetParentDeath() (supervisorGone bool, err error) {
-	if s.ParentDeath == 0 {
-		return false, nil
-	}
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(s.ParentDeath), 0, 0, 0); err != nil {
-		return false, fmt.Errorf("supervise: prctl(PR_SET_PDEATHSIG): %w", err)
-	}
-	return !s.SupervisorAlive(), nil
-}
-
-// waitStatus is the wait status of a process Wait returned err for: ok is
-// false where it was not waited for properly.
-func waitStatus(ps *os.ProcessState, err error) (ws syscall.WaitStatus, ok bool) {
-	var exit *exec.ExitError
-	if (err != nil && !errors.As(err, &exit)) || ps == nil {
-		return 0, false
-	}
-	ws, ok = ps.Sys().(syscall.WaitStatus)
-	return ws, ok
-}
-
-// exitOf says how a serving process ended: on its own with a status, or
-// died (a signal, a Go panic's status 2, any status of neither). err is
-// Wait's error where ws could not be had (waitStatus).
-func exitOf(ws syscall.WaitStatus, err error) (status int, died bool) {
-	if err != nil || ws.Signaled() {
-		return 0, true // not even waited for properly: treat as a death
-	}
-	switch s := ws.ExitStatus(); s {
-	case ExitStopped, ExitFailed, ExitHandedOver:
-		return s, false
-	default:
-		return s, true
-	}
-}
-
-func describeExit(ws syscall.WaitStatus, err error) string {
-	if err != nil {
-		return err.Error()
-	}
-	if ws.Signaled() {
-		return "killed by " + unix.SignalName(ws.Signal())
-	}
-	return fmt.Sprintf("exit status %d", ws.ExitStatus())
-}
-
-// ending is how a serving process ended, as wait(2) or its lifeline
-// (early) told.
-type ending struct {
-	ws      syscall.WaitStatus
-	err     error // the process could not be waited for properly
-	early   bool
-	shutErr error // early: why its sockets were not all shut
-}
-
-// heard says how the death was heard, for the log.
-func (e ending) heard() string {
-	switch {
-	case !e.early:
-		return "wait"
-	case e.shutErr != nil:
-		return "lifeline; its sockets close with its teardown: " + e.shutErr.Error()
-	}
-	return "lifeline"
-}
-
-func endingOf(ps *os.ProcessState, err error) ending {
-	ws, ok := waitStatus(ps, err)
-	if !ok {
-		if err == nil {
-			err = errors.New("no wait status")
-		}
-		return ending{err: err}
-	}
-	return ending{ws: ws}
-}
-
-// stopSignal reports whether the process was killed by a signal that asks
-// gzramd to stop.
-func (e ending) stopSignal() bool {
-	return e.err == nil && e.ws.Signaled() && (e.ws.Signal() == syscall.SIGINT || e.ws.Signal() == syscall.SIGTERM)
-}
-
-func (e ending) exit() (status int, died bool) { return exitOf(e.ws, e.err) }
-func (e ending) String() string                { return describeExit(e.ws, e.err) }
