@@ -43,59 +43,8 @@ func SelfTest(ctx context.Context, dev string, size int64, workers int) error {
 	}
 	defer f.Close()
 
-	// Workers take chunks in turn, so requests of every size run at once.
-	type chunk struct{ off, n int64 }
-	var chunks []chunk
-	for off, i := int64(0), 0; off < span; i++ {
-		n := min(int64(selfTestChunks[i%len(selfTestChunks)]), span-off)
-		chunks = append(chunks, chunk{off, n})
-		off += n
-	}
-	run := func(do func(buf, want []byte, c chunk) error) error {
-		var (
-			wg    sync.WaitGroup
-			mu    sync.Mutex
-			first error
-			next  = make(chan chunk)
-		)
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				// O_DIRECT wants page-aligned buffers; mmap gives them.
-				mem, err := unix.Mmap(-1, 0, 2*(128<<10), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
-				if err == nil {
-					defer unix.Munmap(mem)
-				}
-				for c := range next {
-					if err == nil {
-						err = do(mem[:c.n], mem[128<<10:][:c.n], c)
-					}
-					if err != nil {
-						mu.Lock()
-						if first == nil {
-							first = err
-						}
-						mu.Unlock()
-					}
-				}
-			}()
-		}
-		for _, c := range chunks {
-			if ctx.Err() != nil {
-				break
-			}
-			next <- c
-		}
-		close(next)
-		wg.Wait()
-		if first == nil {
-			first = ctx.Err()
-		}
-		return first
-	}
-
-	err = run(func(buf, _ []byte, c chunk) error {
+	chunks := splitSelfTest(span)
+	err = runSelfTest(ctx, chunks, workers, func(buf, _ []byte, c selfTestChunk) error {
 		fillSelfTest(buf, c.off)
 		if _, err := f.WriteAt(buf, c.off); err != nil {
 			return fmt.Errorf("self-test: writing %d bytes at %d: %w", len(buf), c.off, err)
@@ -103,17 +52,8 @@ func SelfTest(ctx context.Context, dev string, size int64, workers int) error {
 		return nil
 	})
 	if err == nil {
-		err = run(func(buf, want []byte, c chunk) error {
-			if _, err := f.ReadAt(buf, c.off); err != nil {
-				return fmt.Errorf("self-test: reading %d bytes at %d: %w", len(buf), c.off, err)
-			}
-			fillSelfTest(want, c.off)
-			for p := 0; p < len(buf); p += 4096 {
-				if string(buf[p:p+4096]) != string(want[p:p+4096]) {
-					return fmt.Errorf("self-test: the page at byte %d read back different from what was written", c.off+int64(p))
-				}
-			}
-			return nil
+		err = runSelfTest(ctx, chunks, workers, func(buf, want []byte, c selfTestChunk) error {
+			return verifySelfTest(f, buf, want, c)
 		})
 	}
 	// Discard even after a failure: the device must not look used.
@@ -122,6 +62,84 @@ func SelfTest(ctx context.Context, dev string, size int64, workers int) error {
 		err = fmt.Errorf("self-test: discarding the first %d bytes: %w", span, errno)
 	}
 	return err
+}
+
+// selfTestChunk is one request of the self-test: n bytes at byte off.
+type selfTestChunk struct{ off, n int64 }
+
+// splitSelfTest cuts the first span bytes into requests of the sizes in
+// selfTestChunks, in turn. Workers take chunks in turn, so requests of
+// every size run at once.
+func splitSelfTest(span int64) []selfTestChunk {
+	var chunks []selfTestChunk
+	for off, i := int64(0), 0; off < span; i++ {
+		n := min(int64(selfTestChunks[i%len(selfTestChunks)]), span-off)
+		chunks = append(chunks, selfTestChunk{off, n})
+		off += n
+	}
+	return chunks
+}
+
+// runSelfTest runs do on every chunk from workers goroutines, each with
+// its own buffers for the chunk (buf) and for what it should hold (want),
+// until ctx is done. It returns the first error, or ctx's.
+func runSelfTest(ctx context.Context, chunks []selfTestChunk, workers int, do func(buf, want []byte, c selfTestChunk) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan selfTestChunk)
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// O_DIRECT wants page-aligned buffers; mmap gives them.
+			mem, err := unix.Mmap(-1, 0, 2*(128<<10), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+			if err == nil {
+				defer unix.Munmap(mem)
+			}
+			for c := range next {
+				if err == nil {
+					err = do(mem[:c.n], mem[128<<10:][:c.n], c)
+				}
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, c := range chunks {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- c
+	}
+	close(next)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// verifySelfTest reads chunk c back into buf and compares it, page by
+// page, with the pattern written there, made in want.
+func verifySelfTest(f *os.File, buf, want []byte, c selfTestChunk) error {
+	if _, err := f.ReadAt(buf, c.off); err != nil {
+		return fmt.Errorf("self-test: reading %d bytes at %d: %w", len(buf), c.off, err)
+	}
+	fillSelfTest(want, c.off)
+	for p := 0; p < len(buf); p += 4096 {
+		if string(buf[p:p+4096]) != string(want[p:p+4096]) {
+			return fmt.Errorf("self-test: the page at byte %d read back different from what was written", c.off+int64(p))
+		}
+	}
+	return nil
 }
 
 // fillSelfTest fills buf, which lies at byte off of the device, with one
