@@ -250,6 +250,14 @@ func (c *conn) serve() {
 // first bytes being early (then the socket's), and returns once the
 // connection is done with: closed, or stopped for a handover.
 func (c *conn) transmission(e *Export, early []byte) {
+	c.startTransmission(e, early)
+	err := c.transmit()
+	c.endTransmission(e, err)
+}
+
+// startTransmission makes what serving export e needs: the reader, the
+// request structs, the workers and helpers, the reserved buffers.
+func (c *conn) startTransmission(e *Export, early []byte) {
 	if len(early) > 0 {
 		c.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(early), c.sock), readBufferSize)
 	} else {
@@ -301,9 +309,11 @@ func (c *conn) transmission(e *Export, early []byte) {
 		}
 	}
 	c.reserveBuffers(c.srv.reserveBuffers)
+}
 
-	err := c.transmit()
-
+// endTransmission winds the connection down after transmit returned err,
+// and logs why it ended where that is news.
+func (c *conn) endTransmission(e *Export, err error) {
 	// Stop reading, let what was read finish and reply, then close. After
 	// a protocol error the connection is dropped at once (the spec's hard
 	// disconnect): nobody may be reading the replies. After a soft end
