@@ -104,6 +104,36 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 			d.close()
 		}
 	}()
+	if err = d.setUpAccelerator(kernels); err != nil {
+		return nil, err
+	}
+	batchObs := metrics.NewBatches()
+	batchObs.Track("cpu")
+	if d.accel.staged() {
+		batchObs.Track("gpu")
+	}
+	if err = d.openPipeline(batchObs); err != nil {
+		return nil, err
+	}
+	d.noteTakeover()
+	d.dev = d.pipe.Device
+	if g, _, _ := d.accel.current(); g != nil {
+		d.denseOnGPU(g)
+	}
+	nbdObs, err := d.newNBDServer()
+	if err != nil {
+		return nil, err
+	}
+	if d.reg, err = metrics.NewRegistry(d.collectors(nbdObs, batchObs)...); err != nil {
+		return nil, fmt.Errorf("registering metrics: %w", err)
+	}
+	return d, nil
+}
+
+// setUpAccelerator opens the GPU the configuration asks for, or leaves it
+// to openLate after a death.
+func (d *daemon) setUpAccelerator(kernels kernelImage) (err error) {
+	cfg, log := d.cfg, d.log
 	backend, why := cfg.ResolveBackend()
 	if why != "" {
 		log.Info("compressing on the CPU: "+why, "backend", cfg.Backend)
@@ -119,19 +149,21 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 		d.accel = &accelerator{late: &lateGPU{}}
 	default:
 		if d.accel, err = openAccelerator(d.gpuSetup, log); err != nil {
-			return nil, err
+			return err
 		}
 		if d.accel.gpu != nil {
 			d.gpuOpened(d.accel.info)
 		}
 	}
-	batchObs := metrics.NewBatches()
-	batchObs.Track("cpu")
-	if d.accel.staged() {
-		batchObs.Track("gpu")
-	}
-	if d.pipe, d.recovered, err = pipeline.Open(pipeline.Config{
-		State: st,
+	return nil
+}
+
+// openPipeline opens the data path over the state, taking over what a
+// serving process before this one left there (d.recovered).
+func (d *daemon) openPipeline(batchObs *metrics.Batches) (err error) {
+	cfg := d.cfg
+	d.pipe, d.recovered, err = pipeline.Open(pipeline.Config{
+		State: d.state,
 		Size:  int64(cfg.Size), Algorithm: cfg.Algorithm,
 		MemLimit: int64(cfg.MemLimit), Prefault: int64(cfg.Prefault),
 		// Under mlockall each arena is populated when mapped: map it in
@@ -142,24 +174,30 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 		Accelerator: d.accel.routeAccelerator(), MinAcceleratorPages: cfg.GPUMinPages,
 		StagingBytes: int64(cfg.Staging), StagingWait: cfg.StagingWait, BatchPages: cfg.BatchPages,
 		BatchDeadline: cfg.BatchDeadline, BatchWorkers: cfg.BatchInFlight,
-		Observer: batchObs, Logger: log,
-	}); err != nil {
-		return nil, err
-	}
-	info, _ := st.Info()
+		Observer: batchObs, Logger: d.log,
+	})
+	return err
+}
+
+// noteTakeover counts the takeovers the state has seen and logs this one,
+// if the device was taken over.
+func (d *daemon) noteTakeover() {
+	info, _ := d.state.Info()
 	d.takeovers = info.Takeovers
 	switch {
 	case d.recovered != nil && d.start.HandedOver:
-		log.Info("took the device over from the serving process before this one, which handed it over (an upgrade)",
+		d.log.Info("took the device over from the serving process before this one, which handed it over (an upgrade)",
 			"found", d.recovered.String(), "takeovers", info.Takeovers, "state", info.ID)
 	case d.recovered != nil:
-		log.Warn("took the device over from a serving process that died", "found", d.recovered.String(),
+		d.log.Warn("took the device over from a serving process that died", "found", d.recovered.String(),
 			"takeovers", info.Takeovers, "state", info.ID)
 	}
-	d.dev = d.pipe.Device
-	if g, _, _ := d.accel.current(); g != nil {
-		d.denseOnGPU(g)
-	}
+}
+
+// newNBDServer makes the NBD server of the export, with the trace
+// recorder of --record-trace, and returns its metrics.
+func (d *daemon) newNBDServer() (_ *metrics.NBD, err error) {
+	cfg, log := d.cfg, d.log
 	var rec nbd.Recorder // stays nil, not a nil *iolog.Recorder, unless recording
 	if cfg.RecordTrace != "" {
 		if d.trace, err = iolog.Create(cfg.RecordTrace, cfg.Export, log); err != nil {
@@ -179,11 +217,17 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 	if err != nil {
 		return nil, err
 	}
+	return nbdObs, nil
+}
+
+// collectors are the daemon's metrics.
+func (d *daemon) collectors(nbdObs *metrics.NBD, batchObs *metrics.Batches) []prometheus.Collector {
+	cfg := d.cfg
 	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
-		Version: version, Export: cfg.Export, Algorithm: cfg.Algorithm,
+		Version: d.version, Export: cfg.Export, Algorithm: cfg.Algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.Size),
 	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings),
-		metrics.NewSelf(d.selfMemory, log), d.conns,
+		metrics.NewSelf(d.selfMemory, d.log), d.conns,
 		metrics.NewTakeover(func() metrics.Takeovers {
 			return metrics.Takeovers{Count: d.takeovers, LastPause: time.Duration(d.pause.Load())}
 		}),
@@ -199,14 +243,11 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 			Name: "gzramd_nbd_handshake_timeouts_total",
 			Help: "NBD connections closed because their handshake did not finish in time.",
 		}, func() float64 { return float64(d.srv.HandshakeTimeouts()) }),
-	}, d.accel.collectors(cfg.GPUDevice, d.pipe.Router, log)...)
+	}, d.accel.collectors(cfg.GPUDevice, d.pipe.Router, d.log)...)
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
 	}
-	if d.reg, err = metrics.NewRegistry(collectors...); err != nil {
-		return nil, fmt.Errorf("registering metrics: %w", err)
-	}
-	return d, nil
+	return collectors
 }
 
 // gpuOpened is what opening the GPU changes beside the router: the CUDA
@@ -442,28 +483,81 @@ func (d *daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
 // run serves until a signal asks it to stop and stopping is safe.
 func (d *daemon) run(ctx context.Context) error {
 	defer d.close()
-	sigs := make(chan os.Signal, 4)
+	sigs := d.notifySignals()
+	defer sigs.stop()
+
+	errc, err := d.serveListeners()
+	if err != nil {
+		return err
+	}
+	d.adoptedKernel = d.adoptConnections()
+	if d.handover != nil {
+		// It serves: a death from now on is no crash at start, and the
+		// supervisor starts the next at once.
+		if err := supervise.Ready(d.handover); err != nil {
+			d.log.Warn("telling the supervisor this process serves", "err", err)
+		}
+	}
+	stopBackground := d.startBackground()
+	defer stopBackground()
+
+	// One collection while memory is plentiful: the runtime builds the
+	// pointer masks of large types (the store, the device) on their first
+	// scan, in fresh memory; a guest froze on a GC worker doing that
+	// under memory pressure.
+	runtime.GC()
+	d.logHoldings()
+
+	serveErr := d.attachAndServe(ctx, sigs, errc)
+	if errors.Is(serveErr, errHandOver) {
+		d.handOver()
+		return serveErr
+	}
+	d.stop()
+	return serveErr
+}
+
+// daemonSignals are the signals the serving process acts on, a channel
+// each: term (SIGINT, SIGTERM), dump (SIGUSR1), upgrade (SIGHUP) and
+// orphan (SupervisorGone).
+type daemonSignals struct {
+	term, dump, upgrade, orphan chan os.Signal
+}
+
+// notifySignals starts receiving the signals the serving process acts on.
+func (d *daemon) notifySignals() *daemonSignals {
+	s := &daemonSignals{term: make(chan os.Signal, 4)}
 	// Never stopped: a stop signal after the stop (a terminal's ^C comes
 	// twice, the supervisor forwarding its own) would otherwise kill the
 	// process as it exits, and the supervisor would take that for a death.
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	dump := make(chan os.Signal, 1)
-	signal.Notify(dump, syscall.SIGUSR1)
-	defer signal.Stop(dump)
-	upgrade := make(chan os.Signal, 1)
-	signal.Notify(upgrade, syscall.SIGHUP)
-	defer signal.Stop(upgrade)
-	orphan := make(chan os.Signal, 1)
-	signal.Notify(orphan, SupervisorGone)
-	defer signal.Stop(orphan)
+	signal.Notify(s.term, syscall.SIGINT, syscall.SIGTERM)
+	s.dump = make(chan os.Signal, 1)
+	signal.Notify(s.dump, syscall.SIGUSR1)
+	s.upgrade = make(chan os.Signal, 1)
+	signal.Notify(s.upgrade, syscall.SIGHUP)
+	s.orphan = make(chan os.Signal, 1)
+	signal.Notify(s.orphan, SupervisorGone)
 	if d.start.Serving && !d.start.SupervisorAlive() && d.start.ParentDeath == SupervisorGone {
 		// The supervisor died while this process started, and its signal
 		// came before anything listened for it (Go ignores SIGUSR2 then).
-		orphan <- SupervisorGone
+		s.orphan <- SupervisorGone
 	}
+	return s
+}
 
+// stop stops the signals but term's (see notifySignals), in the reverse
+// order of their start.
+func (s *daemonSignals) stop() {
+	signal.Stop(s.orphan)
+	signal.Stop(s.upgrade)
+	signal.Stop(s.dump)
+}
+
+// serveListeners opens the listeners and serves NBD on each; the channel
+// gets the error that ends serving on one.
+func (d *daemon) serveListeners() (<-chan error, error) {
 	if err := d.listen(); err != nil {
-		return err
+		return nil, err
 	}
 	errc := make(chan error, len(d.listeners))
 	for _, l := range d.listeners {
@@ -476,14 +570,13 @@ func (d *daemon) run(ctx context.Context) error {
 		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.Export,
 			"tls", d.tcpTLS != nil && l.Addr().Network() == "tcp")
 	}
-	d.adoptedKernel = d.adoptConnections()
-	if d.handover != nil {
-		// It serves: a death from now on is no crash at start, and the
-		// supervisor starts the next at once.
-		if err := supervise.Ready(d.handover); err != nil {
-			d.log.Warn("telling the supervisor this process serves", "err", err)
-		}
-	}
+	return errc, nil
+}
+
+// startBackground starts the work done beside serving: compaction, the
+// dense tier, keeping the heap locked, watching the prefault. The func it
+// returns stops them, and waits for those that use the store.
+func (d *daemon) startBackground() (stop func()) {
 	// Trims and rewrites leave slabs sparse; give whole slabs back to the
 	// OS when the waste is worth the copying.
 	compactCtx, stopCompactor := context.WithCancel(context.Background())
@@ -498,64 +591,62 @@ func (d *daemon) run(ctx context.Context) error {
 		defer close(denseDone)
 		d.dev.RunDense(compactCtx)
 	}()
-	defer func() {
-		stopCompactor()
-		<-compactorDone // before d.close unmaps the store
-		<-denseDone
-	}()
 
+	stopLock, stopWatch := func() {}, func() {}
 	if d.reserve != nil && d.lockHeap {
-		lockCtx, stopLock := context.WithCancel(context.Background())
-		defer stopLock()
+		var lockCtx context.Context
+		lockCtx, stopLock = context.WithCancel(context.Background())
 		go d.reserve.KeepHeapLocked(lockCtx, 250*time.Millisecond, func(err error) {
 			d.log.Warn("keeping the Go heap locked", "err", err)
 		})
 	}
 	if d.cfg.Prefault > 0 {
-		watchCtx, stopWatch := context.WithCancel(context.Background())
-		defer stopWatch()
+		var watchCtx context.Context
+		watchCtx, stopWatch = context.WithCancel(context.Background())
 		go d.watchPrefault(watchCtx)
 	}
+	return func() {
+		stopWatch()
+		stopLock()
+		stopCompactor()
+		<-compactorDone // before d.close unmaps the store
+		<-denseDone
+	}
+}
 
-	// One collection while memory is plentiful: the runtime builds the
-	// pointer masks of large types (the store, the device) on their first
-	// scan, in fresh memory; a guest froze on a GC worker doing that
-	// under memory pressure.
-	runtime.GC()
-	d.logHoldings()
-
-	var serveErr error
+// attachAndServe attaches the kernel device (--device), says that it
+// serves, and serves until wait returns.
+func (d *daemon) attachAndServe(ctx context.Context, sigs *daemonSignals, errc <-chan error) error {
 	if err := d.attach(ctx); err != nil {
-		serveErr = err
 		d.log.Error("stopping", "err", err)
-	} else {
-		d.log.Info("gzramd ready", "version", d.version, "size", d.cfg.Size.String(), "algorithm", d.cfg.Algorithm,
-			"backend", d.accel.name(), "mem_limit", d.cfg.MemLimit.String(), statusAttr(d.cfg.Metrics))
-		if d.recovered != nil && !d.start.DiedAt.IsZero() {
-			pause := time.Since(d.start.DiedAt)
-			d.pause.Store(int64(pause))
-			d.log.Warn("serving again after the takeover", "pause", pause.Round(time.Millisecond), "takeovers", d.takeovers)
-		}
-		if d.accel.late != nil {
-			go d.accel.openLate(d.gpuSetup, d.gpuOpened, d.denseOnGPU, d.log)
-		}
-		if err := d.notify.Notify("READY=1\nSTATUS=serving " + d.cfg.Export); err != nil {
-			d.log.Warn("sd_notify READY=1 failed", "err", err)
-		}
+		return err
+	}
+	d.announceReady()
+	if d.start.Stopping {
+		// A stop was asked for while no serving process ran.
+		d.log.Info("stopping as the supervisor asked")
+		sigs.term <- syscall.SIGTERM
+	}
+	return d.wait(ctx, sigs.term, sigs.dump, sigs.upgrade, sigs.orphan, errc)
+}
 
-		if d.start.Stopping {
-			// A stop was asked for while no serving process ran.
-			d.log.Info("stopping as the supervisor asked")
-			sigs <- syscall.SIGTERM
-		}
-		serveErr = d.wait(ctx, sigs, dump, upgrade, orphan, errc)
+// announceReady logs that the daemon serves (and the pause, after a
+// takeover), opens the GPU late where it was left for later, and tells
+// systemd.
+func (d *daemon) announceReady() {
+	d.log.Info("gzramd ready", "version", d.version, "size", d.cfg.Size.String(), "algorithm", d.cfg.Algorithm,
+		"backend", d.accel.name(), "mem_limit", d.cfg.MemLimit.String(), statusAttr(d.cfg.Metrics))
+	if d.recovered != nil && !d.start.DiedAt.IsZero() {
+		pause := time.Since(d.start.DiedAt)
+		d.pause.Store(int64(pause))
+		d.log.Warn("serving again after the takeover", "pause", pause.Round(time.Millisecond), "takeovers", d.takeovers)
 	}
-	if errors.Is(serveErr, errHandOver) {
-		d.handOver()
-		return serveErr
+	if d.accel.late != nil {
+		go d.accel.openLate(d.gpuSetup, d.gpuOpened, d.denseOnGPU, d.log)
 	}
-	d.stop()
-	return serveErr
+	if err := d.notify.Notify("READY=1\nSTATUS=serving " + d.cfg.Export); err != nil {
+		d.log.Warn("sd_notify READY=1 failed", "err", err)
+	}
 }
 
 // errHandOver ends a serving process that hands over to the next for an
