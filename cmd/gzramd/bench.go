@@ -319,7 +319,43 @@ func benchBackend(ctx context.Context, cfg *benchConfig, name string, data []byt
 		return res
 	}
 	defer closeFn()
-	pages := len(data) / codec.PageSize
+	r := &benchRun{cfg: cfg, name: name, data: data, pages: len(data) / codec.PageSize, bar: bar}
+	comp, st, err := r.compress(ctx, bc)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	bytes := float64(st.pages) * codec.PageSize
+	res.compressGBps = bytes / st.elapsed.Seconds() / 1e9
+	res.cpuSecondsPerGB = st.cpu.Seconds() / (bytes / 1e9)
+	res.ratio = float64(len(data)) / float64(storedBytes(comp))
+	res.decGBps, res.err = r.decode(dec, comp)
+	return res
+}
+
+// benchRun is one backend's run over the pages in data, shown on bar
+// under name.
+type benchRun struct {
+	cfg   *benchConfig
+	name  string
+	data  []byte
+	pages int
+	bar   *progress
+}
+
+// compressStats is what the compress passes took: pages compressed, wall
+// and CPU time.
+type compressStats struct {
+	pages        int64
+	elapsed, cpu time.Duration
+}
+
+// compress runs the compress passes on bc: batches of batchPages, inFlight
+// at once, until minTime has passed (at least one pass). It returns the
+// first pass's output (nil for a page stored raw), kept for the ratio and
+// the decode.
+func (r *benchRun) compress(ctx context.Context, bc codec.BatchCompressor) ([][]byte, compressStats, error) {
+	cfg, pages := r.cfg, r.pages
 	chunks := (pages + cfg.batchPages - 1) / cfg.batchPages
 	// The first pass keeps its output for the ratio and the decode.
 	comp := make([][]byte, pages)
@@ -334,9 +370,9 @@ func benchBackend(ctx context.Context, cfg *benchConfig, name string, data []byt
 	for range cfg.inFlight {
 		var b *codec.Batch
 		if a, ok := bc.(codec.BatchAllocator); ok {
+			var err error
 			if b, err = a.NewBatch(cfg.batchPages); err != nil {
-				res.err = err
-				return res
+				return nil, compressStats{}, err
 			}
 		} else {
 			b = codec.NewBatch(cfg.batchPages)
@@ -353,7 +389,7 @@ func benchBackend(ctx context.Context, cfg *benchConfig, name string, data []byt
 				lo := c * cfg.batchPages
 				hi := min(lo+cfg.batchPages, pages)
 				b.N = hi - lo
-				copy(b.Pages, data[lo*codec.PageSize:hi*codec.PageSize])
+				copy(b.Pages, r.data[lo*codec.PageSize:hi*codec.PageSize])
 				if err := bc.CompressBatch(ctx, b); err != nil {
 					errOnce.Do(func() { firstErr = err })
 					stop.Store(true)
@@ -367,19 +403,22 @@ func benchBackend(ctx context.Context, cfg *benchConfig, name string, data []byt
 					}
 				}
 				n := processed.Add(int64(b.N))
-				bar.set(name+" compress", progressFrac(start, cfg.minTime, n, int64(pages)))
+				r.bar.set(r.name+" compress", progressFrac(start, cfg.minTime, n, int64(pages)))
 			}
 		}()
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	st := compressStats{elapsed: time.Since(start), cpu: cpuTime() - cpu0}
 	if firstErr != nil {
-		res.err = firstErr
-		return res
+		return nil, st, firstErr
 	}
-	bytes := float64(processed.Load()) * codec.PageSize
-	res.compressGBps = bytes / elapsed.Seconds() / 1e9
-	res.cpuSecondsPerGB = cpu.Seconds() / (bytes / 1e9)
+	st.pages = processed.Load()
+	return comp, st, nil
+}
+
+// storedBytes is what the compressed pages in comp take, a page stored raw
+// (nil) counting whole.
+func storedBytes(comp [][]byte) int64 {
 	var compBytes int64
 	for _, c := range comp {
 		if c == nil {
@@ -388,39 +427,47 @@ func benchBackend(ctx context.Context, cfg *benchConfig, name string, data []byt
 			compBytes += int64(len(c))
 		}
 	}
-	res.ratio = float64(len(data)) / float64(compBytes)
+	return compBytes
+}
 
-	// Reads always decode on the CPU.
+// decode decodes comp on the CPU, a worker per GOMAXPROCS, pass after pass
+// until minTime has passed (at least one pass), and returns its GB/s.
+// Reads always decode on the CPU.
+func (r *benchRun) decode(dec codec.Codec, comp [][]byte) (float64, error) {
 	decoded, dstart := int64(0), time.Now()
 	workers := runtime.GOMAXPROCS(0)
-	for decoded == 0 || time.Since(dstart) < cfg.minTime {
-		var wg sync.WaitGroup
-		var bad atomic.Int64
-		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				dst := make([]byte, codec.PageSize)
-				for i := w; i < pages; i += workers {
-					if comp[i] == nil {
-						continue
-					}
-					if err := dec.Decompress(dst, comp[i]); err != nil {
-						bad.Add(1)
-					}
-				}
-			}()
+	for decoded == 0 || time.Since(dstart) < r.cfg.minTime {
+		if bad := decodeOnce(dec, comp, workers); bad > 0 {
+			return 0, fmt.Errorf("%d pages did not decode: %w", bad, codec.ErrCorrupt)
 		}
-		wg.Wait()
-		if bad.Load() > 0 {
-			res.err = fmt.Errorf("%d pages did not decode: %w", bad.Load(), codec.ErrCorrupt)
-			return res
-		}
-		decoded += int64(pages)
-		bar.set(name+" decompress", progressFrac(dstart, cfg.minTime, decoded, int64(pages)))
+		decoded += int64(r.pages)
+		r.bar.set(r.name+" decompress", progressFrac(dstart, r.cfg.minTime, decoded, int64(r.pages)))
 	}
-	res.decGBps = float64(decoded) * codec.PageSize / time.Since(dstart).Seconds() / 1e9
-	return res
+	return float64(decoded) * codec.PageSize / time.Since(dstart).Seconds() / 1e9, nil
+}
+
+// decodeOnce decodes every page of comp once, from workers goroutines,
+// and returns how many did not decode.
+func decodeOnce(dec codec.Codec, comp [][]byte, workers int) int64 {
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dst := make([]byte, codec.PageSize)
+			for i := w; i < len(comp); i += workers {
+				if comp[i] == nil {
+					continue
+				}
+				if err := dec.Decompress(dst, comp[i]); err != nil {
+					bad.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return bad.Load()
 }
 
 func progressFrac(start time.Time, minTime time.Duration, done, onePass int64) float64 {

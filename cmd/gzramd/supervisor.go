@@ -23,61 +23,10 @@ import (
 // process — this binary again, with the same arguments — over it, and
 // another whenever one dies.
 func runSupervisor(ctx context.Context, cfg *serving.Config, log *slog.Logger) error {
-	// First, as the serving process does: on success this does not
-	// return, and the supervisor starts again with every thread an IO
-	// flusher, and every process it starts one from its first
-	// instruction (the flag is inherited, so they need no re-exec of
-	// their own). Otherwise a fork after a death, in direct reclaim,
-	// writes swap to the very device that waits for the next serving
-	// process: a guest swapping onto gzramd hung so, the supervisor in
-	// clone() (test/e2e survive, kills 1-3 s apart).
-	var reexecErr error
-	if cfg.Harden && cfg.Reexec {
-		reexecErr = swapsafe.ReExecAsIOFlusher()
-	}
-	log = log.With("role", "supervisor")
-	if reexecErr != nil {
-		log.Debug("io flusher re-exec", "err", reexecErr)
-	}
-	// A plain export loses nothing without these: its serving process,
-	// which takes the same steps and more, sums them up in one line.
-	level := slog.LevelWarn
-	if !cfg.ForSwap() {
-		level = slog.LevelDebug
-	}
-	adj := -1000
-	for _, s := range swapsafe.Apply(supervisorHardening(cfg, &adj)) {
-		if s.Err != nil {
-			without := s.Without()
-			if s.Name == "oom_score_adj" {
-				without = "the OOM killer may choose the supervisor: the serving process goes on alone, with no standby and no restart if it dies"
-			}
-			log.Log(ctx, level, "supervisor hardening step failed; gzramd serves without it", "step", s.Name, "err", s.Err, "without_it", without, "hint", s.Hint)
-		}
-	}
-	st, err := stateFromSystemd()
+	log = hardenSupervisor(ctx, cfg, log)
+	st, parentDeath, err := supervisorState(cfg, log)
 	if err != nil {
 		return err
-	}
-	// Where systemd keeps the state, the serving process serves on when
-	// the supervisor dies, and hands over to the next supervisor's
-	// (orphan.go). Elsewhere the state lives only while a process holds
-	// it, so the serving process stops in order (swap off).
-	parentDeath := syscall.SIGTERM
-	if st != nil {
-		parentDeath = serving.SupervisorGone
-		info, _ := st.Info()
-		log.Info("state handed back by systemd's file descriptor store", "id", info.ID, "holds_data", info.Sealed, "takeovers", info.Takeovers)
-	} else {
-		if st, err = pipeline.NewState("gzramd-" + cfg.Export); err != nil {
-			return err
-		}
-		n := sdnotify.New(os.Getenv("NOTIFY_SOCKET"))
-		if err := storeState(n, st); err != nil {
-			log.Warn("the state is not in systemd's file descriptor store: if the supervisor dies, the serving process stops in order", "err", err)
-		} else if n.Enabled() {
-			parentDeath = serving.SupervisorGone
-		}
 	}
 	defer st.Close()
 	keeper := supervise.NewKeeper(st.Files())
@@ -112,6 +61,76 @@ func runSupervisor(ctx context.Context, cfg *serving.Config, log *slog.Logger) e
 		return serving.ExitStatus(status)
 	}
 	return nil
+}
+
+// hardenSupervisor makes the supervisor fit to hold swap's memory, as the
+// serving process makes itself, and returns its logger.
+func hardenSupervisor(ctx context.Context, cfg *serving.Config, log *slog.Logger) *slog.Logger {
+	// First, as the serving process does: on success this does not
+	// return, and the supervisor starts again with every thread an IO
+	// flusher, and every process it starts one from its first
+	// instruction (the flag is inherited, so they need no re-exec of
+	// their own). Otherwise a fork after a death, in direct reclaim,
+	// writes swap to the very device that waits for the next serving
+	// process: a guest swapping onto gzramd hung so, the supervisor in
+	// clone() (test/e2e survive, kills 1-3 s apart).
+	var reexecErr error
+	if cfg.Harden && cfg.Reexec {
+		reexecErr = swapsafe.ReExecAsIOFlusher()
+	}
+	log = log.With("role", "supervisor")
+	if reexecErr != nil {
+		log.Debug("io flusher re-exec", "err", reexecErr)
+	}
+	// A plain export loses nothing without these: its serving process,
+	// which takes the same steps and more, sums them up in one line.
+	level := slog.LevelWarn
+	if !cfg.ForSwap() {
+		level = slog.LevelDebug
+	}
+	adj := -1000
+	for _, s := range swapsafe.Apply(supervisorHardening(cfg, &adj)) {
+		if s.Err != nil {
+			without := s.Without()
+			if s.Name == "oom_score_adj" {
+				without = "the OOM killer may choose the supervisor: the serving process goes on alone, with no standby and no restart if it dies"
+			}
+			log.Log(ctx, level, "supervisor hardening step failed; gzramd serves without it", "step", s.Name, "err", s.Err, "without_it", without, "hint", s.Hint)
+		}
+	}
+	return log
+}
+
+// supervisorState is the state the serving processes run over: the one
+// systemd's file descriptor store handed back, or a new one (kept there
+// where it can be), and the signal the serving process is to get when the
+// supervisor dies.
+func supervisorState(cfg *serving.Config, log *slog.Logger) (*pipeline.State, syscall.Signal, error) {
+	st, err := stateFromSystemd()
+	if err != nil {
+		return nil, 0, err
+	}
+	// Where systemd keeps the state, the serving process serves on when
+	// the supervisor dies, and hands over to the next supervisor's
+	// (orphan.go). Elsewhere the state lives only while a process holds
+	// it, so the serving process stops in order (swap off).
+	parentDeath := syscall.SIGTERM
+	if st != nil {
+		parentDeath = serving.SupervisorGone
+		info, _ := st.Info()
+		log.Info("state handed back by systemd's file descriptor store", "id", info.ID, "holds_data", info.Sealed, "takeovers", info.Takeovers)
+	} else {
+		if st, err = pipeline.NewState("gzramd-" + cfg.Export); err != nil {
+			return nil, 0, err
+		}
+		n := sdnotify.New(os.Getenv("NOTIFY_SOCKET"))
+		if err := storeState(n, st); err != nil {
+			log.Warn("the state is not in systemd's file descriptor store: if the supervisor dies, the serving process stops in order", "err", err)
+		} else if n.Enabled() {
+			parentDeath = serving.SupervisorGone
+		}
+	}
+	return st, parentDeath, nil
 }
 
 // childEnv is the serving process's environment: the supervisor's, but
