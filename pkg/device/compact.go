@@ -50,7 +50,7 @@ func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) {
 		case <-t.C:
 		}
 		st := d.cfg.Store.Stats()
-		groups := d.dense.stats().Groups
+		groups := d.dense.Stats().Groups
 		limit, why := p.MaxOverhead, "fragmented"
 		if groups != compacted {
 			limit, why = p.AfterDense, "the dense tier recompressed groups"

@@ -226,7 +226,7 @@ func ageCorpus(t *testing.T, name string, data []byte, objectPages int, setup fu
 		f.dev.RunDense(dctx)
 		close(done)
 	}()
-	for !f.dev.denseSettled() {
+	for !f.dev.dense.Settled() {
 		if time.Since(start) > time.Minute {
 			t.Fatal("the dense tier has not settled every group in a minute")
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/dense"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
@@ -21,12 +22,12 @@ func age(t testing.TB, d *Device) {
 		close(done)
 	}()
 	deadline := time.Now().Add(20 * time.Second)
-	for !d.denseSettled() && time.Now().Before(deadline) {
+	for !d.dense.Settled() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
 	cancel()
 	<-done
-	if !d.denseSettled() {
+	if !d.dense.Settled() {
 		t.Fatal("the dense tier did not settle every group in 20 s")
 	}
 }
@@ -69,7 +70,7 @@ func TestDenseTierKeepsEveryPage(t *testing.T) {
 		st := d.Stats()
 		// What the store holds shrinks; its slabs go back once the
 		// compactor runs.
-		if st.DenseObjects != pages/denseFramePages || st.DensePages != st.StoredPages || st.ComprDataSize >= before.ComprDataSize {
+		if st.DenseObjects != pages/dense.FramePages || st.DensePages != st.StoredPages || st.ComprDataSize >= before.ComprDataSize {
 			t.Fatalf("objects of %d: after aging %d dense pages of %d in %d objects, compr_data %d (%d before)",
 				per, st.DensePages, st.StoredPages, st.DenseObjects, st.ComprDataSize, before.ComprDataSize)
 		}
@@ -162,7 +163,7 @@ func TestRecoverKeepsDenseObjects(t *testing.T) {
 }
 
 // TestDenseFramesAtTheDeviceEnd ages devices whose last group is short:
-// its frames are of denseFramePages pages, the last ones fewer, and
+// its frames are of dense.FramePages pages, the last ones fewer, and
 // none of a page alone (an object has two pages at least), and a
 // group of one page stays as it is. Every page reads back, and again in
 // a process that takes the device over.
@@ -183,7 +184,7 @@ func TestDenseFramesAtTheDeviceEnd(t *testing.T) {
 		}
 		age(t, d)
 		for i := range uint32(tc.pages) {
-			if e := d.table[i]; e.state() == statePart && (e.partPages() < 2 || e.partPages() > denseFramePages) {
+			if e := d.table[i]; e.state() == statePart && (e.partPages() < 2 || e.partPages() > dense.FramePages) {
 				t.Fatalf("%d pages: page %d is in a dense object of %d pages", tc.pages, i, e.partPages())
 			}
 		}
@@ -402,8 +403,8 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 			if (st.Dense.OnGPU > 0) != c.onGPU || (st.Dense.Declined > 0) != c.denied {
 				t.Fatalf("%d groups on the compressor, %d declined (%d calls)", st.Dense.OnGPU, st.Dense.Declined, gc.calls)
 			}
-			if c.fail && (gc.calls != 1 || d.dense.gpu.Load() != nil) {
-				t.Fatalf("after a failure the compressor was called %d times, and is still the tier's: %v", gc.calls, d.dense.gpu.Load() != nil)
+			if c.fail && (gc.calls != 1 || d.dense.OnGPU()) {
+				t.Fatalf("after a failure the compressor was called %d times, and is still the tier's: %v", gc.calls, d.dense.OnGPU())
 			}
 			if !c.fail && (st.Dense.OnGPU+st.Dense.Declined != uint64(gc.in) || gc.lz4 == 0) {
 				t.Fatalf("%d groups given to the compressor, %d counted; %d of their pages as LZ4 blocks", gc.in, st.Dense.OnGPU+st.Dense.Declined, gc.lz4)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/gzramd/gzramd/internal/freelist"
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/dense"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 	"github.com/gzramd/gzramd/pkg/route"
 	"github.com/gzramd/gzramd/pkg/stage"
@@ -61,7 +62,7 @@ type Config struct {
 	// needs the LZ4 codec.
 	ObjectPages int
 	// Dense, when its After is set, recompresses groups of pages left
-	// idle into zstd objects (dense.go; RunDense runs it).
+	// idle into zstd objects (pkg/dense; RunDense runs it).
 	Dense  DenseConfig
 	Logger *slog.Logger
 }
@@ -100,7 +101,10 @@ type Device struct {
 	// zstd decodes the dense tier's objects: the codec when it is zstd,
 	// else one made when the device may hold such objects.
 	zstd  zstdDecoder
-	dense *denseTier // nil without the dense tier
+	dense *dense.Tier // nil without the dense tier
+	// denseSide is the device as the dense tier sees it, and the
+	// scratch of its commits (dense.go); nil without the tier.
+	denseSide *denseSide
 	// fastStream is the codec of the fast tier's objects of several
 	// pages: the device's own, LZ4 or zstd.
 	fastStream byte
@@ -205,7 +209,7 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		}
 	}
 	if cfg.Dense.After != 0 {
-		if d.dense, err = newDenseTier(cfg.Dense, d.pages); err != nil {
+		if err := d.holdDense(); err != nil {
 			return nil, err
 		}
 		if err := d.holdZstd(); err != nil {
@@ -362,7 +366,7 @@ func (d *Device) Held() Held {
 		h.Staging = int64(sc.Batches) * int64(sc.BatchPages) * pageSize
 	}
 	if d.dense != nil {
-		h.Dense = d.dense.heldBytes()
+		h.Dense = d.denseSide.held()
 	}
 	if z, ok := d.zstd.(*codec.ZstdDecoder); ok {
 		h.Dense += z.HeldBytes()
@@ -408,7 +412,7 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 	if err := d.check(off, int64(len(p))); err != nil {
 		return err
 	}
-	d.touch(off, int64(len(p)))
+	d.dense.Touch(off, int64(len(p)))
 	// The scratch objects of several pages are decoded in is taken when
 	// the read meets one: reads of pages alone, most of them, never
 	// meet the other readers at its channel.
@@ -585,7 +589,7 @@ func (d *Device) count(e entry, delta int64) {
 // discard sets every whole page of the range to e (empty or zero-filled)
 // and zeroes the partial pages at its ends.
 func (d *Device) discard(off, length int64, e entry) error {
-	d.touch(off, length)
+	d.dense.Touch(off, length)
 	return forPages(off, length, func(idx uint32, in, n int) error {
 		if n < pageSize {
 			return d.modify(idx, func(page []byte) { clear(page[in : in+n]) })
@@ -728,7 +732,7 @@ func (d *Device) Stats() Stats {
 		DensePages:     d.densePages.Load(),
 		DenseObjects:   d.denseObjects.Load(),
 		DenseBytes:     d.denseBytes.Load(),
-		Dense:          d.dense.stats(),
+		Dense:          d.dense.Stats(),
 	}
 	if d.stage != nil {
 		s.Staging = d.stage.Stats()

@@ -69,7 +69,7 @@ func (d *Device) WriteAt(_ context.Context, p []byte, off int64, _ bool) error {
 	if len(p) == 0 {
 		return nil
 	}
-	d.touch(off, int64(len(p)))
+	d.dense.Touch(off, int64(len(p)))
 	err := d.write(p, off)
 	if err != nil {
 		d.failedWrites.Add(1)

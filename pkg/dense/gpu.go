@@ -1,0 +1,163 @@
+// The GPU's batch: groups queued, compressed together, committed.
+
+package dense
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/codec"
+)
+
+const (
+	// gpuTimeout bounds a batch of groups on the GPU: past it the tier
+	// gives the GPU up and recompresses on the CPU.
+	gpuTimeout = 10 * time.Second
+	// gpuGroups is the most groups a batch holds: 4 MiB of pinned
+	// memory, a batch every few milliseconds, some 290 MB of idle pages
+	// a second (bench/results/dense-gpu-h100-2026-11-26.md), more than
+	// swap ages.
+	gpuGroups = 32
+)
+
+// gpuBatch is the recompressor's batch on a GPU: the groups snapshotted
+// into b's pages, compressed together by one CompressGroups.
+type gpuBatch struct {
+	gc     codec.GroupCompressor
+	b      *codec.Batch
+	queued []queuedGroup
+	snaps  []Snapshot
+	// LZ4 pages go to the GPU as they are stored, packed into the
+	// batch's output (lz4At bytes of it so far), and are decoded there:
+	// page i of the batch at lz4Offsets[i], lz4Lens[i] bytes (0: the
+	// page is decoded into the batch's pages already).
+	lz4Offsets, lz4Lens []uint32
+	lz4At               int
+	// lz4 is where the device leaves a group's LZ4 pages, made once:
+	// it goes to the device through an interface.
+	lz4 LZ4Pages
+}
+
+// queuedGroup is a group waiting in the GPU's batch: its index, its age
+// when snapshotted, and what the snapshot found.
+type queuedGroup struct {
+	g, age         uint32
+	stored, before int
+}
+
+// SetGPU has the tier recompress on gc from now on, in batches of its
+// pinned memory (allocated here: 4 MiB for up to gpuGroups groups). LZ4
+// pages go to it as they are stored, to be decoded there. It does nothing
+// for a nil Tier.
+func (t *Tier) SetGPU(gc codec.GroupCompressor) error {
+	if t == nil {
+		return nil
+	}
+	groups := min(gc.MaxGroups(), gpuGroups)
+	if groups < 1 {
+		return fmt.Errorf("device: dense tier: the GPU takes %d groups at a time", groups)
+	}
+	b, err := gc.NewBatch(groups * GroupPages)
+	if err != nil {
+		return fmt.Errorf("device: dense tier: the GPU's batch: %w", err)
+	}
+	// Written now, not first by the recompressor: faulted in here.
+	clear(b.Pages)
+	clear(b.Out)
+	q := &gpuBatch{gc: gc, b: b, queued: make([]queuedGroup, 0, groups), snaps: make([]Snapshot, groups)}
+	if t.lz4 {
+		q.lz4Offsets, q.lz4Lens = make([]uint32, groups*GroupPages), make([]uint32, groups*GroupPages)
+	}
+	t.gpu.Store(q)
+	return nil
+}
+
+// OnGPU reports whether the tier recompresses on a GPU.
+func (t *Tier) OnGPU() bool { return t != nil && t.gpu.Load() != nil }
+
+// queue snapshots group g, of age age, into the GPU's batch. It reports
+// false where the group is for the CPU (the device's last group, when
+// short).
+func (t *Tier) queue(q *gpuBatch, g, age uint32) bool {
+	lo := g << GroupShift
+	if t.pages-lo < GroupPages {
+		return false
+	}
+	i := len(q.queued)
+	raw := q.b.Pages[i*GroupPages*PageSize : (i+1)*GroupPages*PageSize]
+	var lz4 *LZ4Pages
+	if q.lz4Lens != nil {
+		lz4 = &q.lz4
+		*lz4 = LZ4Pages{Packed: q.b.Out, At: q.lz4At,
+			Offsets: q.lz4Offsets[i*GroupPages : (i+1)*GroupPages], Lens: q.lz4Lens[i*GroupPages : (i+1)*GroupPages]}
+	}
+	stored, before, err := t.dev.Snapshot(g, GroupPages, &q.snaps[i], raw, lz4)
+	switch {
+	case err != nil:
+		t.settle(g, age, true, err)
+	case stored < 0:
+	case stored == 0: // none, or as dense as it gets
+		t.settle(g, age, true, nil)
+	default:
+		q.queued = append(q.queued, queuedGroup{g: g, age: age, stored: stored, before: before})
+		if lz4 != nil {
+			q.lz4At = lz4.At
+		}
+	}
+	return true
+}
+
+// flushGPU compresses the groups queued on the GPU and commits them; a
+// group the GPU declines is recompressed on the CPU. If the GPU fails, the
+// tier gives it up (it may still write the batch's output) and goes on
+// on the CPU, with this batch's groups. It returns the time it waited for
+// the GPU.
+func (t *Tier) flushGPU(ctx context.Context, q *gpuBatch) time.Duration {
+	b := q.b
+	b.N = len(q.queued) * GroupPages
+	var lz4Offsets, lz4Lens []uint32
+	if q.lz4Lens != nil {
+		lz4Offsets, lz4Lens = q.lz4Offsets[:b.N], q.lz4Lens[:b.N]
+	}
+	cctx, cancel := context.WithTimeout(ctx, gpuTimeout)
+	start := time.Now()
+	err := q.gc.CompressGroups(cctx, b, lz4Offsets, lz4Lens)
+	waited := time.Since(start)
+	cancel()
+	t.gpuTime.Add(int64(waited))
+	if err != nil {
+		t.gpu.Store(nil)
+		t.log.Error("dense tier: recompression on the GPU failed; recompressing on the CPU from now on", "err", err)
+	}
+	for i, qg := range q.queued {
+		var frame []byte
+		if err == nil {
+			frame = b.Compressed(i)
+		}
+		var settled bool
+		var cerr error
+		switch {
+		case frame != nil && len(frame) < qg.before:
+			t.onGPU.Add(1)
+			t.frames[0] = Frame{First: 0, Pages: GroupPages, Data: frame}
+			settled, cerr = t.commit(qg.g, qg.age, &q.snaps[i], t.frames[:1], qg.before, qg.stored)
+		case frame != nil || err == nil && b.Offsets[i] == codec.GroupNotSmaller:
+			// Not smaller: the CPU's would not be either.
+			t.onGPU.Add(1)
+			t.kept.Add(1)
+			settled = true
+		default:
+			if err == nil && frame == nil {
+				t.declined.Add(1)
+			}
+			// Its pages may be in the batch only as LZ4 blocks: the CPU
+			// takes the group from the table again.
+			settled, cerr = t.recompress(qg.g, qg.age)
+		}
+		t.settle(qg.g, qg.age, settled, cerr)
+	}
+	q.queued = q.queued[:0]
+	q.lz4At = 0
+	return waited
+}
