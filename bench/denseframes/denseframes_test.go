@@ -14,7 +14,6 @@ package denseframes
 
 import (
 	"bytes"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
@@ -29,6 +28,7 @@ import (
 	"github.com/DataDog/zstd"
 	"golang.org/x/sys/unix"
 
+	"github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
@@ -51,7 +51,7 @@ const (
 // TestDenseFrames prints the tables of the write-up.
 func TestDenseFrames(t *testing.T) {
 	testneeds.Env(t, "GZRAMD_DENSE_FRAMES", "measures the dense tier's candidate frame layouts on the corpus (minutes)")
-	pages := storedPages(testneeds.Corpus(t))
+	pages := corpus.StoredPages(testneeds.Corpus(t))
 	// One thread, so that switches counts the reads it was taken off its
 	// CPU in.
 	runtime.LockOSThread()
@@ -162,29 +162,6 @@ type subject struct {
 	p                           pager
 	ratio, stored, compressMBps float64
 	small, win                  samples // 4 KiB and 32 KiB reads
-}
-
-// storedPages returns the corpus's pages that gzramd compresses: a page
-// that repeats one 8-byte word (mostly zero) is kept as that word, in
-// either tier, and costs no decoding.
-func storedPages(corpus []byte) []byte {
-	out := make([]byte, 0, len(corpus))
-	for p := 0; p < len(corpus); p += pageSize {
-		if page := corpus[p : p+pageSize]; !sameFilled(page) {
-			out = append(out, page...)
-		}
-	}
-	return out
-}
-
-func sameFilled(page []byte) bool {
-	w := binary.NativeEndian.Uint64(page)
-	for i := 8; i < len(page); i += 8 {
-		if binary.NativeEndian.Uint64(page[i:]) != w {
-			return false
-		}
-	}
-	return true
 }
 
 // pager reads n adjacent pages from the stored pages' page first into

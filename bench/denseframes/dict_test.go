@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
@@ -23,7 +24,7 @@ import (
 //	GZRAMD_DENSE_FRAMES=1 go test ./bench/denseframes -run TestDictFrames -v -timeout 30m
 func TestDictFrames(t *testing.T) {
 	testneeds.Env(t, "GZRAMD_DENSE_FRAMES", "measures dense frames with a trained zstd dictionary on the corpus (minutes)")
-	pages := storedPages(testneeds.Corpus(t))
+	pages := corpus.StoredPages(testneeds.Corpus(t))
 	var train, eval []byte
 	for g := 0; g+groupPages*pageSize <= len(pages); g += groupPages * pageSize {
 		if g/(groupPages*pageSize)%2 == 0 {

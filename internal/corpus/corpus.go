@@ -4,6 +4,7 @@
 package corpus
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -81,4 +82,27 @@ func Load(path string) ([]byte, error) {
 		return nil, fmt.Errorf("corpus: %s holds %d bytes, not a whole number of %d-byte pages", path, len(data), PageSize)
 	}
 	return data, nil
+}
+
+// StoredPages returns the pages of corpus that gzramd compresses: a page
+// that repeats one 8-byte word (mostly zero) is kept as that word, in
+// either tier, and is left out.
+func StoredPages(corpus []byte) []byte {
+	out := make([]byte, 0, len(corpus))
+	for p := 0; p+PageSize <= len(corpus); p += PageSize {
+		if page := corpus[p : p+PageSize]; !sameFilled(page) {
+			out = append(out, page...)
+		}
+	}
+	return out
+}
+
+func sameFilled(page []byte) bool {
+	w := binary.NativeEndian.Uint64(page)
+	for i := 8; i < len(page); i += 8 {
+		if binary.NativeEndian.Uint64(page[i:]) != w {
+			return false
+		}
+	}
+	return true
 }

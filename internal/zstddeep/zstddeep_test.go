@@ -12,6 +12,7 @@ import (
 
 	"github.com/DataDog/zstd"
 
+	"github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/testneeds"
 )
 
@@ -141,13 +142,7 @@ func TestSizesRefused(t *testing.T) {
 // encoder's figures alone (built with CGO_CFLAGS="-O2 -DZD_DEPTH=..."
 // to try its settings).
 func TestCorpus(t *testing.T) {
-	corpus := testneeds.Corpus(t)
-	var pages []byte
-	for p := 0; p+pageSize <= len(corpus); p += pageSize {
-		if !sameFilled(corpus[p : p+pageSize]) {
-			pages = append(pages, corpus[p:p+pageSize]...)
-		}
-	}
+	pages := corpus.StoredPages(testneeds.Corpus(t))
 	// Every 32nd frame: a check of every workload in seconds; the whole
 	// corpus takes a minute on two cores.
 	step := 32
@@ -214,14 +209,4 @@ func TestCorpus(t *testing.T) {
 		t.Logf("%-20s ratio %.3f  %6.1f MB/s on %d cores", r.name, float64(in)/float64(r.stored),
 			float64(in)/1e6/r.elapsed.Seconds(), runtime.GOMAXPROCS(0))
 	}
-}
-
-func sameFilled(page []byte) bool {
-	w := binary.NativeEndian.Uint64(page)
-	for i := 8; i < len(page); i += 8 {
-		if binary.NativeEndian.Uint64(page[i:]) != w {
-			return false
-		}
-	}
-	return true
 }

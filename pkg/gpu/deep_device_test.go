@@ -10,7 +10,6 @@ package gpu
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/DataDog/zstd"
 
+	testcorpus "github.com/gzramd/gzramd/internal/corpus"
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/internal/zstddeep"
 	"github.com/gzramd/gzramd/kernels"
@@ -41,22 +41,13 @@ const deepFramePages = 4
 func deepFrames(t *testing.T) [][]byte {
 	corpus := testneeds.CorpusOr(t, "frames of made-up pages instead")
 	var pages []byte
-	if corpus == nil {
+	if corpus != nil {
+		pages = testcorpus.StoredPages(corpus)
+	} else {
 		pages = edgePages(512)
 		r := rand.New(rand.NewPCG(5, 6))
 		for i := 0; i < 512*codec.PageSize; i++ {
 			pages = append(pages, byte(r.IntN(1+i%61)))
-		}
-	}
-	for p := 0; p+codec.PageSize <= len(corpus); p += codec.PageSize {
-		page := corpus[p : p+codec.PageSize]
-		w := binary.NativeEndian.Uint64(page)
-		same := true
-		for i := 8; i < len(page) && same; i += 8 {
-			same = binary.NativeEndian.Uint64(page[i:]) == w
-		}
-		if !same {
-			pages = append(pages, page...)
 		}
 	}
 	var frames [][]byte
