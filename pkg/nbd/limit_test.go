@@ -434,19 +434,31 @@ func TestOthersPayloadBounded(t *testing.T) {
 	go ts.srv.Serve(l)
 	ls := &limitServer{testServer: ts, tcp: l.Addr().String()}
 
+	// The limits, on a connection of its own: one whose client has read
+	// 8 MiB has a receive window the kernel grew to take several replies
+	// of that size unread, so its requests would not stay stalled.
+	probe, err := ls.dialTCP(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if probe.info.MaxBlock != otherMaxPayload {
+		t.Fatalf("another client was told a maximum payload of %d, want %d", probe.info.MaxBlock, otherMaxPayload)
+	}
+	probe.expect(errnoInval, CmdRead, 0, 0, otherMaxPayload+1, nil)
+	probe.expect(errnoInval, CmdWrite, 0, 0, otherMaxPayload+4096, make([]byte, otherMaxPayload+4096))
+	probe.expect(0, CmdWrite, 0, 0, otherMaxPayload, make([]byte, otherMaxPayload))
+	probe.expect(0, CmdRead, 0, 0, otherMaxPayload, nil)
+	probe.nc.Close()
+	waitFor(t, "the probe's connection to close", func() bool {
+		ts.srv.mu.Lock()
+		defer ts.srv.mu.Unlock()
+		return len(ts.srv.conns) == 0
+	})
+
 	for i := range others {
 		c, err := ls.dialTCP(t)
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
-		}
-		if c.info.MaxBlock != otherMaxPayload {
-			t.Fatalf("another client was told a maximum payload of %d, want %d", c.info.MaxBlock, otherMaxPayload)
-		}
-		if i == 0 {
-			c.expect(errnoInval, CmdRead, 0, 0, otherMaxPayload+1, nil)
-			c.expect(errnoInval, CmdWrite, 0, 0, otherMaxPayload+4096, make([]byte, otherMaxPayload+4096))
-			c.expect(0, CmdWrite, 0, 0, otherMaxPayload, make([]byte, otherMaxPayload))
-			c.expect(0, CmdRead, 0, 0, otherMaxPayload, nil)
 		}
 		for j := range 4 {
 			c.send(CmdRead, 0, uint64(j), 0, MaxPayload, nil)
@@ -487,7 +499,14 @@ func TestOthersPayloadBounded(t *testing.T) {
 	if got := own.recvData(MaxPayload); !bytes.Equal(got, data) {
 		t.Error("the kernel device's read differs from its write")
 	}
-	if n := ts.srv.bufBytes.Load(); n != bound {
+	// The reply reaches the client before its buffer is put back.
+	deadline := time.Now().Add(5 * time.Second)
+	n = ts.srv.bufBytes.Load()
+	for n != bound && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		n = ts.srv.bufBytes.Load()
+	}
+	if n != bound {
 		t.Errorf("%d MiB of payload buffers held once the kernel's requests ended, want the others' %d MiB", n>>20, bound>>20)
 	}
 }
