@@ -12,13 +12,19 @@ import (
 )
 
 // prefaulter keeps Config.Prefault bytes of arena faulted in ahead of
-// carve, woken by carve and every 100ms. It runs on a thread of its own,
-// named gzramd-prefault, so that a stack dump (sysrq-t, top -H) shows
-// whether the one thread allowed to wait on reclaim is doing so.
+// carve, woken by carve and every 100ms, and half of it once the store
+// has carved nothing for Config.PrefaultQuiet: what is held ahead covers
+// a burst of writes while the prefaulter catches up, and between bursts
+// half of it is memory the machine lacks for nothing (8 MiB by default,
+// as much as the daemon holds before its first store). It runs on a
+// thread of its own, named gzramd-prefault, so that a stack dump
+// (sysrq-t, top -H) shows whether the one thread allowed to wait on
+// reclaim is doing so.
 func (s *Store) prefaulter() {
 	defer close(s.refillDone)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
+	carved, active := s.carved(), time.Now()
 	for {
 		select {
 		case <-s.stopRefill:
@@ -28,7 +34,63 @@ func (s *Store) prefaulter() {
 		}
 		s.releaseQueued()
 		s.warmReleased()
-		s.prefaultAhead()
+		ahead := s.prefault
+		if now, c := time.Now(), s.carved(); c != carved {
+			carved, active = c, now
+		} else if now.Sub(active) >= s.quiet {
+			ahead = s.prefault / 2
+			s.shrinkAhead(int(ahead / pageSize))
+		}
+		s.prefaultAhead(int(ahead / pageSize))
+	}
+}
+
+// carved is how far carve has gone: its arenas and the carve point.
+func (s *Store) carved() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(*s.arenas.Load())*(s.arenaSize/pageSize) + s.arenaNext
+}
+
+// shrinkAhead gives back the pages faulted ahead of carve beyond want,
+// the furthest first, a step at a time. It punches them out with mu held:
+// carve must never take a page while it is being given back.
+func (s *Store) shrinkAhead(want int) {
+	const step = 64
+	for {
+		s.mu.Lock()
+		if s.closed.Load() {
+			s.mu.Unlock()
+			return
+		}
+		arenas := *s.arenas.Load()
+		ahead, spare := 0, 0
+		if len(arenas) > 0 {
+			ahead = max(s.faultedTo-s.arenaNext, 0)
+		}
+		if s.spare != nil {
+			spare = s.spareFaulted
+		}
+		over := ahead + spare - want
+		if over <= 0 {
+			s.mu.Unlock()
+			return
+		}
+		var err error
+		if spare > 0 {
+			n := min(over, spare, step)
+			s.spareFaulted -= n
+			err = s.files.Arenas.Punch(int64(s.spareArena)*int64(s.arenaSize)+int64(s.spareFaulted)*pageSize, int64(n)*pageSize)
+		} else {
+			n := min(over, ahead, step)
+			s.faultedTo -= n
+			err = s.files.Arenas.Punch(int64(len(arenas)-1)*int64(s.arenaSize)+int64(s.faultedTo)*pageSize, int64(n)*pageSize)
+		}
+		s.mu.Unlock()
+		if err != nil {
+			s.releaseErrors.Add(1)
+			return
+		}
 	}
 }
 
@@ -90,7 +152,7 @@ func (s *Store) warmReleased() {
 // It touches without holding mu (a fault may wait on reclaim; carve must
 // not wait with it), with an atomic add of zero: carve may hand out a page
 // while it is being touched, and the add changes no byte a slab wrote.
-func (s *Store) prefaultAhead() {
+func (s *Store) prefaultAhead(want int) {
 	const step = 64 // pages touched between looks at the carve point
 	// The slab records for the next slabs too: newSlab writes them on a
 	// writer's path.
@@ -105,7 +167,7 @@ func (s *Store) prefaultAhead() {
 			return
 		}
 		arenas := *s.arenas.Load()
-		want := int(s.prefault / pageSize)
+		spareWant := want
 		var mem []byte
 		from := 0
 		if len(arenas) > 0 {
@@ -118,7 +180,7 @@ func (s *Store) prefaultAhead() {
 				mem, from = last, s.faultedTo
 				s.faultedTo = min(s.faultedTo+step, len(last)/pageSize)
 			} else if ahead < want {
-				want -= ahead // the rest goes to the spare arena
+				spareWant = want - ahead // the rest goes to the spare arena
 			} else {
 				s.mu.Unlock()
 				return
@@ -143,7 +205,7 @@ func (s *Store) prefaultAhead() {
 				s.spare, s.spareArena = spare, k
 				s.spareFaulted = 0
 			}
-			if s.spareFaulted >= min(want, len(s.spare)/pageSize) {
+			if s.spareFaulted >= min(spareWant, len(s.spare)/pageSize) {
 				s.mu.Unlock()
 				return
 			}

@@ -52,6 +52,101 @@ func TestPrefaultKeepsPagesAheadAndContentsIntact(t *testing.T) {
 	}
 }
 
+// TestPrefaultShrinksWhenQuiet: once the store has carved nothing for
+// PrefaultQuiet, the pages held ahead shrink to half of Prefault and go
+// back to the kernel, without touching a stored byte; the next writes
+// bring the whole of Prefault back.
+func TestPrefaultShrinksWhenQuiet(t *testing.T) {
+	const arena, prefault = 4 << 20, 2 << 20
+	s := newStore(t, Config{ArenaSize: arena, Prefault: prefault, PrefaultQuiet: time.Second})
+	var objs []object
+	store := func(n int) {
+		for range n {
+			size := 1000 + len(objs)%3000
+			h, b, err := s.Alloc(size, uint32(len(objs)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fill(b, uint64(len(objs)))
+			objs = append(objs, object{h, size})
+		}
+	}
+	// Past the first arena, so that the pages ahead span the last one's
+	// tail and the spare.
+	store(2500)
+	waitAhead(t, s, func(ahead int64) bool { return ahead == prefault/2 }, "half of Prefault")
+	if n := len(*s.arenas.Load()); n < 2 {
+		t.Fatalf("%d arenas used; the test meant to go past the first", n)
+	}
+	// What was held beyond went back: nothing past the pages ahead is
+	// resident, in the last arena or the spare.
+	s.mu.Lock()
+	arenas := *s.arenas.Load()
+	last, from := arenas[len(arenas)-1], max(s.faultedTo, s.arenaNext)
+	beyond := residentPages(t, last[from*pageSize:])
+	if s.spare != nil && s.spareFaulted < len(s.spare)/pageSize {
+		beyond += residentPages(t, s.spare[s.spareFaulted*pageSize:])
+	}
+	s.mu.Unlock()
+	if beyond != 0 {
+		t.Errorf("%d pages resident beyond the %d KiB held ahead, want none", beyond, prefault/2>>10)
+	}
+	for i, o := range objs {
+		check(t, s.Bytes(o.h, o.size), uint64(i), o.size)
+	}
+	misses := s.Stats().PrefaultMisses
+	store(100)
+	waitAhead(t, s, func(ahead int64) bool { return ahead >= prefault }, "all of Prefault")
+	if n := s.Stats().PrefaultMisses - misses; n != 0 {
+		t.Errorf("%d pages carved before they were faulted in after the shrink, want 0", n)
+	}
+	for i, o := range objs {
+		check(t, s.Bytes(o.h, o.size), uint64(i), o.size)
+	}
+}
+
+// residentPages counts the pages of mem the kernel holds.
+func residentPages(t *testing.T, mem []byte) int {
+	t.Helper()
+	if len(mem) == 0 {
+		return 0
+	}
+	vec := make([]byte, len(mem)/pageSize)
+	if err := mincore(mem, vec); err != nil {
+		t.Fatalf("mincore: %v", err)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
+// waitAhead waits up to 5 s for the bytes faulted ahead of carve to
+// satisfy ok.
+func waitAhead(t *testing.T, s *Store, ok func(int64) bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.mu.Lock()
+		ahead := int64(0)
+		if len(*s.arenas.Load()) > 0 {
+			ahead = int64(max(s.faultedTo-s.arenaNext, 0))
+		}
+		if s.spare != nil {
+			ahead += int64(s.spareFaulted)
+		}
+		s.mu.Unlock()
+		if ok(ahead * pageSize) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d KiB held ahead after 5 s, want %s", ahead*pageSize>>10, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestPrefaultKeepsEmptiedSlabs: with Prefault set, a slab that empties
 // keeps its pages and is reused as it is (a released one would fault on a
 // writer's path); the writes after the trims need no new store memory and

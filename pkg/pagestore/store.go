@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/gzramd/gzramd/internal/osthread"
 )
@@ -52,7 +53,15 @@ type Config struct {
 	// swapped-out page may need memory the kernel can only get by
 	// swapping to this very store. 0 leaves arenas to fault lazily.
 	Prefault int64
+	// PrefaultQuiet is how long the store must carve no memory before
+	// the pages held ahead shrink to half of Prefault, given back until
+	// writes come again (0: DefaultPrefaultQuiet).
+	PrefaultQuiet time.Duration
 }
+
+// DefaultPrefaultQuiet is Config.PrefaultQuiet's default: longer than the
+// pauses within a burst of swap-out.
+const DefaultPrefaultQuiet = 5 * time.Second
 
 // Stats are the store's counters, with kernel zram's meanings where zram
 // has the same figure.
@@ -121,6 +130,7 @@ type Store struct {
 	// faulted ahead, taken by carve when the last arena is full; faultedTo
 	// is the first page of the last arena not yet touched. Both under mu.
 	prefault     int64
+	quiet        time.Duration
 	spare        []byte
 	spareArena   int // the arena spare maps
 	spareFaulted int // pages of spare touched
@@ -216,6 +226,10 @@ func configure(cfg Config) (*Store, error) {
 	s.nslabs.Store(1)
 	s.arenas.Store(new([][]byte))
 	s.prefault = max(cfg.Prefault, 0)
+	s.quiet = cfg.PrefaultQuiet
+	if s.quiet <= 0 {
+		s.quiet = DefaultPrefaultQuiet
+	}
 	return s, nil
 }
 
