@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Packs fio, nbdkit (+ memory plugin), nbdcopy and zstd from this Debian
-# machine, with every shared library and the loader, plus the corpus, into
+# Packs fio, nbdkit (+ memory plugin), nbdcopy, zstd and openssl (the TLS
+# benchmarks' throwaway certificates) from this Debian machine, with every
+# shared library and the loader, plus the corpus, into
 # .e2e/gpu/bundle.tar.xz, so bench/e2e.sh can run on a GPU machine that has
 # none of them and no package registry. Each tool runs through the carried
 # loader (wrappers in b/bin), so the target's glibc does not matter.
@@ -17,7 +18,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUTDIR=$ROOT/.e2e/gpu
 B=$OUTDIR/b
 rm -rf "$OUTDIR" && mkdir -p "$B/bin" "$B/lib" "$B/real"
-for t in fio nbdkit nbdcopy zstd; do
+for t in fio nbdkit nbdcopy zstd openssl; do
 	p=$(command -v "$t")
 	cp -L "$p" "$B/real/"
 	for l in $(ldd "$p" | grep -o '/[^ ]*'); do cp -Ln "$l" "$B/lib/" 2>/dev/null || true; done
