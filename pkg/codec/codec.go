@@ -197,24 +197,29 @@ type BatchAllocator interface {
 const GroupPages = 16
 
 // A GroupCompressor compresses groups of GroupPages pages, each group as
-// one zstd frame of a block a page: the dense tier's recompression on the
-// GPU. The frames decode with any zstd decoder, and a decoder that stops
-// at a block (ZstdDecoder.DecompressPrefix) reads one page of a group
-// without decoding the pages after it.
+// zstd frames of FramePages pages: the dense tier's recompression on the
+// GPU. A frame of the whole group has a block a page, so that a decoder
+// that stops at a block (ZstdDecoder.DecompressPrefix) reads one page of
+// it without decoding the pages after it; smaller frames, which decode
+// whole, are one block. The frames decode with any zstd decoder.
 type GroupCompressor interface {
 	BatchAllocator
 	// MaxGroups is the most groups one CompressGroups takes.
 	MaxGroups() int
+	// FramePages is the pages of each frame: GroupPages, or a divisor of
+	// it.
+	FramePages() int
 	// CompressGroups compresses the b.N/GroupPages groups of b.Pages (b.N
 	// a multiple of GroupPages). Page i is not in b.Pages but an LZ4 block
 	// at b.Out[lz4Offsets[i]:] of lz4Lens[i] bytes where lz4Lens[i] > 0
 	// (lz4Lens nil: none), which the compressor decodes first: b.Out is
-	// read before it is written. Offsets[g] and Lens[g] locate group g's
-	// frame in b.Out, Lens[g] == 0 a group it did not compress (or whose
-	// LZ4 blocks did not decode), which the caller compresses some other
-	// way or leaves as it is; with Offsets[g] == GroupNotSmaller, one
-	// whose frame would not be smaller than its pages, which there is no
-	// point in compressing elsewhere. b.Pages is only read.
+	// read before it is written. Offsets[f] and Lens[f] locate frame f in
+	// b.Out, frame k of group g being f = g*GroupPages/FramePages() + k.
+	// Lens[f] == 0 is a frame it did not compress (or whose LZ4 blocks did
+	// not decode), which the caller compresses some other way or leaves as
+	// it is; with Offsets[f] == GroupNotSmaller, one that would not be
+	// smaller than its pages, which there is no point in compressing
+	// elsewhere. b.Pages is only read.
 	CompressGroups(ctx context.Context, b *Batch, lz4Offsets, lz4Lens []uint32) error
 }
 

@@ -24,10 +24,12 @@ const (
 // gpuBatch is the recompressor's batch on a GPU: the groups snapshotted
 // into b's pages, compressed together by one CompressGroups.
 type gpuBatch struct {
-	gc     codec.GroupCompressor
-	b      *codec.Batch
-	queued []queuedGroup
-	snaps  []Snapshot
+	gc codec.GroupCompressor
+	// framePages is gc's pages a frame, perGroup its frames a group.
+	framePages, perGroup int
+	b                    *codec.Batch
+	queued               []queuedGroup
+	snaps                []Snapshot
 	// LZ4 pages go to the GPU as they are stored, packed into the
 	// batch's output (lz4At bytes of it so far), and are decoded there:
 	// page i of the batch at lz4Offsets[i], lz4Lens[i] bytes (0: the
@@ -58,6 +60,10 @@ func (t *Tier) SetGPU(gc codec.GroupCompressor) error {
 	if groups < 1 {
 		return fmt.Errorf("device: dense tier: the GPU takes %d groups at a time", groups)
 	}
+	per := gc.FramePages()
+	if per < FramePages || per > GroupPages || GroupPages%per != 0 {
+		return fmt.Errorf("device: dense tier: the GPU writes frames of %d pages, not a divisor of %d of at least %d", per, GroupPages, FramePages)
+	}
 	b, err := gc.NewBatch(groups * GroupPages)
 	if err != nil {
 		return fmt.Errorf("device: dense tier: the GPU's batch: %w", err)
@@ -65,7 +71,8 @@ func (t *Tier) SetGPU(gc codec.GroupCompressor) error {
 	// Written now, not first by the recompressor: faulted in here.
 	clear(b.Pages)
 	clear(b.Out)
-	q := &gpuBatch{gc: gc, b: b, queued: make([]queuedGroup, 0, groups), snaps: make([]Snapshot, groups)}
+	q := &gpuBatch{gc: gc, framePages: per, perGroup: GroupPages / per, b: b,
+		queued: make([]queuedGroup, 0, groups), snaps: make([]Snapshot, groups)}
 	if t.lz4 {
 		q.lz4Offsets, q.lz4Lens = make([]uint32, groups*GroupPages), make([]uint32, groups*GroupPages)
 	}
@@ -131,24 +138,25 @@ func (t *Tier) flushGPU(ctx context.Context, q *gpuBatch) time.Duration {
 		t.log.Error("dense tier: recompression on the GPU failed; recompressing on the CPU from now on", "err", err)
 	}
 	for i, qg := range q.queued {
-		var frame []byte
+		var frames []Frame
+		var size int
+		notSmaller := false
 		if err == nil {
-			frame = b.Compressed(i)
+			frames, size, notSmaller = t.gpuFrames(q, i)
 		}
 		var settled bool
 		var cerr error
 		switch {
-		case frame != nil && len(frame) < qg.before:
+		case frames != nil && size < qg.before:
 			t.onGPU.Add(1)
-			t.frames[0] = Frame{First: 0, Pages: GroupPages, Data: frame}
-			settled, cerr = t.commit(qg.g, qg.age, &q.snaps[i], t.frames[:1], qg.before, qg.stored)
-		case frame != nil || err == nil && b.Offsets[i] == codec.GroupNotSmaller:
+			settled, cerr = t.commit(qg.g, qg.age, &q.snaps[i], frames, qg.before, qg.stored)
+		case frames != nil || notSmaller:
 			// Not smaller: the CPU's would not be either.
 			t.onGPU.Add(1)
 			t.kept.Add(1)
 			settled = true
 		default:
-			if err == nil && frame == nil {
+			if err == nil {
 				t.declined.Add(1)
 			}
 			// Its pages may be in the batch only as LZ4 blocks: the CPU
@@ -160,4 +168,27 @@ func (t *Tier) flushGPU(ctx context.Context, q *gpuBatch) time.Duration {
 	q.queued = q.queued[:0]
 	q.lz4At = 0
 	return waited
+}
+
+// gpuFrames returns the frames the GPU made of queued group i, those of
+// its stored pages, and their bytes together; nil where one of them is
+// missing, with notSmaller set where one would not be smaller than its
+// pages.
+func (t *Tier) gpuFrames(q *gpuBatch, i int) (frames []Frame, size int, notSmaller bool) {
+	b, per, stored := q.b, q.framePages, q.snaps[i].Stored
+	frames = t.frames[:0]
+	for k := range q.perGroup {
+		first := k * per
+		if stored>>first&(1<<per-1) == 0 {
+			continue // pages of none, or zero-filled: they need no frame
+		}
+		f := i*q.perGroup + k
+		data := b.Compressed(f)
+		if data == nil {
+			return nil, 0, b.Offsets[f] == codec.GroupNotSmaller
+		}
+		frames = append(frames, Frame{First: first, Pages: per, Data: data})
+		size += len(data)
+	}
+	return frames, size, false
 }

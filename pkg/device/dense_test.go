@@ -293,6 +293,10 @@ type cpuGroups struct {
 	during    func() // runs inside CompressGroups
 	calls, in int
 	lz4       int // pages given as LZ4 blocks
+	// framePages, where not 0, makes frames of that many pages, one
+	// block each, as the GPU's high-effort kernel does, with frames.
+	framePages int
+	frames     *codec.ZstdObjects
 }
 
 func newCPUGroups(t *testing.T, max int) *cpuGroups {
@@ -300,11 +304,22 @@ func newCPUGroups(t *testing.T, max int) *cpuGroups {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cpuGroups{z: z, max: max}
+	frames, err := codec.NewZstdObjects(9, dense.FramePages*pageSize, dense.FramePages*pageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cpuGroups{z: z, frames: frames, max: max}
 }
 
 func (c *cpuGroups) NewBatch(pages int) (*codec.Batch, error) { return codec.NewBatch(pages), nil }
 func (c *cpuGroups) MaxGroups() int                           { return c.max }
+
+func (c *cpuGroups) FramePages() int {
+	if c.framePages != 0 {
+		return c.framePages
+	}
+	return groupPages
+}
 
 func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
 	c.calls++
@@ -325,19 +340,26 @@ func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offse
 			return err
 		}
 	}
-	at := 0
+	at, per := 0, c.FramePages()
 	for g := range b.N / groupPages {
 		c.in++
-		b.Offsets[g], b.Lens[g] = 0, 0
-		if c.decline > 0 && g%c.decline == 0 {
-			continue
-		}
-		n := c.z.Compress(b.Out[at:at+groupPages*pageSize-1], pages[g*groupPages*pageSize:(g+1)*groupPages*pageSize])
-		if n > 0 {
-			b.Offsets[g], b.Lens[g] = uint32(at), uint32(n)
-			at += (n + 15) &^ 15
-		} else {
-			b.Offsets[g] = codec.GroupNotSmaller
+		for k := range groupPages / per {
+			f := g*groupPages/per + k
+			b.Offsets[f], b.Lens[f] = 0, 0
+			if c.decline > 0 && g%c.decline == 0 {
+				continue
+			}
+			in := pages[f*per*pageSize : (f+1)*per*pageSize]
+			z := c.z
+			if per != groupPages {
+				z = c.frames
+			}
+			if n := z.Compress(b.Out[at:at+len(in)-1], in); n > 0 {
+				b.Offsets[f], b.Lens[f] = uint32(at), uint32(n)
+				at += (n + 15) &^ 15
+			} else {
+				b.Offsets[f] = codec.GroupNotSmaller
+			}
 		}
 	}
 	return nil
@@ -346,7 +368,8 @@ func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offse
 // TestDenseTierOnAGroupCompressor ages devices whose dense tier
 // recompresses on a group compressor as the GPU's (in batches of 3 groups,
 // the device's last group short and for the CPU; pages alone, given to it
-// as LZ4 blocks, or objects of 4, decoded first): every page reads back
+// as LZ4 blocks, or objects of 4, decoded first; a frame a group, or
+// frames of 4 pages as the high-effort kernel writes): every page reads back
 // and the store holds exactly the table's chunks, whether the compressor
 // compresses every group, declines some (the CPU does them), or fails
 // (the tier gives it up and goes on on the CPU).
@@ -356,15 +379,19 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 		name          string
 		objects       int // --object-pages
 		decline       int
+		framePages    int
 		fail          bool
 		random        bool // pages of noise: no group comes out smaller
 		onGPU, denied bool
 	}{
 		{name: "all", objects: 1, onGPU: true},
+		{name: "frames of 4", objects: 1, framePages: 4, onGPU: true},
+		{name: "frames of 4, declining", objects: 4, framePages: 4, decline: 2, onGPU: true, denied: true},
 		{name: "objects of 4", objects: 4, onGPU: true},
 		{name: "declining", objects: 1, decline: 2, onGPU: true, denied: true},
 		{name: "failing", objects: 1, fail: true},
 		{name: "incompressible", objects: 1, random: true, onGPU: true},
+		{name: "frames of 4, incompressible", objects: 1, framePages: 4, random: true, onGPU: true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newDenseFixture(t, pages, c.objects)
@@ -372,7 +399,7 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 			defer store.Close()
 			defer d.Close()
 			gc := newCPUGroups(t, 3)
-			gc.decline, gc.fail = c.decline, c.fail
+			gc.decline, gc.fail, gc.framePages = c.decline, c.fail, c.framePages
 			if err := d.SetDenseGPU(gc); err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,10 @@ func (g *Backend) MaxGroups() int {
 	return min(g.cfg.MaxBatchPages, scratch/groupScratchPages) / codec.GroupPages
 }
 
+// FramePages implements codec.GroupCompressor: a group is one frame, of
+// a block a page (the page kernels' blocks).
+func (g *Backend) FramePages() int { return codec.GroupPages }
+
 // CompressGroups implements codec.GroupCompressor. The frames are packed
 // at the start of b.Out (16-byte aligned offsets). When it returns an
 // error the device may still be working on a quarantined slot, and may
