@@ -118,7 +118,7 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 	}
 	at := 0
 	for i, f := range frames {
-		d.writeObject(handles[at:], s.layouts[i], f.Pages, f.Data)
+		d.obj.write(handles[at:], s.layouts[i], f.Pages, f.Data)
 		at += s.layouts[i].chunks
 	}
 	st := d.stripe(lo)
@@ -138,15 +138,15 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 		for k := range f.Pages {
 			if storedState(entry(snap.Entries[f.First+k])) {
 				e := partEntry(handles[at], k, f.Pages, l.chunkLen(0)) | denseBit
-				s.frees = d.queueFree(s.frees, d.swapLocked(st, lo+uint32(f.First+k), e))
+				s.frees = d.obj.queueFree(s.frees, d.swapLocked(st, lo+uint32(f.First+k), e))
 			}
 		}
 		at += l.chunks
 	}
-	d.packedObjects.Add(int64(len(frames)))
-	d.packedChunks.Add(int64(chunks))
-	d.denseObjects.Add(int64(len(frames)))
-	d.denseBytes.Add(int64(total))
+	d.obj.packedObjects.Add(int64(len(frames)))
+	d.obj.packedChunks.Add(int64(chunks))
+	d.obj.denseObjects.Add(int64(len(frames)))
+	d.obj.denseBytes.Add(int64(total))
 	st.mu.Unlock()
 	d.cfg.Store.FreeBatch(s.frees)
 	s.frees = s.frees[:0]
@@ -234,7 +234,7 @@ func (s *denseSide) asDenseAsItGets(lo uint32, pages int) bool {
 		switch {
 		case e.state() == statePart && e.dense():
 			inDense = true
-		case e.state() == statePart && d.fastStream == streamZstd && (fast == 0 || e.handle() == fast):
+		case e.state() == statePart && d.obj.fast == streamZstd && (fast == 0 || e.handle() == fast):
 			fast = e.handle()
 		case e.state() == stateStaged || storedState(e):
 			return false

@@ -93,21 +93,11 @@ type Device struct {
 	commits  []commitScratch // by staging batch
 	receipts chan *received  // free ones, for writes received into staging
 	bufs     *freelist.List[*[pageSize]byte]
-	// objScratch holds what reading objects of several pages needs,
-	// made with the device when it may hold such objects (nil
-	// otherwise): a read waits for one rather than allocating.
-	objScratch chan *objectScratch
-	prefix     codec.PrefixDecoder // the codec, where it can stop early
-	// zstd decodes the dense tier's objects: the codec when it is zstd,
-	// else one made when the device may hold such objects.
-	zstd  zstdDecoder
-	dense *dense.Tier // nil without the dense tier
+	obj      objects     // the objects pages are stored in, and their format
+	dense    *dense.Tier // nil without the dense tier
 	// denseSide is the device as the dense tier sees it, and the
 	// scratch of its commits (dense.go); nil without the tier.
 	denseSide *denseSide
-	// fastStream is the codec of the fast tier's objects of several
-	// pages: the device's own, LZ4 or zstd.
-	fastStream byte
 	// groupShift is log2 of the pages that share a stripe: 0, or that
 	// of groupPages where there may be objects of several pages. Set
 	// before the device is used.
@@ -119,8 +109,7 @@ type Device struct {
 
 	storedPages, samePages, hugePages, stagedPages   atomic.Int64
 	lostPages                                        atomic.Int64
-	packedPages, packedObjects, packedChunks         atomic.Int64
-	densePages, denseObjects, denseBytes             atomic.Int64
+	packedPages, densePages                          atomic.Int64
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
 	stagedWrites, commitRetries, unusedSlots         atomic.Uint64
 	closing                                          atomic.Bool
@@ -198,21 +187,14 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 	for range cap(d.inline) {
 		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
 	}
-	d.prefix, _ = cfg.Codec.(codec.PrefixDecoder)
-	if z, ok := cfg.Codec.(zstdDecoder); ok && cfg.Codec.Name() == "zstd" {
-		d.zstd = z
-		d.fastStream = streamZstd
-	}
-	if cfg.ObjectPages > 1 && d.fastStream == streamZstd {
-		if err := d.holdObjectCompressors(); err != nil {
-			return nil, err
-		}
+	if err := d.obj.init(cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Dense.After != 0 {
 		if err := d.holdDense(); err != nil {
 			return nil, err
 		}
-		if err := d.holdZstd(); err != nil {
+		if err := d.obj.holdZstd(); err != nil {
 			return nil, err
 		}
 	}
@@ -223,76 +205,10 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 }
 
 // holdObjects readies the device for objects of several pages: their
-// groups share a lock, and reads get the scratch they decode in: one for
-// each thread running Go code, and two more, where writes make such
-// objects (Config.ObjectPages); else at most two more than the dense
-// tier's decoders, as the objects are the dense tier's (reads of idle
-// pages, which wait for a decoder anyway) or left by the process before.
+// groups share a lock, and reads get the scratch they decode in.
 func (d *Device) holdObjects() {
 	d.groupShift = groupShift
-	n := runtime.GOMAXPROCS(0) + 2
-	if d.cfg.ObjectPages <= 1 {
-		n = min(n, denseDecoders+2)
-	}
-	d.objScratch = make(chan *objectScratch, n)
-	for range cap(d.objScratch) {
-		sc := new(objectScratch)
-		clear(sc.in[:]) // written now, not first while serving
-		clear(sc.out[:])
-		d.objScratch <- sc
-	}
-}
-
-// holdObjectCompressors makes the contexts that compress a zstd device's
-// objects of several pages: the codec's contexts are made for pages.
-func (d *Device) holdObjectCompressors() error {
-	z, ok := d.cfg.Codec.(interface{ HoldObjects(pages int) error })
-	if !ok {
-		return fmt.Errorf("device: the %s codec makes no objects of several pages", d.cfg.Codec.Name())
-	}
-	if err := z.HoldObjects(d.cfg.ObjectPages); err != nil {
-		return fmt.Errorf("device: %w", err)
-	}
-	return nil
-}
-
-// zstdDecoder decodes the dense tier's objects: codec.Zstd or
-// codec.ZstdDecoder.
-type zstdDecoder interface {
-	Decompress(dst, src []byte) error
-	DecompressPrefix(dst, src []byte, n int) error
-	HeldBytes() int64
-}
-
-// holdZstd makes the decoder of the dense tier's objects, if the device
-// has none.
-func (d *Device) holdZstd() error {
-	if d.zstd != nil {
-		return nil
-	}
-	z, err := codec.NewZstdDecoder(denseDecoders)
-	if err != nil {
-		return fmt.Errorf("device: the dense tier's decoder: %w", err)
-	}
-	d.zstd = z
-	return nil
-}
-
-// scratch takes an object scratch, or nil when the device has none. It
-// must be taken before any stripe lock: a holder may wait for a lock.
-func (d *Device) scratch() *objectScratch {
-	if d.objScratch == nil {
-		return nil
-	}
-	sc := <-d.objScratch
-	sc.decoded = 0
-	return sc
-}
-
-func (d *Device) putScratch(sc *objectScratch) {
-	if sc != nil {
-		d.objScratch <- sc
-	}
+	d.obj.holdScratch(d.cfg.ObjectPages > 1)
 }
 
 // startStaging starts the write-behind area, if the device has one. Its
@@ -359,8 +275,10 @@ type Held struct {
 func (d *Device) Held() Held {
 	h := Held{
 		Table:   int64(len(d.table)) * 8,
-		Scratch: int64(cap(d.inline))*(inlinePages*(pageSize+8)+inlineFrees*8) + pageBuffers*pageSize + int64(cap(d.objScratch))*int64(unsafe.Sizeof(objectScratch{})),
+		Scratch: int64(cap(d.inline))*(inlinePages*(pageSize+8)+inlineFrees*8) + pageBuffers*pageSize,
 	}
+	objScratch, zstd := d.obj.held()
+	h.Scratch += objScratch
 	if d.stage != nil {
 		sc := d.stage.Config()
 		h.Staging = int64(sc.Batches) * int64(sc.BatchPages) * pageSize
@@ -368,9 +286,7 @@ func (d *Device) Held() Held {
 	if d.dense != nil {
 		h.Dense = d.denseSide.held()
 	}
-	if z, ok := d.zstd.(*codec.ZstdDecoder); ok {
-		h.Dense += z.HeldBytes()
-	}
+	h.Dense += zstd
 	return h
 }
 
@@ -417,7 +333,7 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 	// the read meets one: reads of pages alone, most of them, never
 	// meet the other readers at its channel.
 	var sc *objectScratch
-	defer func() { d.putScratch(sc) }()
+	defer func() { d.obj.putScratch(sc) }()
 	held := stripeHold{read: true}
 	last := uint32((off + int64(len(p)) - 1) / pageSize)
 	err := forPages(off, int64(len(p)), func(idx uint32, in, n int) error {
@@ -439,7 +355,7 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 			// again, as it is now.
 			s := held.s
 			held.release()
-			sc = d.scratch()
+			sc = d.obj.scratch()
 			held.lock(s)
 			err = d.load(idx, page, sc, int(last-idx))
 		}
@@ -498,7 +414,7 @@ func (h *stripeHold) release() {
 var errNeedScratch = errors.New("device: an object scratch is needed")
 
 // load decodes page idx into dst; the caller holds the page's stripe lock,
-// and passes the scratch it took (Device.scratch) for objects of several
+// and passes the scratch it took (objects.scratch) for objects of several
 // pages, and how many pages after this one it will read.
 func (d *Device) load(idx uint32, dst []byte, sc *objectScratch, ahead int) error {
 	e := d.table[idx]
@@ -520,12 +436,12 @@ func (d *Device) load(idx uint32, dst []byte, sc *objectScratch, ahead int) erro
 		copy(dst, d.cfg.Store.Bytes(e.handle(), pageSize))
 	case statePart:
 		switch {
-		case sc == nil && d.objScratch != nil:
+		case sc == nil && d.obj.scratches != nil:
 			return errNeedScratch
 		case sc == nil:
 			return fmt.Errorf("device: page %d is part of an object of several pages, and the device has no scratch to read it: %w", idx, syscall.EIO)
 		}
-		pages, err := d.decodeObject(idx, e, sc, min(e.partPages(), e.partIndex()+1+ahead))
+		pages, err := d.obj.decode(idx, e, sc, min(e.partPages(), e.partIndex()+1+ahead))
 		if err != nil {
 			d.log.Error("stored object does not decode", "page", idx, "err", err)
 			return fmt.Errorf("%w: %w", err, syscall.EIO)
@@ -604,7 +520,7 @@ func (d *Device) discard(off, length int64, e entry) error {
 		}
 		ref := d.swapLocked(s, idx, e)
 		s.mu.Unlock()
-		d.freeRef(ref)
+		d.obj.free(ref)
 		return nil
 	})
 }
@@ -727,11 +643,11 @@ func (d *Device) Stats() Stats {
 		CommitRetries:  d.commitRetries.Load(),
 		UnusedSlots:    d.unusedSlots.Load(),
 		PackedPages:    d.packedPages.Load(),
-		PackedObjects:  d.packedObjects.Load(),
-		PackedChunks:   d.packedChunks.Load(),
+		PackedObjects:  d.obj.packedObjects.Load(),
+		PackedChunks:   d.obj.packedChunks.Load(),
 		DensePages:     d.densePages.Load(),
-		DenseObjects:   d.denseObjects.Load(),
-		DenseBytes:     d.denseBytes.Load(),
+		DenseObjects:   d.obj.denseObjects.Load(),
+		DenseBytes:     d.obj.denseBytes.Load(),
 		Dense:          d.dense.Stats(),
 	}
 	if d.stage != nil {

@@ -6,7 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
 
+	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
@@ -56,6 +60,119 @@ const (
 var _ [groupPages - 1<<groupShift]struct{} // groupShift is log2 of groupPages
 var _ [1<<groupShift - groupPages]struct{}
 
+// objects owns the format of the objects in the store (above): how a page
+// or a run of pages is kept, writing an object's chunks, decoding them in
+// the scratch reads take, freeing them, and their counts. Which pages are
+// in which object is the page table's, and stays the device's.
+type objects struct {
+	store         *pagestore.Store // set by Recover once it has rebuilt it
+	codec         codec.Codec
+	prefix        codec.PrefixDecoder // the codec, where it can stop early
+	hugeThreshold int
+	// zstd decodes the dense tier's objects: the codec when it is zstd,
+	// else one made when the device may hold such objects.
+	zstd zstdDecoder
+	// fast is the codec of the fast tier's objects of several pages: the
+	// device's own, LZ4 or zstd.
+	fast byte
+	// scratches holds what reading objects of several pages needs, made
+	// with the device when it may hold such objects (nil otherwise): a
+	// read waits for one rather than allocating.
+	scratches chan *objectScratch
+
+	packedObjects, packedChunks, denseObjects, denseBytes atomic.Int64
+}
+
+// zstdDecoder decodes the dense tier's objects: codec.Zstd or
+// codec.ZstdDecoder.
+type zstdDecoder interface {
+	Decompress(dst, src []byte) error
+	DecompressPrefix(dst, src []byte, n int) error
+	HeldBytes() int64
+}
+
+// init readies o for a device of cfg, whose checks it passed: a zstd
+// device's objects of several pages need contexts of their own, as the
+// codec's are made for pages.
+func (o *objects) init(cfg Config) error {
+	o.store, o.codec, o.hugeThreshold = cfg.Store, cfg.Codec, cfg.HugeThreshold
+	o.prefix, _ = cfg.Codec.(codec.PrefixDecoder)
+	if z, ok := cfg.Codec.(zstdDecoder); ok && cfg.Codec.Name() == "zstd" {
+		o.zstd, o.fast = z, streamZstd
+	}
+	if cfg.ObjectPages <= 1 || o.fast != streamZstd {
+		return nil
+	}
+	z, ok := cfg.Codec.(interface{ HoldObjects(pages int) error })
+	if !ok {
+		return fmt.Errorf("device: the %s codec makes no objects of several pages", cfg.Codec.Name())
+	}
+	if err := z.HoldObjects(cfg.ObjectPages); err != nil {
+		return fmt.Errorf("device: %w", err)
+	}
+	return nil
+}
+
+// holdScratch makes the scratch reads decode objects of several pages in:
+// one for each thread running Go code, and two more, where writes make
+// such objects (inline); else at most two more than the dense tier's
+// decoders, as the objects are the dense tier's (reads of idle pages,
+// which wait for a decoder anyway) or left by the process before.
+func (o *objects) holdScratch(inline bool) {
+	n := runtime.GOMAXPROCS(0) + 2
+	if !inline {
+		n = min(n, denseDecoders+2)
+	}
+	o.scratches = make(chan *objectScratch, n)
+	for range cap(o.scratches) {
+		sc := new(objectScratch)
+		clear(sc.in[:]) // written now, not first while serving
+		clear(sc.out[:])
+		o.scratches <- sc
+	}
+}
+
+// holdZstd makes the decoder of the dense tier's objects, if there is
+// none.
+func (o *objects) holdZstd() error {
+	if o.zstd != nil {
+		return nil
+	}
+	z, err := codec.NewZstdDecoder(denseDecoders)
+	if err != nil {
+		return fmt.Errorf("device: the dense tier's decoder: %w", err)
+	}
+	o.zstd = z
+	return nil
+}
+
+// held is the memory o holds from the start: its scratch, and the
+// decoder of the dense tier's objects where it made one.
+func (o *objects) held() (scratch, dense int64) {
+	scratch = int64(cap(o.scratches)) * int64(unsafe.Sizeof(objectScratch{}))
+	if z, ok := o.zstd.(*codec.ZstdDecoder); ok {
+		dense = z.HeldBytes()
+	}
+	return scratch, dense
+}
+
+// scratch takes an object scratch, or nil when there is none. It must be
+// taken before any stripe lock: a holder may wait for a lock.
+func (o *objects) scratch() *objectScratch {
+	if o.scratches == nil {
+		return nil
+	}
+	sc := <-o.scratches
+	sc.decoded = 0
+	return sc
+}
+
+func (o *objects) putScratch(sc *objectScratch) {
+	if sc != nil {
+		o.scratches <- sc
+	}
+}
+
 // objectLayout is how an object of a stream of some length is chunked.
 type objectLayout struct {
 	stream, chunks, header, total int
@@ -104,9 +221,9 @@ func objectHeader(first []byte, pages int) (objectLayout, error) {
 // partHeader reads the header of an object whose first chunk is first for
 // e, an entry of a page of it, and checks that the object's codec is
 // e's tier's: zstd in the dense tier, the device's codec in the fast one.
-func (d *Device) partHeader(first []byte, e entry) (objectLayout, error) {
+func (o *objects) header(first []byte, e entry) (objectLayout, error) {
 	l, err := objectHeader(first, e.partPages())
-	want := d.fastStream
+	want := o.fast
 	if e.dense() {
 		want = streamZstd
 	}
@@ -129,37 +246,48 @@ func putHeader(first []byte, l objectLayout, pages int) {
 // is n bytes, and whether it is worth keeping as one: it compressed (n >
 // 0) below the huge threshold of its pages, into no more chunks than it
 // has pages.
-func (d *Device) keepObject(n, pages int) (objectLayout, bool) {
-	if n <= 0 || n > pages*d.cfg.HugeThreshold-1 {
+func (o *objects) keep(n, pages int) (objectLayout, bool) {
+	if n <= 0 || n > pages*o.hugeThreshold-1 {
 		return objectLayout{}, false
 	}
 	l, ok := layoutFor(n)
 	if !ok || l.chunks > pages {
 		return objectLayout{}, false
 	}
-	l.codec = d.fastStream
+	l.codec = o.fast
 	return l, true
 }
 
-// fillObject writes an object of several pages of the fast tier into its
-// chunks hs (writeObject) and counts it.
-func (d *Device) fillObject(hs []pagestore.Handle, l objectLayout, pages int, stream []byte) {
-	d.writeObject(hs, l, pages, stream)
-	d.packedObjects.Add(1)
-	d.packedChunks.Add(int64(l.chunks))
+// alone returns how page i of b, whose raw bytes are raw, is stored: its
+// compressed bytes, or raw when it did not compress below the huge
+// threshold.
+func (o *objects) alone(b *codec.Batch, i int, raw []byte) (state int, obj []byte) {
+	c := b.Compressed(i)
+	if len(c) == 0 || len(c) >= o.hugeThreshold {
+		return stateHuge, raw
+	}
+	return stateStored, c
 }
 
-// writeObject writes an object of several pages into its chunks hs, which
+// fill writes an object of several pages of the fast tier into its
+// chunks hs (write) and counts it.
+func (o *objects) fill(hs []pagestore.Handle, l objectLayout, pages int, stream []byte) {
+	o.write(hs, l, pages, stream)
+	o.packedObjects.Add(1)
+	o.packedChunks.Add(int64(l.chunks))
+}
+
+// write writes an object of several pages into its chunks hs, which
 // the store gave it: its header, then its stream.
-func (d *Device) writeObject(hs []pagestore.Handle, l objectLayout, pages int, stream []byte) {
-	first := d.cfg.Store.Bytes(hs[0], l.chunkLen(0))
+func (o *objects) write(hs []pagestore.Handle, l objectLayout, pages int, stream []byte) {
+	first := o.store.Bytes(hs[0], l.chunkLen(0))
 	putHeader(first, l, pages)
 	for c := 1; c < l.chunks; c++ {
 		setChunkHandle(first, c, hs[c])
 	}
 	n := copy(first[l.header:], stream)
 	for c := 1; c < l.chunks; c++ {
-		n += copy(d.cfg.Store.Bytes(hs[c], l.chunkLen(c)), stream[n:])
+		n += copy(o.store.Bytes(hs[c], l.chunkLen(c)), stream[n:])
 	}
 }
 
@@ -178,7 +306,7 @@ func setChunkHandle(first []byte, i int, h pagestore.Handle) {
 
 // objectScratch is what reading an object of several pages needs: its
 // chunks put end to end, and its pages decoded. Reads and partial writes
-// take one before any stripe lock (see Device.scratch).
+// take one before any stripe lock (see objects.scratch).
 type objectScratch struct {
 	in  [maxObjectPages * pageSize]byte
 	out [maxObjectPages * pageSize]byte
@@ -189,11 +317,11 @@ type objectScratch struct {
 	decodedTo int
 }
 
-// decodeObject decodes the object of which e is a page into sc.out, as far
+// decode decodes the object of which e is a page into sc.out, as far
 // as its first upto pages at least (LZ4 stops there: a read of one page
 // decodes half an object on average), unless that much is there already,
 // and returns its pages. The caller holds the lock of the page's group.
-func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) ([]byte, error) {
+func (o *objects) decode(idx uint32, e entry, sc *objectScratch, upto int) ([]byte, error) {
 	pages := e.partPages()
 	out := sc.out[:pages*pageSize]
 	want := upto * pageSize
@@ -201,8 +329,8 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) 
 		return out, nil
 	}
 	sc.decoded = 0
-	first := d.cfg.Store.Bytes(e.handle(), e.length())
-	l, err := d.partHeader(first, e)
+	first := o.store.Bytes(e.handle(), e.length())
+	l, err := o.header(first, e)
 	if err != nil {
 		return nil, fmt.Errorf("device: page %d: object %#x: %w", idx, e.handle(), err)
 	}
@@ -210,21 +338,21 @@ func (d *Device) decodeObject(idx uint32, e entry, sc *objectScratch, upto int) 
 	if l.chunks > 1 {
 		n := copy(sc.in[:], src)
 		for i := 1; i < l.chunks; i++ {
-			n += copy(sc.in[n:], d.cfg.Store.Bytes(chunkHandle(first, i), l.chunkLen(i)))
+			n += copy(sc.in[n:], o.store.Bytes(chunkHandle(first, i), l.chunkLen(i)))
 		}
 		src = sc.in[:n]
 	}
 	switch {
-	case l.codec == streamZstd && d.zstd == nil:
+	case l.codec == streamZstd && o.zstd == nil:
 		err = errors.New("no zstd decoder")
 	case l.codec == streamZstd && want < len(out):
-		err = d.zstd.DecompressPrefix(out, src, want)
+		err = o.zstd.DecompressPrefix(out, src, want)
 	case l.codec == streamZstd:
-		err, want = d.zstd.Decompress(out, src), len(out)
-	case d.prefix != nil && want < len(out):
-		err = d.prefix.DecompressPrefix(out, src, want)
+		err, want = o.zstd.Decompress(out, src), len(out)
+	case o.prefix != nil && want < len(out):
+		err = o.prefix.DecompressPrefix(out, src, want)
 	default:
-		err, want = d.cfg.Codec.Decompress(out, src), len(out)
+		err, want = o.codec.Decompress(out, src), len(out)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("device: page %d: object of %d pages does not decode: %w", idx, pages, err)
@@ -270,22 +398,22 @@ func (d *Device) released(idx uint32, old entry) objectRef {
 // appendChunks appends the handles ref frees to hs. Once no entry refers
 // to an object, nothing changes it: the compactor finds no page to move
 // it for.
-func (d *Device) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.Handle {
+func (o *objects) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.Handle {
 	if ref == 0 {
 		return hs
 	}
 	h := pagestore.Handle(ref &^ (partRef | denseRef))
 	if ref&partRef != 0 {
-		first := d.cfg.Store.Bytes(h, chunkSize)
+		first := o.store.Bytes(h, chunkSize)
 		if n := int(first[5]); n <= maxChunks {
 			for i := 1; i < n; i++ {
 				hs = append(hs, chunkHandle(first, i))
 			}
-			d.packedObjects.Add(-1)
-			d.packedChunks.Add(-int64(n))
+			o.packedObjects.Add(-1)
+			o.packedChunks.Add(-int64(n))
 			if l, ok := layoutFor(int(binary.LittleEndian.Uint32(first))); ok && ref&denseRef != 0 {
-				d.denseObjects.Add(-1)
-				d.denseBytes.Add(-int64(l.total))
+				o.denseObjects.Add(-1)
+				o.denseBytes.Add(-int64(l.total))
 			}
 		}
 	}
@@ -294,26 +422,26 @@ func (d *Device) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.
 
 // queueFree appends what ref frees to hs, first freeing what hs holds
 // when it has no room left for an object's chunks: hs never grows.
-func (d *Device) queueFree(hs []pagestore.Handle, ref objectRef) []pagestore.Handle {
+func (o *objects) queueFree(hs []pagestore.Handle, ref objectRef) []pagestore.Handle {
 	if ref == 0 {
 		return hs
 	}
 	if cap(hs)-len(hs) < maxChunks {
-		d.cfg.Store.FreeBatch(hs)
+		o.store.FreeBatch(hs)
 		hs = hs[:0]
 	}
-	return d.appendChunks(hs, ref)
+	return o.appendChunks(hs, ref)
 }
 
-// freeRef frees what ref names.
-func (d *Device) freeRef(ref objectRef) {
+// free frees what ref names.
+func (o *objects) free(ref objectRef) {
 	switch {
 	case ref == 0:
 	case ref&partRef == 0:
-		d.cfg.Store.Free(pagestore.Handle(ref))
+		o.store.Free(pagestore.Handle(ref))
 	default:
 		var hs [maxChunks]pagestore.Handle
-		d.cfg.Store.FreeBatch(d.appendChunks(hs[:0], ref))
+		o.store.FreeBatch(o.appendChunks(hs[:0], ref))
 	}
 }
 

@@ -175,7 +175,7 @@ func TestRecoverKeepsObjectsOfSeveralPages(t *testing.T) {
 	f.cfg.ObjectPages = 0
 	d, store = f.recover(t)
 	defer func() { d.Close(); store.Close() }()
-	if d.groupShift != groupShift || d.objScratch == nil {
+	if d.groupShift != groupShift || d.obj.scratches == nil {
 		t.Fatal("a device that took objects of several pages over does not lock and read them as such")
 	}
 	if d.table[12].handle() != d.table[8].handle() {

@@ -110,11 +110,11 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 	for _, e := range d.table {
 		d.count(e, +1)
 	}
-	if parts && d.objScratch == nil {
+	if parts && d.obj.scratches == nil {
 		d.holdObjects() // the process before kept objects of several pages
 	}
 	if dense {
-		if err := d.holdZstd(); err != nil { // and some in the dense tier
+		if err := d.obj.holdZstd(); err != nil { // and some in the dense tier
 			d.unmap()
 			return nil, nil, rep, err
 		}
@@ -124,7 +124,7 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 		d.unmap()
 		return nil, nil, rep, err
 	}
-	d.cfg.Store = store
+	d.cfg.Store, d.obj.store = store, store
 	// Staged pages were acknowledged: store them whatever the limit says,
 	// as the process that took them would have.
 	limit := store.Stats().MemLimit
@@ -235,7 +235,7 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 	if err := rc.Keep(e.handle(), owner, e.length()); err != nil {
 		return err
 	}
-	l, err := d.partHeader(first, e)
+	l, err := d.obj.header(first, e)
 	if err != nil {
 		return fmt.Errorf("object %#x: %w", e.handle(), err)
 	}
@@ -244,11 +244,11 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 			return err
 		}
 	}
-	d.packedObjects.Add(1)
-	d.packedChunks.Add(int64(l.chunks))
+	d.obj.packedObjects.Add(1)
+	d.obj.packedChunks.Add(int64(l.chunks))
 	if e.dense() {
-		d.denseObjects.Add(1)
-		d.denseBytes.Add(int64(l.total))
+		d.obj.denseObjects.Add(1)
+		d.obj.denseBytes.Add(int64(l.total))
 	}
 	return nil
 }

@@ -175,7 +175,7 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 	for i := cs.done; i < b.N; {
 		un := commitUnit{slot: int32(i), pages: 1, alloc: int32(m)}
 		if p := int(objectPages(b.Batch, i)); p > 1 {
-			if l, ok := d.keepObject(len(b.Compressed(i)), p); ok {
+			if l, ok := d.obj.keep(len(b.Compressed(i)), p); ok {
 				un.pages, un.chunks = uint8(p), uint8(l.chunks)
 				for c := range l.chunks {
 					cs.objs[m], cs.sizes[m], cs.owners[m] = nil, l.chunkLen(c), b.Owners[i]
@@ -226,7 +226,7 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 			cs.free = append(cs.free, cs.handles[a]) // written again since
 		}
 		s.mu.Unlock()
-		cs.free = d.queueFree(cs.free, objectRef(b.Words[i]))
+		cs.free = d.obj.queueFree(cs.free, objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
 	d.cfg.Store.FreeBatch(cs.free)
@@ -247,14 +247,14 @@ func objectPages(b *codec.Batch, i int) uint8 {
 	return b.Objects[i]
 }
 
-// stagedPage returns how the page in slot i of b is stored, as object
+// stagedPage returns how the page in slot i of b is stored, as objects.alone
 // does; a page of an object of several pages that is not kept as one
 // (it did not compress well enough) is stored raw.
 func (d *Device) stagedPage(b *codec.Batch, i int) (state int, obj []byte) {
 	if objectPages(b, i) != 1 {
 		return stateHuge, b.Page(i)
 	}
-	return d.object(b, i, b.Page(i))
+	return d.obj.alone(b, i, b.Page(i))
 }
 
 // commitObject fills the chunks the store gave an object of several pages
@@ -263,9 +263,9 @@ func (d *Device) stagedPage(b *codec.Batch, i int) (state int, obj []byte) {
 func (d *Device) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit) {
 	slot, pages := int(un.slot), int(un.pages)
 	stream := b.Compressed(slot)
-	l, _ := d.keepObject(len(stream), pages) // as commit found it
+	l, _ := d.obj.keep(len(stream), pages) // as commit found it
 	hs := cs.handles[un.alloc : int(un.alloc)+l.chunks]
-	d.fillObject(hs, l, pages, stream)
+	d.obj.fill(hs, l, pages, stream)
 	installed := 0
 	s := d.stripe(b.Owners[slot]) // an object's pages share their group's
 	s.mu.Lock()
@@ -278,10 +278,10 @@ func (d *Device) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit)
 	}
 	s.mu.Unlock()
 	if installed == 0 {
-		cs.free = d.queueFree(cs.free, partRef|objectRef(hs[0]))
+		cs.free = d.obj.queueFree(cs.free, partRef|objectRef(hs[0]))
 	}
 	for i := slot; i < slot+pages; i++ {
-		cs.free = d.queueFree(cs.free, objectRef(b.Words[i]))
+		cs.free = d.obj.queueFree(cs.free, objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
 }
@@ -300,7 +300,7 @@ func (d *Device) uncommitted(b *stage.Batch, cs *commitScratch) {
 			d.swapLocked(s, idx, entry(stateEmpty))
 		}
 		s.mu.Unlock()
-		d.freeRef(objectRef(b.Words[i]))
+		d.obj.free(objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
 	d.cfg.Store.Unreserve(cs.credit)

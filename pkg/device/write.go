@@ -29,7 +29,7 @@ type inlineWrite struct {
 	owners  [inlinePages]uint32
 	handles [inlinePages]pagestore.Handle
 	// states and data are, for a page kept on its own, how it is
-	// stored and its bytes (see object), at its allocation's index.
+	// stored and its bytes (see objects.alone), at its allocation's index.
 	states [inlinePages]int
 	data   [inlinePages][]byte
 	objs   [inlinePages]inlineObject
@@ -127,7 +127,7 @@ func (d *Device) writeFilled(idx uint32, w uint64) error {
 	s.mu.Lock()
 	ref := d.swapLocked(s, idx, e)
 	s.mu.Unlock()
-	d.freeRef(ref)
+	d.obj.free(ref)
 	return nil
 }
 
@@ -191,7 +191,7 @@ func (d *Device) writeInline(first uint32, pages []byte) error {
 			continue
 		}
 		for j := ob.at; j < ob.at+ob.pages; j++ {
-			w.states[m], w.data[m] = d.object(b, j, pages[j*pageSize:(j+1)*pageSize])
+			w.states[m], w.data[m] = d.obj.alone(b, j, pages[j*pageSize:(j+1)*pageSize])
 			w.sizes[m], w.owners[m] = len(w.data[m]), first+uint32(j)
 			m++
 		}
@@ -218,7 +218,7 @@ func (d *Device) writeInline(first uint32, pages []byte) error {
 				a := ob.alloc + j - ob.at
 				e = objectEntry(w.states[a], w.handles[a], w.sizes[a])
 			}
-			w.frees = d.queueFree(w.frees, d.swapLocked(held.s, idx, e))
+			w.frees = d.obj.queueFree(w.frees, d.swapLocked(held.s, idx, e))
 		}
 	}
 	held.release()
@@ -248,7 +248,7 @@ func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObj
 		if m > 1 {
 			out := b.Out[at*pageSize : (at+m)*pageSize]
 			limit := min(len(out), m*d.cfg.HugeThreshold-1)
-			if l, ok := d.keepObject(d.cfg.Codec.Compress(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]), m); ok {
+			if l, ok := d.obj.keep(d.cfg.Codec.Compress(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]), m); ok {
 				ob.layout = l
 			}
 		}
@@ -279,23 +279,12 @@ func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObj
 // their own into theirs.
 func (d *Device) fillInline(w *inlineWrite, ob *inlineObject) {
 	if l := ob.layout; l.chunks > 0 {
-		d.fillObject(w.handles[ob.alloc:ob.alloc+l.chunks], l, ob.pages, w.batch.Out[ob.at*pageSize:][:l.stream])
+		d.obj.fill(w.handles[ob.alloc:ob.alloc+l.chunks], l, ob.pages, w.batch.Out[ob.at*pageSize:][:l.stream])
 		return
 	}
 	for a := ob.alloc; a < ob.alloc+ob.pages; a++ {
 		copy(d.cfg.Store.Bytes(w.handles[a], w.sizes[a]), w.data[a])
 	}
-}
-
-// object returns how page i of b, whose raw bytes are raw, is stored: its
-// compressed bytes, or raw when it did not compress below the huge
-// threshold.
-func (d *Device) object(b *codec.Batch, i int, raw []byte) (state int, obj []byte) {
-	c := b.Compressed(i)
-	if len(c) == 0 || len(c) >= d.cfg.HugeThreshold {
-		return stateHuge, raw
-	}
-	return stateStored, c
 }
 
 // modify applies fn to page idx under its lock (read, modify, write) and
@@ -306,8 +295,8 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 	// scratch.
 	w := <-d.inline
 	defer func() { d.inline <- w }()
-	sc := d.scratch()
-	defer d.putScratch(sc)
+	sc := d.obj.scratch()
+	defer d.obj.putScratch(sc)
 	buf := d.bufs.Get()
 	defer d.bufs.Put(buf)
 	page := buf[:]
@@ -329,7 +318,7 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 		b := w.batch
 		b.Pages, b.N = page, 1
 		d.cfg.Router.CompressInline(b)
-		state, obj := d.object(b, 0, page)
+		state, obj := d.obj.alone(b, 0, page)
 		b.Pages = nil
 		h, dst, err := d.cfg.Store.Alloc(len(obj), idx)
 		if err != nil {
@@ -341,6 +330,6 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 	}
 	ref := d.swapLocked(s, idx, e)
 	s.mu.Unlock()
-	d.freeRef(ref)
+	d.obj.free(ref)
 	return nil
 }
