@@ -42,91 +42,121 @@ type Recovered struct {
 // cfg.Store is ignored: Recover returns the store it rebuilt, which the
 // caller closes after the device.
 func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Recovered, error) {
-	var rep Recovered
 	if cfg.Files == nil {
-		return nil, nil, rep, errors.New("device: Recover needs Config.Files")
+		return nil, nil, Recovered{}, errors.New("device: Recover needs Config.Files")
 	}
 	cfg.Store = nil
 	d, err := open(cfg, false)
 	if err != nil {
-		return nil, nil, rep, err
+		return nil, nil, Recovered{}, err
 	}
-	stagingPages := len(d.staging) / pageSize
-	lose := func(idx uint32) {
-		d.table[idx] = entry(stateLost << stateShift)
-		if rep.Lost == 0 {
-			rep.FirstLost = idx
-		}
-		rep.Lost++
+	r := &recovery{d: d, rc: rc}
+	store, err := r.adopt()
+	if err != nil {
+		d.unmap()
+		return nil, nil, r.rep, err
 	}
-	// Only Keep's bookkeeping, which Done alone writes back, changes
-	// until every entry is known good.
+	r.storeStaged(store)
+	if err := d.startStaging(); err != nil {
+		d.Close()
+		store.Close()
+		return nil, nil, r.rep, err
+	}
+	return d, store, r.rep, nil
+}
+
+// recovery is Recover's work on the table another process left: it checks
+// every entry against the store being recovered, names the objects they
+// keep to it, and stores the pages left staged. It is the device's until
+// Recover returns it.
+type recovery struct {
+	d   *Device
+	rc  *pagestore.Recovery
+	rep Recovered
+	// aliases are entries rewritten once every entry is known good
+	// (keepPart).
+	aliases []alias
+	// parts and dense say whether entries name objects of several
+	// pages, and of the dense tier: the process before kept some.
+	parts, dense bool
+}
+
+// adopt checks every entry of the table, and once all are known good,
+// counts them, readies the device for the objects they name and rebuilds
+// the store around those (rc.Done). Until then only Keep's bookkeeping,
+// which Done alone writes back, changes.
+func (r *recovery) adopt() (*pagestore.Store, error) {
+	d := r.d
 	var bad int
 	var firstBad error
-	parts, dense := false, false
-	var aliases []alias
 	for i := range d.table {
-		idx, e := uint32(i), d.table[i]
-		var err error
-		switch e.state() {
-		case stateEmpty:
-		case stateSame:
-			if e != zeroEntry {
-				err = fmt.Errorf("a same-filled entry %#x with stray bits", uint64(e))
-			}
-		case stateStored, stateHuge, stateFill:
-			if !validLength(e) {
-				err = fmt.Errorf("an object of %d bytes in state %d", e.length(), e.state())
-			} else {
-				err = rc.Keep(e.handle(), idx, e.length())
-			}
-		case stateStaged:
-			if e.stagingPage() >= stagingPages {
-				err = fmt.Errorf("staging page %d of %d", e.stagingPage(), stagingPages)
-			}
-		case stateLost: // lost in an earlier takeover, until written again
-		case statePart:
-			err = d.keepPart(rc, idx, e, &aliases)
-			parts = true
-			dense = dense || e.dense()
-		default:
-			err = fmt.Errorf("state %d, which no device writes", e.state())
-		}
-		if err != nil {
+		if err := r.check(uint32(i), d.table[i]); err != nil {
 			if bad == 0 {
-				firstBad = fmt.Errorf("page %d: %w", idx, err)
+				firstBad = fmt.Errorf("page %d: %w", i, err)
 			}
 			bad++
 		}
 	}
 	if bad > 0 {
-		d.unmap()
-		return nil, nil, rep, fmt.Errorf("device: %d entries of the page table disagree with the store, the first at %w: %w",
+		return nil, fmt.Errorf("device: %d entries of the page table disagree with the store, the first at %w: %w",
 			bad, firstBad, ErrCorrupt)
 	}
-	for _, a := range aliases {
+	for _, a := range r.aliases {
 		d.table[a.idx] = a.to
 	}
 	for _, e := range d.table {
 		d.count(e, +1)
 	}
-	if parts && d.obj.scratches == nil {
-		d.holdObjects() // the process before kept objects of several pages
+	if r.parts && d.obj.scratches == nil {
+		d.holdObjects()
 	}
-	if dense {
-		if err := d.obj.holdZstd(); err != nil { // and some in the dense tier
-			d.unmap()
-			return nil, nil, rep, err
+	if r.dense {
+		if err := d.obj.holdZstd(); err != nil {
+			return nil, err
 		}
 	}
-	store, err := rc.Done()
+	store, err := r.rc.Done()
 	if err != nil {
-		d.unmap()
-		return nil, nil, rep, err
+		return nil, err
 	}
 	d.cfg.Store, d.obj.store = store, store
-	// Staged pages were acknowledged: store them whatever the limit says,
-	// as the process that took them would have.
+	return store, nil
+}
+
+// check checks the entry e of page idx against the store, and keeps the
+// object it names (rc.Keep).
+func (r *recovery) check(idx uint32, e entry) error {
+	switch e.state() {
+	case stateEmpty:
+	case stateSame:
+		if e != zeroEntry {
+			return fmt.Errorf("a same-filled entry %#x with stray bits", uint64(e))
+		}
+	case stateStored, stateHuge, stateFill:
+		if !validLength(e) {
+			return fmt.Errorf("an object of %d bytes in state %d", e.length(), e.state())
+		}
+		return r.rc.Keep(e.handle(), idx, e.length())
+	case stateStaged:
+		if n := len(r.d.staging) / pageSize; e.stagingPage() >= n {
+			return fmt.Errorf("staging page %d of %d", e.stagingPage(), n)
+		}
+	case stateLost: // lost in an earlier takeover, until written again
+	case statePart:
+		r.parts = true
+		r.dense = r.dense || e.dense()
+		return r.keepPart(idx, e)
+	default:
+		return fmt.Errorf("state %d, which no device writes", e.state())
+	}
+	return nil
+}
+
+// storeStaged stores the pages left staged, as writes, whatever the
+// memory limit says: they were acknowledged, and the process that took
+// them would have. A page the store fails to take is lost.
+func (r *recovery) storeStaged(store *pagestore.Store) {
+	d := r.d
 	limit := store.Stats().MemLimit
 	store.SetMemLimit(0)
 	for i := range d.table {
@@ -138,21 +168,26 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 		if err := d.write(page, int64(idx)*pageSize); err != nil {
 			d.log.Error("device: a staged page could not be stored while taking the device over; it is lost",
 				"page", idx, "err", err)
-			d.count(e, -1)
-			lose(idx)
-			d.count(d.table[idx], +1)
+			r.lose(idx, e)
 			continue
 		}
-		rep.Staged++
+		r.rep.Staged++
 	}
 	store.SetMemLimit(limit)
-	rep.Stored, rep.Same = d.storedPages.Load(), d.samePages.Load()
-	if err := d.startStaging(); err != nil {
-		d.Close()
-		store.Close()
-		return nil, nil, rep, err
+	r.rep.Stored, r.rep.Same = d.storedPages.Load(), d.samePages.Load()
+}
+
+// lose marks page idx, whose entry is e, lost: it reads as EIO until
+// written again.
+func (r *recovery) lose(idx uint32, e entry) {
+	d := r.d
+	d.count(e, -1)
+	d.table[idx] = entry(stateLost << stateShift)
+	d.count(d.table[idx], +1)
+	if r.rep.Lost == 0 {
+		r.rep.FirstLost = idx
 	}
-	return d, store, rep, nil
+	r.rep.Lost++
 }
 
 // validLength reports whether an object entry's length is one a device
@@ -195,7 +230,8 @@ type alias struct {
 // alike byte for byte, that name the same other chunks. The copy that
 // the later pages name is not kept: they are pointed at the other
 // (aliases, applied once every entry is known good).
-func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *[]alias) error {
+func (r *recovery) keepPart(idx uint32, e entry) error {
+	d, rc := r.d, r.rc
 	k, pages := e.partIndex(), e.partPages()
 	if pages < 2 || k >= pages || e.length() < headerFixed || e.length() > chunkSize {
 		return fmt.Errorf("page %d of an object of %d pages whose first chunk is %d bytes", k, pages, e.length())
@@ -213,9 +249,9 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 		if f.partPages() != pages || f.length() != e.length() || i-uint32(f.partIndex()) != owner || f.dense() != e.dense() {
 			return fmt.Errorf("page %d of object %#x, which page %d names otherwise", k, e.handle(), i)
 		}
-		for j := len(*aliases) - 1; j >= 0 && (*aliases)[j].idx >= lo; j-- {
-			if a := (*aliases)[j]; a.idx == i { // a copy: pointed at the same object as page i
-				*aliases = append(*aliases, alias{idx, e.withHandle(a.to.handle())})
+		for j := len(r.aliases) - 1; j >= 0 && r.aliases[j].idx >= lo; j-- {
+			if a := r.aliases[j]; a.idx == i { // a copy: pointed at the same object as page i
+				r.aliases = append(r.aliases, alias{idx, e.withHandle(a.to.handle())})
 			}
 		}
 		return nil
@@ -228,7 +264,7 @@ func (d *Device) keepPart(rc *pagestore.Recovery, idx uint32, e entry, aliases *
 			continue
 		}
 		if other := rc.Bytes(f.handle(), f.length()); other != nil && first != nil && string(other) == string(first) {
-			*aliases = append(*aliases, alias{idx, e.withHandle(f.handle())})
+			r.aliases = append(r.aliases, alias{idx, e.withHandle(f.handle())})
 			return nil
 		}
 	}

@@ -14,12 +14,6 @@ import (
 // past it, a function does several things, and its steps want names.
 const maxFuncLines = 80
 
-// longFuncs are the functions still longer, being split: a function here
-// that no longer is may leave the list.
-var longFuncs = map[string]bool{
-	"pkg/device.Recover": true,
-}
-
 // TestFunctionLength checks that no function outside tests, in any
 // package of the module, is longer than maxFuncLines, from its func
 // keyword to its closing brace.
@@ -51,7 +45,7 @@ func TestFunctionLength(t *testing.T) {
 			}
 			lines := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
 			name := filepath.ToSlash(rel) + "." + funcName(fd)
-			if lines > maxFuncLines && !longFuncs[name] {
+			if lines > maxFuncLines {
 				t.Errorf("%s (%s) is %d lines, beyond %d: split it into steps with names", name, fset.Position(fd.Pos()), lines, maxFuncLines)
 			}
 		}
