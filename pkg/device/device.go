@@ -89,9 +89,7 @@ type Device struct {
 	table    []entry // mapped from files.Table: no pointers, no GC scanning, faulted in
 	staging  []byte  // mapped from files.Staging: the staging area's memory
 	stripes  []stripe
-	stage    *stage.Area     // nil without an accelerator
-	commits  []commitScratch // by staging batch
-	receipts chan *received  // free ones, for writes received into staging
+	stager   *stager // nil without an accelerator
 	bufs     *freelist.List[*[pageSize]byte]
 	obj      objects     // the objects pages are stored in, and their format
 	dense    *dense.Tier // nil without the dense tier
@@ -111,7 +109,6 @@ type Device struct {
 	lostPages                                        atomic.Int64
 	packedPages, densePages                          atomic.Int64
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
-	stagedWrites, commitRetries, unusedSlots         atomic.Uint64
 	closing                                          atomic.Bool
 }
 
@@ -126,7 +123,7 @@ func New(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.startStaging(); err != nil {
+	if d.stager, err = newStager(d); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -211,51 +208,14 @@ func (d *Device) holdObjects() {
 	d.obj.holdScratch(d.cfg.ObjectPages > 1)
 }
 
-// startStaging starts the write-behind area, if the device has one. Its
-// memory is written first: nothing may be staged there then.
-func (d *Device) startStaging() error {
-	if d.cfg.Staging.Batches == 0 {
-		return nil
-	}
-	sc := d.cfg.Staging
-	sc.Limit = d.cfg.HugeThreshold - 1 // longer results are stored raw anyway
-	d.commits = make([]commitScratch, sc.Batches)
-	for i := range d.commits {
-		d.commits[i] = newCommitScratch(sc.BatchPages)
-	}
-	d.receipts = make(chan *received, maxReceived)
-	for range maxReceived {
-		d.receipts <- new(received)
-	}
-	next := d.staging
-	take := func(pages int) ([]byte, error) {
-		if len(next) < pages*pageSize {
-			return nil, fmt.Errorf("device: staging file holds no %d pages more", pages)
-		}
-		mem := next[:pages*pageSize]
-		next = next[pages*pageSize:]
-		return mem, nil
-	}
-	var err error
-	if d.stage, err = stage.New(sc, take, d.flush); err != nil {
-		return fmt.Errorf("device: %w", err)
-	}
-	return nil
-}
-
-// stagedAt is the entry of a page staged in slot i of b.
-func (d *Device) stagedAt(b *stage.Batch, i int) entry {
-	return stagedEntry(b.ID*d.cfg.Staging.BatchPages + i)
-}
-
 // Close compresses and commits what is staged and unmaps the device's
 // memory. The files, if the caller gave them, keep the table and the
 // store's objects, for Recover; the device's own go with it. The device
 // must not be used afterwards.
 func (d *Device) Close() error {
 	d.closing.Store(true)
-	if d.stage != nil {
-		d.stage.Close()
+	if d.stager != nil {
+		d.stager.area.Close()
 	}
 	return d.unmap()
 }
@@ -279,8 +239,8 @@ func (d *Device) Held() Held {
 	}
 	objScratch, zstd := d.obj.held()
 	h.Scratch += objScratch
-	if d.stage != nil {
-		sc := d.stage.Config()
+	if d.stager != nil {
+		sc := d.stager.area.Config()
 		h.Staging = int64(sc.Batches) * int64(sc.BatchPages) * pageSize
 	}
 	if d.dense != nil {
@@ -639,9 +599,6 @@ func (d *Device) Stats() Stats {
 		InvalidIO:      d.invalidIO.Load(),
 		NotifyFree:     d.notifyFree.Load(),
 		PrefaultMisses: st.PrefaultMisses,
-		StagedWrites:   d.stagedWrites.Load(),
-		CommitRetries:  d.commitRetries.Load(),
-		UnusedSlots:    d.unusedSlots.Load(),
 		PackedPages:    d.packedPages.Load(),
 		PackedObjects:  d.obj.packedObjects.Load(),
 		PackedChunks:   d.obj.packedChunks.Load(),
@@ -650,8 +607,9 @@ func (d *Device) Stats() Stats {
 		DenseBytes:     d.obj.denseBytes.Load(),
 		Dense:          d.dense.Stats(),
 	}
-	if d.stage != nil {
-		s.Staging = d.stage.Stats()
+	if w := d.stager; w != nil {
+		s.Staging = w.area.Stats()
+		s.StagedWrites, s.CommitRetries, s.UnusedSlots = w.stagedWrites.Load(), w.commitRetries.Load(), w.unusedSlots.Load()
 	}
 	return s
 }

@@ -44,30 +44,39 @@ func (r *received) Buffers() [][]byte { return r.bufs[:r.nsegs] }
 // received into staging slots when the router stages writes and staging
 // has room for all of it; others are declined.
 func (d *Device) ReceiveWrite(off int64, length int) (nbd.Receipt, bool) {
-	if d.stage == nil || length <= 0 || off%pageSize != 0 || length%pageSize != 0 ||
+	if d.stager == nil {
+		return nil, false
+	}
+	return d.stager.receive(off, length)
+}
+
+// receive receives a write into staging slots (ReceiveWrite).
+func (s *stager) receive(off int64, length int) (nbd.Receipt, bool) {
+	d := s.d
+	if length <= 0 || off%pageSize != 0 || length%pageSize != 0 ||
 		off < 0 || off > d.cfg.Size-int64(length) || !d.cfg.Router.Stage(length/pageSize) {
 		return nil, false
 	}
 	var r *received
 	select {
-	case r = <-d.receipts:
+	case r = <-s.receipts:
 	default:
 		return nil, false
 	}
 	n := length / pageSize
 	if d.cfg.Store.Reserve(int64(n)*pageSize) != nil {
-		d.receipts <- r
+		s.receipts <- r
 		return nil, false
 	}
 	r.first, r.pages, r.nsegs = uint32(off/pageSize), n, 0
 	for got := 0; got < n; {
 		if r.nsegs == maxSegments {
-			d.abort(r)
+			s.abort(r)
 			return nil, false
 		}
-		b, at, k := d.stage.Take(n - got)
+		b, at, k := s.area.Take(n - got)
 		if k == 0 {
-			d.abort(r)
+			s.abort(r)
 			return nil, false
 		}
 		r.segs[r.nsegs] = segment{b: b, at: at, k: k}
@@ -83,7 +92,13 @@ func (d *Device) ReceiveWrite(off int64, length int) (nbd.Receipt, bool) {
 // installed as staged, but for same-filled ones, which settle here as
 // WriteAt would settle them.
 func (d *Device) CompleteWrite(_ context.Context, rc nbd.Receipt, _ bool) error {
-	r := rc.(*received)
+	d.stager.complete(rc.(*received))
+	return nil
+}
+
+// complete installs the pages of r (CompleteWrite).
+func (s *stager) complete(r *received) {
+	d := s.d
 	idx, staged := r.first, 0
 	for _, sg := range r.segs[:r.nsegs] {
 		b := sg.b
@@ -92,45 +107,46 @@ func (d *Device) CompleteWrite(_ context.Context, rc nbd.Receipt, _ bool) error 
 			// room for its word: it is staged like any other then.
 			if w, ok := fillWord(b.Page(i)); ok && d.writeFilled(idx, w) == nil {
 				b.Owners[i], b.Words[i] = unusedSlot, 0
-				d.unusedSlots.Add(1)
+				s.unusedSlots.Add(1)
 			} else {
-				d.installStaged(b, i, idx)
+				s.install(b, i, idx)
 				staged++
 			}
 			idx++
 		}
-		d.stage.Done(b)
+		s.area.Done(b)
 	}
 	d.cfg.Store.Unreserve(int64(r.pages-staged) * pageSize)
-	d.stagedWrites.Add(uint64(staged))
-	d.receipts <- r
-	return nil
+	s.stagedWrites.Add(uint64(staged))
+	s.receipts <- r
 }
 
 // AbortWrite implements nbd.WriteReceiver.
-func (d *Device) AbortWrite(rc nbd.Receipt) { d.abort(rc.(*received)) }
+func (d *Device) AbortWrite(rc nbd.Receipt) { d.stager.abort(rc.(*received)) }
 
 // abort gives back the slots and the reservation of r, and r.
-func (d *Device) abort(r *received) {
+func (s *stager) abort(r *received) {
+	d := s.d
 	for _, sg := range r.segs[:r.nsegs] {
 		for i := sg.at; i < sg.at+sg.k; i++ {
 			sg.b.Owners[i], sg.b.Words[i] = unusedSlot, 0
-			d.unusedSlots.Add(1)
+			s.unusedSlots.Add(1)
 		}
-		d.stage.Done(sg.b)
+		s.area.Done(sg.b)
 	}
 	d.cfg.Store.Unreserve(int64(r.pages) * pageSize)
 	r.nsegs = 0
-	d.receipts <- r
+	s.receipts <- r
 }
 
-// installStaged points page idx at slot i of b, whose bytes are the
+// install points page idx at slot i of b, whose bytes are the
 // page's new content; the object it replaces is freed with the batch.
-func (d *Device) installStaged(b *stage.Batch, i int, idx uint32) {
-	s := d.stripe(idx)
-	s.mu.Lock()
-	ref := d.swapLocked(s, idx, d.stagedAt(b, i))
-	s.mu.Unlock()
+func (s *stager) install(b *stage.Batch, i int, idx uint32) {
+	d := s.d
+	st := d.stripe(idx)
+	st.mu.Lock()
+	ref := d.swapLocked(st, idx, s.entryAt(b, i))
+	st.mu.Unlock()
 	b.Owners[i] = idx
 	b.Words[i] = uint64(ref)
 }

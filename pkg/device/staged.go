@@ -5,12 +5,65 @@ package device
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 	"github.com/gzramd/gzramd/pkg/stage"
 )
+
+// stager is the device's write-behind (pkg/stage's area): it stages runs
+// of pages, and writes received straight into its slots, and compresses
+// and commits each sealed batch, where a newer write of a page always
+// wins. It owns the area, the commits' scratch and the receipts; the page
+// table and its locks are the device's.
+type stager struct {
+	d          *Device
+	area       *stage.Area
+	batchPages int
+	commits    []commitScratch // by batch
+	receipts   chan *received  // free ones, for writes received into staging
+
+	stagedWrites, commitRetries, unusedSlots atomic.Uint64
+}
+
+// newStager starts d's write-behind area, if d has one (nil otherwise).
+// Its memory is written first: nothing may be staged there then.
+func newStager(d *Device) (*stager, error) {
+	if d.cfg.Staging.Batches == 0 {
+		return nil, nil
+	}
+	sc := d.cfg.Staging
+	sc.Limit = d.cfg.HugeThreshold - 1 // longer results are stored raw anyway
+	s := &stager{d: d, batchPages: sc.BatchPages, commits: make([]commitScratch, sc.Batches)}
+	for i := range s.commits {
+		s.commits[i] = newCommitScratch(sc.BatchPages)
+	}
+	s.receipts = make(chan *received, maxReceived)
+	for range maxReceived {
+		s.receipts <- new(received)
+	}
+	next := d.staging
+	take := func(pages int) ([]byte, error) {
+		if len(next) < pages*pageSize {
+			return nil, fmt.Errorf("device: staging file holds no %d pages more", pages)
+		}
+		mem := next[:pages*pageSize]
+		next = next[pages*pageSize:]
+		return mem, nil
+	}
+	var err error
+	if s.area, err = stage.New(sc, take, s.flush); err != nil {
+		return nil, fmt.Errorf("device: %w", err)
+	}
+	return s, nil
+}
+
+// entryAt is the entry of a page staged in slot i of b.
+func (s *stager) entryAt(b *stage.Batch, i int) entry {
+	return stagedEntry(b.ID*s.batchPages + i)
+}
 
 // stageRun stages the first pages of a run of whole pages that are not
 // same-filled, as many as the open staging batch takes, and returns how
@@ -20,22 +73,23 @@ import (
 // Each staged page is counted as 4 KiB of store memory (Reserve) until its
 // batch is committed, so that a staged write can always be stored later:
 // it is acknowledged already.
-func (d *Device) stageRun(first uint32, pages []byte) int {
+func (s *stager) stageRun(first uint32, pages []byte) int {
+	d := s.d
 	n := len(pages) / pageSize
 	if d.cfg.Store.Reserve(int64(n)*pageSize) != nil {
 		return 0 // inline writes count exactly what they need
 	}
-	b, at, k := d.stage.Take(n)
+	b, at, k := s.area.Take(n)
 	d.cfg.Store.Unreserve(int64(n-k) * pageSize)
 	if k == 0 {
 		return 0
 	}
 	copy(b.Pages[at*pageSize:(at+k)*pageSize], pages[:k*pageSize])
 	for j := range k {
-		d.installStaged(b, at+j, first+uint32(j))
+		s.install(b, at+j, first+uint32(j))
 	}
-	d.stage.Done(b)
-	d.stagedWrites.Add(uint64(k))
+	s.area.Done(b)
+	s.stagedWrites.Add(uint64(k))
 	return k
 }
 
@@ -52,9 +106,10 @@ func (d *Device) stageRun(first uint32, pages []byte) int {
 // has no room then, or the store cannot map memory, the pages not yet
 // committed stay staged and readable, and flush tries again until it can,
 // or the device closes: they are acknowledged.
-func (d *Device) flush(b *stage.Batch) {
-	cs := &d.commits[b.ID]
-	b.Objects = d.objectsOf(b, cs.objects)
+func (s *stager) flush(b *stage.Batch) {
+	d := s.d
+	cs := &s.commits[b.ID]
+	b.Objects = s.objectsOf(b, cs.objects)
 	defer func() { b.Objects = nil }()
 	d.cfg.Router.AttachOutputs(b.Batch)
 	defer d.cfg.Router.ReleaseOutputs(b.Batch)
@@ -66,7 +121,7 @@ func (d *Device) flush(b *stage.Batch) {
 		}
 	}
 	for attempt := 0; ; attempt++ {
-		err := d.commit(b, cs)
+		err := s.commit(b, cs)
 		if err == nil {
 			d.cfg.Store.Unreserve(cs.credit)
 			return
@@ -74,10 +129,10 @@ func (d *Device) flush(b *stage.Batch) {
 		if d.closing.Load() {
 			d.log.Error("device: closing with staged pages the store could not take; they are lost with the device",
 				"pages", b.N-cs.done, "err", err)
-			d.uncommitted(b, cs)
+			s.uncommitted(b, cs)
 			return
 		}
-		d.commitRetries.Add(1)
+		s.commitRetries.Add(1)
 		wait := min(time.Millisecond<<min(attempt, 10), time.Second)
 		if attempt%10 == 0 {
 			d.log.Warn("device: the store cannot take staged pages now; they stay staged and readable, retrying",
@@ -91,7 +146,8 @@ func (d *Device) flush(b *stage.Batch) {
 // as an inline write's would: runs of slots that hold adjacent pages of
 // the device, within one span of Config.ObjectPages pages. It returns
 // nil where staged pages are kept alone (no Config.ObjectPages).
-func (d *Device) objectsOf(b *stage.Batch, objs []uint8) []uint8 {
+func (s *stager) objectsOf(b *stage.Batch, objs []uint8) []uint8 {
+	d := s.d
 	per := uint32(d.cfg.ObjectPages)
 	if per <= 1 {
 		return nil
@@ -116,12 +172,19 @@ func (d *Device) objectsOf(b *stage.Batch, objs []uint8) []uint8 {
 // Drain returns once no page is staged and no staged batch is compressing
 // (the open batch seals at its deadline), or with ctx's error.
 func (d *Device) Drain(ctx context.Context) error {
-	if d.stage == nil {
+	if d.stager == nil {
 		return nil
 	}
+	return d.stager.drain(ctx)
+}
+
+// drain returns once no page is staged and no staged batch is compressing
+// (the open batch seals at its deadline), or with ctx's error.
+func (s *stager) drain(ctx context.Context) error {
+	d := s.d
 	t := time.NewTicker(100 * time.Microsecond)
 	defer t.Stop()
-	for d.stagedPages.Load() != 0 || d.stage.Stats().Busy != 0 {
+	for d.stagedPages.Load() != 0 || s.area.Stats().Busy != 0 {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("device: %d pages still staged: %w", d.stagedPages.Load(), ctx.Err())
@@ -170,7 +233,8 @@ func newCommitScratch(pages int) commitScratch {
 
 // commit stores the pages of b from cs.done on and installs them, as far
 // as the store takes them.
-func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
+func (s *stager) commit(b *stage.Batch, cs *commitScratch) error {
+	d := s.d
 	u, m := 0, 0
 	for i := cs.done; i < b.N; {
 		un := commitUnit{slot: int32(i), pages: 1, alloc: int32(m)}
@@ -188,7 +252,7 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 			}
 		}
 		if b.Owners[i] != unusedSlot {
-			cs.states[m], cs.objs[m] = d.stagedPage(b.Batch, i)
+			cs.states[m], cs.objs[m] = s.stagedPage(b.Batch, i)
 			cs.sizes[m], cs.owners[m] = len(cs.objs[m]), b.Owners[i]
 			m++
 			cs.units[u] = un
@@ -212,20 +276,20 @@ func (d *Device) commit(b *stage.Batch, cs *commitScratch) error {
 	for j := range whole {
 		un := &cs.units[j]
 		if un.pages > 1 {
-			d.commitObject(b, cs, un)
+			s.commitObject(b, cs, un)
 			continue
 		}
 		i, a := int(un.slot), int(un.alloc)
 		copy(d.cfg.Store.Bytes(cs.handles[a], cs.sizes[a]), cs.objs[a])
 		idx := b.Owners[i]
-		s := d.stripe(idx)
-		s.mu.Lock()
-		if d.table[idx] == d.stagedAt(b, i) {
-			d.swapLocked(s, idx, objectEntry(cs.states[a], cs.handles[a], cs.sizes[a])) // a staged entry leaves nothing
+		st := d.stripe(idx)
+		st.mu.Lock()
+		if d.table[idx] == s.entryAt(b, i) {
+			d.swapLocked(st, idx, objectEntry(cs.states[a], cs.handles[a], cs.sizes[a])) // a staged entry leaves nothing
 		} else {
 			cs.free = append(cs.free, cs.handles[a]) // written again since
 		}
-		s.mu.Unlock()
+		st.mu.Unlock()
 		cs.free = d.obj.queueFree(cs.free, objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
@@ -250,7 +314,8 @@ func objectPages(b *codec.Batch, i int) uint8 {
 // stagedPage returns how the page in slot i of b is stored, as objects.alone
 // does; a page of an object of several pages that is not kept as one
 // (it did not compress well enough) is stored raw.
-func (d *Device) stagedPage(b *codec.Batch, i int) (state int, obj []byte) {
+func (s *stager) stagedPage(b *codec.Batch, i int) (state int, obj []byte) {
+	d := s.d
 	if objectPages(b, i) != 1 {
 		return stateHuge, b.Page(i)
 	}
@@ -260,23 +325,24 @@ func (d *Device) stagedPage(b *codec.Batch, i int) (state int, obj []byte) {
 // commitObject fills the chunks the store gave an object of several pages
 // of b and installs it for each of its pages still staged in its slot;
 // an object no page takes any more is freed.
-func (d *Device) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit) {
+func (s *stager) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit) {
+	d := s.d
 	slot, pages := int(un.slot), int(un.pages)
 	stream := b.Compressed(slot)
 	l, _ := d.obj.keep(len(stream), pages) // as commit found it
 	hs := cs.handles[un.alloc : int(un.alloc)+l.chunks]
 	d.obj.fill(hs, l, pages, stream)
 	installed := 0
-	s := d.stripe(b.Owners[slot]) // an object's pages share their group's
-	s.mu.Lock()
+	st := d.stripe(b.Owners[slot]) // an object's pages share their group's
+	st.mu.Lock()
 	for j := range pages {
 		i := slot + j
-		if idx := b.Owners[i]; d.table[idx] == d.stagedAt(b, i) {
-			d.swapLocked(s, idx, partEntry(hs[0], j, pages, l.chunkLen(0)))
+		if idx := b.Owners[i]; d.table[idx] == s.entryAt(b, i) {
+			d.swapLocked(st, idx, partEntry(hs[0], j, pages, l.chunkLen(0)))
 			installed++
 		}
 	}
-	s.mu.Unlock()
+	st.mu.Unlock()
 	if installed == 0 {
 		cs.free = d.obj.queueFree(cs.free, partRef|objectRef(hs[0]))
 	}
@@ -288,18 +354,19 @@ func (d *Device) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit)
 
 // uncommitted settles the pages of b the store never took, when the device
 // closes: their entries go empty and their reservations back.
-func (d *Device) uncommitted(b *stage.Batch, cs *commitScratch) {
+func (s *stager) uncommitted(b *stage.Batch, cs *commitScratch) {
+	d := s.d
 	for i := cs.done; i < b.N; i++ {
 		idx := b.Owners[i]
 		if idx == unusedSlot {
 			continue
 		}
-		s := d.stripe(idx)
-		s.mu.Lock()
-		if d.table[idx] == d.stagedAt(b, i) {
-			d.swapLocked(s, idx, entry(stateEmpty))
+		st := d.stripe(idx)
+		st.mu.Lock()
+		if d.table[idx] == s.entryAt(b, i) {
+			d.swapLocked(st, idx, entry(stateEmpty))
 		}
-		s.mu.Unlock()
+		st.mu.Unlock()
 		d.obj.free(objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}

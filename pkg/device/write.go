@@ -136,10 +136,10 @@ func (d *Device) writeFilled(idx uint32, w uint64) error {
 func (d *Device) writeRun(first uint32, run []byte) error {
 	n := len(run) / pageSize
 	d.cfg.Router.Count(n)
-	staging := d.stage != nil && d.cfg.Router.Stage(n)
+	staging := d.stager != nil && d.cfg.Router.Stage(n)
 	for done := 0; done < n; {
 		if staging {
-			if k := d.stageRun(first+uint32(done), run[done*pageSize:]); k > 0 {
+			if k := d.stager.stageRun(first+uint32(done), run[done*pageSize:]); k > 0 {
 				done += k
 				continue
 			}
