@@ -1,10 +1,13 @@
-// The background compactor and its policy.
+// Compaction: objects moved out of sparse slabs, and the background
+// compactor's policy.
 
 package device
 
 import (
 	"context"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
 // CompactPolicy says when the background compactor runs.
@@ -27,7 +30,17 @@ type CompactPolicy struct {
 // RunCompactor compacts the store whenever fragmentation passes the
 // policy's bounds, until ctx is done. Like zram, compaction is otherwise
 // only on request (Compact).
-func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) {
+func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) { compactor{d}.run(ctx, p) }
+
+// compactor moves the store's objects out of sparse slabs (pagestore's
+// Compact) and points the page table at where they went, under the locks
+// of their pages' groups; run does so whenever fragmentation passes a
+// policy's bounds. The table and its locks are the device's.
+type compactor struct{ d *Device }
+
+// run compacts until ctx is done (Device.RunCompactor).
+func (c compactor) run(ctx context.Context, p CompactPolicy) {
+	d := c.d
 	if p.Interval <= 0 {
 		p.Interval = 10 * time.Second
 	}
@@ -62,10 +75,71 @@ func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) {
 			continue
 		}
 		start := time.Now()
-		moved := d.Compact()
+		moved := c.compact()
 		compacted = groups
 		after := d.cfg.Store.Stats()
 		d.log.Info("compacted the page store", "why", why, "moved", moved,
 			"mem_used_before", st.MemUsed, "mem_used_after", after.MemUsed, "took", time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// compact moves objects out of sparse slabs (Device.Compact).
+func (c compactor) compact() int { return c.d.cfg.Store.Compact(c.relocate) }
+
+// relocate points the page table at new, where the store moved the object
+// old, tagged with owner, under the lock of owner's group.
+func (c compactor) relocate(owner uint32, old, new pagestore.Handle) bool {
+	d := c.d
+	if owner >= d.pages {
+		return false
+	}
+	s := d.stripe(owner)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := d.table[owner]
+	if !e.hasObject() || e.handle() != old {
+		return c.relocatePart(owner, old, new)
+	}
+	// The store copied the object before this lock was held, possibly
+	// while a commit was still filling it; under the lock the committed
+	// bytes are final, so copy again.
+	copy(d.cfg.Store.Bytes(new, e.length()), d.cfg.Store.Bytes(old, e.length()))
+	d.table[owner] = objectEntry(e.state(), new, e.length())
+	return true
+}
+
+// relocatePart moves the chunk old of an object whose
+// first page is owner to new. The caller holds owner's group lock.
+func (c compactor) relocatePart(owner uint32, old, new pagestore.Handle) bool {
+	d := c.d
+	end := min(owner|(groupPages-1)+1, d.pages)
+	for i := owner; i < end; i++ {
+		e := d.table[i]
+		if e.state() != statePart || i-uint32(e.partIndex()) != owner {
+			continue
+		}
+		first := d.cfg.Store.Bytes(e.handle(), e.length())
+		if e.handle() == old {
+			// As for a page's own object: copied again under the lock.
+			copy(d.cfg.Store.Bytes(new, e.length()), first)
+			for j := i; j < end; j++ {
+				if f := d.table[j]; f.state() == statePart && f.handle() == old {
+					d.table[j] = f.withHandle(new)
+				}
+			}
+			return true
+		}
+		l, err := objectHeader(first, e.partPages())
+		if err != nil {
+			continue
+		}
+		for c := 1; c < l.chunks; c++ {
+			if chunkHandle(first, c) == old {
+				copy(d.cfg.Store.Bytes(new, l.chunkLen(c)), d.cfg.Store.Bytes(old, l.chunkLen(c)))
+				setChunkHandle(first, c, new)
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -100,10 +99,7 @@ type Device struct {
 	// of groupPages where there may be objects of several pages. Set
 	// before the device is used.
 	groupShift uint
-	// inline holds the buffers of writes compressed in their own
-	// goroutine, all made and written by New: such a write waits for one
-	// rather than allocating fresh memory while the kernel waits for it.
-	inline chan *inlineWrite
+	inline     inliner // writes compressed in their own goroutine, and their scratch
 
 	storedPages, samePages, hugePages, stagedPages   atomic.Int64
 	lostPages                                        atomic.Int64
@@ -179,11 +175,7 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		return b
 	})
 	d.bufs.Fill()
-	// More than can compress at once (one per thread running Go code).
-	d.inline = make(chan *inlineWrite, 2*runtime.GOMAXPROCS(0)+2)
-	for range cap(d.inline) {
-		d.inline <- newInlineWrite(cfg.HugeThreshold - 1)
-	}
+	d.inline = newInliner(d)
 	if err := d.obj.init(cfg); err != nil {
 		return nil, err
 	}
@@ -235,7 +227,7 @@ type Held struct {
 func (d *Device) Held() Held {
 	h := Held{
 		Table:   int64(len(d.table)) * 8,
-		Scratch: int64(cap(d.inline))*(inlinePages*(pageSize+8)+inlineFrees*8) + pageBuffers*pageSize,
+		Scratch: d.inline.held() + pageBuffers*pageSize,
 	}
 	objScratch, zstd := d.obj.held()
 	h.Scratch += objScratch
@@ -516,26 +508,7 @@ func (d *Device) Flush(context.Context) error { return nil }
 
 // Compact moves objects out of sparse slabs so whole slabs go back to the
 // OS, and returns how many it moved.
-func (d *Device) Compact() int {
-	return d.cfg.Store.Compact(func(owner uint32, old, new pagestore.Handle) bool {
-		if owner >= d.pages {
-			return false
-		}
-		s := d.stripe(owner)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		e := d.table[owner]
-		if !e.hasObject() || e.handle() != old {
-			return d.relocatePart(owner, old, new)
-		}
-		// The store copied the object before this lock was held, possibly
-		// while a commit was still filling it; under the lock the
-		// committed bytes are final, so copy again.
-		copy(d.cfg.Store.Bytes(new, e.length()), d.cfg.Store.Bytes(old, e.length()))
-		d.table[owner] = objectEntry(e.state(), new, e.length())
-		return true
-	})
-}
+func (d *Device) Compact() int { return compactor{d}.compact() }
 
 // Stats are zram's statistics for the device (see zram.rst) plus error
 // counters and the staging area's. Staged pages count as held raw: 4 KiB

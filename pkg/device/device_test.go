@@ -574,7 +574,7 @@ func TestLateCommitLoses(t *testing.T) {
 	}{
 		{"trim", func(f *fixture) error { return f.dev.Trim(ctx, 0, pageSize) }, make([]byte, pageSize)},
 		{"same-filled", func(f *fixture) error { return f.dev.WriteAt(ctx, same, 0, false) }, same},
-		{"inline", func(f *fixture) error { return f.dev.writeInline(0, noise) }, noise},
+		{"inline", func(f *fixture) error { return f.dev.inline.write(0, noise) }, noise},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newDevice(t, pageSize, 0)

@@ -444,38 +444,3 @@ func (o *objects) free(ref objectRef) {
 		o.store.FreeBatch(o.appendChunks(hs[:0], ref))
 	}
 }
-
-// relocatePart moves, for the compactor, the chunk old of an object whose
-// first page is owner to new. The caller holds owner's group lock.
-func (d *Device) relocatePart(owner uint32, old, new pagestore.Handle) bool {
-	end := min(owner|(groupPages-1)+1, d.pages)
-	for i := owner; i < end; i++ {
-		e := d.table[i]
-		if e.state() != statePart || i-uint32(e.partIndex()) != owner {
-			continue
-		}
-		first := d.cfg.Store.Bytes(e.handle(), e.length())
-		if e.handle() == old {
-			// As for a page's own object: copied again under the lock.
-			copy(d.cfg.Store.Bytes(new, e.length()), first)
-			for j := i; j < end; j++ {
-				if f := d.table[j]; f.state() == statePart && f.handle() == old {
-					d.table[j] = f.withHandle(new)
-				}
-			}
-			return true
-		}
-		l, err := objectHeader(first, e.partPages())
-		if err != nil {
-			continue
-		}
-		for c := 1; c < l.chunks; c++ {
-			if chunkHandle(first, c) == old {
-				copy(d.cfg.Store.Bytes(new, l.chunkLen(c)), d.cfg.Store.Bytes(old, l.chunkLen(c)))
-				setChunkHandle(first, c, new)
-				return true
-			}
-		}
-	}
-	return false
-}

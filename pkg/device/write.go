@@ -5,60 +5,7 @@ package device
 import (
 	"context"
 	"fmt"
-
-	"github.com/gzramd/gzramd/pkg/codec"
-	"github.com/gzramd/gzramd/pkg/pagestore"
 )
-
-// inlinePages bounds the pages a write compresses in its own goroutine at
-// a time, and so the scratch memory each such write holds. inlineFrees is
-// the handles it frees at once: one a page, and room for the chunks of an
-// object of several pages.
-const (
-	inlinePages = 32
-	inlineFrees = inlinePages + maxChunks
-)
-
-// inlineWrite is the scratch of one write compressed in its own goroutine.
-type inlineWrite struct {
-	batch *codec.Batch // outputs; Pages is the request's own buffer
-	// sub is a part of batch: pages of an object that did not compress
-	// well enough together, compressed on their own.
-	sub     codec.Batch
-	sizes   [inlinePages]int
-	owners  [inlinePages]uint32
-	handles [inlinePages]pagestore.Handle
-	// states and data are, for a page kept on its own, how it is
-	// stored and its bytes (see objects.alone), at its allocation's index.
-	states [inlinePages]int
-	data   [inlinePages][]byte
-	objs   [inlinePages]inlineObject
-	// frees are the objects the write's pages replaced, freed once they
-	// are committed, or before when an object of several pages (up to
-	// maxChunks chunks) would not fit (queueFree).
-	frees []pagestore.Handle
-}
-
-// inlineObject is pages [at, at+pages) of an inline write, stored as one
-// object (layout set), or each page on its own.
-type inlineObject struct {
-	at, pages int
-	layout    objectLayout // layout.chunks == 0: pages on their own
-	alloc     int          // its first allocation in sizes and handles
-}
-
-func newInlineWrite(limit int) *inlineWrite {
-	b := &codec.Batch{
-		Out:     make([]byte, inlinePages*pageSize),
-		Offsets: make([]uint32, inlinePages),
-		Lens:    make([]uint32, inlinePages),
-		Limit:   limit,
-	}
-	clear(b.Out) // written now, not first while serving
-	w := &inlineWrite{batch: b, frees: make([]pagestore.Handle, 0, inlineFrees)}
-	clear(w.frees[:cap(w.frees)])
-	return w
-}
 
 // WriteAt implements nbd.Backend. It returns once every page is held:
 // committed, or staged.
@@ -145,146 +92,12 @@ func (d *Device) writeRun(first uint32, run []byte) error {
 			}
 		}
 		k := min(n-done, inlinePages)
-		if err := d.writeInline(first+uint32(done), run[done*pageSize:(done+k)*pageSize]); err != nil {
+		if err := d.inline.write(first+uint32(done), run[done*pageSize:(done+k)*pageSize]); err != nil {
 			return err
 		}
 		done += k
 	}
 	return nil
-}
-
-// writeInline compresses up to inlinePages whole pages in the caller's
-// goroutine, stores them, and commits each. A write that the memory limit
-// refuses changes nothing.
-func (d *Device) writeInline(first uint32, pages []byte) error {
-	w := <-d.inline
-	defer func() { d.inline <- w }()
-	n := len(pages) / pageSize
-	// The tags of the objects these pages replace are read when they are
-	// freed; they are cold (random pages of the store), so ask for them
-	// now, to arrive while the pages compress.
-	for j := range n {
-		idx := first + uint32(j)
-		s := d.stripe(idx)
-		s.mu.RLock()
-		old := d.table[idx]
-		s.mu.RUnlock()
-		if old.hasObject() {
-			d.cfg.Store.Prefetch(old.handle())
-		}
-	}
-	b := w.batch
-	b.Pages, b.N = pages, n
-	defer func() { b.Pages = nil }()
-	objs := d.compressInline(w, first, n)
-	// The objects' allocations, in order: an object of several pages
-	// takes its chunks, a page on its own its object.
-	m := 0
-	for o := range objs {
-		ob := &objs[o]
-		ob.alloc = m
-		if ob.layout.chunks > 0 {
-			for c := range ob.layout.chunks {
-				w.sizes[m], w.owners[m] = ob.layout.chunkLen(c), first+uint32(ob.at)
-				m++
-			}
-			continue
-		}
-		for j := ob.at; j < ob.at+ob.pages; j++ {
-			w.states[m], w.data[m] = d.obj.alone(b, j, pages[j*pageSize:(j+1)*pageSize])
-			w.sizes[m], w.owners[m] = len(w.data[m]), first+uint32(j)
-			m++
-		}
-	}
-	defer clear(w.data[:m]) // the request's buffer and the outputs are not the scratch's
-	if k, _, err := d.cfg.Store.AllocBatch(w.sizes[:m], w.owners[:m], w.handles[:m], 0); err != nil {
-		d.cfg.Store.FreeBatch(w.handles[:k])
-		return fmt.Errorf("device: storing pages %d-%d: %w", first, first+uint32(n)-1, err)
-	}
-	for o := range objs {
-		d.fillInline(w, &objs[o])
-	}
-	// Committed group by group, each under one hold of its lock.
-	var held stripeHold
-	for o := range objs {
-		ob := &objs[o]
-		for j := ob.at; j < ob.at+ob.pages; j++ {
-			idx := first + uint32(j)
-			held.lock(d.stripe(idx))
-			var e entry
-			if ob.layout.chunks > 0 {
-				e = partEntry(w.handles[ob.alloc], j-ob.at, ob.pages, ob.layout.chunkLen(0))
-			} else {
-				a := ob.alloc + j - ob.at
-				e = objectEntry(w.states[a], w.handles[a], w.sizes[a])
-			}
-			w.frees = d.obj.queueFree(w.frees, d.swapLocked(held.s, idx, e))
-		}
-	}
-	held.release()
-	d.cfg.Store.FreeBatch(w.frees)
-	w.frees = w.frees[:0]
-	return nil
-}
-
-// compressInline compresses the n pages of w.batch, whose first is page
-// first: as objects of up to Config.ObjectPages pages where they compress
-// well enough together, each page on its own otherwise. It returns the
-// objects in order.
-func (d *Device) compressInline(w *inlineWrite, first uint32, n int) []inlineObject {
-	b := w.batch
-	per := d.cfg.ObjectPages
-	if per <= 1 {
-		d.cfg.Router.CompressInline(b)
-		w.objs[0] = inlineObject{pages: n}
-		return w.objs[:1]
-	}
-	k := 0
-	for at := 0; at < n; {
-		// Objects start at multiples of per pages: they never span a
-		// group, and a rewrite of the same pages replaces them whole.
-		m := min(n-at, per-int(first+uint32(at))%per)
-		ob := inlineObject{at: at, pages: m}
-		if m > 1 {
-			out := b.Out[at*pageSize : (at+m)*pageSize]
-			limit := min(len(out), m*d.cfg.HugeThreshold-1)
-			if l, ok := d.obj.keep(d.cfg.Codec.Compress(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]), m); ok {
-				ob.layout = l
-			}
-		}
-		if ob.layout.chunks > 0 {
-			d.cfg.Router.CountInline(m)
-		} else {
-			// Compressed page by page into the same outputs.
-			w.sub = codec.Batch{
-				Pages: b.Pages[at*pageSize : (at+m)*pageSize], N: m,
-				Out: b.Out[at*pageSize : (at+m)*pageSize], Offsets: b.Offsets[at : at+m], Lens: b.Lens[at : at+m],
-				Limit: b.Limit,
-			}
-			d.cfg.Router.CompressInline(&w.sub)
-			for j := at; j < at+m; j++ {
-				b.Offsets[j] += uint32(at * pageSize)
-			}
-			w.sub = codec.Batch{}
-		}
-		w.objs[k] = ob
-		k++
-		at += m
-	}
-	return w.objs[:k]
-}
-
-// fillInline writes an inline write's object into what the store gave it:
-// an object of several pages into its chunks, its header first; pages on
-// their own into theirs.
-func (d *Device) fillInline(w *inlineWrite, ob *inlineObject) {
-	if l := ob.layout; l.chunks > 0 {
-		d.obj.fill(w.handles[ob.alloc:ob.alloc+l.chunks], l, ob.pages, w.batch.Out[ob.at*pageSize:][:l.stream])
-		return
-	}
-	for a := ob.alloc; a < ob.alloc+ob.pages; a++ {
-		copy(d.cfg.Store.Bytes(w.handles[a], w.sizes[a]), w.data[a])
-	}
 }
 
 // modify applies fn to page idx under its lock (read, modify, write) and
@@ -293,8 +106,8 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 	// The scratch before the lock: writers holding scratch take page
 	// locks, and must not wait for one held by a writer waiting for
 	// scratch.
-	w := <-d.inline
-	defer func() { d.inline <- w }()
+	w := <-d.inline.writes
+	defer func() { d.inline.writes <- w }()
 	sc := d.obj.scratch()
 	defer d.obj.putScratch(sc)
 	buf := d.bufs.Get()
