@@ -46,16 +46,14 @@ type denseSide struct {
 	frees   []pagestore.Handle
 }
 
-// holdDense makes the dense tier and the device's side of it.
-func (d *Device) holdDense() (err error) {
+// newDenseSide makes d's side of the dense tier, its scratch written now,
+// not first by the recompressor.
+func newDenseSide(d *Device) *denseSide {
 	s := &denseSide{d: d, frees: make([]pagestore.Handle, 0, inlineFrees)}
-	// Written now, not first by the recompressor.
 	clear(s.sc.in[:])
 	clear(s.sc.out[:])
 	clear(s.frees[:cap(s.frees)])
-	d.denseSide = s
-	d.dense, err = dense.New(d.cfg.Dense, d.pages, d.cfg.Codec.Name() == "lz4", s, d.log)
-	return err
+	return s
 }
 
 // held is the memory the dense tier holds, with the device's side.

@@ -80,18 +80,15 @@ type stripe struct {
 
 // Device is safe for concurrent use.
 type Device struct {
-	cfg      Config
-	log      *slog.Logger
-	pages    uint32
-	files    Files
-	ownFiles bool
-	table    []entry // mapped from files.Table: no pointers, no GC scanning, faulted in
-	staging  []byte  // mapped from files.Staging: the staging area's memory
-	stripes  []stripe
-	stager   *stager // nil without an accelerator
-	bufs     *freelist.List[*[pageSize]byte]
-	obj      objects     // the objects pages are stored in, and their format
-	dense    *dense.Tier // nil without the dense tier
+	cfg     Config
+	log     *slog.Logger
+	pages   uint32
+	mapping // the page table and the staging area, in their files
+	stripes []stripe
+	stager  *stager // nil without an accelerator
+	bufs    *freelist.List[*[pageSize]byte]
+	obj     objects     // the objects pages are stored in, and their format
+	dense   *dense.Tier // nil without the dense tier
 	// denseSide is the device as the dense tier sees it, and the
 	// scratch of its commits (dense.go); nil without the tier.
 	denseSide *denseSide
@@ -101,9 +98,7 @@ type Device struct {
 	groupShift uint
 	inline     inliner // writes compressed in their own goroutine, and their scratch
 
-	storedPages, samePages, hugePages, stagedPages   atomic.Int64
-	lostPages                                        atomic.Int64
-	packedPages, densePages                          atomic.Int64
+	pageCounts                                       // the table's entries by state
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
 	closing                                          atomic.Bool
 }
@@ -164,7 +159,7 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 			d.unmap()
 		}
 	}()
-	if err := d.mapFiles(fresh); err != nil {
+	if err := d.mapFiles(cfg, d.pages, fresh); err != nil {
 		return nil, err
 	}
 	// Kept across collections (see freelist): partial-page requests take
@@ -180,7 +175,8 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		return nil, err
 	}
 	if cfg.Dense.After != 0 {
-		if err := d.holdDense(); err != nil {
+		d.denseSide = newDenseSide(d)
+		if d.dense, err = dense.New(cfg.Dense, d.pages, cfg.Codec.Name() == "lz4", d.denseSide, d.log); err != nil {
 			return nil, err
 		}
 		if err := d.obj.holdZstd(); err != nil {
@@ -430,28 +426,6 @@ func (d *Device) swapLocked(s *stripe, idx uint32, e entry) objectRef {
 	d.count(old, -1)
 	d.count(e, +1)
 	return d.released(idx, old)
-}
-
-func (d *Device) count(e entry, delta int64) {
-	switch e.state() {
-	case stateSame, stateFill:
-		d.samePages.Add(delta)
-	case stateStored:
-		d.storedPages.Add(delta)
-	case statePart:
-		d.storedPages.Add(delta)
-		d.packedPages.Add(delta)
-		if e.dense() {
-			d.densePages.Add(delta)
-		}
-	case stateHuge:
-		d.storedPages.Add(delta)
-		d.hugePages.Add(delta)
-	case stateStaged:
-		d.stagedPages.Add(delta)
-	case stateLost:
-		d.lostPages.Add(delta)
-	}
 }
 
 // discard sets every whole page of the range to e (empty or zero-filled)

@@ -2,7 +2,11 @@
 
 package device
 
-import "github.com/gzramd/gzramd/pkg/pagestore"
+import (
+	"sync/atomic"
+
+	"github.com/gzramd/gzramd/pkg/pagestore"
+)
 
 // A page-table entry is one uint64:
 //
@@ -82,4 +86,34 @@ const zeroEntry = entry(stateSame << stateShift)
 
 func stagedEntry(page int) entry {
 	return entry(stateStaged<<stateShift | uint64(uint32(page)))
+}
+
+// pageCounts are the page table's entries counted by state, for Stats:
+// entries are counted as they change (Device.swapLocked).
+type pageCounts struct {
+	storedPages, samePages, hugePages, stagedPages atomic.Int64
+	lostPages                                      atomic.Int64
+	packedPages, densePages                        atomic.Int64 // of storedPages
+}
+
+func (c *pageCounts) count(e entry, delta int64) {
+	switch e.state() {
+	case stateSame, stateFill:
+		c.samePages.Add(delta)
+	case stateStored:
+		c.storedPages.Add(delta)
+	case statePart:
+		c.storedPages.Add(delta)
+		c.packedPages.Add(delta)
+		if e.dense() {
+			c.densePages.Add(delta)
+		}
+	case stateHuge:
+		c.storedPages.Add(delta)
+		c.hugePages.Add(delta)
+	case stateStaged:
+		c.stagedPages.Add(delta)
+	case stateLost:
+		c.lostPages.Add(delta)
+	}
 }
