@@ -4,14 +4,23 @@
 //
 // Same-filled pages never reach a codec. Other whole pages take one of two
 // paths, chosen by the router (pkg/route): with an accelerator they are
-// staged (write.go, staged.go): copied into the staging area, their
+// staged (staged.go, receive.go): copied into the staging area, their
 // entries pointing there, and acknowledged; a staging worker compresses
 // them in batches and commits each result with a compare-and-swap on the
 // page's entry, so a newer write always wins. Without one, or when staging
-// is full, a write compresses its own pages inline on the CPU, and may
-// keep them together as objects of several pages (object.go). Partial
-// writes, trims and write-zeroes read, modify and write their page under
-// the page's lock.
+// is full, a write compresses its own pages inline on the CPU (inline.go),
+// and may keep them together as objects of several pages (object.go).
+// Partial writes, trims and write-zeroes read, modify and write their page
+// under the page's lock.
+//
+// Device keeps the page table (entry.go; mapping maps it from its file,
+// files.go), its locks, reads and writes (device.go, write.go). Its other
+// jobs are types of their own, which reach the table through the device:
+// objects owns the format of the objects pages are stored in (object.go),
+// stager the write-behind, inliner the writes compressed in the writer's
+// goroutine, compactor compaction (compact.go), recovery the takeover of
+// a table a dead process left (recover.go), and denseSide the device as
+// the dense tier (pkg/dense) sees it (dense.go).
 package device
 
 import (

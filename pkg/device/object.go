@@ -218,7 +218,7 @@ func objectHeader(first []byte, pages int) (objectLayout, error) {
 	return l, nil
 }
 
-// partHeader reads the header of an object whose first chunk is first for
+// header reads the header of an object whose first chunk is first for
 // e, an entry of a page of it, and checks that the object's codec is
 // e's tier's: zstd in the dense tier, the device's codec in the fast one.
 func (o *objects) header(first []byte, e entry) (objectLayout, error) {
@@ -242,7 +242,7 @@ func putHeader(first []byte, l objectLayout, pages int) {
 	}
 }
 
-// keepObject returns the layout of an object of pages pages whose stream
+// keep returns the layout of an object of pages pages whose stream
 // is n bytes, and whether it is worth keeping as one: it compressed (n >
 // 0) below the huge threshold of its pages, into no more chunks than it
 // has pages.
