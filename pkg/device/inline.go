@@ -19,47 +19,6 @@ const (
 	inlineFrees = inlinePages + maxChunks
 )
 
-// inlineWrite is the scratch of one write compressed in its own goroutine.
-type inlineWrite struct {
-	batch *codec.Batch // outputs; Pages is the request's own buffer
-	// sub is a part of batch: pages of an object that did not compress
-	// well enough together, compressed on their own.
-	sub     codec.Batch
-	sizes   [inlinePages]int
-	owners  [inlinePages]uint32
-	handles [inlinePages]pagestore.Handle
-	// states and data are, for a page kept on its own, how it is
-	// stored and its bytes (see objects.alone), at its allocation's index.
-	states [inlinePages]int
-	data   [inlinePages][]byte
-	objs   [inlinePages]inlineObject
-	// frees are the objects the write's pages replaced, freed once they
-	// are committed, or before when an object of several pages (up to
-	// maxChunks chunks) would not fit (queueFree).
-	frees []pagestore.Handle
-}
-
-// inlineObject is pages [at, at+pages) of an inline write, stored as one
-// object (layout set), or each page on its own.
-type inlineObject struct {
-	at, pages int
-	layout    objectLayout // layout.chunks == 0: pages on their own
-	alloc     int          // its first allocation in sizes and handles
-}
-
-func newInlineWrite(limit int) *inlineWrite {
-	b := &codec.Batch{
-		Out:     make([]byte, inlinePages*pageSize),
-		Offsets: make([]uint32, inlinePages),
-		Lens:    make([]uint32, inlinePages),
-		Limit:   limit,
-	}
-	clear(b.Out) // written now, not first while serving
-	w := &inlineWrite{batch: b, frees: make([]pagestore.Handle, 0, inlineFrees)}
-	clear(w.frees[:cap(w.frees)])
-	return w
-}
-
 // inliner stores whole pages that staging does not take, compressed in the
 // writer's goroutine: as objects of several pages where they compress well
 // together (Config.ObjectPages), else each on its own. It owns the scratch
@@ -86,6 +45,47 @@ func newInliner(d *Device) inliner {
 // held is the memory of the scratch.
 func (in *inliner) held() int64 {
 	return int64(cap(in.writes)) * (inlinePages*(pageSize+8) + inlineFrees*8)
+}
+
+// inlineWrite is the scratch of one write compressed in its own goroutine.
+type inlineWrite struct {
+	batch *codec.Batch // outputs; Pages is the request's own buffer
+	// sub is a part of batch: pages of an object that did not compress
+	// well enough together, compressed on their own.
+	sub     codec.Batch
+	sizes   [inlinePages]int
+	owners  [inlinePages]uint32
+	handles [inlinePages]pagestore.Handle
+	// states and data are, for a page kept on its own, how it is
+	// stored and its bytes (see objects.alone), at its allocation's index.
+	states [inlinePages]int
+	data   [inlinePages][]byte
+	objs   [inlinePages]inlineObject
+	// frees are the objects the write's pages replaced, freed once they
+	// are committed, or before when an object of several pages (up to
+	// maxChunks chunks) would not fit (objects.queueFree).
+	frees []pagestore.Handle
+}
+
+// inlineObject is pages [at, at+pages) of an inline write, stored as one
+// object (layout set), or each page on its own.
+type inlineObject struct {
+	at, pages int
+	layout    objectLayout // layout.chunks == 0: pages on their own
+	alloc     int          // its first allocation in sizes and handles
+}
+
+func newInlineWrite(limit int) *inlineWrite {
+	b := &codec.Batch{
+		Out:     make([]byte, inlinePages*pageSize),
+		Offsets: make([]uint32, inlinePages),
+		Lens:    make([]uint32, inlinePages),
+		Limit:   limit,
+	}
+	clear(b.Out) // written now, not first while serving
+	w := &inlineWrite{batch: b, frees: make([]pagestore.Handle, 0, inlineFrees)}
+	clear(w.frees[:cap(w.frees)])
+	return w
 }
 
 // write compresses up to inlinePages whole pages in the caller's

@@ -67,8 +67,7 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 
 // recovery is Recover's work on the table another process left: it checks
 // every entry against the store being recovered, names the objects they
-// keep to it, and stores the pages left staged. It is the device's until
-// Recover returns it.
+// keep to it, and stores the pages left staged. It lives for one Recover.
 type recovery struct {
 	d   *Device
 	rc  *pagestore.Recovery
