@@ -178,8 +178,7 @@ func (d *Device) Drain(ctx context.Context) error {
 	return d.stager.drain(ctx)
 }
 
-// drain returns once no page is staged and no staged batch is compressing
-// (the open batch seals at its deadline), or with ctx's error.
+// drain is Drain on a device that stages.
 func (s *stager) drain(ctx context.Context) error {
 	d := s.d
 	t := time.NewTicker(100 * time.Microsecond)
