@@ -233,6 +233,7 @@ func ageCorpus(t *testing.T, name string, data []byte, objectPages int, setup fu
 		time.Sleep(10 * time.Millisecond)
 	}
 	r.cpu = processCPU(t) - cpu0
+	settled := time.Since(start)
 	cancel()
 	<-done
 	for f.dev.Compact() > 0 {
@@ -255,9 +256,9 @@ func ageCorpus(t *testing.T, name string, data []byte, objectPages int, setup fu
 	}
 	st, ds := r.st, r.st.Dense
 	gb := float64(ds.Pages) * pageSize / 1e9
-	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f); random 4 KiB reads %.1f µs each",
+	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f), settled in %.1f s; random 4 KiB reads %.1f µs each",
 		name, r.before, r.after, r.after/r.before, r.after/2.402, st.DensePages, st.StoredPages, st.DenseObjects, st.DenseBytes,
-		ds.Groups, ds.Kept, ds.OnGPU, ds.Declined, ds.Busy.Seconds()/gb, r.cpu.Seconds()/gb, float64(read.Microseconds())/float64(pages))
+		ds.Groups, ds.Kept, ds.OnGPU, ds.Declined, ds.Busy.Seconds()/gb, r.cpu.Seconds()/gb, settled.Seconds(), float64(read.Microseconds())/float64(pages))
 	return r
 }
 

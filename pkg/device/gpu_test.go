@@ -34,11 +34,25 @@ func TestCorpusAgingOnGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	deep, err := g.DeepGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	onDeep := ageCorpus(t, "GPU recompression, frames of 4 pages (DeepGroups)", data, 1, func(d *Device) {
+		if err := d.SetDenseGPU(deep); err != nil {
+			t.Fatal(err)
+		}
+	})
 	gb := func(r aged) float64 { return float64(r.st.Dense.Pages) * pageSize / 1e9 }
-	t.Logf("GPU against CPU: ratio after aging %.3f against %.3f (%.3fx); process CPU %.2f against %.2f CPU-s per GB recompressed",
-		onGPU.after, cpu.after, onGPU.after/cpu.after, onGPU.cpu.Seconds()/gb(onGPU), cpu.cpu.Seconds()/gb(cpu))
-	if onGPU.st.Dense.OnGPU == 0 {
-		t.Fatal("no group was recompressed on the GPU")
+	for _, r := range []struct {
+		what string
+		a    aged
+	}{{"GPU, a frame a group", onGPU}, {"GPU, frames of 4 pages", onDeep}} {
+		t.Logf("%s against CPU: ratio after aging %.3f against %.3f (%.3fx); process CPU %.2f against %.2f CPU-s per GB recompressed",
+			r.what, r.a.after, cpu.after, r.a.after/cpu.after, r.a.cpu.Seconds()/gb(r.a), cpu.cpu.Seconds()/gb(cpu))
+		if r.a.st.Dense.OnGPU == 0 {
+			t.Fatalf("%s: no group was recompressed on the GPU", r.what)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ package gpu
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -28,12 +29,6 @@ import (
 	"github.com/gzramd/gzramd/kernels"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
-
-// deepScratchBytes is ZD_SCRATCH in kernels/zstd_deep.cu: a frame's scratch.
-const deepScratchBytes = 320 << 10
-
-// deepFramePages is ZD_FRAME_PAGES: the most pages a frame holds.
-const deepFramePages = 4
 
 // deepFrames cuts the stored pages of the corpus (pages of one repeated
 // word left out, as gzramd keeps them) into frames of deepFramePages, or
@@ -266,4 +261,123 @@ func hostMismatches(frames, got [][]byte) int {
 	}
 	wg.Wait()
 	return bad
+}
+
+// TestDeepGroupsOnDevice runs the corpus's groups through the backend's
+// DeepGroups, as the dense tier does (batches of its most groups, a batch
+// with some pages as LZ4 blocks decoded on the GPU first and one block
+// that does not decode): every frame decodes with libzstd to its 4 pages
+// and is the host build's byte for byte, only the frame with the bad
+// block is declined, and it reports the ratio, the time and this
+// process's CPU per GB.
+func TestDeepGroupsOnDevice(t *testing.T) {
+	for _, alg := range []string{"lz4", "zstd"} {
+		t.Run(alg, func(t *testing.T) {
+			g := openGroups(t, alg)
+			d, err := g.DeepGroups()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.FramePages() != deepFramePages {
+				t.Fatalf("frames of %d pages, want %d", d.FramePages(), deepFramePages)
+			}
+			deepGroupsRoundTrip(t, d, deepCorpusGroups(t))
+		})
+	}
+}
+
+// deepCorpusGroups is the corpus's stored pages cut to whole groups, or
+// made-up pages where there is no corpus.
+func deepCorpusGroups(t *testing.T) []byte {
+	var pages []byte
+	for _, f := range deepFrames(t) {
+		pages = append(pages, f...)
+	}
+	if v := os.Getenv("GZRAMD_DEEP_FRAMES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("GZRAMD_DEEP_FRAMES=%q", v)
+		}
+		pages = pages[:min(len(pages), n*deepFramePages*codec.PageSize)]
+	}
+	return pages[:len(pages)/groupBytes*groupBytes]
+}
+
+func deepGroupsRoundTrip(t *testing.T, d *DeepGroups, pages []byte) {
+	const frameBytes = deepFramePages * codec.PageSize
+	per := d.MaxGroups()
+	b, err := d.NewBatch(per * codec.GroupPages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lz4 := codec.NewLZ4()
+	var frames, got [][]byte
+	var stored int64
+	var wall time.Duration
+	cpu0 := cpuSeconds()
+	for lo, batch := 0, 0; lo < len(pages); lo, batch = lo+per*groupBytes, batch+1 {
+		in := pages[lo:min(lo+per*groupBytes, len(pages))]
+		n := len(in) / codec.PageSize
+		copy(b.Pages, in)
+		b.N = n
+		var offsets, lens []uint32
+		bad := -1
+		if batch == 1 {
+			// Pages as LZ4 blocks, every third given decoded, and one
+			// block that does not decode.
+			offsets, lens = make([]uint32, n), make([]uint32, n)
+			at := 0
+			for i := range n {
+				page := in[i*codec.PageSize : (i+1)*codec.PageSize]
+				l := lz4.Compress(b.Out[at:at+codec.PageSize-1], page)
+				if i%3 == 0 || l <= 0 {
+					continue
+				}
+				clear(b.Pages[i*codec.PageSize : (i+1)*codec.PageSize])
+				offsets[i], lens[i] = uint32(at), uint32(l)
+				at += l
+				if bad < 0 && i >= 5*deepFramePages && l > 8 {
+					bad = i
+					lens[i]-- // a block cut short does not decode
+				}
+			}
+		}
+		start := time.Now()
+		if err := d.CompressGroups(context.Background(), b, offsets, lens); err != nil {
+			t.Fatalf("batch %d: %v", batch, err)
+		}
+		wall += time.Since(start)
+		for f := range n / deepFramePages {
+			want := in[f*frameBytes : (f+1)*frameBytes]
+			frame := b.Compressed(f)
+			if bad >= 0 && f == bad/deepFramePages {
+				if frame != nil || b.Offsets[f] == codec.GroupNotSmaller {
+					t.Fatalf("batch %d: the frame with a block that does not decode came out (%d bytes at %d)", batch, b.Lens[f], b.Offsets[f])
+				}
+				continue
+			}
+			frames = append(frames, want)
+			if frame == nil {
+				if b.Offsets[f] != codec.GroupNotSmaller {
+					t.Fatalf("batch %d: frame %d declined", batch, f)
+				}
+				got = append(got, nil)
+				stored += frameBytes
+				continue
+			}
+			got = append(got, append([]byte(nil), frame...))
+			stored += int64(len(frame))
+			dec, err := zstd.Decompress(nil, frame)
+			if err != nil || !bytes.Equal(dec, want) {
+				t.Fatalf("batch %d: frame %d does not decode to its pages (%v)", batch, f, err)
+			}
+		}
+	}
+	cpu := cpuSeconds() - cpu0
+	if n := hostMismatches(frames, got); n > 0 {
+		t.Errorf("%d of %d frames differ from the host build's", n, len(frames))
+	}
+	in := float64(len(frames) * frameBytes)
+	t.Logf("%d frames in batches of %d groups: ratio %.3f, %.1f MB/s, %.2f CPU-s per GB of this process",
+		len(frames), per, in/float64(stored), in/wall.Seconds()/1e6, cpu/(in/1e9))
 }

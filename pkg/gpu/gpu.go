@@ -219,7 +219,8 @@ type Backend struct {
 	done    chan struct{} // closed by Close
 
 	mu     sync.Mutex
-	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
+	deep   *DeepGroups // made by DeepGroups, once
+	pinned [][]byte    // memory of batches made by NewBatch and NewOutputs
 	// registered is the caller's memory RegisterPages pinned.
 	registered [][]byte
 	bounced    int64 // bytes of the slots' bounce buffers
@@ -341,6 +342,10 @@ func (g *Backend) teardown() error {
 		errs = append(errs, g.dr.hostFree(p))
 	}
 	g.pinned = nil
+	if g.deep != nil {
+		errs = append(errs, g.deep.free())
+		g.deep = nil
+	}
 	g.mu.Unlock()
 	if g.mod != nil {
 		errs = append(errs, g.dr.unloadModule(g.mod))

@@ -25,32 +25,11 @@ func (g *Backend) FramePages() int { return codec.GroupPages }
 // error the device may still be working on a quarantined slot, and may
 // still write b.Out.
 func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
-	if err := g.checkBatch(b); err != nil {
+	packed, err := g.checkGroups(b, lz4Offsets, lz4Lens, g.MaxGroups())
+	if err != nil || b.N == 0 {
 		return err
 	}
-	n := b.N
-	groups := n / codec.GroupPages
-	switch {
-	case n%codec.GroupPages != 0 || groups > g.MaxGroups():
-		return fmt.Errorf("gpu: %d pages are not whole groups of %d, or more than %d groups", n, codec.GroupPages, g.MaxGroups())
-	case lz4Lens != nil && (len(lz4Lens) < n || len(lz4Offsets) < n):
-		return fmt.Errorf("gpu: LZ4 blocks of %d pages given for %d pages", len(lz4Lens), n)
-	case groups == 0:
-		return nil
-	}
-	// The LZ4 blocks, checked as the kernel reads them: within b.Out,
-	// each shorter than a page.
-	packed := 0
-	for i, l := range lz4Lens[:min(len(lz4Lens), n)] {
-		if l == 0 {
-			continue
-		}
-		end := uint64(lz4Offsets[i]) + uint64(l)
-		if l >= codec.PageSize || end > uint64(len(b.Out)) {
-			return fmt.Errorf("gpu: page %d: an LZ4 block of %d bytes at %d, outside the batch's %d bytes", i, l, lz4Offsets[i], len(b.Out))
-		}
-		packed = max(packed, int(end))
-	}
+	n, groups := b.N, b.N/codec.GroupPages
 	launch := g.launchGroups
 	if packed > 0 {
 		launch = func(s *slot, n int) error {
@@ -71,6 +50,35 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 		}
 	}
 	return g.run(ctx, b, groups, launch, codec.GroupPages*codec.PageSize, "group", after)
+}
+
+// checkGroups checks a batch of groups of at most maxGroups groups and its LZ4
+// blocks (a GroupCompressor's arguments), and returns the bytes of b.Out
+// the blocks take.
+func (g *Backend) checkGroups(b *codec.Batch, lz4Offsets, lz4Lens []uint32, maxGroups int) (packed int, err error) {
+	if err := g.checkBatch(b); err != nil {
+		return 0, err
+	}
+	n := b.N
+	switch {
+	case n%codec.GroupPages != 0 || n/codec.GroupPages > maxGroups:
+		return 0, fmt.Errorf("gpu: %d pages are not whole groups of %d, or more than %d groups", n, codec.GroupPages, maxGroups)
+	case lz4Lens != nil && (len(lz4Lens) < n || len(lz4Offsets) < n):
+		return 0, fmt.Errorf("gpu: LZ4 blocks of %d pages given for %d pages", len(lz4Lens), n)
+	}
+	// The LZ4 blocks, checked as the kernel reads them: within b.Out,
+	// each shorter than a page.
+	for i, l := range lz4Lens[:min(len(lz4Lens), n)] {
+		if l == 0 {
+			continue
+		}
+		end := uint64(lz4Offsets[i]) + uint64(l)
+		if l >= codec.PageSize || end > uint64(len(b.Out)) {
+			return 0, fmt.Errorf("gpu: page %d: an LZ4 block of %d bytes at %d, outside the batch's %d bytes", i, l, lz4Offsets[i], len(b.Out))
+		}
+		packed = max(packed, int(end))
+	}
+	return packed, nil
 }
 
 // decodeLZ4 queues on s the decoding of the LZ4 blocks in packed (page i's
