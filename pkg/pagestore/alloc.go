@@ -3,6 +3,7 @@
 package pagestore
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"syscall"
@@ -218,6 +219,10 @@ func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uin
 				s.unlink(&c.partial, id)
 			}
 			switch {
+			case r.cold:
+				// Compact gave part of it back: reused, it would fault
+				// in there on a writer's path.
+				s.release(c, id, r, mem, false)
 			case c.cached == 0 && r.touched <= maxCachedPages:
 				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
 				c.cached = id
@@ -244,6 +249,13 @@ func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uin
 			s.unlink(&c.draining, id)
 			s.release(c, id, r, mem, true)
 		}
+	case slabCold:
+		if r.live == 0 {
+			s.release(c, id, r, mem, false)
+		} else {
+			r.state = slabActive
+			s.push(&c.partial, id)
+		}
 	}
 }
 
@@ -267,6 +279,13 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 	}
 	r := s.rec(id)
 	slot, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
+	if errors.Is(err, errCold) {
+		// Its room is in pages it gave back: it waits, off the list,
+		// for a free slot, and a slab with resident room is taken.
+		s.unlink(&c.partial, id)
+		r.state = slabCold
+		return s.take(c, ci, grow, credit)
+	}
 	if err != nil {
 		if r.live == 0 {
 			// A slab made just now: it holds no memory yet.
@@ -293,6 +312,9 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 	return id, s.slabMem(r, g), slot, nil
 }
 
+// errCold is takeFrom's refusal to reach into a page the slab gave back.
+var errCold = errors.New("pagestore: the slab's next page was given back")
+
 // takeFrom hands out a slot of r: a freed one first, else the next never
 // used one, reserving the page it reaches into.
 func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *int64) (uint32, error) {
@@ -303,6 +325,9 @@ func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *
 	} else {
 		slot = uint32(r.bump)
 		need := pagesFor(objectAt(g, slot+1))
+		if need > uint32(r.touched) && r.cold && s.prefault > 0 {
+			return 0, errCold
+		}
 		if need > uint32(r.touched) {
 			if err := s.hold(c, int64(need-uint32(r.touched))*pageSize, credit); err != nil {
 				return 0, err
@@ -342,14 +367,15 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		if s.prefault > 0 {
 			s.keptEmpty.Add(-int64(r.touched))
 			switch {
-			case r.warm:
-				r.warm = false
+			case r.touched > 0: // kept resident
+			case !r.cold:
 				s.wakePrefaulter() // to warm the class's next one
-			case r.touched == 0:
+			default:
 				s.prefaultMisses.Add(int64(s.geo[ci].pages))
 				s.wakePrefaulter()
 			}
 		}
+		r.cold = false
 		r.state = slabActive
 		return id, nil
 	}
@@ -440,7 +466,7 @@ func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted b
 	}
 	// arena, page and class stay: Bytes and Free read them without a lock.
 	r.prev, r.next, r.bump, r.live, r.freeHead, r.touched = 0, 0, 0, 0, 0, 0
-	r.state = slabEmpty
+	r.state, r.cold = slabEmpty, true
 	if queued {
 		s.wakePrefaulter()
 		return

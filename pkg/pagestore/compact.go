@@ -190,7 +190,7 @@ func (s *Store) trim(r *slabRec, g *geometry) (above []byte) {
 		above = mem[keep*pageSize : held*pageSize]
 		s.memUsed.Add(-int64(held-keep) * pageSize)
 		s.pagesCompacted.Add(int64(held - keep))
-		r.touched = uint16(keep)
+		r.touched, r.cold = uint16(keep), true
 	}
 	return above
 }

@@ -46,6 +46,11 @@
 // trimming a random half of the shared corpus and compacting, the store
 // holds 97% of what the codec's ratio allows.
 //
+// With a prefaulter, the pages a trim gave back are cold: a writer
+// storing a swapped-out page must not fault them in again, so the slab
+// takes objects into its free slots only, and waits off the partial list
+// when it has none.
+//
 // An owner that fills objects after Alloc returns, outside the lock it
 // takes in relocate, must copy the object again inside relocate (see
 // Store.Compact).

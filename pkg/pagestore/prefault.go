@@ -130,7 +130,7 @@ func (s *Store) warmReleased() {
 		c, g := &s.classes[ci], &s.geo[ci]
 		c.mu.Lock()
 		n := len(c.empty)
-		if n == 0 || s.rec(c.empty[n-1]).touched > 0 || s.rec(c.empty[n-1]).warm {
+		if n == 0 || s.rec(c.empty[n-1]).touched > 0 || !s.rec(c.empty[n-1]).cold {
 			c.mu.Unlock()
 			continue
 		}
@@ -141,7 +141,7 @@ func (s *Store) warmReleased() {
 		r := s.rec(id)
 		memfd.Populate(s.slabMem(r, g))
 		c.mu.Lock()
-		r.warm = true
+		r.cold = false
 		c.empty = append(c.empty, id)
 		c.mu.Unlock()
 	}

@@ -324,7 +324,7 @@ func TestPrefaulterWarmsAReleasedSlab(t *testing.T) {
 	c := &s.classes[classOf(size)]
 	s.warmReleased()
 	n := len(c.empty)
-	if n == 0 || !s.rec(c.empty[n-1]).warm {
+	if n == 0 || s.rec(c.empty[n-1]).cold {
 		t.Fatal("no warm slab on top of the class's empty stack")
 	}
 	top := c.empty[n-1]

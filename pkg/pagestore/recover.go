@@ -140,7 +140,7 @@ func (rc *Recovery) Done() (*Store, error) {
 	s := rc.s
 	for id := uint32(1); id < s.nslabs.Load(); id++ {
 		r := s.rec(id)
-		r.prev, r.next, r.freeHead, r.touched, r.warm = 0, 0, 0, 0, false
+		r.prev, r.next, r.freeHead, r.touched, r.cold = 0, 0, 0, 0, false
 		r.live, r.bump, r.state = rc.live[id], rc.bump[id], slabActive
 		c, g := &s.classes[r.class], &s.geo[r.class]
 		mem := s.slabMem(r, g)
@@ -148,7 +148,7 @@ func (rc *Recovery) Done() (*Store, error) {
 			if err := s.releasePages(r, mem); err != nil {
 				return nil, fmt.Errorf("pagestore: recovering: %w", err)
 			}
-			r.state = slabEmpty
+			r.state, r.cold = slabEmpty, true
 			s.pushEmpty(c, id)
 			continue
 		}

@@ -20,6 +20,10 @@ const (
 	// slabDraining was evacuated except for objects whose owners are
 	// freeing them; it is released when the last one goes.
 	slabDraining
+	// slabCold is active, but its free space is all in pages it gave
+	// back (cold): off the partial list until one of its objects is
+	// freed.
+	slabCold
 )
 
 // slabRec describes one slab. arena, page and class never change once the
@@ -41,9 +45,12 @@ type slabRec struct {
 	freeHead uint16 // first free slot below bump, plus one; 0 if none
 	touched  uint16 // pages counted in MemUsed: [0, touched) of the slab
 	state    slabState
-	// warm marks an empty slab whose pages were given back and then
-	// faulted in again by the prefaulter, ready for reuse.
-	warm bool
+	// cold marks a slab whose pages from touched up were given back: an
+	// empty one released (until the prefaulter faults it in again), or
+	// one Compact trimmed. With a prefaulter, writers do not reach into
+	// them: the fault would be on the path that stores a swapped-out
+	// page.
+	cold bool
 	// sealed is recordSeal once arena, page and class are written.
 	sealed uint32
 }

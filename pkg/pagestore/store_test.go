@@ -91,6 +91,10 @@ func checkInvariants(t *testing.T, s *Store) {
 				if inPartial[id] != (uint32(r.live) < g.slots) {
 					t.Fatalf("slab %d: %d of %d slots live, in partial list: %v", id, r.live, g.slots, inPartial[id])
 				}
+			case slabCold:
+				if inPartial[id] || !r.cold {
+					t.Fatalf("slab %d: cold and in the partial list (%v), or marked warm (%v)", id, inPartial[id], !r.cold)
+				}
 			case slabDraining:
 				if !inDraining[id] {
 					t.Fatalf("draining slab %d not in draining list", id)
@@ -463,6 +467,62 @@ func TestCompact(t *testing.T) {
 	}
 	checkInvariants(t, s)
 	expectEmpty(t, s)
+}
+
+// TestCompactTrimmedSlabsStayCold: with a prefaulter, the pages Compact
+// trims off a slab are never reached into again by a writer (they were
+// given back, so a writer storing a swapped-out page would fault them in):
+// the trimmed slabs take objects into their free slots only, new objects
+// go to slabs with resident room, and every object survives.
+func TestCompactTrimmedSlabsStayCold(t *testing.T) {
+	s := newStore(t, Config{Prefault: 4 << 20})
+	const owners = 30000
+	m := newModel(2 * owners)
+	rng := rand.New(rand.NewPCG(7, 8))
+	alloc := func(o uint32) {
+		size := 200 + rng.IntN(3000)
+		h, b, err := s.Alloc(size, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(o))
+		m.objs[o] = object{h, size}
+	}
+	for o := range uint32(owners) {
+		alloc(o)
+	}
+	for o := range owners {
+		if rng.IntN(100) < 85 {
+			s.Free(m.objs[o].h)
+			m.objs[o] = object{}
+		}
+	}
+	if s.Compact(m.relocate) == 0 {
+		t.Fatal("nothing compacted")
+	}
+	trimmed := map[uint32]uint16{} // slab: pages held after the trim
+	for id := uint32(1); id < s.nslabs.Load(); id++ {
+		if r := s.rec(id); r.cold && r.state != slabEmpty {
+			trimmed[id] = r.touched
+		}
+	}
+	if len(trimmed) == 0 {
+		t.Fatal("Compact trimmed no slab")
+	}
+	for o := uint32(owners); o < 2*owners; o++ {
+		alloc(o)
+	}
+	for id, held := range trimmed {
+		if r := s.rec(id); r.cold && r.touched > held {
+			t.Errorf("slab %d reached from %d into %d pages after Compact gave the rest back", id, held, r.touched)
+		}
+	}
+	checkInvariants(t, s)
+	for o, obj := range m.objs {
+		if obj.h != 0 {
+			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
+		}
+	}
 }
 
 // TestCompactRefused has the owner change while relocating: the new copy
