@@ -275,6 +275,7 @@ func (c *conn) startTransmission(e *Export, early []byte) {
 	c.replies.iovs = make([][]byte, 0, 2*c.srv.maxInFlight)
 	if c.tls != nil {
 		c.replies.tls = bufio.NewWriterSize(c.tls, tlsRecordSize)
+		c.replies.gather.buf = make([]byte, 0, tlsGatherSize)
 	}
 	// Twice the in-flight bound: a mix of sizes in flight changes over
 	// time, and a cache that drops the buffers of one mix to keep those of

@@ -27,6 +27,9 @@ type replyQueue struct {
 	// tls gathers the replies to a TLS client into records of up to
 	// tlsRecordSize (nil for a plain one, whose writev gathers them).
 	tls *bufio.Writer
+	// gather, beneath the TLS session, makes one write of the records a
+	// batch of replies fills.
+	gather *recordGatherer
 }
 
 // reply queues the requests' simple replies and releases each once it is
@@ -101,10 +104,15 @@ func (c *conn) writeReplies() error {
 		_, err := q.iov.WriteTo(c.sock)
 		return err
 	}
-	if _, err := q.iov.WriteTo(q.tls); err != nil {
-		return err
+	q.gather.start()
+	_, err := q.iov.WriteTo(q.tls)
+	if err == nil {
+		err = q.tls.Flush()
 	}
-	return q.tls.Flush()
+	if ferr := q.gather.flush(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // release recycles a finished request.
