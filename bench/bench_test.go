@@ -139,7 +139,8 @@ func TestOrderAlternates(t *testing.T) {
 // the ratio of what was stored, and the swapped size from which gzramd
 // saves more memory than zram: (own_gzramd - own_zram) / (1/ratio_zram -
 // 1/ratio_gzramd), here (60000 - 40960) KiB / (1/2.5 - 1/3.333) = 0.18
-// GiB; never when gzramd's ratio is the lower and its own memory larger.
+// GiB; never when gzramd's ratio is the lower and its own memory larger;
+// and again with gzramd's own memory as it is with the data stored.
 func TestFootprintReport(t *testing.T) {
 	raw := filepath.Join(t.TempDir(), "raw")
 	readings := `drop gzramd-cpu-zstd 8GiB idle 1 70000
@@ -172,6 +173,8 @@ store zram-lzo-rle 8GiB 1 1073741824 429496730 1073741824
 		"ratio 3.333",
 		"| gzramd-cpu-zstd | 8GiB | 58.6 | 3.333 | 0.18 GiB (40.0, 2.500) |",
 		"| gzramd-cpu-lz4 | 8GiB | 59.6 | 2.300 | never (40.0, 2.500) |",
+		"The same with gzramd's own memory as it is with the data stored",
+		"| gzramd-cpu-zstd | 8GiB | 63.9 | 3.333 | 0.23 GiB (40.0, 2.500) |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("footprint.sh --report lacks %q:\n%s", want, out)

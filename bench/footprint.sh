@@ -20,7 +20,8 @@
 #     than zram once x bytes are swapped, x = (own_gzramd - own_zram) /
 #     (1/ratio_zram - 1/ratio_gzramd), ratio being the bytes written /
 #     mem_used_total, the same pages written to each (nbdcopy leaves out
-#     zero pages, which orig_data_size then does not count).
+#     zero pages, which orig_data_size then does not count); with
+#     gzramd's own memory idle, and as it is with the data stored.
 #
 # Usage: bench/footprint.sh [TARGET...]
 #        bench/footprint.sh --report RAW   (the report of a run's raw readings)
@@ -348,7 +349,7 @@ for line in open(sys.argv[1]):
 mib = lambda kib: "%.1f" % (kib / 1024)
 print("| target | size | state | MemAvailable drop | process | RSS | anon | locked | shmem | pinned | GPU |")
 print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
-own = {}
+own, own_stored = {}, {}
 for (t, size, state), runs in drops.items():
     vals = sorted(runs)
     med, run = vals[(len(vals) - 1) // 2] if state == "idle" else vals[-1]
@@ -364,6 +365,7 @@ for (t, size, state), runs in drops.items():
         print(head + " %s | %s | %s | %s | %s | %s | %s |" % (r[0], *[mib(x) for x in r[1:]]))
     if state == "stored" and (t, size) in stores:
         orig, used = stores[(t, size)]
+        own_stored[(t, size)] = med - used / 1024
         print("| | | | | written %s, mem_used_total %s: ratio %.3f; own (drop - mem_used) %s | | | | | | |" % (
             mib(orig / 1024), mib(used / 1024), orig / used if used else 0, mib(med - used / 1024)))
 print()
@@ -373,13 +375,13 @@ ctx = [v for (t, _), v in own.items() if t == "cuda-context"]
 if ctx:
     print("A bare CUDA context (primary context, blocking sync, nothing loaded): %s MiB of MemAvailable." % mib(ctx[0]))
     print()
-if zrams and gzs:
-    print("Net saving: gzramd saves more memory than zram from this much swapped (own: gzramd's idle drop, zram's table; ratio: bytes written / mem_used_total, the same pages written to each).")
+def net_saving(title, owns):
+    print(title)
     print()
     print("| gzramd | size | own | ratio | " + " | ".join("vs %s (own, ratio)" % z for z in zrams) + " |")
     print("|---|---|---:|---:|" + "---:|" * len(zrams))
     for g in gzs:
-        for (t, size), o in own.items():
+        for (t, size), o in owns.items():
             if t != g or (g, size) not in stores:
                 continue
             orig, used = stores[(g, size)]
@@ -401,6 +403,10 @@ if zrams and gzs:
                     x = "%.2f GiB" % (d / k / 2**30)
                 cells.append("%s (%s, %.3f)" % (x, mib(oz), rz))
             print("| %s | %s | %s | %.3f | %s |" % (g, size, mib(o), rg, " | ".join(cells)))
+    print()
+if zrams and gzs:
+    net_saving("Net saving: gzramd saves more memory than zram from this much swapped (own: gzramd's idle drop, zram's table; ratio: bytes written / mem_used_total, the same pages written to each).", own)
+    net_saving("The same with gzramd's own memory as it is with the data stored (its drop then, less mem_used_total).", {k: v for k, v in own_stored.items() if k[0].startswith("gzramd-")})
 EOF_PY
 }
 report | tee "${FOOTPRINT_OUT:-/dev/null}"
