@@ -1,16 +1,13 @@
-// A running daemon: the data path, its listeners, the HTTP endpoint, the kernel device, and stopping safely.
+// A running daemon: the data path, the kernel device, serving, and stopping safely.
 
 package serving
 
 import (
 	"context"
-	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
@@ -59,17 +56,16 @@ type daemon struct {
 	tracker   swapctl.Tracker
 	// conns counts the open NBD connections by client, for the metrics
 	// and the labels /status shows.
-	conns   *metrics.Connections
-	host    swapctl.Host // the kernel's swap list and block devices
-	httpSrv *http.Server
-	reg     *prometheus.Registry
-	trace   *iolog.Recorder // --record-trace
+	conns *metrics.Connections
+	host  swapctl.Host // the kernel's swap list and block devices
+	reg   *prometheus.Registry
+	trace *iolog.Recorder // --record-trace
 
-	listeners []net.Listener
-	tcpTLS    *tls.Config           // the TCP listener's, with --tls-cert
-	reserve   *swapsafe.HeapReserve // topped up before serving swap
-	lockHeap  bool                  // mlockall took, so the heap is kept locked too
-	gpuSetup  gpuSetup              // how the GPU opens, for openLate
+	lis      *listeners            // from run on
+	report   reporter              // reads the daemon for /status and the metrics
+	reserve  *swapsafe.HeapReserve // topped up before serving swap
+	lockHeap bool                  // mlockall took, so the heap is kept locked too
+	gpuSetup gpuSetup              // how the GPU opens, for openLate
 	// kernel is the device attached by us (--device); /status reads it
 	// from the HTTP server's goroutines.
 	kernel atomic.Pointer[nbddev.Device]
@@ -99,6 +95,7 @@ const storeArenaSize = 8 << 20
 
 func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.Started, kernels kernelImage, log *slog.Logger) (_ *daemon, err error) {
 	d := &daemon{cfg: cfg, version: version, start: start, log: log, started: time.Now(), notify: sdnotify.FromEnv(), state: st, successor: make(chan *os.File, 1)}
+	d.report = reporter{d}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -226,8 +223,8 @@ func (d *daemon) collectors(nbdObs *metrics.NBD, batchObs *metrics.Batches) []pr
 	collectors := append([]prometheus.Collector{nbdObs, batchObs, metrics.NewDevice(metrics.Info{
 		Version: d.version, Export: cfg.Export, Algorithm: cfg.Algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.Size),
-	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.kernelState), metrics.NewHeld(d.holdings),
-		metrics.NewSelf(d.selfMemory, d.log), d.conns,
+	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.report.kernelState), metrics.NewHeld(d.report.holdings),
+		metrics.NewSelf(d.report.selfMemory, d.log), d.conns,
 		metrics.NewTakeover(func() metrics.Takeovers {
 			return metrics.Takeovers{Count: d.takeovers, LastPause: time.Duration(d.pause.Load())}
 		}),
@@ -279,8 +276,8 @@ func (d *daemon) denseOnGPU(g *gpu.Backend) {
 
 // close releases what newDaemon and run built, in reverse order.
 func (d *daemon) close() {
-	for _, l := range d.listeners {
-		l.Close()
+	if d.lis != nil {
+		d.lis.close()
 	}
 	if d.trace != nil {
 		d.trace.Close() // the NBD server is shut down: nothing more to record; it logs how it went
@@ -295,198 +292,14 @@ func (d *daemon) close() {
 	}
 }
 
-func (d *daemon) listen() error {
-	cfg := d.cfg
-	if cfg.Socket != "" {
-		l, err := d.retryListen(func() (net.Listener, error) { return listenUnix(cfg.Socket) })
-		if err != nil {
-			return err
-		}
-		d.listeners = append(d.listeners, l)
-	}
-	if cfg.TCP != "" {
-		conf, serve, err := d.loadTLS()
-		if err != nil {
-			return err
-		}
-		if serve {
-			addr := TCPAddr(cfg.TCP)
-			l, err := d.retryListen(func() (net.Listener, error) { return net.Listen("tcp", addr) })
-			if err != nil {
-				return fmt.Errorf("listening on --tcp %s: %w", addr, err)
-			}
-			if ip := l.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && conf == nil {
-				d.log.Warn("serving NBD beyond loopback without TLS (--tcp-insecure): anyone who can reach this address can read and write the device", "addr", l.Addr())
-			}
-			d.tcpTLS = conf
-			d.listeners = append(d.listeners, l)
-		}
-	}
-	if cfg.Metrics != "" {
-		l, err := d.retryListen(func() (net.Listener, error) { return net.Listen("tcp", cfg.Metrics) })
-		if err != nil {
-			return fmt.Errorf("listening on --metrics %s: %w", cfg.Metrics, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", metrics.Handler(d.reg, d.log))
-		mux.HandleFunc("GET /status", d.serveStatus)
-		d.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := d.httpSrv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.log.Error("metrics endpoint stopped", "err", err)
-			}
-		}()
-		d.log.Info("serving metrics", "url", "http://"+l.Addr().String()+"/metrics")
-	}
-	return nil
-}
-
-// takeoverListenWait bounds how long a process taking the device over
-// after a death waits for the dead one's addresses: its listeners stay
-// open until its teardown ends, which a CUDA context's makes 100 ms or
-// more, and the supervisor cannot always shut them first (issue 35's
-// takeovers that found the metrics port taken).
-const takeoverListenWait = 10 * time.Second
-
-// errServedThere is listenUnix's answer for a socket some process
-// accepts on.
-var errServedThere = errors.New("another daemon is already serving there")
-
-// retryListen returns listen's listener. In a process that takes the
-// device over after a death, it tries again while the address is taken,
-// for up to takeoverListenWait: failing would leave the device without a
-// server for another start.
-func (d *daemon) retryListen(listen func() (net.Listener, error)) (net.Listener, error) {
-	start := time.Now()
-	wait := time.Millisecond
-	for {
-		l, err := listen()
-		taken := errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, errServedThere)
-		if err == nil || !taken || d.start.DiedAt.IsZero() || time.Since(start) > takeoverListenWait {
-			if wait > time.Millisecond {
-				d.log.Info("waited for an address the process before still held", "took", time.Since(start).Round(time.Millisecond), "err", err)
-			}
-			return l, err
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 100*time.Millisecond)
-	}
-}
-
-// listenUnix listens on path with mode 0600, replacing a stale socket left
-// by a daemon that died, but never a live one. Its directory is there
-// already: cmd/gzramd creates the default's, and only that.
-func listenUnix(path string) (net.Listener, error) {
-	if c, err := net.Dial("unix", path); err == nil {
-		c.Close()
-		return nil, fmt.Errorf("--socket %s: %w", path, errServedThere)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("--socket %s exists and is not a socket", path)
-		}
-		os.Remove(path)
-	}
-	old := syscall.Umask(0o177)
-	l, err := net.Listen("unix", path)
-	syscall.Umask(old)
-	if err != nil {
-		return nil, fmt.Errorf("listening on --socket %s: %w", path, err)
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(true)
-	return l, nil
-}
-
-// gpuName is the GPU's name, once it is open.
-func (d *daemon) gpuName() string {
-	_, info, _ := d.accel.current()
-	return info.Name
-}
-
-func (d *daemon) status() Status {
-	st := d.dev.Stats()
-	r := Status{
-		Version: d.version, PID: os.Getpid(), Export: d.cfg.Export, Socket: d.cfg.Socket, TCP: d.cfg.TCP,
-		Algorithm: d.cfg.Algorithm, Backend: d.accel.name(), GPU: d.gpuName(),
-		DiskSize: int64(d.cfg.Size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
-		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
-		HugePages: st.HugePages, StoredPages: st.StoredPages, PackedPages: st.PackedPages, PackedObjects: st.PackedObjects,
-		Connections:   d.tracker.Count(),
-		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
-		Holdings: d.holdings(), Takeovers: d.takeovers, LastTakeoverPause: time.Duration(d.pause.Load()).Seconds(),
-		LostPages:  st.LostPages,
-		DensePages: st.DensePages, DenseBytes: st.DenseBytes, DenseGroups: st.Dense.Groups,
-		DenseBytesIn: st.Dense.BytesIn, DenseBytesOut: st.Dense.BytesOut, DenseBusy: st.Dense.Busy.Seconds(),
-		DenseOnGPU: st.Dense.OnGPU,
-		DenseAfter: d.cfg.DenseAfter.Seconds(),
-	}
-	if d.start.Serving {
-		r.SupervisorPID = os.Getppid()
-	}
-	r.NBDConnections = d.connections(time.Now())
-	if kd := d.kernel.Load(); kd != nil {
-		r.Device = kd.Path
-	}
-	if swaps, err := d.host.Ours(r.Device, &d.tracker); err == nil {
-		for _, s := range swaps {
-			r.SwapDevices = append(r.SwapDevices, s.Path)
-		}
-	}
-	return r
-}
-
-// connections describes the open NBD connections as of now.
-func (d *daemon) connections(now time.Time) []ConnectionStatus {
-	if d.srv == nil || d.conns == nil {
-		return []ConnectionStatus{}
-	}
-	open := d.srv.Connections()
-	out := make([]ConnectionStatus, 0, len(open))
-	for _, c := range open {
-		cs := ConnectionStatus{
-			Transport: c.Transport, Remote: c.Remote, Client: c.Client, TLS: c.TLS,
-			PeerPID: c.PeerPID, Kernel: c.Own, Adopted: c.Adopted, Label: d.conns.Label(c),
-			Since: c.Since, OpenSeconds: now.Sub(c.Since).Seconds(),
-		}
-		if c.PeerUID >= 0 {
-			uid := c.PeerUID
-			cs.PeerUID = &uid
-		}
-		out = append(out, cs)
-	}
-	return out
-}
-
-// kernelState is what `gzramd status` reports of the kernel's use of the
-// export, for the metrics that alert when swap is gone.
-func (d *daemon) kernelState() metrics.KernelState {
-	r := d.status()
-	return metrics.KernelState{
-		SwapActive: len(r.SwapDevices) > 0, SwapExpected: d.cfg.Swap,
-		Device: d.cfg.Device != "", Attached: r.Device != "" && d.host.NBDPID(r.Device) != 0,
-	}
-}
-
-func (d *daemon) serveStatus(w http.ResponseWriter, _ *http.Request) {
-	rep := d.status()
-	if s, err := d.selfMemory(); err != nil {
-		d.log.Warn("status: reading gzramd's own memory", "err", err)
-	} else {
-		rep.SelfMemory, rep.OwnMemoryBytes, rep.NetSavedBytes = s.Processes, s.Own(), s.NetSaved()
-	}
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(rep)
-}
-
 // run serves until a signal asks it to stop and stopping is safe.
 func (d *daemon) run(ctx context.Context) error {
 	defer d.close()
 	sigs := d.notifySignals()
 	defer sigs.stop()
 
-	errc, err := d.serveListeners()
+	d.lis = &listeners{cfg: d.cfg, log: d.log, srv: d.srv, diedAt: d.start.DiedAt, recovered: d.recovered != nil}
+	errc, err := d.lis.serve(&d.tracker, d.reg, d.report.serveStatus)
 	if err != nil {
 		return err
 	}
@@ -498,7 +311,8 @@ func (d *daemon) run(ctx context.Context) error {
 			d.log.Warn("telling the supervisor this process serves", "err", err)
 		}
 	}
-	stopBackground := d.startBackground()
+	bg := &background{pipe: d.pipe, reserve: d.reserve, lockHeap: d.lockHeap, prefault: d.cfg.Prefault, log: d.log}
+	stopBackground := bg.start()
 	defer stopBackground()
 
 	// One collection while memory is plentiful: the runtime builds the
@@ -506,7 +320,7 @@ func (d *daemon) run(ctx context.Context) error {
 	// scan, in fresh memory; a guest froze on a GC worker doing that
 	// under memory pressure.
 	runtime.GC()
-	d.logHoldings()
+	d.report.logHoldings()
 
 	serveErr := d.attachAndServe(ctx, sigs, errc)
 	if errors.Is(serveErr, errHandOver) {
@@ -551,67 +365,6 @@ func (s *daemonSignals) stop() {
 	signal.Stop(s.orphan)
 	signal.Stop(s.upgrade)
 	signal.Stop(s.dump)
-}
-
-// serveListeners opens the listeners and serves NBD on each; the channel
-// gets the error that ends serving on one.
-func (d *daemon) serveListeners() (<-chan error, error) {
-	if err := d.listen(); err != nil {
-		return nil, err
-	}
-	errc := make(chan error, len(d.listeners))
-	for _, l := range d.listeners {
-		l := d.tracker.Wrap(l)
-		go func() {
-			if err := d.serveNBD(l); err != nil && !errors.Is(err, nbd.ErrServerClosed) {
-				errc <- fmt.Errorf("serving on %s: %w", l.Addr(), err)
-			}
-		}()
-		d.log.Info("serving NBD", "addr", l.Addr().String(), "network", l.Addr().Network(), "export", d.cfg.Export,
-			"tls", d.tcpTLS != nil && l.Addr().Network() == "tcp")
-	}
-	return errc, nil
-}
-
-// startBackground starts the work done beside serving: compaction, the
-// dense tier, keeping the heap locked, watching the prefault. The func it
-// returns stops them, and waits for those that use the store.
-func (d *daemon) startBackground() (stop func()) {
-	// Trims and rewrites leave slabs sparse; give whole slabs back to the
-	// OS when the waste is worth the copying.
-	compactCtx, stopCompactor := context.WithCancel(context.Background())
-	compactorDone := make(chan struct{})
-	go func() {
-		defer close(compactorDone)
-		d.dev.RunCompactor(compactCtx, device.CompactPolicy{})
-	}()
-	// Groups of pages left idle go to the dense tier (--dense-after).
-	denseDone := make(chan struct{})
-	go func() {
-		defer close(denseDone)
-		d.dev.RunDense(compactCtx)
-	}()
-
-	stopLock, stopWatch := func() {}, func() {}
-	if d.reserve != nil && d.lockHeap {
-		var lockCtx context.Context
-		lockCtx, stopLock = context.WithCancel(context.Background())
-		go d.reserve.KeepHeapLocked(lockCtx, 250*time.Millisecond, func(err error) {
-			d.log.Warn("keeping the Go heap locked", "err", err)
-		})
-	}
-	if d.cfg.Prefault > 0 {
-		var watchCtx context.Context
-		watchCtx, stopWatch = context.WithCancel(context.Background())
-		go d.watchPrefault(watchCtx)
-	}
-	return func() {
-		stopWatch()
-		stopLock()
-		stopCompactor()
-		<-compactorDone // before d.close unmaps the store
-		<-denseDone
-	}
 }
 
 // attachAndServe attaches the kernel device (--device), says that it
@@ -670,8 +423,8 @@ func (d *daemon) handOver() {
 	if err := d.handOverConnections(ctx); err != nil {
 		d.log.Warn("handing the connections over did not finish cleanly; the kernel device reconnects to the next serving process", "err", err)
 	}
-	if d.httpSrv != nil {
-		_ = d.httpSrv.Shutdown(ctx)
+	if d.lis.http != nil {
+		_ = d.lis.http.Shutdown(ctx)
 	}
 	d.log.Info("handed over: requests in flight answered, the next serving process gets the connections",
 		"took", time.Since(start).Round(time.Millisecond))
@@ -781,27 +534,6 @@ func goroutineStacks() []byte {
 			return buf[:n]
 		}
 		buf = make([]byte, 2*len(buf))
-	}
-}
-
-// watchPrefault logs when writers used store memory before the prefaulter
-// had faulted it in: as swap, that is how a freeze under memory pressure
-// starts.
-func (d *daemon) watchPrefault(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	var seen int64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if n := d.pipe.Store.Stats().PrefaultMisses; n > seen {
-			d.log.Warn("store memory used before it was prefaulted; raise --prefault if this repeats under load",
-				"pages", n-seen, "total", n, "prefault", d.cfg.Prefault.String())
-			seen = n
-		}
 	}
 }
 

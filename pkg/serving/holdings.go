@@ -18,7 +18,8 @@ func connBuffers(cfg *Config) int64 {
 // holdings lists what the daemon holds ahead of need (docs/DESIGN.md,
 // "Swap safety"): the data path's, the GPU's, the NBD server's, and the
 // hardening's.
-func (d *daemon) holdings() []swapsafe.Holding {
+func (rp reporter) holdings() []swapsafe.Holding {
+	d := rp.d
 	hs := d.pipe.Holdings()
 	if g, _, _ := d.accel.current(); g != nil {
 		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: g.SlotBytes(),
@@ -42,15 +43,15 @@ func (d *daemon) holdings() []swapsafe.Holding {
 }
 
 // logHoldings writes one line per holding and their total, at start.
-func (d *daemon) logHoldings() {
+func (rp reporter) logHoldings() {
 	var total int64
-	for _, h := range d.holdings() {
+	for _, h := range rp.holdings() {
 		total += h.Bytes
 		attrs := []any{"what", h.Name, "bytes", h.Bytes, "why", h.Why}
 		if h.Count > 0 {
 			attrs = []any{"what", h.Name, "count", h.Count, "why", h.Why}
 		}
-		d.log.Info("holding for swap safety", attrs...)
+		rp.d.log.Info("holding for swap safety", attrs...)
 	}
-	d.log.Info("held ahead of need in all", "bytes", total)
+	rp.d.log.Info("held ahead of need in all", "bytes", total)
 }

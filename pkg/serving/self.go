@@ -14,7 +14,8 @@ import (
 // selfMemory reads the memory of this serving process, its supervisor and
 // the supervisor's standby, with the device's figures the net saving is
 // made of.
-func (d *daemon) selfMemory() (metrics.SelfMemory, error) {
+func (rp reporter) selfMemory() (metrics.SelfMemory, error) {
+	d := rp.d
 	st := d.dev.Stats()
 	s := metrics.SelfMemory{Saved: st.OrigDataSize + st.SamePages*codec.PageSize, MemUsed: st.MemUsedTotal}
 	for _, p := range selfProcesses(d.start) {

@@ -1,8 +1,11 @@
-// The /status report.
+// The /status report, and the reporter that reads the daemon for it and for the metrics.
 
 package serving
 
 import (
+	"encoding/json"
+	"net/http"
+	"os"
 	"time"
 
 	"github.com/gzramd/gzramd/pkg/metrics"
@@ -103,4 +106,98 @@ func (r *Status) Ratio() float64 {
 		return 0
 	}
 	return float64(r.OrigDataBytes) / float64(r.MemUsedBytes)
+}
+
+// reporter answers for the daemon: /status, the metrics that read the
+// daemon when scraped, and the holdings logged at start. It owns nothing:
+// every figure is the daemon's, read as it is asked for.
+type reporter struct{ d *daemon }
+
+// gpuName is the GPU's name, once it is open.
+func (rp reporter) gpuName() string {
+	_, info, _ := rp.d.accel.current()
+	return info.Name
+}
+
+// status is the /status report but for the memory of gzramd's processes,
+// which serveStatus adds: the metrics read that on their own.
+func (rp reporter) status() Status {
+	d := rp.d
+	st := d.dev.Stats()
+	r := Status{
+		Version: d.version, PID: os.Getpid(), Export: d.cfg.Export, Socket: d.cfg.Socket, TCP: d.cfg.TCP,
+		Algorithm: d.cfg.Algorithm, Backend: d.accel.name(), GPU: rp.gpuName(),
+		DiskSize: int64(d.cfg.Size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
+		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
+		HugePages: st.HugePages, StoredPages: st.StoredPages, PackedPages: st.PackedPages, PackedObjects: st.PackedObjects,
+		Connections:   d.tracker.Count(),
+		UptimeSeconds: time.Since(d.started).Seconds(), SwapDevices: []string{},
+		Holdings: rp.holdings(), Takeovers: d.takeovers, LastTakeoverPause: time.Duration(d.pause.Load()).Seconds(),
+		LostPages:  st.LostPages,
+		DensePages: st.DensePages, DenseBytes: st.DenseBytes, DenseGroups: st.Dense.Groups,
+		DenseBytesIn: st.Dense.BytesIn, DenseBytesOut: st.Dense.BytesOut, DenseBusy: st.Dense.Busy.Seconds(),
+		DenseOnGPU: st.Dense.OnGPU,
+		DenseAfter: d.cfg.DenseAfter.Seconds(),
+	}
+	if d.start.Serving {
+		r.SupervisorPID = os.Getppid()
+	}
+	r.NBDConnections = rp.connections(time.Now())
+	if kd := d.kernel.Load(); kd != nil {
+		r.Device = kd.Path
+	}
+	if swaps, err := d.host.Ours(r.Device, &d.tracker); err == nil {
+		for _, s := range swaps {
+			r.SwapDevices = append(r.SwapDevices, s.Path)
+		}
+	}
+	return r
+}
+
+// connections describes the open NBD connections as of now.
+func (rp reporter) connections(now time.Time) []ConnectionStatus {
+	d := rp.d
+	if d.srv == nil || d.conns == nil {
+		return []ConnectionStatus{}
+	}
+	open := d.srv.Connections()
+	out := make([]ConnectionStatus, 0, len(open))
+	for _, c := range open {
+		cs := ConnectionStatus{
+			Transport: c.Transport, Remote: c.Remote, Client: c.Client, TLS: c.TLS,
+			PeerPID: c.PeerPID, Kernel: c.Own, Adopted: c.Adopted, Label: d.conns.Label(c),
+			Since: c.Since, OpenSeconds: now.Sub(c.Since).Seconds(),
+		}
+		if c.PeerUID >= 0 {
+			uid := c.PeerUID
+			cs.PeerUID = &uid
+		}
+		out = append(out, cs)
+	}
+	return out
+}
+
+// kernelState is what `gzramd status` reports of the kernel's use of the
+// export, for the metrics that alert when swap is gone.
+func (rp reporter) kernelState() metrics.KernelState {
+	d := rp.d
+	r := rp.status()
+	return metrics.KernelState{
+		SwapActive: len(r.SwapDevices) > 0, SwapExpected: d.cfg.Swap,
+		Device: d.cfg.Device != "", Attached: r.Device != "" && d.host.NBDPID(r.Device) != 0,
+	}
+}
+
+// serveStatus serves /status.
+func (rp reporter) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	rep := rp.status()
+	if s, err := rp.selfMemory(); err != nil {
+		rp.d.log.Warn("status: reading gzramd's own memory", "err", err)
+	} else {
+		rep.SelfMemory, rep.OwnMemoryBytes, rep.NetSavedBytes = s.Processes, s.Own(), s.NetSaved()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(rep)
 }

@@ -326,8 +326,8 @@ func (d *daemon) stop() {
 	if err := d.srv.Shutdown(shutdownCtx); err != nil {
 		d.log.Warn("NBD shutdown did not finish cleanly", "err", err)
 	}
-	if d.httpSrv != nil {
-		_ = d.httpSrv.Shutdown(shutdownCtx)
+	if d.lis.http != nil {
+		_ = d.lis.http.Shutdown(shutdownCtx)
 	}
 	st := d.dev.Stats()
 	d.log.Info("stopped", "stored_pages", st.StoredPages, "same_pages", st.SamePages,

@@ -40,18 +40,18 @@ func LoopbackTCP(addr string) bool {
 // upgrade) must serve it whatever the files hold now: it logs why and
 // leaves the TCP listener off (serve false), the Unix socket, which the
 // kernel device uses, serving on.
-func (d *daemon) loadTLS() (conf *tls.Config, serve bool, err error) {
-	files, ok := d.cfg.TLSFiles()
+func (ls *listeners) loadTLS() (conf *tls.Config, serve bool, err error) {
+	files, ok := ls.cfg.TLSFiles()
 	if !ok {
 		return nil, true, nil
 	}
-	conf, err = files.Config(d.log)
+	conf, err = files.Config(ls.log)
 	switch {
 	case err == nil:
 		return conf, true, nil
-	case d.recovered != nil:
-		d.log.Error("the TCP listener is off: its TLS credentials do not load; fix them and upgrade (SIGHUP to the supervisor) to serve it again",
-			"tcp", d.cfg.TCP, "err", err)
+	case ls.recovered:
+		ls.log.Error("the TCP listener is off: its TLS credentials do not load; fix them and upgrade (SIGHUP to the supervisor) to serve it again",
+			"tcp", ls.cfg.TCP, "err", err)
 		return nil, false, nil
 	}
 	return nil, false, fmt.Errorf("--tls-cert, --tls-key, --tls-ca: %w", err)
@@ -59,9 +59,9 @@ func (d *daemon) loadTLS() (conf *tls.Config, serve bool, err error) {
 
 // serveNBD serves the NBD listener l until the server stops: in TLS-only
 // mode when it is the TCP listener and TLS is configured.
-func (d *daemon) serveNBD(l net.Listener) error {
-	if d.tcpTLS != nil && l.Addr().Network() == "tcp" {
-		return d.srv.ServeTLS(l, d.tcpTLS)
+func (ls *listeners) serveNBD(l net.Listener) error {
+	if ls.tcpTLS != nil && l.Addr().Network() == "tcp" {
+		return ls.srv.ServeTLS(l, ls.tcpTLS)
 	}
-	return d.srv.Serve(l)
+	return ls.srv.Serve(l)
 }

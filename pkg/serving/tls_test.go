@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/gzramd/gzramd/internal/testpki"
-	"github.com/gzramd/gzramd/pkg/device"
 )
 
 func TestLoopbackTCP(t *testing.T) {
@@ -52,24 +51,24 @@ func TestLoadTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	d := &daemon{cfg: &Config{TCP: "0.0.0.0:10809"}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	ls := &listeners{cfg: &Config{TCP: "0.0.0.0:10809"}, log: slog.New(slog.NewTextHandler(&logs, nil))}
 
-	if conf, serve, err := d.loadTLS(); conf != nil || !serve || err != nil {
+	if conf, serve, err := ls.loadTLS(); conf != nil || !serve || err != nil {
 		t.Errorf("without TLS: %v %v %v, want no TLS and the listener on", conf, serve, err)
 	}
-	d.cfg.TLSCert, d.cfg.TLSKey = cert, key
-	if conf, serve, err := d.loadTLS(); conf == nil || !serve || err != nil {
+	ls.cfg.TLSCert, ls.cfg.TLSKey = cert, key
+	if conf, serve, err := ls.loadTLS(); conf == nil || !serve || err != nil {
 		t.Errorf("with TLS: %v %v %v, want TLS and the listener on", conf, serve, err)
 	}
 
 	if err := os.WriteFile(key, []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, serve, err := d.loadTLS(); serve || err == nil || !strings.Contains(err.Error(), "--tls-cert") {
+	if _, serve, err := ls.loadTLS(); serve || err == nil || !strings.Contains(err.Error(), "--tls-cert") {
 		t.Errorf("a fresh start with a bad key: listener %v, %v; want off and an error naming the flags", serve, err)
 	}
-	d.recovered = &device.Recovered{}
-	if conf, serve, err := d.loadTLS(); conf != nil || serve || err != nil {
+	ls.recovered = true
+	if conf, serve, err := ls.loadTLS(); conf != nil || serve || err != nil {
 		t.Errorf("a takeover with a bad key: %v %v %v, want the listener off and no error", conf, serve, err)
 	}
 	if !strings.Contains(logs.String(), "the TCP listener is off") || !strings.Contains(logs.String(), filepath.Base(key)) {

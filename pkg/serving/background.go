@@ -1,0 +1,85 @@
+// The work done beside serving.
+
+package serving
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/pipeline"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
+)
+
+// background is the work done beside serving: compaction, the dense tier,
+// keeping the heap locked, watching the prefault. It owns their
+// goroutines, from start until the stop it returns.
+type background struct {
+	pipe     *pipeline.Pipeline
+	reserve  *swapsafe.HeapReserve // nil unless hardened
+	lockHeap bool                  // mlockall took, so the heap is kept locked too
+	prefault Size
+	log      *slog.Logger
+}
+
+// start starts the work. The func it returns stops it, and waits for the
+// goroutines that use the store.
+func (b *background) start() (stop func()) {
+	// Trims and rewrites leave slabs sparse; give whole slabs back to the
+	// OS when the waste is worth the copying.
+	compactCtx, stopCompactor := context.WithCancel(context.Background())
+	compactorDone := make(chan struct{})
+	go func() {
+		defer close(compactorDone)
+		b.pipe.Device.RunCompactor(compactCtx, device.CompactPolicy{})
+	}()
+	// Groups of pages left idle go to the dense tier (--dense-after).
+	denseDone := make(chan struct{})
+	go func() {
+		defer close(denseDone)
+		b.pipe.Device.RunDense(compactCtx)
+	}()
+
+	stopLock, stopWatch := func() {}, func() {}
+	if b.reserve != nil && b.lockHeap {
+		var lockCtx context.Context
+		lockCtx, stopLock = context.WithCancel(context.Background())
+		go b.reserve.KeepHeapLocked(lockCtx, 250*time.Millisecond, func(err error) {
+			b.log.Warn("keeping the Go heap locked", "err", err)
+		})
+	}
+	if b.prefault > 0 {
+		var watchCtx context.Context
+		watchCtx, stopWatch = context.WithCancel(context.Background())
+		go b.watchPrefault(watchCtx)
+	}
+	return func() {
+		stopWatch()
+		stopLock()
+		stopCompactor()
+		<-compactorDone // before the daemon's close unmaps the store
+		<-denseDone
+	}
+}
+
+// watchPrefault logs when writers used store memory before the prefaulter
+// had faulted it in: as swap, that is how a freeze under memory pressure
+// starts.
+func (b *background) watchPrefault(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var seen int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n := b.pipe.Store.Stats().PrefaultMisses; n > seen {
+			b.log.Warn("store memory used before it was prefaulted; raise --prefault if this repeats under load",
+				"pages", n-seen, "total", n, "prefault", b.prefault.String())
+			seen = n
+		}
+	}
+}
