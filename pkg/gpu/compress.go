@@ -19,7 +19,9 @@ func bytesOf(u []uint32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&u[0])), 4*len(u))
 }
 
-func (g *Backend) checkBatch(b *codec.Batch) error {
+// checkBatch checks that b's buffers hold its pages, before any of them
+// goes to the device.
+func checkBatch(b *codec.Batch) error {
 	n := b.N
 	switch {
 	case n < 0 || n > b.Cap():
@@ -42,7 +44,7 @@ func (g *Backend) checkBatch(b *codec.Batch) error {
 // a zstd object no smaller than its pages gets offset
 // codec.GroupNotSmaller.
 func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
-	if err := g.checkBatch(b); err != nil {
+	if err := checkBatch(b); err != nil {
 		return err
 	}
 	if err := b.CheckObjects(); err != nil {

@@ -21,7 +21,7 @@ import (
 // compressed bytes must span at most MaxBatchPages pages of b.Out (as they
 // do when CompressBatch or the CPU codec wrote them).
 func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
-	if err := g.checkBatch(b); err != nil {
+	if err := checkBatch(b); err != nil {
 		return err
 	}
 	if len(b.Offsets) < b.N {

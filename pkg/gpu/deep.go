@@ -130,7 +130,7 @@ func (d *DeepGroups) FramePages() int { return deepFramePages }
 // error the device may still be working, and may still write b.Out.
 func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
 	g := d.g
-	packed, err := g.checkGroups(b, lz4Offsets, lz4Lens, d.MaxGroups())
+	packed, err := checkGroups(b, lz4Offsets, lz4Lens, d.MaxGroups())
 	if err != nil || b.N == 0 {
 		return err
 	}

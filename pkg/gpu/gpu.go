@@ -218,12 +218,11 @@ type Backend struct {
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close
 
-	mu     sync.Mutex
-	deep   *DeepGroups // made by DeepGroups, once
-	pinned [][]byte    // memory of batches made by NewBatch and NewOutputs
-	// registered is the caller's memory RegisterPages pinned.
-	registered [][]byte
-	bounced    int64 // bytes of the slots' bounce buffers
+	pinnedMemory // NewBatch, NewOutputs, RegisterPages: the host memory the device reaches
+
+	mu      sync.Mutex
+	deep    *DeepGroups // made by DeepGroups, once
+	bounced int64       // bytes of the slots' bounce buffers
 }
 
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates
@@ -249,6 +248,7 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 		api = wrap(dr)
 	}
 	g := &Backend{dr: api, info: info, cfg: cfg, log: cfg.Logger, free: make(chan *slot, cfg.Slots), done: make(chan struct{})}
+	g.pinnedMemory = pinnedMemory{dr: api, maxPages: cfg.MaxBatchPages, closed: &g.closed}
 	if err := g.setup(ptx); err != nil {
 		g.teardown()
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, info.Name, err)
@@ -337,11 +337,8 @@ func (g *Backend) teardown() error {
 			errs = append(errs, g.dr.streamDestroy(s.stream))
 		}
 	}
+	errs = append(errs, g.freePinned())
 	g.mu.Lock()
-	for _, p := range g.pinned {
-		errs = append(errs, g.dr.hostFree(p))
-	}
-	g.pinned = nil
 	if g.deep != nil {
 		errs = append(errs, g.deep.free())
 		g.deep = nil

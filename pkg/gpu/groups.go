@@ -25,7 +25,7 @@ func (g *Backend) FramePages() int { return codec.GroupPages }
 // error the device may still be working on a quarantined slot, and may
 // still write b.Out.
 func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
-	packed, err := g.checkGroups(b, lz4Offsets, lz4Lens, g.MaxGroups())
+	packed, err := checkGroups(b, lz4Offsets, lz4Lens, g.MaxGroups())
 	if err != nil || b.N == 0 {
 		return err
 	}
@@ -55,8 +55,8 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 // checkGroups checks a batch of groups of at most maxGroups groups and its LZ4
 // blocks (a GroupCompressor's arguments), and returns the bytes of b.Out
 // the blocks take.
-func (g *Backend) checkGroups(b *codec.Batch, lz4Offsets, lz4Lens []uint32, maxGroups int) (packed int, err error) {
-	if err := g.checkBatch(b); err != nil {
+func checkGroups(b *codec.Batch, lz4Offsets, lz4Lens []uint32, maxGroups int) (packed int, err error) {
+	if err := checkBatch(b); err != nil {
 		return 0, err
 	}
 	n := b.N

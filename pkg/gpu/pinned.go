@@ -3,12 +3,30 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gzramd/gzramd/pkg/codec"
 )
+
+// pinnedMemory is the backend's pinned host memory, which the device
+// reaches by DMA: the batches and output sets it made (NewBatch,
+// NewOutputs), which the backend's teardown frees, and the caller's
+// memory it pinned in place (RegisterPages), until unregistered.
+type pinnedMemory struct {
+	dr       cuda
+	maxPages int          // the backend's MaxBatchPages
+	closed   *atomic.Bool // the backend's: nothing is pinned once it is closed
+
+	mu     sync.Mutex
+	pinned [][]byte // memory of batches made by NewBatch and NewOutputs
+	// registered is the caller's memory RegisterPages pinned.
+	registered [][]byte
+}
 
 // NewBatch implements codec.BatchAllocator. The whole batch (pages,
 // output, offsets, lengths) lives in pinned host memory, so pages go up and
@@ -18,9 +36,9 @@ import (
 // a deadline error may still have b.Out written by the device until its
 // slot is released; pkg/route gives the device shadow outputs (NewOutputs)
 // for that reason.
-func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
+func (pm *pinnedMemory) NewBatch(capacity int) (*codec.Batch, error) {
 	pageBytes := capacity * codec.PageSize
-	mem, err := g.pin(capacity, pageBytes+capacity*(codec.PageSize+8))
+	mem, err := pm.pin(capacity, pageBytes+capacity*(codec.PageSize+8))
 	if err != nil {
 		return nil, err
 	}
@@ -32,31 +50,31 @@ func (g *Backend) NewBatch(capacity int) (*codec.Batch, error) {
 // RegisterPages pins mem, staging memory the caller mapped (from a memfd,
 // so that staged pages outlive the process), so that the GPU reads it by
 // DMA with no copy. The caller unregisters it before unmapping it.
-func (g *Backend) RegisterPages(mem []byte) error {
+func (pm *pinnedMemory) RegisterPages(mem []byte) error {
 	if len(mem) == 0 || len(mem)%codec.PageSize != 0 {
 		return fmt.Errorf("gpu: registering %d bytes, not whole pages", len(mem))
 	}
-	if g.closed.Load() {
+	if pm.closed.Load() {
 		return errClosed
 	}
-	if err := g.dr.hostRegister(mem); err != nil {
+	if err := pm.dr.hostRegister(mem); err != nil {
 		return fmt.Errorf("gpu: pinning %d bytes of staging: %w", len(mem), err)
 	}
-	g.mu.Lock()
-	g.registered = append(g.registered, mem)
-	g.mu.Unlock()
+	pm.mu.Lock()
+	pm.registered = append(pm.registered, mem)
+	pm.mu.Unlock()
 	return nil
 }
 
 // UnregisterPages unpins memory RegisterPages pinned.
-func (g *Backend) UnregisterPages(mem []byte) error {
-	if g.closed.Load() {
+func (pm *pinnedMemory) UnregisterPages(mem []byte) error {
+	if pm.closed.Load() {
 		return errClosed
 	}
-	g.mu.Lock()
-	g.registered = slices.DeleteFunc(g.registered, func(m []byte) bool { return unsafe.SliceData(m) == unsafe.SliceData(mem) })
-	g.mu.Unlock()
-	if err := g.dr.hostUnregister(mem); err != nil {
+	pm.mu.Lock()
+	pm.registered = slices.DeleteFunc(pm.registered, func(m []byte) bool { return unsafe.SliceData(m) == unsafe.SliceData(mem) })
+	pm.mu.Unlock()
+	if err := pm.dr.hostUnregister(mem); err != nil {
 		return fmt.Errorf("gpu: unpinning staging: %w", err)
 	}
 	return nil
@@ -68,11 +86,11 @@ func (g *Backend) UnregisterPages(mem []byte) error {
 // carved from one allocation: the driver hands out pinned memory in
 // pieces of 2 MiB, and 16 sets of 256 pages (1 MiB and 2 KiB each),
 // allocated one by one, took 32 MiB (H100, driver 580).
-func (g *Backend) NewOutputs(sets, capacity int) ([]*codec.Batch, error) {
+func (pm *pinnedMemory) NewOutputs(sets, capacity int) ([]*codec.Batch, error) {
 	if sets < 1 {
 		return nil, fmt.Errorf("gpu: %d output sets", sets)
 	}
-	mem, err := g.pin(capacity, codec.OutputSetBytes(sets, capacity))
+	mem, err := pm.pin(capacity, codec.OutputSetBytes(sets, capacity))
 	if err != nil {
 		return nil, err
 	}
@@ -81,37 +99,50 @@ func (g *Backend) NewOutputs(sets, capacity int) ([]*codec.Batch, error) {
 
 // pin allocates size bytes of pinned memory for batches of capacity
 // pages and records it (ownsPinned, teardown).
-func (g *Backend) pin(capacity, size int) ([]byte, error) {
-	if capacity < 1 || capacity > g.cfg.MaxBatchPages {
-		return nil, fmt.Errorf("gpu: batch capacity %d out of range 1..%d", capacity, g.cfg.MaxBatchPages)
+func (pm *pinnedMemory) pin(capacity, size int) ([]byte, error) {
+	if capacity < 1 || capacity > pm.maxPages {
+		return nil, fmt.Errorf("gpu: batch capacity %d out of range 1..%d", capacity, pm.maxPages)
 	}
-	if g.closed.Load() {
+	if pm.closed.Load() {
 		return nil, errClosed
 	}
-	mem, err := g.dr.hostAlloc(size)
+	mem, err := pm.dr.hostAlloc(size)
 	if err != nil {
 		return nil, fmt.Errorf("gpu: pinned memory for batches of %d pages: %w", capacity, err)
 	}
-	g.mu.Lock()
-	g.pinned = append(g.pinned, mem)
-	g.mu.Unlock()
+	pm.mu.Lock()
+	pm.pinned = append(pm.pinned, mem)
+	pm.mu.Unlock()
 	return mem, nil
 }
 
 // ownsPinned reports whether p lies in pinned memory: made by NewBatch or
 // NewOutputs, or registered (RegisterPages), as the output sets of an
 // accelerator attached after the pipeline was made are.
-func (g *Backend) ownsPinned(p []byte) bool {
+func (pm *pinnedMemory) ownsPinned(p []byte) bool {
 	if len(p) == 0 {
 		return false
 	}
 	lo := uintptr(unsafe.Pointer(&p[0]))
 	hi := lo + uintptr(len(p))
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
 	within := func(m []byte) bool {
 		start := uintptr(unsafe.Pointer(&m[0]))
 		return lo >= start && hi <= start+uintptr(len(m))
 	}
-	return slices.ContainsFunc(g.pinned, within) || slices.ContainsFunc(g.registered, within)
+	return slices.ContainsFunc(pm.pinned, within) || slices.ContainsFunc(pm.registered, within)
+}
+
+// freePinned frees the memory NewBatch and NewOutputs made. Only call it
+// when no work is on the device.
+func (pm *pinnedMemory) freePinned() error {
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	var errs []error
+	for _, p := range pm.pinned {
+		errs = append(errs, pm.dr.hostFree(p))
+	}
+	pm.pinned = nil
+	return errors.Join(errs...)
 }
