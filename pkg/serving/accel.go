@@ -1,4 +1,4 @@
-// Opening the GPU for --backend, and its metrics.
+// Opening the GPU for --backend, now or late, and its metrics.
 
 package serving
 
@@ -139,6 +139,33 @@ func OpenBackend(flag, backend string, open func() (*gpu.Backend, error)) (g *gp
 	default:
 		return nil, err, nil
 	}
+}
+
+// setUpAccelerator opens the GPU the configuration asks for, or leaves it
+// to openLate where the serving process before this one died (at died),
+// and returns how it opens, for openLate. opened runs once it is open.
+func setUpAccelerator(cfg *Config, died time.Time, kernels kernelImage, opened func(gpu.DeviceInfo), log *slog.Logger) (*accelerator, gpuSetup, error) {
+	backend, why := cfg.ResolveBackend()
+	if why != "" {
+		log.Info("compressing on the CPU: "+why, "backend", cfg.Backend)
+	}
+	setup := gpuSetup{backend: backend, algorithm: cfg.Algorithm, device: cfg.GPUDevice,
+		batchPages: cfg.BatchPages, inFlight: cfg.BatchInFlight, kernels: kernels}
+	if !died.IsZero() && (backend == "gpu" || backend == "auto" && kernels.image != nil) {
+		// A takeover after a death: every request waits for it, so serve
+		// first, on the CPU, and open the GPU meanwhile (openLate). With
+		// auto, only where the kernels compiled (a standby's, ahead): the
+		// GPU is there.
+		return &accelerator{late: &lateGPU{}}, setup, nil
+	}
+	a, err := openAccelerator(setup, log)
+	if err != nil {
+		return nil, setup, err
+	}
+	if a.gpu != nil {
+		opened(a.info)
+	}
+	return a, setup, nil
 }
 
 // openAccelerator opens the GPU for --backend gpu (which must find one)

@@ -101,7 +101,7 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 			d.close()
 		}
 	}()
-	if err = d.setUpAccelerator(kernels); err != nil {
+	if d.accel, d.gpuSetup, err = setUpAccelerator(cfg, start.DiedAt, kernels, d.gpuOpened, log); err != nil {
 		return nil, err
 	}
 	batchObs := metrics.NewBatches()
@@ -125,34 +125,6 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 		return nil, fmt.Errorf("registering metrics: %w", err)
 	}
 	return d, nil
-}
-
-// setUpAccelerator opens the GPU the configuration asks for, or leaves it
-// to openLate after a death.
-func (d *daemon) setUpAccelerator(kernels kernelImage) (err error) {
-	cfg, log := d.cfg, d.log
-	backend, why := cfg.ResolveBackend()
-	if why != "" {
-		log.Info("compressing on the CPU: "+why, "backend", cfg.Backend)
-	}
-	d.gpuSetup = gpuSetup{backend: backend, algorithm: cfg.Algorithm, device: cfg.GPUDevice,
-		batchPages: cfg.BatchPages, inFlight: cfg.BatchInFlight, kernels: kernels}
-	switch {
-	case !d.start.DiedAt.IsZero() && (backend == "gpu" || backend == "auto" && kernels.image != nil):
-		// A takeover after a death: every request waits for it, so serve
-		// first, on the CPU, and open the GPU meanwhile (openLate). With
-		// auto, only where the kernels compiled (a standby's, ahead): the
-		// GPU is there.
-		d.accel = &accelerator{late: &lateGPU{}}
-	default:
-		if d.accel, err = openAccelerator(d.gpuSetup, log); err != nil {
-			return err
-		}
-		if d.accel.gpu != nil {
-			d.gpuOpened(d.accel.info)
-		}
-	}
-	return nil
 }
 
 // openPipeline opens the data path over the state, taking over what a
