@@ -75,13 +75,7 @@ type conn struct {
 	// transmission-phase reply.
 	inHandshake atomic.Bool
 
-	// Handing the connection over (Server.HandOver): handing asks the
-	// reader to stop at the next request boundary; idle says it waits
-	// for a request header, the only read a deadline may then interrupt.
-	// hmu orders the two, so that no deadline cuts a payload short.
-	hmu     sync.Mutex
-	handing bool
-	idle    bool
+	handover handoverGate
 	// export and unread, once the reader stopped for a handover: the
 	// export negotiated and the bytes read beyond the boundary.
 	export string
@@ -135,6 +129,7 @@ type request struct {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{srv: s, nc: nc, sock: unwrap(nc), since: time.Now(), peerUID: -1}
+	c.handover.nc = nc
 	if a := c.sock.LocalAddr(); a != nil {
 		c.transport = a.Network()
 	}
@@ -357,12 +352,12 @@ func (c *conn) transmit() error {
 	var h [requestHeaderLen]byte
 	for {
 		c.flushUnless(requestHeaderLen)
-		if !c.waitHeader() {
+		if !c.handover.waitHeader() {
 			c.stopAtBoundary(nil)
 			return errHandedOver
 		}
 		n, err := io.ReadFull(c.br, h[:])
-		if c.gotHeader() && err != nil && isTimeout(err) {
+		if c.handover.gotHeader() && err != nil && isTimeout(err) {
 			c.stopAtBoundary(h[:n])
 			return errHandedOver
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -52,7 +53,7 @@ func (s *Server) HandOver(ctx context.Context) ([]HandedConn, error) {
 		case c.inHandshake.Load():
 			c.stop()
 		default:
-			c.handOver()
+			c.handover.handOver()
 		}
 	}
 	s.mu.Unlock()
@@ -111,40 +112,53 @@ func (s *Server) Adopt(nc net.Conn, export string, pending []byte) error {
 	return nil
 }
 
+// handoverGate orders handing a connection over (Server.HandOver) with
+// its reader: handing asks the reader to stop at the next request
+// boundary; idle says it waits for a request header, the only read a
+// deadline may then interrupt. mu orders the two, so that no deadline
+// cuts a payload short. nc is the connection's socket, whose read
+// deadline wakes an idle reader.
+type handoverGate struct {
+	mu      sync.Mutex
+	handing bool
+	idle    bool
+	nc      net.Conn
+}
+
 // handOver asks the connection's reader to stop at the next request
 // boundary: at once if it waits for a header.
-func (c *conn) handOver() {
-	c.hmu.Lock()
-	c.handing = true
-	if c.idle {
-		c.nc.SetReadDeadline(time.Now())
+func (g *handoverGate) handOver() {
+	g.mu.Lock()
+	g.handing = true
+	if g.idle {
+		g.nc.SetReadDeadline(time.Now())
 	}
-	c.hmu.Unlock()
+	g.mu.Unlock()
 }
 
 // waitHeader is the reader's step before it reads a request header: false
 // means stop here, for a handover.
-func (c *conn) waitHeader() bool {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	if c.handing {
+func (g *handoverGate) waitHeader() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.handing {
 		return false
 	}
-	c.idle = true
+	g.idle = true
 	return true
 }
 
 // gotHeader is the reader's step once the header read returned; true
 // means a handover began meanwhile (its deadline, now cleared, may have
 // cut the read short).
-func (c *conn) gotHeader() bool {
-	c.hmu.Lock()
-	defer c.hmu.Unlock()
-	c.idle = false
-	if !c.handing {
+func (g *handoverGate) gotHeader() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.idle = false
+	if !g.handing {
 		return false
 	}
-	c.nc.SetReadDeadline(time.Time{})
+	g.nc.SetReadDeadline(time.Time{})
 	return true
 }
 
