@@ -64,10 +64,10 @@ func (c *conn) takeBuffer(r *request) {
 			}
 			break
 		}
-		if len(c.held) > 0 || len(c.queued) > 0 {
+		if c.inline.pending() {
 			// Inline: the buffers to wait for are our own held replies'.
 			c.payload.mu.Unlock()
-			c.flushHeld()
+			c.inline.flushHeld()
 			c.payload.mu.Lock()
 			continue
 		}

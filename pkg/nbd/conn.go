@@ -89,16 +89,7 @@ type conn struct {
 
 	payload payloadBudget
 
-	// held are requests run inline whose replies wait to go out together
-	// (Options.Inline); only the reader touches it.
-	held []*request
-	// queued are requests read but not yet run, with inline helpers
-	// (Options.InlineHelpers): they run together, in shares, before the
-	// reader would wait. Only the reader touches it.
-	queued  []*request
-	shares  chan []*request
-	sharing sync.WaitGroup
-	helpers sync.WaitGroup
+	inline inlineRunner
 
 	work     chan *request
 	working  atomic.Int32 // requests handed to the workers and not done
@@ -268,6 +259,8 @@ func (c *conn) startTransmission(e *Export, early []byte) {
 	c.replies.pending = make([]*request, 0, c.srv.maxInFlight)
 	c.replies.batch = make([]*request, 0, c.srv.maxInFlight)
 	c.replies.iovs = make([][]byte, 0, 2*c.srv.maxInFlight)
+	c.replies.sock, c.replies.nc, c.replies.done = c.sock, c.nc, c.release
+	c.replies.timeout, c.replies.log, c.replies.obs, c.replies.remote = c.srv.replyTimeout, c.srv.log, c.srv.obs, c.remote
 	if c.tls != nil {
 		c.replies.tls = bufio.NewWriterSize(c.tls, tlsRecordSize)
 		c.replies.gather.buf = make([]byte, 0, tlsGatherSize)
@@ -292,17 +285,7 @@ func (c *conn) startTransmission(e *Export, early []byte) {
 		go c.worker()
 	}
 	if c.srv.inline {
-		c.held = make([]*request, 0, maxHeld)
-	}
-	if c.srv.inline {
-		if n := c.srv.inlineHelpers; n > 0 {
-			c.queued = make([]*request, 0, maxHeld)
-			c.shares = make(chan []*request, n)
-			for range n {
-				c.helpers.Add(1)
-				go c.helper()
-			}
-		}
+		c.inline.start(c.srv.inlineHelpers, c.run, &c.replies, c.br)
 	}
 	c.reserveBuffers(c.srv.reserveBuffers)
 }
@@ -320,15 +303,12 @@ func (c *conn) endTransmission(e *Export, err error) {
 	case err == errDisc || errors.Is(err, io.EOF):
 		c.nc.SetWriteDeadline(time.Now().Add(drainTimeout))
 	default:
-		c.kill()
+		c.replies.kill()
 	}
 	c.inflight.Wait()
 	close(c.work)
 	c.workers.Wait()
-	if c.shares != nil {
-		close(c.shares)
-		c.helpers.Wait()
-	}
+	c.inline.stop()
 	c.releaseCache()
 	if err == errHandedOver {
 		c.srv.handedOver(c)
@@ -348,10 +328,10 @@ func (c *conn) endTransmission(e *Export, err error) {
 func (c *conn) transmit() error {
 	// Replies held back must go out whatever ends the loop: the requests
 	// ran, and the drain waits for them.
-	defer c.flushHeld()
+	defer c.inline.flushHeld()
 	var h [requestHeaderLen]byte
 	for {
-		c.flushUnless(requestHeaderLen)
+		c.inline.flushUnless(requestHeaderLen)
 		if !c.handover.waitHeader() {
 			c.stopAtBoundary(nil)
 			return errHandedOver
@@ -377,7 +357,7 @@ func (c *conn) transmit() error {
 			return errDisc
 		}
 		if len(c.free) == 0 {
-			c.flushHeld()
+			c.inline.flushHeld()
 		}
 		r := <-c.free
 		r.flags = be.Uint16(h[4:])
@@ -401,7 +381,7 @@ func (c *conn) transmit() error {
 		// whatever its size.
 		small := r.length <= maxInlineBytes || r.rcpt != nil
 		if small && c.srv.inline {
-			c.runInline(r)
+			c.inline.runInline(r)
 			continue
 		}
 		c.working.Add(1)
@@ -433,7 +413,7 @@ func (c *conn) readPayload(r *request) error {
 		if r.errno == 0 && c.recv != nil {
 			if rc, ok := c.recv.ReceiveWrite(int64(r.off), int(r.length)); ok {
 				r.rcpt = rc
-				c.flushUnless(int(r.length))
+				c.inline.flushUnless(int(r.length))
 				for _, b := range rc.Buffers() {
 					if _, err := io.ReadFull(c.br, b); err != nil {
 						return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
@@ -443,7 +423,7 @@ func (c *conn) readPayload(r *request) error {
 			}
 		}
 		c.takeBuffer(r)
-		c.flushUnless(int(r.length))
+		c.inline.flushUnless(int(r.length))
 		if _, err := io.ReadFull(c.br, r.data); err != nil {
 			return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
 		}
@@ -487,7 +467,7 @@ func (c *conn) worker() {
 
 func (c *conn) handle(r *request) {
 	if c.run(r) {
-		c.reply(r)
+		c.replies.reply(r)
 	}
 }
 
@@ -500,7 +480,7 @@ func (c *conn) run(r *request) (ok bool) {
 			c.srv.log.Error("nbd: backend panicked; dropping connection",
 				"remote", c.remote(), "cmd", r.cmd.String(), "offset", r.off, "length", r.length,
 				"panic", p, "stack", string(debug.Stack()))
-			c.kill()
+			c.replies.kill()
 			c.release(r)
 			ok = false
 		}

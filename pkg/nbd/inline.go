@@ -2,6 +2,11 @@
 
 package nbd
 
+import (
+	"bufio"
+	"sync"
+)
+
 const (
 	// maxHeld bounds the replies an inline connection sends in one write.
 	maxHeld = 64
@@ -11,68 +16,118 @@ const (
 	maxInlineBytes = 64 << 10
 )
 
+// inlineRunner runs requests on the connection's reader, and on its
+// helpers, holding their replies back to go out together
+// (Options.Inline); only the reader touches held and queued. It is set
+// up with the transmission phase (start) and needs of the connection
+// only run, the reply queue and the reader's buffer.
+type inlineRunner struct {
+	// held are requests run whose replies wait to go out together.
+	held []*request
+	// queued are requests read but not yet run, with helpers
+	// (Options.InlineHelpers): they run together, in shares, before the
+	// reader would wait.
+	queued  []*request
+	shares  chan []*request
+	sharing sync.WaitGroup
+	helpers sync.WaitGroup
+
+	run     func(*request) bool
+	replies *replyQueue
+	br      *bufio.Reader
+}
+
+// start makes the held replies' room and starts n helpers.
+func (in *inlineRunner) start(n int, run func(*request) bool, replies *replyQueue, br *bufio.Reader) {
+	in.run, in.replies, in.br = run, replies, br
+	in.held = make([]*request, 0, maxHeld)
+	if n <= 0 {
+		return
+	}
+	in.queued = make([]*request, 0, maxHeld)
+	in.shares = make(chan []*request, n)
+	for range n {
+		in.helpers.Add(1)
+		go in.helper()
+	}
+}
+
+// stop ends the helpers, once every request has run.
+func (in *inlineRunner) stop() {
+	if in.shares != nil {
+		close(in.shares)
+		in.helpers.Wait()
+	}
+}
+
+// pending reports whether requests ran, or wait to run, whose replies
+// have not gone out.
+func (in *inlineRunner) pending() bool {
+	return len(in.held) > 0 || len(in.queued) > 0
+}
+
 // runInline runs r on the reader goroutine and holds its reply back, to
 // go out with the replies of the requests read after it without waiting.
 // With helpers, r only joins the queue: the queue runs, in shares, when
 // the replies are about to go out (flushHeld).
-func (c *conn) runInline(r *request) {
-	if c.shares != nil {
-		c.queued = append(c.queued, r)
-		if len(c.queued)+len(c.held) >= maxHeld {
-			c.flushHeld()
+func (in *inlineRunner) runInline(r *request) {
+	if in.shares != nil {
+		in.queued = append(in.queued, r)
+		if len(in.queued)+len(in.held) >= maxHeld {
+			in.flushHeld()
 		}
 		return
 	}
-	if !c.run(r) {
+	if !in.run(r) {
 		return
 	}
-	c.held = append(c.held, r)
-	if len(c.held) == maxHeld {
-		c.flushHeld()
+	in.held = append(in.held, r)
+	if len(in.held) == maxHeld {
+		in.flushHeld()
 	}
 }
 
 // runQueued runs the queued requests, a share each on the helpers and
 // the rest on the reader, and holds the replies of those that ran.
-func (c *conn) runQueued() {
-	q := c.queued
+func (in *inlineRunner) runQueued() {
+	q := in.queued
 	if len(q) == 0 {
 		return
 	}
-	n := min(cap(c.shares)+1, len(q))
+	n := min(cap(in.shares)+1, len(q))
 	per := (len(q) + n - 1) / n
 	for lo := per; lo < len(q); lo += per {
-		c.sharing.Add(1)
-		c.shares <- q[lo:min(lo+per, len(q))]
+		in.sharing.Add(1)
+		in.shares <- q[lo:min(lo+per, len(q))]
 	}
-	c.runShare(q[:per])
-	c.sharing.Wait()
+	in.runShare(q[:per])
+	in.sharing.Wait()
 	for _, r := range q {
 		if !r.dropped {
-			c.held = append(c.held, r)
+			in.held = append(in.held, r)
 		}
 	}
-	clear(c.queued)
-	c.queued = c.queued[:0]
+	clear(in.queued)
+	in.queued = in.queued[:0]
 }
 
 // runShare runs the requests of one share; a request whose Backend
 // panicked was released by run and is marked dropped.
-func (c *conn) runShare(rs []*request) {
+func (in *inlineRunner) runShare(rs []*request) {
 	for _, r := range rs {
 		r.dropped = false
-		if !c.run(r) {
+		if !in.run(r) {
 			r.dropped = true
 		}
 	}
 }
 
 // helper runs the shares of queued requests the reader hands it.
-func (c *conn) helper() {
-	defer c.helpers.Done()
-	for rs := range c.shares {
-		c.runShare(rs)
-		c.sharing.Done()
+func (in *inlineRunner) helper() {
+	defer in.helpers.Done()
+	for rs := range in.shares {
+		in.runShare(rs)
+		in.sharing.Done()
 	}
 }
 
@@ -81,20 +136,20 @@ func (c *conn) helper() {
 // waiting for them. (Taking in what the socket holds first, without
 // waiting, held replies back longer but cost a failed read each time:
 // random writes at queue depth 32 fell to 0.81x, at depth 1 to 0.90x.)
-func (c *conn) flushUnless(n int) {
-	if (len(c.held) > 0 || len(c.queued) > 0) && c.br.Buffered() < n {
-		c.flushHeld()
+func (in *inlineRunner) flushUnless(n int) {
+	if (len(in.held) > 0 || len(in.queued) > 0) && in.br.Buffered() < n {
+		in.flushHeld()
 	}
 }
 
 // flushHeld runs the queued requests and sends the held replies in one
 // write.
-func (c *conn) flushHeld() {
-	c.runQueued()
-	if len(c.held) == 0 {
+func (in *inlineRunner) flushHeld() {
+	in.runQueued()
+	if len(in.held) == 0 {
 		return
 	}
-	c.reply(c.held...)
-	clear(c.held)
-	c.held = c.held[:0]
+	in.replies.reply(in.held...)
+	clear(in.held)
+	in.held = in.held[:0]
 }

@@ -5,6 +5,7 @@ package nbd
 import (
 	"bufio"
 	"errors"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -30,6 +31,18 @@ type replyQueue struct {
 	// gather, beneath the TLS session, makes one write of the records a
 	// batch of replies fills.
 	gather *recordGatherer
+
+	// What writing needs of the connection, set as its transmission
+	// starts: sock to write to (plain connections), nc for the write
+	// deadline and to close it when a write fails, done to release each
+	// request once its reply is out, and the server's timeout, log and
+	// observer with remote, which names the client in log lines.
+	sock, nc net.Conn
+	done     func(*request)
+	timeout  time.Duration
+	log      *slog.Logger
+	obs      Observer
+	remote   func() string
 }
 
 // reply queues the requests' simple replies and releases each once it is
@@ -38,70 +51,69 @@ type replyQueue struct {
 // every queued reply (headers and read payloads) in one writev, and loops
 // while more arrive, so replies that complete together share a syscall.
 // Replies leave in completion order, not request order.
-func (c *conn) reply(rs ...*request) {
+func (q *replyQueue) reply(rs ...*request) {
 	for _, r := range rs {
 		be.PutUint32(r.hdr[0:], magicReply)
 		be.PutUint32(r.hdr[4:], r.errno)
 		be.PutUint64(r.hdr[8:], r.cookie)
 	}
 
-	c.replies.mu.Lock()
-	c.replies.pending = append(c.replies.pending, rs...)
-	if c.replies.writing {
-		c.replies.mu.Unlock()
+	q.mu.Lock()
+	q.pending = append(q.pending, rs...)
+	if q.writing {
+		q.mu.Unlock()
 		return
 	}
-	c.replies.writing = true
-	for len(c.replies.pending) > 0 {
-		c.replies.batch, c.replies.pending = c.replies.pending, c.replies.batch[:0]
-		dead := c.replies.dead
-		c.replies.mu.Unlock()
+	q.writing = true
+	for len(q.pending) > 0 {
+		q.batch, q.pending = q.pending, q.batch[:0]
+		dead := q.dead
+		q.mu.Unlock()
 
 		if !dead {
-			c.replies.iov = c.replies.iovs[:0]
-			for _, r := range c.replies.batch {
-				c.replies.iov = append(c.replies.iov, r.hdr[:])
+			q.iov = q.iovs[:0]
+			for _, r := range q.batch {
+				q.iov = append(q.iov, r.hdr[:])
 				if r.cmd == CmdRead && r.errno == 0 && len(r.data) > 0 {
-					c.replies.iov = append(c.replies.iov, r.data)
+					q.iov = append(q.iov, r.data)
 				}
 			}
-			used := len(c.replies.iov)
-			if c.srv.replyTimeout > 0 {
-				c.nc.SetWriteDeadline(time.Now().Add(c.srv.replyTimeout))
+			used := len(q.iov)
+			if q.timeout > 0 {
+				q.nc.SetWriteDeadline(time.Now().Add(q.timeout))
 			}
-			if err := c.writeReplies(); err != nil {
+			if err := q.writeReplies(); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
-					c.srv.log.Warn("nbd: client not reading replies; dropping connection",
-						"remote", c.remote(), "reply_timeout", c.srv.replyTimeout)
+					q.log.Warn("nbd: client not reading replies; dropping connection",
+						"remote", q.remote(), "reply_timeout", q.timeout)
 				}
 				dead = true
 				// Wake the reader: nobody is listening any more.
-				c.nc.Close()
+				q.nc.Close()
 			}
 			// Drop the references to payloads that go back to the pool.
-			clear(c.replies.iovs[:used])
+			clear(q.iovs[:used])
 		}
-		for i, r := range c.replies.batch {
-			if c.srv.obs != nil {
-				c.srv.obs.RequestDone(r.cmd, r.length, time.Since(r.start), r.errno)
+		for i, r := range q.batch {
+			if q.obs != nil {
+				q.obs.RequestDone(r.cmd, r.length, time.Since(r.start), r.errno)
 			}
-			c.release(r)
-			c.replies.batch[i] = nil
+			q.done(r)
+			q.batch[i] = nil
 		}
 
-		c.replies.mu.Lock()
-		c.replies.dead = c.replies.dead || dead
+		q.mu.Lock()
+		q.dead = q.dead || dead
 	}
-	c.replies.writing = false
-	c.replies.mu.Unlock()
+	q.writing = false
+	q.mu.Unlock()
 }
 
 // writeReplies writes iov, the replies' headers and payloads, in one
 // writev on a plain socket; over TLS in as few records as they fill.
-func (c *conn) writeReplies() error {
-	q := &c.replies
+func (q *replyQueue) writeReplies() error {
 	if q.tls == nil {
-		_, err := q.iov.WriteTo(c.sock)
+		_, err := q.iov.WriteTo(q.sock)
 		return err
 	}
 	q.gather.start()
@@ -123,9 +135,9 @@ func (c *conn) release(r *request) {
 
 // kill drops the connection after a fault: no more replies are written and
 // the reader fails on its next read.
-func (c *conn) kill() {
-	c.replies.mu.Lock()
-	c.replies.dead = true
-	c.replies.mu.Unlock()
-	c.nc.Close()
+func (q *replyQueue) kill() {
+	q.mu.Lock()
+	q.dead = true
+	q.mu.Unlock()
+	q.nc.Close()
 }
