@@ -3,6 +3,7 @@
 package nbd
 
 import (
+	"log/slog"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -24,31 +25,64 @@ type payloadBudget struct {
 	cached      int64
 	retainBytes int64
 	// region is the mapping the reserve's buffers are cut from
-	// (reserveBuffers), nil for none.
+	// (reserve), nil for none.
 	region []byte
+
+	// What it needs of the connection and its server, set as the
+	// transmission phase starts: the budgets of the connection's buffers
+	// beyond its reserve (Options.MaxInFlightBytes, less for a
+	// connection other than the process's own) and of its reserve
+	// (Options.ReserveBuffers); the server's pool and its count of bytes
+	// in requests' buffers; the inline runner, whose held replies hold
+	// buffers; the log and the client's name (remote) for its lines.
+	limit, reserveLimit int64
+	pool                *bufferPool
+	inUse               *atomic.Int64
+	inline              *inlineRunner
+	log                 *slog.Logger
+	remote              func() string
 }
 
-// takeBuffer gives r a payload buffer of r.length bytes, from the
+// start sets up the buffers of a connection of s's (other, when it is not
+// the process's own) as its transmission phase starts.
+func (p *payloadBudget) start(s *Server, other bool, inline *inlineRunner, remote func() string) {
+	p.cond.L = &p.mu
+	p.limit, p.reserveLimit = s.maxInFlightBytes, s.reserveBuffers
+	p.pool, p.inUse, p.inline, p.log, p.remote = s.bufs, &s.bufBytes, inline, s.log, remote
+	// Twice the in-flight bound: a mix of sizes in flight changes over
+	// time, and a cache that drops the buffers of one mix to keep those of
+	// the last allocates all the while. Another client's connection keeps
+	// no more than its budget, allocating more often for it: what it makes
+	// the daemon hold stays bounded (otherMaxPayload).
+	if other {
+		p.limit = min(s.maxInFlightBytes, otherMaxPayload)
+		p.retainBytes = p.limit
+	} else {
+		p.retainBytes = min(2*s.maxInFlightBytes, maxRetainBytes)
+	}
+}
+
+// take gives r a payload buffer of r.length bytes, from the
 // connection's own cache where it can, waiting while the connection's
 // buffers exceed its budget.
-func (c *conn) takeBuffer(r *request) {
+func (p *payloadBudget) take(r *request) {
 	class := sizeClass(r.length)
 	// Requests the reserve's buffers can serve count against the reserve
 	// alone: within it, they never wait for a buffer to be allocated.
-	used, limit := &c.payload.used, c.heapBudget()
-	r.reserved = c.srv.reserveBuffers > 0 && r.length <= ReserveBufferMax
+	used, limit := &p.used, p.limit
+	r.reserved = p.reserveLimit > 0 && r.length <= ReserveBufferMax
 	if r.reserved {
-		used, limit = &c.payload.reserveUsed, c.srv.reserveBuffers
+		used, limit = &p.reserveUsed, p.reserveLimit
 	}
 	var b *[]byte
 	var n int64
-	c.payload.mu.Lock()
+	p.mu.Lock()
 	for {
 		// The smallest free buffer that fits, so that a reserve of
 		// large buffers serves every size up to theirs. The budget
 		// counts the buffer's size, not the request's.
 		k := class
-		for k < numClasses && len(c.payload.cache[k]) == 0 {
+		for k < numClasses && len(p.cache[k]) == 0 {
 			k++
 		}
 		if k == numClasses {
@@ -56,28 +90,28 @@ func (c *conn) takeBuffer(r *request) {
 		}
 		n = 1 << (k + minClassShift)
 		if *used == 0 || *used+n <= limit {
-			if l := c.payload.cache[k]; len(l) > 0 {
+			if l := p.cache[k]; len(l) > 0 {
 				b = l[len(l)-1]
 				l[len(l)-1] = nil
-				c.payload.cache[k] = l[:len(l)-1]
-				c.payload.cached -= n
+				p.cache[k] = l[:len(l)-1]
+				p.cached -= n
 			}
 			break
 		}
-		if c.inline.pending() {
+		if p.inline.pending() {
 			// Inline: the buffers to wait for are our own held replies'.
-			c.payload.mu.Unlock()
-			c.inline.flushHeld()
-			c.payload.mu.Lock()
+			p.mu.Unlock()
+			p.inline.flushHeld()
+			p.mu.Lock()
 			continue
 		}
-		c.payload.cond.Wait()
+		p.cond.Wait()
 	}
 	*used += n
-	c.payload.mu.Unlock()
-	c.srv.bufBytes.Add(n)
+	p.mu.Unlock()
+	p.inUse.Add(n)
 	if b == nil {
-		b = c.srv.bufs.get(class)
+		b = p.pool.get(class)
 	}
 	r.buf, r.data = b, (*b)[:r.length]
 }
@@ -106,125 +140,113 @@ func (c *conn) maxPayload() uint32 {
 	return MaxPayload
 }
 
-// heapBudget bounds the payload buffers c's requests hold beyond its
-// reserve (Options.MaxInFlightBytes).
-func (c *conn) heapBudget() int64 {
-	if c.other {
-		return min(c.srv.maxInFlightBytes, otherMaxPayload)
+// put takes back r's buffer. The connection keeps up to retainBytes of
+// buffers for itself and unmaps the rest: a swap device under memory
+// pressure is exactly where mapping a fresh buffer for each request must
+// not happen.
+func (p *payloadBudget) put(r *request) {
+	b := r.buf
+	if b == nil {
+		return
 	}
-	return c.srv.maxInFlightBytes
-}
-
-// putRequest recycles r and its buffer. The connection keeps up to
-// retainBytes of buffers for itself and unmaps the rest: a swap device
-// under memory pressure is exactly where mapping a fresh buffer for each
-// request must not happen.
-func (c *conn) putRequest(r *request) {
-	if r.rcpt != nil {
-		c.recv.AbortWrite(r.rcpt)
-		r.rcpt = nil
+	r.buf, r.data = nil, nil
+	n := int64(cap(*b))
+	p.inUse.Add(-n)
+	p.mu.Lock()
+	if r.reserved {
+		p.reserveUsed -= n
+	} else {
+		p.used -= n
 	}
-	if b := r.buf; b != nil {
-		r.buf, r.data = nil, nil
-		n := int64(cap(*b))
-		c.srv.bufBytes.Add(-n)
-		c.payload.mu.Lock()
-		if r.reserved {
-			c.payload.reserveUsed -= n
-		} else {
-			c.payload.used -= n
-		}
-		// A reserve buffer always goes back to the reserve (reserved
-		// requests never allocate, so these are never more than it).
-		keep := c.payload.cached+n <= c.payload.retainBytes || r.reserved && n == ReserveBufferMax
-		if keep {
-			class := sizeClass(uint32(n))
-			c.payload.cache[class] = append(c.payload.cache[class], b)
-			c.payload.cached += n
-		}
-		c.payload.mu.Unlock()
-		c.payload.cond.Signal()
-		if !keep {
-			c.srv.bufs.put(b)
-		}
+	// A reserve buffer always goes back to the reserve (reserved
+	// requests never allocate, so these are never more than it).
+	keep := p.cached+n <= p.retainBytes || r.reserved && n == ReserveBufferMax
+	if keep {
+		class := sizeClass(uint32(n))
+		p.cache[class] = append(p.cache[class], b)
+		p.cached += n
 	}
-	c.free <- r
+	p.mu.Unlock()
+	p.cond.Signal()
+	if !keep {
+		p.pool.put(b)
+	}
 }
 
 // ReserveBufferMax is the size of the buffers of Options.ReserveBuffers,
 // and so the largest request they serve.
 const ReserveBufferMax = 128 << 10
 
-// reserveBuffers fills the connection's buffer cache with n bytes of
+// reserve fills the connection's buffer cache with n bytes of
 // buffers of ReserveBufferMax, written so that they are resident (locked,
 // under mlockall). One serves a request of any size up to its own, and
 // the reserve's budget counts it whole, so such requests never need a
 // buffer the reserve does not have.
 //
 // The buffers are one mapping of their own, outside the Go heap, unmapped
-// as the connection closes (releaseCache). On the heap they would stay
+// as the connection closes (release). On the heap they would stay
 // resident for ever once freed: under mlockall the runtime cannot give
 // locked pages back (madvise refuses them), so every connection ever
 // opened would leave its reserve behind.
-func (c *conn) reserveBuffers(n int64) {
+func (p *payloadBudget) reserve(n int64) {
 	if n <= 0 {
 		return
 	}
 	count := max(1, n/ReserveBufferMax)
-	c.payload.retainBytes += n
+	p.retainBytes += n
 	class := sizeClass(ReserveBufferMax)
-	c.payload.mu.Lock()
-	defer c.payload.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	mem, err := unix.Mmap(-1, 0, int(count*ReserveBufferMax), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		// Served all the same, from the heap: the connection works,
 		// its reserve just stays behind it.
-		c.srv.log.Warn("nbd: mapping a connection's reserve buffers; taking them from the heap", "remote", c.remote(), "bytes", count*ReserveBufferMax, "err", err)
+		p.log.Warn("nbd: mapping a connection's reserve buffers; taking them from the heap", "remote", p.remote(), "bytes", count*ReserveBufferMax, "err", err)
 		mem = make([]byte, count*ReserveBufferMax)
 	} else {
-		c.payload.region = mem
+		p.region = mem
 	}
 	for i := 0; i < len(mem); i += 4096 {
 		mem[i] = 0
 	}
 	for i := range count {
 		b := mem[i*ReserveBufferMax : (i+1)*ReserveBufferMax : (i+1)*ReserveBufferMax]
-		c.payload.cache[class] = append(c.payload.cache[class], &b)
-		c.payload.cached += ReserveBufferMax
+		p.cache[class] = append(p.cache[class], &b)
+		p.cached += ReserveBufferMax
 	}
 }
 
-// releaseCache unmaps the connection's cached buffers and its reserve. Every request has ended by now, and a reserve
-// buffer always returns to the cache (putRequest), so none is in use.
-func (c *conn) releaseCache() {
-	c.payload.mu.Lock()
-	defer c.payload.mu.Unlock()
-	region := c.payload.region
+// release unmaps the connection's cached buffers and its reserve. Every request has ended by now, and a reserve
+// buffer always returns to the cache (put), so none is in use.
+func (p *payloadBudget) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	region := p.region
 	var back int
-	for class, l := range c.payload.cache {
+	for class, l := range p.cache {
 		for _, b := range l {
 			if inRegion(*b, region) {
 				back++
 				continue
 			}
-			c.srv.bufs.put(b)
+			p.pool.put(b)
 		}
 		clear(l)
-		c.payload.cache[class] = nil
+		p.cache[class] = nil
 	}
-	c.payload.cached = 0
+	p.cached = 0
 	if region == nil {
 		return
 	}
-	c.payload.region = nil
+	p.region = nil
 	if want := len(region) / ReserveBufferMax; back != want {
 		// Unmapping a buffer still referenced would turn a bug into a
 		// crash of the daemon that serves swap: keep it mapped.
-		c.srv.log.Error("nbd: a connection's reserve buffers are not all back; leaving them mapped", "remote", c.remote(), "back", back, "want", want)
+		p.log.Error("nbd: a connection's reserve buffers are not all back; leaving them mapped", "remote", p.remote(), "back", back, "want", want)
 		return
 	}
 	if err := unix.Munmap(region); err != nil {
-		c.srv.log.Error("nbd: unmapping a connection's reserve buffers", "remote", c.remote(), "err", err)
+		p.log.Error("nbd: unmapping a connection's reserve buffers", "remote", p.remote(), "err", err)
 	}
 }
 
@@ -240,7 +262,7 @@ func inRegion(b, region []byte) bool {
 
 // bufferPool hands out payload buffers in power-of-two size classes from
 // 4 KiB to MaxPayload, each a mapping of its own, and unmaps those given
-// back. Connections keep their own cache in front of it (putRequest); the
+// back. Connections keep their own cache in front of it (payloadBudget.put); the
 // pool keeps nothing. On the heap a freed buffer would stay resident for
 // ever: under mlockall the runtime cannot give locked pages back, so the
 // largest burst of requests ever served (nbdcopy's 8 connections of 256

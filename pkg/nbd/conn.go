@@ -253,7 +253,6 @@ func (c *conn) startTransmission(e *Export, early []byte) {
 	c.backend = e.Backend
 	c.recv, _ = e.Backend.(WriteReceiver)
 	c.size = uint64(e.Backend.Size())
-	c.payload.cond.L = &c.payload.mu
 	c.work = make(chan *request, c.srv.maxInFlight)
 	c.free = make(chan *request, c.srv.maxInFlight)
 	c.replies.pending = make([]*request, 0, c.srv.maxInFlight)
@@ -265,16 +264,7 @@ func (c *conn) startTransmission(e *Export, early []byte) {
 		c.replies.tls = bufio.NewWriterSize(c.tls, tlsRecordSize)
 		c.replies.gather.buf = make([]byte, 0, tlsGatherSize)
 	}
-	// Twice the in-flight bound: a mix of sizes in flight changes over
-	// time, and a cache that drops the buffers of one mix to keep those of
-	// the last allocates all the while. Another client's connection keeps
-	// no more than its budget, allocating more often for it: what it makes
-	// the daemon hold stays bounded (otherMaxPayload).
-	if c.other {
-		c.payload.retainBytes = c.heapBudget()
-	} else {
-		c.payload.retainBytes = min(2*c.srv.maxInFlightBytes, maxRetainBytes)
-	}
+	c.payload.start(c.srv, c.other, &c.inline, c.remote)
 	// Every request struct and worker exists from the start, so that
 	// serving (swap) I/O later allocates nothing, not even a stack.
 	for range c.srv.maxInFlight {
@@ -287,7 +277,7 @@ func (c *conn) startTransmission(e *Export, early []byte) {
 	if c.srv.inline {
 		c.inline.start(c.srv.inlineHelpers, c.run, &c.replies, c.br)
 	}
-	c.reserveBuffers(c.srv.reserveBuffers)
+	c.payload.reserve(c.srv.reserveBuffers)
 }
 
 // endTransmission winds the connection down after transmit returned err,
@@ -309,7 +299,7 @@ func (c *conn) endTransmission(e *Export, err error) {
 	close(c.work)
 	c.workers.Wait()
 	c.inline.stop()
-	c.releaseCache()
+	c.payload.release()
 	if err == errHandedOver {
 		c.srv.handedOver(c)
 		return
@@ -422,7 +412,7 @@ func (c *conn) readPayload(r *request) error {
 				return nil
 			}
 		}
-		c.takeBuffer(r)
+		c.payload.take(r)
 		c.inline.flushUnless(int(r.length))
 		if _, err := io.ReadFull(c.br, r.data); err != nil {
 			return fmt.Errorf("truncated write payload (%d bytes at %d): %w", r.length, r.off, err)
@@ -434,7 +424,7 @@ func (c *conn) readPayload(r *request) error {
 		}
 		r.errno = c.checkRange(r, errnoInval)
 		if r.errno == 0 && r.length > 0 {
-			c.takeBuffer(r)
+			c.payload.take(r)
 		}
 	case CmdTrim:
 		r.errno = c.checkRange(r, errnoInval)

@@ -127,6 +127,17 @@ func (q *replyQueue) writeReplies() error {
 	return err
 }
 
+// putRequest recycles r: a write's payload the Backend was to receive is
+// given up, and r's buffer goes back to the connection's.
+func (c *conn) putRequest(r *request) {
+	if r.rcpt != nil {
+		c.recv.AbortWrite(r.rcpt)
+		r.rcpt = nil
+	}
+	c.payload.put(r)
+	c.free <- r
+}
+
 // release recycles a finished request.
 func (c *conn) release(r *request) {
 	c.putRequest(r)
