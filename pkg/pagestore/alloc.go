@@ -226,7 +226,7 @@ func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uin
 			case c.cached == 0 && r.touched <= maxCachedPages:
 				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
 				c.cached = id
-			case s.prefault > 0 && s.keptEmpty.Add(int64(r.touched)) <= s.prefault/pageSize:
+			case s.pf.prefault > 0 && s.keptEmpty.Add(int64(r.touched)) <= s.pf.prefault/pageSize:
 				// A swap daemon keeps emptied slabs resident for reuse,
 				// up to Prefault bytes: pages given back now would fault
 				// in again on the path that stores a swapped-out page,
@@ -236,7 +236,7 @@ func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uin
 				r.bump, r.freeHead, r.state = 0, 0, slabEmpty
 				c.empty = append(c.empty, id)
 			default:
-				if s.prefault > 0 {
+				if s.pf.prefault > 0 {
 					s.keptEmpty.Add(-int64(r.touched)) // not kept after all
 				}
 				s.release(c, id, r, mem, false)
@@ -325,7 +325,7 @@ func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *
 	} else {
 		slot = uint32(r.bump)
 		need := pagesFor(objectAt(g, slot+1))
-		if need > uint32(r.touched) && r.cold && s.prefault > 0 {
+		if need > uint32(r.touched) && r.cold && s.pf.prefault > 0 {
 			return 0, errCold
 		}
 		if need > uint32(r.touched) {
@@ -364,15 +364,15 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		id := c.empty[n-1]
 		c.empty = c.empty[:n-1]
 		r := s.rec(id)
-		if s.prefault > 0 {
+		if s.pf.prefault > 0 {
 			s.keptEmpty.Add(-int64(r.touched))
 			switch {
 			case r.touched > 0: // kept resident
 			case !r.cold:
-				s.wakePrefaulter() // to warm the class's next one
+				s.pf.wake() // to warm the class's next one
 			default:
 				s.prefaultMisses.Add(int64(s.geo[ci].pages))
-				s.wakePrefaulter()
+				s.pf.wake()
 			}
 		}
 		r.cold = false
@@ -405,20 +405,20 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 // one when it has too few left. s.mu is held.
 func (s *Store) carve(pages int) (arena, page uint32, err error) {
 	arenas := *s.arenas.Load()
-	if s.refill != nil {
-		s.wakePrefaulter()
+	if s.pf.refill != nil {
+		s.pf.wake()
 	}
 	if len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize {
-		mem := s.spare
-		if mem != nil && s.spareArena == len(arenas) {
-			s.spare = nil
-			s.faultedTo, s.spareFaulted = s.spareFaulted, 0
+		mem := s.pf.spare
+		if mem != nil && s.pf.spareArena == len(arenas) {
+			s.pf.spare = nil
+			s.pf.faultedTo, s.pf.spareFaulted = s.pf.spareFaulted, 0
 		} else {
 			var err error
 			if mem, err = s.mapArena(len(arenas)); err != nil {
 				return 0, 0, err
 			}
-			s.faultedTo = 0
+			s.pf.faultedTo = 0
 		}
 		next := make([][]byte, len(arenas)+1)
 		copy(next, arenas)
@@ -428,8 +428,8 @@ func (s *Store) carve(pages int) (arena, page uint32, err error) {
 	}
 	page = uint32(s.arenaNext)
 	s.arenaNext += pages
-	if s.prefault > 0 && s.arenaNext > s.faultedTo {
-		s.prefaultMisses.Add(int64(s.arenaNext - max(s.faultedTo, int(page))))
+	if s.pf.prefault > 0 && s.arenaNext > s.pf.faultedTo {
+		s.prefaultMisses.Add(int64(s.arenaNext - max(s.pf.faultedTo, int(page))))
 	}
 	return uint32(len(arenas) - 1), page, nil
 }
@@ -446,15 +446,7 @@ func (s *Store) carve(pages int) (arena, page uint32, err error) {
 // writer. A guest swapping onto gzramd froze exactly so.
 func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted bool) {
 	held := int64(r.touched)
-	queued := false
-	if s.prefault > 0 {
-		s.relMu.Lock()
-		if len(s.releases) < cap(s.releases) {
-			s.releases = append(s.releases, pendingRelease{id: id, class: r.class, pages: r.touched})
-			queued = true
-		}
-		s.relMu.Unlock()
-	}
+	queued := s.pf.queue(pendingRelease{id: id, class: r.class, pages: r.touched})
 	if !queued {
 		if err := s.releasePages(r, mem[:held*pageSize]); err != nil {
 			s.releaseErrors.Add(1)
@@ -468,7 +460,7 @@ func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted b
 	r.prev, r.next, r.bump, r.live, r.freeHead, r.touched = 0, 0, 0, 0, 0, 0
 	r.state, r.cold = slabEmpty, true
 	if queued {
-		s.wakePrefaulter()
+		s.pf.wake()
 		return
 	}
 	s.pushEmpty(c, id)
@@ -481,7 +473,7 @@ func (s *Store) pushEmpty(c *class, id uint32) {
 		c.empty = make([]uint32, 0, 16)
 	}
 	c.empty = append(c.empty, id)
-	if s.prefault > 0 {
+	if s.pf.prefault > 0 {
 		// Below the slabs that kept their pages: newSlab takes only those.
 		copy(c.empty[1:], c.empty)
 		c.empty[0] = id

@@ -127,11 +127,11 @@ func (s *Store) releasePages(r *slabRec, mem []byte) error {
 // unmapAll unmaps the arenas, the spare and the records. s.mu is held.
 func (s *Store) unmapAll() error {
 	var errs []error
-	if s.spare != nil {
-		if err := unix.Munmap(s.spare); err != nil {
+	if s.pf.spare != nil {
+		if err := unix.Munmap(s.pf.spare); err != nil {
 			errs = append(errs, fmt.Errorf("pagestore: munmap spare arena: %w", err))
 		}
-		s.spare = nil
+		s.pf.spare = nil
 	}
 	for _, mem := range *s.arenas.Load() {
 		if err := unix.Munmap(mem); err != nil {

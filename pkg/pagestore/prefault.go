@@ -3,15 +3,102 @@
 package pagestore
 
 import (
+	"sync"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/memfd"
+	"github.com/gzramd/gzramd/internal/osthread"
 )
 
-// prefaulter keeps Config.Prefault bytes of arena faulted in ahead of
+// prefaulter is the thread that keeps arena memory faulted in ahead of
+// carve, and gives emptied slabs' pages back, so that no writer faults or
+// waits on the kernel on the path that stores a swapped-out page (see
+// Config.Prefault and Store.release). It owns the spare arena, how far
+// the last arena is faulted, and the queue of slabs to release.
+type prefaulter struct {
+	s *Store
+
+	prefault int64 // Config.Prefault; 0: no prefaulter, and no thread
+	quiet    time.Duration
+
+	// spare is the next arena, mapped and faulted ahead, taken by carve
+	// when the last arena is full; faultedTo is the first page of the
+	// last arena not yet touched. They are carve's too: all four are
+	// guarded by the store's mu.
+	spare        []byte
+	spareArena   int // the arena spare maps
+	spareFaulted int // pages of spare touched
+	faultedTo    int
+
+	refill     chan struct{}
+	stopRefill chan struct{}
+	refillDone chan struct{}
+	stopOnce   sync.Once
+
+	// releases are emptied slabs whose pages the prefaulter gives back,
+	// so that no writer does: see Store.release.
+	relMu    sync.Mutex
+	releases []pendingRelease
+	// releasing is the prefaulter's copy of releases, swapped with it.
+	releasing []pendingRelease
+}
+
+// pendingRelease is an emptied slab waiting for its pages to go back. It
+// is on no list of its class until they have.
+type pendingRelease struct {
+	id    uint32
+	class uint16
+	pages uint16
+}
+
+// maxPendingReleases bounds the queue of slabs the prefaulter releases;
+// beyond it, the thread that emptied a slab releases it itself.
+const maxPendingReleases = 4096
+
+// start starts the thread, if the store has a prefaulter.
+func (p *prefaulter) start() {
+	if p.prefault == 0 {
+		return
+	}
+	p.refill = make(chan struct{}, 1)
+	p.stopRefill = make(chan struct{})
+	p.refillDone = make(chan struct{})
+	p.releases = make([]pendingRelease, 0, maxPendingReleases)
+	p.releasing = make([]pendingRelease, 0, maxPendingReleases)
+	go osthread.Run("gzramd-prefault", p.run)
+	p.refill <- struct{}{}
+}
+
+// stop ends the thread and waits for it, if it was started: it touches
+// arenas without the store's lock, so it must be gone before they are
+// unmapped.
+func (p *prefaulter) stop() {
+	if p.stopRefill == nil {
+		return
+	}
+	p.stopOnce.Do(func() { close(p.stopRefill) })
+	<-p.refillDone
+}
+
+// queue hands an emptied slab to the thread to release, unless the queue
+// is full (or there is no thread), and reports whether it did.
+func (p *prefaulter) queue(r pendingRelease) bool {
+	if p.prefault == 0 {
+		return false
+	}
+	p.relMu.Lock()
+	queued := len(p.releases) < cap(p.releases)
+	if queued {
+		p.releases = append(p.releases, r)
+	}
+	p.relMu.Unlock()
+	return queued
+}
+
+// run keeps Config.Prefault bytes of arena faulted in ahead of
 // carve, woken by carve and every 100ms, and half of it once the store
 // has carved nothing for Config.PrefaultQuiet: what is held ahead covers
 // a burst of writes while the prefaulter catches up, and between bursts
@@ -20,33 +107,34 @@ import (
 // thread of its own, named gzramd-prefault, so that a stack dump
 // (sysrq-t, top -H) shows whether the one thread allowed to wait on
 // reclaim is doing so.
-func (s *Store) prefaulter() {
-	defer close(s.refillDone)
+func (p *prefaulter) run() {
+	defer close(p.refillDone)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	carved, active := s.carved(), time.Now()
+	carved, active := p.carved(), time.Now()
 	for {
 		select {
-		case <-s.stopRefill:
+		case <-p.stopRefill:
 			return
-		case <-s.refill:
+		case <-p.refill:
 		case <-t.C:
 		}
-		s.releaseQueued()
-		s.warmReleased()
-		ahead := s.prefault
-		if now, c := time.Now(), s.carved(); c != carved {
+		p.releaseQueued()
+		p.warmReleased()
+		ahead := p.prefault
+		if now, c := time.Now(), p.carved(); c != carved {
 			carved, active = c, now
-		} else if now.Sub(active) >= s.quiet {
-			ahead = s.prefault / 2
-			s.shrinkAhead(int(ahead / pageSize))
+		} else if now.Sub(active) >= p.quiet {
+			ahead = p.prefault / 2
+			p.shrinkAhead(int(ahead / pageSize))
 		}
-		s.prefaultAhead(int(ahead / pageSize))
+		p.prefaultAhead(int(ahead / pageSize))
 	}
 }
 
 // carved is how far carve has gone: its arenas and the carve point.
-func (s *Store) carved() int {
+func (p *prefaulter) carved() int {
+	s := p.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(*s.arenas.Load())*(s.arenaSize/pageSize) + s.arenaNext
@@ -55,7 +143,8 @@ func (s *Store) carved() int {
 // shrinkAhead gives back the pages faulted ahead of carve beyond want,
 // the furthest first, a step at a time. It punches them out with mu held:
 // carve must never take a page while it is being given back.
-func (s *Store) shrinkAhead(want int) {
+func (p *prefaulter) shrinkAhead(want int) {
+	s := p.s
 	const step = 64
 	for {
 		s.mu.Lock()
@@ -66,10 +155,10 @@ func (s *Store) shrinkAhead(want int) {
 		arenas := *s.arenas.Load()
 		ahead, spare := 0, 0
 		if len(arenas) > 0 {
-			ahead = max(s.faultedTo-s.arenaNext, 0)
+			ahead = max(p.faultedTo-s.arenaNext, 0)
 		}
-		if s.spare != nil {
-			spare = s.spareFaulted
+		if p.spare != nil {
+			spare = p.spareFaulted
 		}
 		over := ahead + spare - want
 		if over <= 0 {
@@ -79,12 +168,12 @@ func (s *Store) shrinkAhead(want int) {
 		var err error
 		if spare > 0 {
 			n := min(over, spare, step)
-			s.spareFaulted -= n
-			err = s.files.Arenas.Punch(int64(s.spareArena)*int64(s.arenaSize)+int64(s.spareFaulted)*pageSize, int64(n)*pageSize)
+			p.spareFaulted -= n
+			err = s.files.Arenas.Punch(int64(p.spareArena)*int64(s.arenaSize)+int64(p.spareFaulted)*pageSize, int64(n)*pageSize)
 		} else {
 			n := min(over, ahead, step)
-			s.faultedTo -= n
-			err = s.files.Arenas.Punch(int64(len(arenas)-1)*int64(s.arenaSize)+int64(s.faultedTo)*pageSize, int64(n)*pageSize)
+			p.faultedTo -= n
+			err = s.files.Arenas.Punch(int64(len(arenas)-1)*int64(s.arenaSize)+int64(p.faultedTo)*pageSize, int64(n)*pageSize)
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -96,23 +185,24 @@ func (s *Store) shrinkAhead(want int) {
 
 // releaseQueued gives the queued slabs' pages back to the kernel and then
 // returns the slabs to their classes for reuse.
-func (s *Store) releaseQueued() {
-	s.relMu.Lock()
-	s.releases, s.releasing = s.releasing[:0], s.releases
-	s.relMu.Unlock()
-	for i, p := range s.releasing {
+func (p *prefaulter) releaseQueued() {
+	s := p.s
+	p.relMu.Lock()
+	p.releases, p.releasing = p.releasing[:0], p.releases
+	p.relMu.Unlock()
+	for i, q := range p.releasing {
 		if s.closed.Load() {
 			return
 		}
-		c, g := &s.classes[p.class], &s.geo[p.class]
-		r := s.rec(p.id)
-		if err := s.releasePages(r, s.slabMem(r, g)[:int(p.pages)*pageSize]); err != nil {
+		c, g := &s.classes[q.class], &s.geo[q.class]
+		r := s.rec(q.id)
+		if err := s.releasePages(r, s.slabMem(r, g)[:int(q.pages)*pageSize]); err != nil {
 			s.releaseErrors.Add(1)
 		}
 		c.mu.Lock()
-		s.pushEmpty(c, p.id)
+		s.pushEmpty(c, q.id)
 		c.mu.Unlock()
-		s.releasing[i] = pendingRelease{}
+		p.releasing[i] = pendingRelease{}
 	}
 }
 
@@ -122,7 +212,8 @@ func (s *Store) releaseQueued() {
 // swapped-out page): without this, a class whose slabs were released
 // would carve new ones from the arenas for ever, and the store's address
 // space and slab records would grow without bound under churn.
-func (s *Store) warmReleased() {
+func (p *prefaulter) warmReleased() {
+	s := p.s
 	for ci := range s.classes {
 		if s.closed.Load() {
 			return
@@ -152,7 +243,8 @@ func (s *Store) warmReleased() {
 // It touches without holding mu (a fault may wait on reclaim; carve must
 // not wait with it), with an atomic add of zero: carve may hand out a page
 // while it is being touched, and the add changes no byte a slab wrote.
-func (s *Store) prefaultAhead(want int) {
+func (p *prefaulter) prefaultAhead(want int) {
+	s := p.s
 	const step = 64 // pages touched between looks at the carve point
 	// The slab records for the next slabs too: newSlab writes them on a
 	// writer's path.
@@ -172,13 +264,13 @@ func (s *Store) prefaultAhead(want int) {
 		from := 0
 		if len(arenas) > 0 {
 			last := arenas[len(arenas)-1]
-			ahead := s.faultedTo - s.arenaNext
-			if s.faultedTo < s.arenaNext {
-				s.faultedTo, ahead = s.arenaNext, 0
+			ahead := p.faultedTo - s.arenaNext
+			if p.faultedTo < s.arenaNext {
+				p.faultedTo, ahead = s.arenaNext, 0
 			}
-			if ahead < want && s.faultedTo < len(last)/pageSize {
-				mem, from = last, s.faultedTo
-				s.faultedTo = min(s.faultedTo+step, len(last)/pageSize)
+			if ahead < want && p.faultedTo < len(last)/pageSize {
+				mem, from = last, p.faultedTo
+				p.faultedTo = min(p.faultedTo+step, len(last)/pageSize)
 			} else if ahead < want {
 				spareWant = want - ahead // the rest goes to the spare arena
 			} else {
@@ -189,7 +281,7 @@ func (s *Store) prefaultAhead(want int) {
 		if mem == nil {
 			// The last arena is faulted to its end: get the spare ready,
 			// mapping it without the lock (carve must not wait on mmap).
-			if s.spare == nil {
+			if p.spare == nil {
 				k := len(arenas)
 				s.mu.Unlock()
 				spare, err := s.mapArena(k)
@@ -197,31 +289,31 @@ func (s *Store) prefaultAhead(want int) {
 					return
 				}
 				s.mu.Lock()
-				if s.spare != nil || s.closed.Load() || len(*s.arenas.Load()) != k {
+				if p.spare != nil || s.closed.Load() || len(*s.arenas.Load()) != k {
 					s.mu.Unlock()
 					_ = unix.Munmap(spare)
 					continue
 				}
-				s.spare, s.spareArena = spare, k
-				s.spareFaulted = 0
+				p.spare, p.spareArena = spare, k
+				p.spareFaulted = 0
 			}
-			if s.spareFaulted >= min(spareWant, len(s.spare)/pageSize) {
+			if p.spareFaulted >= min(spareWant, len(p.spare)/pageSize) {
 				s.mu.Unlock()
 				return
 			}
-			mem, from = s.spare, s.spareFaulted
-			s.spareFaulted = min(s.spareFaulted+step, len(s.spare)/pageSize)
+			mem, from = p.spare, p.spareFaulted
+			p.spareFaulted = min(p.spareFaulted+step, len(p.spare)/pageSize)
 		}
 		s.mu.Unlock()
 		memfd.Populate(mem[from*pageSize : min(from+step, len(mem)/pageSize)*pageSize])
 	}
 }
 
-// wakePrefaulter asks the prefaulter for a round now rather than at its
+// wake asks the prefaulter for a round now rather than at its
 // next tick.
-func (s *Store) wakePrefaulter() {
+func (p *prefaulter) wake() {
 	select {
-	case s.refill <- struct{}{}:
+	case p.refill <- struct{}{}:
 	default:
 	}
 }

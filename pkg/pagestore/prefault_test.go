@@ -82,10 +82,10 @@ func TestPrefaultShrinksWhenQuiet(t *testing.T) {
 	// resident, in the last arena or the spare.
 	s.mu.Lock()
 	arenas := *s.arenas.Load()
-	last, from := arenas[len(arenas)-1], max(s.faultedTo, s.arenaNext)
+	last, from := arenas[len(arenas)-1], max(s.pf.faultedTo, s.arenaNext)
 	beyond := residentPages(t, last[from*pageSize:])
-	if s.spare != nil && s.spareFaulted < len(s.spare)/pageSize {
-		beyond += residentPages(t, s.spare[s.spareFaulted*pageSize:])
+	if s.pf.spare != nil && s.pf.spareFaulted < len(s.pf.spare)/pageSize {
+		beyond += residentPages(t, s.pf.spare[s.pf.spareFaulted*pageSize:])
 	}
 	s.mu.Unlock()
 	if beyond != 0 {
@@ -131,10 +131,10 @@ func waitAhead(t *testing.T, s *Store, ok func(int64) bool, what string) {
 		s.mu.Lock()
 		ahead := int64(0)
 		if len(*s.arenas.Load()) > 0 {
-			ahead = int64(max(s.faultedTo-s.arenaNext, 0))
+			ahead = int64(max(s.pf.faultedTo-s.arenaNext, 0))
 		}
-		if s.spare != nil {
-			ahead += int64(s.spareFaulted)
+		if s.pf.spare != nil {
+			ahead += int64(s.pf.spareFaulted)
 		}
 		s.mu.Unlock()
 		if ok(ahead * pageSize) {
@@ -184,11 +184,11 @@ func waitPrefaulted(t *testing.T, s *Store, n int64) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		s.mu.Lock()
-		ahead := int64(s.spareFaulted)
+		ahead := int64(s.pf.spareFaulted)
 		if len(*s.arenas.Load()) > 0 {
-			ahead = int64(s.faultedTo - s.arenaNext)
-			if s.spare != nil {
-				ahead += int64(s.spareFaulted)
+			ahead = int64(s.pf.faultedTo - s.arenaNext)
+			if s.pf.spare != nil {
+				ahead += int64(s.pf.spareFaulted)
 			}
 		}
 		s.mu.Unlock()
@@ -260,8 +260,7 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 	const prefault = 1 << 20
 	s := newStore(t, Config{ArenaSize: 4 << 20, Prefault: prefault})
 	// Stop the prefaulter, so that the queue stays as Free left it.
-	s.stopOnce.Do(func() { close(s.stopRefill) })
-	<-s.refillDone
+	s.pf.stop()
 
 	hs := allocFilled(t, s, 8000, 1000) // about 8 MB
 	before := resident(t, s)
@@ -269,10 +268,10 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 		s.Free(h)
 	}
 	queued := int64(0)
-	for _, p := range s.releases {
+	for _, p := range s.pf.releases {
 		queued += int64(p.pages)
 	}
-	if len(s.releases) == 0 {
+	if len(s.pf.releases) == 0 {
 		t.Fatal("no slab queued for the prefaulter to release")
 	}
 	if n := releasedSlabs(s); n != 0 {
@@ -286,8 +285,8 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 	}
 
 	nslabs := s.nslabs.Load()
-	slabs := len(s.releases)
-	s.releaseQueued()
+	slabs := len(s.pf.releases)
+	s.pf.releaseQueued()
 	if got := resident(t, s); got > before-queued {
 		t.Errorf("%d pages resident after the release, want at most %d", got, before-queued)
 	}
@@ -312,17 +311,16 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 // without a fault on the writer's path.
 func TestPrefaulterWarmsAReleasedSlab(t *testing.T) {
 	s := newStore(t, Config{ArenaSize: 4 << 20, Prefault: pageSize})
-	s.stopOnce.Do(func() { close(s.stopRefill) })
-	<-s.refillDone
+	s.pf.stop()
 
 	const size = 1000
 	hs := allocFilled(t, s, 2000, size)
 	for _, h := range hs {
 		s.Free(h)
 	}
-	s.releaseQueued()
+	s.pf.releaseQueued()
 	c := &s.classes[classOf(size)]
-	s.warmReleased()
+	s.pf.warmReleased()
 	n := len(c.empty)
 	if n == 0 || s.rec(c.empty[n-1]).cold {
 		t.Fatal("no warm slab on top of the class's empty stack")

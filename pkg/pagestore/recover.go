@@ -102,7 +102,7 @@ func (rc *Recovery) load() error {
 		next := append(*s.arenas.Load(), mem)
 		s.arenas.Store(&next)
 	}
-	s.arenaNext, s.faultedTo = int(lastEnd), int(lastEnd)
+	s.arenaNext, s.pf.faultedTo = int(lastEnd), int(lastEnd)
 	return nil
 }
 
@@ -186,7 +186,7 @@ func (rc *Recovery) Done() (*Store, error) {
 	}
 	s.memUsedMax.Store(s.memUsed.Load())
 	rc.kept, rc.first, rc.live, rc.bump = nil, nil, nil, nil
-	s.start()
+	s.pf.start()
 	return s, nil
 }
 

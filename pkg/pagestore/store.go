@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/gzramd/gzramd/internal/osthread"
 )
 
 // Handle names a stored object. 0 is never a valid handle. Handles are
@@ -126,39 +124,11 @@ type Store struct {
 	compactMu sync.Mutex // one Compact at a time; guards scratch
 	scratch   []uint32
 
-	// Prefaulting (Config.Prefault): spare is the next arena, mapped and
-	// faulted ahead, taken by carve when the last arena is full; faultedTo
-	// is the first page of the last arena not yet touched. Both under mu.
-	prefault     int64
-	quiet        time.Duration
-	spare        []byte
-	spareArena   int // the arena spare maps
-	spareFaulted int // pages of spare touched
-	faultedTo    int
-	refill       chan struct{}
-	stopRefill   chan struct{}
-	refillDone   chan struct{}
-	stopOnce     sync.Once
-
-	// releases are emptied slabs whose pages the prefaulter gives back
-	// (Config.Prefault > 0), so that no writer does: see release.
-	relMu    sync.Mutex
-	releases []pendingRelease
-	// releasing is the prefaulter's copy of releases, swapped with it.
-	releasing []pendingRelease
+	// pf faults arena memory in ahead of carve and gives emptied slabs'
+	// pages back (Config.Prefault); its spare arena and fault mark are
+	// carve's too, under mu.
+	pf prefaulter
 }
-
-// pendingRelease is an emptied slab waiting for its pages to go back. It
-// is on no list of its class until they have.
-type pendingRelease struct {
-	id    uint32
-	class uint16
-	pages uint16
-}
-
-// maxPendingReleases bounds the queue of slabs the prefaulter releases;
-// beyond it, the thread that emptied a slab releases it itself.
-const maxPendingReleases = 4096
 
 // class is a size class's mutable state. It is padded so that two classes'
 // locks never share a cache line.
@@ -188,7 +158,7 @@ func New(cfg Config) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	s.start()
+	s.pf.start()
 	return s, nil
 }
 
@@ -225,26 +195,11 @@ func configure(cfg Config) (*Store, error) {
 	s.memLimit.Store(cfg.MemLimit)
 	s.nslabs.Store(1)
 	s.arenas.Store(new([][]byte))
-	s.prefault = max(cfg.Prefault, 0)
-	s.quiet = cfg.PrefaultQuiet
-	if s.quiet <= 0 {
-		s.quiet = DefaultPrefaultQuiet
+	s.pf = prefaulter{s: s, prefault: max(cfg.Prefault, 0), quiet: cfg.PrefaultQuiet}
+	if s.pf.quiet <= 0 {
+		s.pf.quiet = DefaultPrefaultQuiet
 	}
 	return s, nil
-}
-
-// start starts the prefaulter, if the store has one.
-func (s *Store) start() {
-	if s.prefault == 0 {
-		return
-	}
-	s.refill = make(chan struct{}, 1)
-	s.stopRefill = make(chan struct{})
-	s.refillDone = make(chan struct{})
-	s.releases = make([]pendingRelease, 0, maxPendingReleases)
-	s.releasing = make([]pendingRelease, 0, maxPendingReleases)
-	go osthread.Run("gzramd-prefault", s.prefaulter)
-	s.refill <- struct{}{}
 }
 
 // Close unmaps all memory, and closes the files if the store made them
@@ -252,12 +207,7 @@ func (s *Store) start() {
 // method may run during or after Close; afterwards Alloc fails with
 // ErrClosed, Bytes returns nil and Free does nothing.
 func (s *Store) Close() error {
-	if s.stopRefill != nil {
-		// The prefaulter touches arenas without the lock: it must be gone
-		// before they are unmapped.
-		s.stopOnce.Do(func() { close(s.stopRefill) })
-		<-s.refillDone
-	}
+	s.pf.stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Swap(true) {
