@@ -2,7 +2,10 @@
 
 package pagestore
 
-import "slices"
+import (
+	"slices"
+	"sync"
+)
 
 // Compact moves live objects out of sparse slabs so that whole slabs go
 // back to the kernel, and returns how many objects it moved. It also
@@ -24,22 +27,36 @@ import "slices"
 // owners have not freed them yet is released by the last Free (and counted
 // in PagesCompacted then), or evacuated again by the next Compact.
 func (s *Store) Compact(relocate func(owner uint32, old, new Handle) bool) (moved int) {
-	s.compactMu.Lock()
-	defer s.compactMu.Unlock()
-	for ci := range s.classes {
-		if s.closed.Load() {
+	return s.compactor.run(relocate)
+}
+
+// compactor does Store.Compact's work, one run at a time. It owns the
+// list of slabs a run picks; the slabs themselves are guarded by their
+// classes' locks, taken and dropped around each object it moves.
+type compactor struct {
+	s       *Store
+	mu      sync.Mutex // one run at a time; guards scratch
+	scratch []uint32
+}
+
+func (cp *compactor) run(relocate func(owner uint32, old, new Handle) bool) (moved int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	for ci := range cp.s.classes {
+		if cp.s.closed.Load() {
 			break
 		}
-		moved += s.compactClass(ci, relocate)
+		moved += cp.compactClass(ci, relocate)
 	}
 	return moved
 }
 
-func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle) bool) (moved int) {
+func (cp *compactor) compactClass(ci int, relocate func(owner uint32, old, new Handle) bool) (moved int) {
+	s := cp.s
 	c, g := &s.classes[ci], &s.geo[ci]
 	c.mu.Lock()
 	s.dropCache(c, g)
-	srcs := s.pickSources(c, g)
+	srcs := cp.pickSources(c, g)
 	c.mu.Unlock()
 
 	aborted := false
@@ -64,9 +81,9 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 				c.mu.Unlock()
 				break
 			}
-			o := s.copyObject(c, g, mem, slot, nmem, nslot)
+			o := copyObject(c, g, mem, slot, nmem, nslot)
 			c.mu.Unlock()
-			if s.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
+			if cp.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
 				moved++
 			}
 		}
@@ -87,10 +104,10 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 		return moved
 	}
 	c.mu.Lock()
-	tail := s.pickTail(c, g)
+	tail := cp.pickTail(c, g)
 	c.mu.Unlock()
 	if tail != 0 {
-		moved += s.compactTail(c, ci, tail, relocate)
+		moved += cp.compactTail(c, ci, tail, relocate)
 	}
 	return moved
 }
@@ -101,7 +118,8 @@ func (s *Store) compactClass(ci int, relocate func(owner uint32, old, new Handle
 // of another slab while there is one, then into the lowest free slot of
 // this one. Meanwhile the slab is marked evacuating, so nothing but this
 // takes its free slots; its free list is rebuilt at the end.
-func (s *Store) compactTail(c *class, ci int, id uint32, relocate func(owner uint32, old, new Handle) bool) (moved int) {
+func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owner uint32, old, new Handle) bool) (moved int) {
+	s := cp.s
 	g, r := &s.geo[ci], s.rec(id)
 	c.mu.Lock()
 	hi := int(r.bump) - 1
@@ -133,14 +151,14 @@ func (s *Store) compactTail(c *class, ci int, id uint32, relocate func(owner uin
 			nslot = lo
 			r.live++
 		}
-		o := s.copyObject(c, g, mem, slot, nmem, nslot)
+		o := copyObject(c, g, mem, slot, nmem, nslot)
 		c.mu.Unlock()
-		if s.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
+		if cp.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
 			moved++
 		}
 	}
 	c.mu.Lock()
-	above := s.trim(r, g)
+	above := cp.trim(r, g)
 	c.mu.Unlock()
 	// Without the class lock, so that writers of this class do not wait
 	// on the system call. The slab is still evacuating, on no list, so
@@ -168,7 +186,8 @@ func (s *Store) compactTail(c *class, ci int, id uint32, relocate func(owner uin
 // the pages above that as held, and rebuilds its free list lowest slot
 // first. It returns those pages, for the caller to give back once it has
 // released c.mu, which is held.
-func (s *Store) trim(r *slabRec, g *geometry) (above []byte) {
+func (cp *compactor) trim(r *slabRec, g *geometry) (above []byte) {
+	s := cp.s
 	mem := s.slabMem(r, g)
 	top := uint32(r.bump)
 	for top > 0 && isFree(owner(mem, top-1)) {
@@ -198,7 +217,7 @@ func (s *Store) trim(r *slabRec, g *geometry) (above []byte) {
 // copyObject copies the object in slot of mem, with its tag, into the
 // slot nslot of nmem, which the caller has taken, and returns its owner.
 // c.mu is held.
-func (s *Store) copyObject(c *class, g *geometry, mem []byte, slot uint32, nmem []byte, nslot uint32) uint32 {
+func copyObject(c *class, g *geometry, mem []byte, slot uint32, nmem []byte, nslot uint32) uint32 {
 	o, d := owner(mem, slot), delta(mem, slot)
 	setOwner(nmem, nslot, o)
 	setDelta(nmem, nslot, d)
@@ -211,21 +230,22 @@ func (s *Store) copyObject(c *class, g *geometry, mem []byte, slot uint32, nmem 
 
 // relocateOne asks the owner to switch from old to new and frees the copy
 // it does not keep. No lock is held.
-func (s *Store) relocateOne(relocate func(owner uint32, old, new Handle) bool, o uint32, old, new Handle) bool {
+func (cp *compactor) relocateOne(relocate func(owner uint32, old, new Handle) bool, o uint32, old, new Handle) bool {
 	if relocate(o, old, new) {
-		s.Free(old)
+		cp.s.Free(old)
 		return true
 	}
-	s.Free(new)
+	cp.s.Free(new)
 	return false
 }
 
 // pickSources chooses the slabs of a class to evacuate and marks them so:
 // draining ones left from an earlier Compact, then the sparsest active ones
 // for as long as the others have free slots for all their objects. c.mu is
-// held; the result lives in s.scratch.
-func (s *Store) pickSources(c *class, g *geometry) []uint32 {
-	ids := s.scratch[:0]
+// held; the result lives in cp.scratch.
+func (cp *compactor) pickSources(c *class, g *geometry) []uint32 {
+	s := cp.s
+	ids := cp.scratch[:0]
 	need := 0
 	for id := c.draining; id != 0; id = s.rec(id).next {
 		ids = append(ids, id)
@@ -258,14 +278,15 @@ func (s *Store) pickSources(c *class, g *geometry) []uint32 {
 		}
 		s.rec(id).state = slabEvacuating
 	}
-	s.scratch = ids
+	cp.scratch = ids
 	return ids[:chosen]
 }
 
 // pickTail chooses for compactTail the sparsest active slab that would
 // hold fewer pages with its objects packed at its bottom, and marks it
 // evacuating. c.mu is held.
-func (s *Store) pickTail(c *class, g *geometry) uint32 {
+func (cp *compactor) pickTail(c *class, g *geometry) uint32 {
+	s := cp.s
 	tail := uint32(0)
 	for id := c.partial; id != 0; id = s.rec(id).next {
 		r := s.rec(id)

@@ -121,8 +121,7 @@ type Store struct {
 	arenaSize int
 	arenaNext int // first uncarved page of the last arena
 
-	compactMu sync.Mutex // one Compact at a time; guards scratch
-	scratch   []uint32
+	compactor compactor
 
 	// pf faults arena memory in ahead of carve and gives emptied slabs'
 	// pages back (Config.Prefault); its spare arena and fault mark are
@@ -171,6 +170,7 @@ func configure(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("pagestore: negative arena size %d", cfg.ArenaSize)
 	}
 	s := &Store{arenaSize: cfg.ArenaSize}
+	s.compactor.s = s
 	if cfg.Files != nil {
 		if cfg.Files.Arenas == nil || cfg.Files.Slabs == nil {
 			return nil, errors.New("pagestore: Config.Files needs both files")
