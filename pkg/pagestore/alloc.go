@@ -340,9 +340,9 @@ func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *
 	return slot, nil
 }
 
-func (s *Store) slabMem(r *slabRec, g *geometry) []byte {
+func (m *mapping) slabMem(r *slabRec, g *geometry) []byte {
 	off := int(r.page) * pageSize
-	return (*s.arenas.Load())[r.arena][off : off+int(g.pages)*pageSize]
+	return (*m.arenas.Load())[r.arena][off : off+int(g.pages)*pageSize]
 }
 
 // newSlab returns an empty active slab for class ci: one the class used

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -58,32 +59,45 @@ var _ [slabRecSize - int64(unsafe.Sizeof(slabsHeader{}))]byte // the header fits
 // not read (another version of gzramd, or not a store's files at all).
 var ErrLayout = errors.New("pagestore: files of another layout")
 
+// mapping is the store's files as mapped: the slab records, and the
+// arenas slabs are carved from, one mapping each. Only the arenas change
+// once the store is set up, and carve, under the store's mu, is what adds
+// one.
+type mapping struct {
+	files     Files
+	arenaSize int
+	recs      []slabRec // mapped from files.Slabs; recs[0] is the header
+	// arenas is replaced, never modified, when an arena is added, so that
+	// Bytes reads it without a lock.
+	arenas atomic.Pointer[[][]byte]
+}
+
 // mapSlabs maps the slab file's records, writing its header when the file
 // is new (fresh) and checking it otherwise.
-func (s *Store) mapSlabs(fresh bool) error {
+func (m *mapping) mapSlabs(fresh bool) error {
 	size := maxSlabs * slabRecSize
 	if fresh {
-		if n, err := s.files.Slabs.Size(); err != nil {
+		if n, err := m.files.Slabs.Size(); err != nil {
 			return err
 		} else if n != 0 {
 			return fmt.Errorf("pagestore: new store on a slab file of %d bytes, not empty (Recover adopts one)", n)
 		}
-		if err := s.files.Slabs.Grow(size); err != nil {
+		if err := m.files.Slabs.Grow(size); err != nil {
 			return err
 		}
-	} else if n, err := s.files.Slabs.Size(); err != nil {
+	} else if n, err := m.files.Slabs.Size(); err != nil {
 		return err
 	} else if n != size {
 		return fmt.Errorf("pagestore: slab file of %d bytes, not %d: %w", n, size, ErrLayout)
 	}
-	mem, err := s.files.Slabs.Map(0, int(size))
+	mem, err := m.files.Slabs.Map(0, int(size))
 	if err != nil {
 		return err
 	}
-	s.recs = unsafe.Slice((*slabRec)(unsafe.Pointer(&mem[0])), maxSlabs)
+	m.recs = unsafe.Slice((*slabRec)(unsafe.Pointer(&mem[0])), maxSlabs)
 	h := (*slabsHeader)(unsafe.Pointer(&mem[0]))
 	want := slabsHeader{magic: slabsMagic, version: slabsVersion, recSize: uint32(slabRecSize),
-		arenaSize: uint64(s.arenaSize), classes: numClasses}
+		arenaSize: uint64(m.arenaSize), classes: numClasses}
 	if fresh {
 		*h = want
 		return nil
@@ -99,12 +113,12 @@ func (s *Store) mapSlabs(fresh bool) error {
 
 // mapArena maps arena k of the arena file, growing the file to hold it.
 // The mapping is lazy: untouched pages cost nothing.
-func (s *Store) mapArena(k int) ([]byte, error) {
-	off := int64(k) * int64(s.arenaSize)
-	if err := s.files.Arenas.Grow(off + int64(s.arenaSize)); err != nil {
+func (m *mapping) mapArena(k int) ([]byte, error) {
+	off := int64(k) * int64(m.arenaSize)
+	if err := m.files.Arenas.Grow(off + int64(m.arenaSize)); err != nil {
 		return nil, err
 	}
-	return s.files.Arenas.Map(off, s.arenaSize)
+	return m.files.Arenas.Map(off, m.arenaSize)
 }
 
 // releasePages gives pages of slab r's memory (mem, a part of its
@@ -115,36 +129,30 @@ func (s *Store) mapArena(k int) ([]byte, error) {
 // it, locked (the daemon runs under mlockall) or not, and takes neither
 // the process's mmap lock nor a fault: unlike munlock and madvise, it
 // never waits behind a thread faulting in reclaim.
-func (s *Store) releasePages(r *slabRec, mem []byte) error {
+func (m *mapping) releasePages(r *slabRec, mem []byte) error {
 	if len(mem) == 0 {
 		return nil
 	}
-	arena := (*s.arenas.Load())[r.arena]
+	arena := (*m.arenas.Load())[r.arena]
 	at := uintptr(unsafe.Pointer(&mem[0])) - uintptr(unsafe.Pointer(&arena[0]))
-	return s.files.Arenas.Punch(int64(r.arena)*int64(s.arenaSize)+int64(at), int64(len(mem)))
+	return m.files.Arenas.Punch(int64(r.arena)*int64(m.arenaSize)+int64(at), int64(len(mem)))
 }
 
-// unmapAll unmaps the arenas, the spare and the records. s.mu is held.
-func (s *Store) unmapAll() error {
+// unmapAll unmaps the arenas and the records. The store's mu is held.
+func (m *mapping) unmapAll() error {
 	var errs []error
-	if s.pf.spare != nil {
-		if err := unix.Munmap(s.pf.spare); err != nil {
-			errs = append(errs, fmt.Errorf("pagestore: munmap spare arena: %w", err))
-		}
-		s.pf.spare = nil
-	}
-	for _, mem := range *s.arenas.Load() {
+	for _, mem := range *m.arenas.Load() {
 		if err := unix.Munmap(mem); err != nil {
 			errs = append(errs, fmt.Errorf("pagestore: munmap arena: %w", err))
 		}
 	}
-	s.arenas.Store(new([][]byte))
-	if s.recs != nil {
-		mem := unsafe.Slice((*byte)(unsafe.Pointer(&s.recs[0])), maxSlabs*slabRecSize)
+	m.arenas.Store(new([][]byte))
+	if m.recs != nil {
+		mem := unsafe.Slice((*byte)(unsafe.Pointer(&m.recs[0])), maxSlabs*slabRecSize)
 		if err := unix.Munmap(mem); err != nil {
 			errs = append(errs, fmt.Errorf("pagestore: munmap slab records: %w", err))
 		}
-		s.recs = nil
+		m.recs = nil
 	}
 	return errors.Join(errs...)
 }

@@ -3,6 +3,7 @@
 package pagestore
 
 import (
+	"fmt"
 	"sync"
 	"time"
 	"unsafe"
@@ -307,6 +308,20 @@ func (p *prefaulter) prefaultAhead(want int) {
 		s.mu.Unlock()
 		memfd.Populate(mem[from*pageSize : min(from+step, len(mem)/pageSize)*pageSize])
 	}
+}
+
+// unmapSpare unmaps the spare arena, if there is one. The store's mu is
+// held.
+func (p *prefaulter) unmapSpare() error {
+	if p.spare == nil {
+		return nil
+	}
+	err := unix.Munmap(p.spare)
+	p.spare = nil
+	if err != nil {
+		return fmt.Errorf("pagestore: munmap spare arena: %w", err)
+	}
+	return nil
 }
 
 // wake asks the prefaulter for a round now rather than at its

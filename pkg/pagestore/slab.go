@@ -62,7 +62,7 @@ const (
 	recordSeal  = 0x51ab5ea1
 )
 
-func (s *Store) rec(id uint32) *slabRec { return &s.recs[id] }
+func (m *mapping) rec(id uint32) *slabRec { return &m.recs[id] }
 
 // Slot tags at the head of a slab, tagSize bytes each: owner, then delta.
 
@@ -80,25 +80,25 @@ func setDelta(mem []byte, slot uint32, d byte) { mem[tagSize*slot+4] = d }
 func objectAt(g *geometry, slot uint32) uint32 { return g.tagBytes + slot*g.size }
 
 // push puts slab id at the head of the list at head.
-func (s *Store) push(head *uint32, id uint32) {
-	r := s.rec(id)
+func (m *mapping) push(head *uint32, id uint32) {
+	r := m.rec(id)
 	r.prev, r.next = 0, *head
 	if *head != 0 {
-		s.rec(*head).prev = id
+		m.rec(*head).prev = id
 	}
 	*head = id
 }
 
 // unlink takes slab id out of the list at head.
-func (s *Store) unlink(head *uint32, id uint32) {
-	r := s.rec(id)
+func (m *mapping) unlink(head *uint32, id uint32) {
+	r := m.rec(id)
 	if r.prev != 0 {
-		s.rec(r.prev).next = r.next
+		m.rec(r.prev).next = r.next
 	} else {
 		*head = r.next
 	}
 	if r.next != 0 {
-		s.rec(r.next).prev = r.prev
+		m.rec(r.next).prev = r.prev
 	}
 	r.prev, r.next = 0, 0
 }

@@ -96,14 +96,10 @@ type Store struct {
 	geo     [numClasses]geometry
 	classes [numClasses]class
 
-	files    Files
-	ownFiles bool
-	recs     []slabRec     // mapped from files.Slabs; recs[0] is the header
+	mapping                // the files, and the records and arenas mapped from them
+	ownFiles bool          // New made the files: Close closes them
 	nslabs   atomic.Uint32 // slabs [1, nslabs) exist; 0 is never used
-	// arenas is replaced, never modified, when an arena is added, so that
-	// Bytes reads it without a lock.
-	arenas atomic.Pointer[[][]byte]
-	closed atomic.Bool
+	closed   atomic.Bool
 
 	memUsed        atomic.Int64 // slab memory held, and reserved
 	memUsedMax     atomic.Int64
@@ -118,8 +114,7 @@ type Store struct {
 	keptEmpty atomic.Int64
 
 	mu        sync.Mutex // guards arena carving, slab creation and Close
-	arenaSize int
-	arenaNext int // first uncarved page of the last arena
+	arenaNext int        // first uncarved page of the last arena
 
 	compactor compactor
 
@@ -169,7 +164,8 @@ func configure(cfg Config) (*Store, error) {
 	if cfg.ArenaSize < 0 {
 		return nil, fmt.Errorf("pagestore: negative arena size %d", cfg.ArenaSize)
 	}
-	s := &Store{arenaSize: cfg.ArenaSize}
+	s := &Store{}
+	s.arenaSize = cfg.ArenaSize
 	s.compactor.s = s
 	if cfg.Files != nil {
 		if cfg.Files.Arenas == nil || cfg.Files.Slabs == nil {
@@ -214,7 +210,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.nslabs.Store(0) // Bytes and Free find no slab now
-	errs := []error{s.unmapAll()}
+	errs := []error{s.pf.unmapSpare(), s.unmapAll()}
 	if s.ownFiles {
 		errs = append(errs, s.files.Close())
 	}
