@@ -294,8 +294,6 @@ func (s *Store) holdWithin(c *class, n int64) error {
 	}
 }
 
-func (s *Store) addUsed(n int64) { s.noteMax(s.memUsed.Add(n)) }
-
 func (s *Store) noteMax(used int64) {
 	for {
 		m := s.memUsedMax.Load()
