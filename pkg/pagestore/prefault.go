@@ -141,12 +141,15 @@ func (p *prefaulter) carved() int {
 	return len(*s.arenas.Load())*(s.arenaSize/pageSize) + s.arenaNext
 }
 
+// prefaultStep is the pages the prefaulter touches, or gives back,
+// between looks at the carve point.
+const prefaultStep = 64
+
 // shrinkAhead gives back the pages faulted ahead of carve beyond want,
 // the furthest first, a step at a time. It punches them out with mu held:
 // carve must never take a page while it is being given back.
 func (p *prefaulter) shrinkAhead(want int) {
 	s := p.s
-	const step = 64
 	for {
 		s.mu.Lock()
 		if s.closed.Load() {
@@ -168,11 +171,11 @@ func (p *prefaulter) shrinkAhead(want int) {
 		}
 		var err error
 		if spare > 0 {
-			n := min(over, spare, step)
+			n := min(over, spare, prefaultStep)
 			p.spareFaulted -= n
 			err = s.files.Arenas.Punch(int64(p.spareArena)*int64(s.arenaSize)+int64(p.spareFaulted)*pageSize, int64(n)*pageSize)
 		} else {
-			n := min(over, ahead, step)
+			n := min(over, ahead, prefaultStep)
 			p.faultedTo -= n
 			err = s.files.Arenas.Punch(int64(len(arenas)-1)*int64(s.arenaSize)+int64(p.faultedTo)*pageSize, int64(n)*pageSize)
 		}
@@ -246,7 +249,6 @@ func (p *prefaulter) warmReleased() {
 // while it is being touched, and the add changes no byte a slab wrote.
 func (p *prefaulter) prefaultAhead(want int) {
 	s := p.s
-	const step = 64 // pages touched between looks at the carve point
 	// The slab records for the next slabs too: newSlab writes them on a
 	// writer's path.
 	if next := int(s.nslabs.Load()); next < maxSlabs {
@@ -271,7 +273,7 @@ func (p *prefaulter) prefaultAhead(want int) {
 			}
 			if ahead < want && p.faultedTo < len(last)/pageSize {
 				mem, from = last, p.faultedTo
-				p.faultedTo = min(p.faultedTo+step, len(last)/pageSize)
+				p.faultedTo = min(p.faultedTo+prefaultStep, len(last)/pageSize)
 			} else if ahead < want {
 				spareWant = want - ahead // the rest goes to the spare arena
 			} else {
@@ -303,10 +305,10 @@ func (p *prefaulter) prefaultAhead(want int) {
 				return
 			}
 			mem, from = p.spare, p.spareFaulted
-			p.spareFaulted = min(p.spareFaulted+step, len(p.spare)/pageSize)
+			p.spareFaulted = min(p.spareFaulted+prefaultStep, len(p.spare)/pageSize)
 		}
 		s.mu.Unlock()
-		memfd.Populate(mem[from*pageSize : min(from+step, len(mem)/pageSize)*pageSize])
+		memfd.Populate(mem[from*pageSize : min(from+prefaultStep, len(mem)/pageSize)*pageSize])
 	}
 }
 

@@ -105,23 +105,6 @@ func TestPrefaultShrinksWhenQuiet(t *testing.T) {
 	}
 }
 
-// residentPages counts the pages of mem the kernel holds.
-func residentPages(t *testing.T, mem []byte) int {
-	t.Helper()
-	if len(mem) == 0 {
-		return 0
-	}
-	vec := make([]byte, len(mem)/pageSize)
-	if err := mincore(mem, vec); err != nil {
-		t.Fatalf("mincore: %v", err)
-	}
-	n := 0
-	for _, v := range vec {
-		n += int(v & 1)
-	}
-	return n
-}
-
 // waitAhead waits up to 5 s for the bytes faulted ahead of carve to
 // satisfy ok.
 func waitAhead(t *testing.T, s *Store, ok func(int64) bool, what string) {

@@ -18,18 +18,29 @@ func mincore(mem, vec []byte) error {
 	return nil
 }
 
+// residentPages counts the pages of mem the kernel holds.
+func residentPages(t *testing.T, mem []byte) int {
+	t.Helper()
+	if len(mem) == 0 {
+		return 0
+	}
+	vec := make([]byte, len(mem)/pageSize)
+	if err := mincore(mem, vec); err != nil {
+		t.Fatalf("mincore: %v", err)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
+
 // resident counts the arenas' pages the kernel holds.
 func resident(t *testing.T, s *Store) int64 {
 	t.Helper()
 	var n int64
 	for _, mem := range *s.arenas.Load() {
-		vec := make([]byte, len(mem)/pageSize)
-		if err := mincore(mem, vec); err != nil {
-			t.Fatalf("mincore: %v", err)
-		}
-		for _, v := range vec {
-			n += int64(v & 1)
-		}
+		n += int64(residentPages(t, mem))
 	}
 	return n
 }

@@ -383,27 +383,39 @@ func (m *model) relocate(owner uint32, old, new Handle) bool {
 	return true
 }
 
+// allocRandom stores an object of 200 to 3199 bytes for owner o, filled
+// from o, and records it in m.
+func allocRandom(t *testing.T, s *Store, m *model, rng *rand.Rand, o uint32) {
+	t.Helper()
+	size := 200 + rng.IntN(3000)
+	h, b, err := s.Alloc(size, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(b, uint64(o))
+	m.objs[o] = object{h, size}
+}
+
+// freeMost fragments the store: it frees 85% of the first n owners'
+// objects at random.
+func freeMost(s *Store, m *model, rng *rand.Rand, n int) {
+	for o := range n {
+		if rng.IntN(100) < 85 {
+			s.Free(m.objs[o].h)
+			m.objs[o] = object{}
+		}
+	}
+}
+
 func TestCompact(t *testing.T) {
 	s := newStore(t, Config{})
 	const owners = 30000
 	m := newModel(owners)
 	rng := rand.New(rand.NewPCG(5, 6))
 	for o := range uint32(owners) {
-		size := 200 + rng.IntN(3000)
-		h, b, err := s.Alloc(size, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fill(b, uint64(o))
-		m.objs[o] = object{h, size}
+		allocRandom(t, s, m, rng, o)
 	}
-	// Fragment: free 85% at random.
-	for o := range m.objs {
-		if rng.IntN(100) < 85 {
-			s.Free(m.objs[o].h)
-			m.objs[o] = object{}
-		}
-	}
+	freeMost(s, m, rng, owners)
 	checkInvariants(t, s)
 	before := s.Stats()
 	moved := s.Compact(m.relocate)
@@ -479,24 +491,10 @@ func TestCompactTrimmedSlabsStayCold(t *testing.T) {
 	const owners = 30000
 	m := newModel(2 * owners)
 	rng := rand.New(rand.NewPCG(7, 8))
-	alloc := func(o uint32) {
-		size := 200 + rng.IntN(3000)
-		h, b, err := s.Alloc(size, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fill(b, uint64(o))
-		m.objs[o] = object{h, size}
-	}
 	for o := range uint32(owners) {
-		alloc(o)
+		allocRandom(t, s, m, rng, o)
 	}
-	for o := range owners {
-		if rng.IntN(100) < 85 {
-			s.Free(m.objs[o].h)
-			m.objs[o] = object{}
-		}
-	}
+	freeMost(s, m, rng, owners)
 	if s.Compact(m.relocate) == 0 {
 		t.Fatal("nothing compacted")
 	}
@@ -510,7 +508,7 @@ func TestCompactTrimmedSlabsStayCold(t *testing.T) {
 		t.Fatal("Compact trimmed no slab")
 	}
 	for o := uint32(owners); o < 2*owners; o++ {
-		alloc(o)
+		allocRandom(t, s, m, rng, o)
 	}
 	for id, held := range trimmed {
 		if r := s.rec(id); r.cold && r.touched > held {
