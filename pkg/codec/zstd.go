@@ -8,6 +8,8 @@ package codec
 #include <stdlib.h>
 #include <string.h>
 
+#include "zstddec.h"
+
 // libzstd's own API, from the C sources github.com/DataDog/zstd compiles
 // into the binary (its Go API would cost a copy of every compressed page:
 // it wants an output buffer of the worst case's length), including the
@@ -56,6 +58,7 @@ static size_t gz_zstd_decode_prefix(ZSTD_DCtx *d, uint8_t *dst, size_t cap, cons
 typedef struct {
 	ZSTD_CCtx *c;
 	ZSTD_DCtx *d;
+	gz_zdec *z; // zstddec.c's tables, tried before d
 } gz_zstd_ctx;
 
 // gz_zstd_new_ctxs makes n pairs of contexts for pages at level in one
@@ -67,16 +70,19 @@ static void *gz_zstd_new_ctxs(int n, int level, int page, gz_zstd_ctx *out, size
 	// page 0: decompression contexts alone.
 	size_t cs = page == 0 ? 0 : ZSTD_estimateCCtxSize_usingCParams(ZSTD_getCParams(level, (unsigned long long)page, 0));
 	size_t ds = ZSTD_estimateDCtxSize();
+	size_t zs = gz_zdec_size();
 	cs = (cs + 63) & ~(size_t)63;
 	ds = (ds + 63) & ~(size_t)63;
-	*size = (cs + ds) * (size_t)n;
+	zs = (zs + 63) & ~(size_t)63;
+	*size = (cs + ds + zs) * (size_t)n;
 	uint8_t *b = malloc(*size);
 	if (b == NULL) return NULL;
-	memset(b, 0, (cs + ds) * (size_t)n);
+	memset(b, 0, *size);
 	for (int i = 0; i < n; i++) {
-		uint8_t *at = b + (cs + ds) * (size_t)i;
+		uint8_t *at = b + (cs + ds + zs) * (size_t)i;
 		out[i].c = cs == 0 ? NULL : ZSTD_initStaticCCtx(at, cs);
 		out[i].d = ZSTD_initStaticDCtx(at + cs, ds);
+		out[i].z = (gz_zdec *)(at + cs + ds);
 		if ((cs != 0 && out[i].c == NULL) || out[i].d == NULL) {
 			free(b);
 			return NULL;
@@ -163,7 +169,7 @@ func NewZstd(level int) (*Zstd, error) {
 	for i := range z.ctxs.s {
 		x := z.ctxs.s[i].ctx
 		k := z.compress(x, frame, page)
-		if k <= 0 || z.decompress(x, back, frame[:k]) != nil || !bytes.Equal(back, page) {
+		if k <= 0 || decompress(x, back, frame[:k]) != nil || !bytes.Equal(back, page) {
 			return nil, fmt.Errorf("codec: libzstd's contexts at level %d do not round-trip a page", level)
 		}
 	}
@@ -202,13 +208,9 @@ func (z *ZstdDecoder) Decompress(dst, src []byte) error {
 		return ErrCorrupt
 	}
 	s := z.ctxs.get()
-	r := C.ZSTD_decompressDCtx(s.ctx.d, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
-		unsafe.Pointer(&src[0]), C.size_t(len(src)))
+	err := decompress(s.ctx, dst, src)
 	s.put()
-	if C.ZSTD_isError(r) != 0 || int(r) != len(dst) {
-		return ErrCorrupt
-	}
-	return nil
+	return err
 }
 
 // DecompressPrefix is Zstd.DecompressPrefix.
@@ -256,7 +258,7 @@ func (z *Zstd) Decompress(dst, src []byte) error {
 		return ErrCorrupt
 	}
 	s := z.ctxs.get()
-	err := z.decompress(s.ctx, dst, src)
+	err := decompress(s.ctx, dst, src)
 	s.put()
 	return err
 }
@@ -281,10 +283,37 @@ func (z *Zstd) DecompressPrefix(dst, src []byte, n int) error {
 	return err
 }
 
+// decodePrefix and decompress try zstddec.c first, which can stop inside
+// a block (a one-block frame of 4 pages decodes a quarter as far for its
+// first page) and costs less before a frame's first byte, and libzstd on
+// any frame it returns an error for: it does not take dictionaries, nor
+// blocks of more literals than it holds, and it leaves a malformed frame
+// to libzstd's verdict.
 func decodePrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
 	if len(src) == 0 || len(dst) == 0 || n <= 0 || n > len(dst) {
 		return ErrCorrupt
 	}
+	if ownDecoder {
+		r := zdec(x, dst, src, n)
+		if r >= n && (n < len(dst) || r == n) {
+			return nil
+		}
+	}
+	return libzstdPrefix(x, dst, src, n)
+}
+
+// ownDecoder turns zstddec.c on: tests and benchmarks turn it off to
+// compare it with libzstd.
+var ownDecoder = true
+
+// zdec runs zstddec.c on src with the first n bytes of dst wanted (all
+// of them: the whole frame): the bytes it wrote, or a negative error.
+func zdec(x C.gz_zstd_ctx, dst, src []byte, n int) int {
+	return int(C.gz_zdec_decode(x.z, (*C.uint8_t)(unsafe.Pointer(&src[0])), C.size_t(len(src)),
+		(*C.uint8_t)(unsafe.Pointer(&dst[0])), C.size_t(len(dst)), C.size_t(n)))
+}
+
+func libzstdPrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
 	r := C.gz_zstd_decode_prefix(x.d, (*C.uint8_t)(unsafe.Pointer(&dst[0])), C.size_t(len(dst)),
 		(*C.uint8_t)(unsafe.Pointer(&src[0])), C.size_t(len(src)), C.size_t(n))
 	if r == ^C.size_t(0) || int(r) < n || (n == len(dst) && int(r) != n) {
@@ -293,13 +322,29 @@ func decodePrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
 	return nil
 }
 
-func (z *Zstd) decompress(x C.gz_zstd_ctx, dst, src []byte) error {
-	r := C.ZSTD_decompressDCtx(x.d, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
-		unsafe.Pointer(&src[0]), C.size_t(len(src)))
-	if C.ZSTD_isError(r) != 0 || int(r) != len(dst) {
+func decompress(x C.gz_zstd_ctx, dst, src []byte) error {
+	if ownDecoder && zdec(x, dst, src, len(dst)) == len(dst) {
+		return nil
+	}
+	return libzstdDecompress(x, dst, src)
+}
+
+func libzstdDecompress(x C.gz_zstd_ctx, dst, src []byte) error {
+	if libzstdDecode(x, dst, src) != len(dst) {
 		return ErrCorrupt
 	}
 	return nil
+}
+
+// libzstdDecode decodes src into dst with libzstd and returns the bytes
+// out, or -1.
+func libzstdDecode(x C.gz_zstd_ctx, dst, src []byte) int {
+	r := C.ZSTD_decompressDCtx(x.d, unsafe.Pointer(&dst[0]), C.size_t(len(dst)),
+		unsafe.Pointer(&src[0]), C.size_t(len(src)))
+	if C.ZSTD_isError(r) != 0 {
+		return -1
+	}
+	return int(r)
 }
 
 // ZstdObjects compresses inputs of up to a fixed size, larger than a

@@ -1,0 +1,774 @@
+// A zstd frame decoder for gzramd's reads (RFC 8878), without libzstd.
+//
+// The dense tier stores four pages as one frame of one block, which
+// libzstd can only decode whole: a read of one page paid for four. This
+// decoder executes a block's sequences only until the output holds the
+// bytes the read wants, and keeps what every frame costs before its
+// first byte small, as a frame here is only 16 KiB: Huffman tables of a
+// symbol a lookup, sized to the code's longest length; FSE tables built
+// only for the modes a block names, the predefined ones built once.
+//
+// It reads every frame the format allows but those with a dictionary (and
+// skippable frames); those, literals of a block longer than its buffer,
+// and anything it finds malformed it returns as errors, on which the
+// caller decodes with libzstd instead. So a frame it misreads as malformed
+// costs time, never data; what it must never do is decode a frame to
+// other bytes than libzstd, or touch memory outside its buffers, which
+// every length and offset is checked against.
+//
+// It does not check the content checksum: a read stops before the frame's
+// end, and the frames come from gzramd's own memory.
+
+#include "zstddec.h"
+
+#include <string.h>
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+#define ZD_MAGIC 0xFD2FB528u
+#define ZD_BLOCK_MAX (128 << 10)
+// A block's literals are decoded whole into z; the dense tier's blocks
+// hold 16 KiB at most, objects' 64 KiB. A block with more goes to libzstd.
+#define ZD_LIT_MAX (64 << 10)
+// Literals are copied 16 bytes at a time, past their end.
+#define ZD_LIT_SLACK 32
+// A sequence whose literals and match end this far before the output's
+// end is copied in 16- and 8-byte steps that may write past them.
+#define ZD_WILD 32
+
+#define ZD_HUF_LOG 11
+#define ZD_LL_LOG 9
+#define ZD_ML_LOG 9
+#define ZD_OF_LOG 8
+#define ZD_LL_MAX 35
+#define ZD_ML_MAX 52
+#define ZD_OF_MAX 31
+
+// A state of an FSE table for sequences: the symbol's baseline and extra
+// bits (for Huffman weights, the symbol itself), and the next state's
+// base and bits to read.
+typedef struct {
+	uint16_t next;
+	uint8_t add;
+	uint8_t nb;
+	uint32_t base;
+} zd_sym;
+
+struct gz_zdec {
+	// A Huffman table entry is the symbol and its code's length << 8.
+	uint16_t huf[1 << ZD_HUF_LOG];
+	zd_sym ll[1 << ZD_LL_LOG], of[1 << ZD_OF_LOG], ml[1 << ZD_ML_LOG];
+	zd_sym rle[3];
+	uint8_t lit[ZD_LIT_MAX + ZD_LIT_SLACK];
+};
+
+size_t gz_zdec_size(void) { return sizeof(gz_zdec); }
+
+// A frame's state besides z's tables: which tables the last block used,
+// for the next block's repeat modes.
+typedef struct {
+	const zd_sym *t[3]; // literal lengths, offsets, match lengths
+	unsigned log[3];
+	unsigned huflog; // 0: no Huffman table yet
+	uint32_t rep[3];
+} zd_frame;
+
+static inline uint64_t rd64(const uint8_t *p) {
+	uint64_t v;
+	memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+	v = __builtin_bswap64(v);
+#endif
+	return v;
+}
+
+static inline void copy8(uint8_t *d, const uint8_t *s) { memcpy(d, s, 8); }
+static inline void copy16(uint8_t *d, const uint8_t *s) { memcpy(d, s, 16); }
+
+static inline unsigned highbit(uint32_t v) { return 31 - (unsigned)__builtin_clz(v); }
+
+// The baselines and extra bits of literal and match length codes.
+static const uint32_t ll_base[ZD_LL_MAX + 1] = {
+	0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+	16, 18, 20, 22, 24, 28, 32, 40, 48, 64, 128, 256, 512, 1024, 2048, 4096,
+	8192, 16384, 32768, 65536};
+static const uint8_t ll_bits[ZD_LL_MAX + 1] = {
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	1, 1, 1, 1, 2, 2, 3, 3, 4, 6, 7, 8, 9, 10, 11, 12,
+	13, 14, 15, 16};
+static const uint32_t ml_base[ZD_ML_MAX + 1] = {
+	3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+	19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34,
+	35, 37, 39, 41, 43, 47, 51, 59, 67, 83, 99, 131, 259, 515, 1027, 2051,
+	4099, 8195, 16387, 32771, 65539};
+static const uint8_t ml_bits[ZD_ML_MAX + 1] = {
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	1, 1, 1, 1, 2, 2, 3, 3, 4, 4, 5, 7, 8, 9, 10, 11,
+	12, 13, 14, 15, 16};
+static uint32_t of_base[ZD_OF_MAX + 1];
+static uint8_t of_bits[ZD_OF_MAX + 1];
+
+// The predefined distributions (RFC 8878, 3.1.1.3.2.2).
+static const int16_t ll_pre_norm[ZD_LL_MAX + 1] = {
+	4, 3, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1,
+	2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 2, 1, 1, 1, 1, 1,
+	-1, -1, -1, -1};
+static const int16_t ml_pre_norm[ZD_ML_MAX + 1] = {
+	1, 4, 3, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1, -1,
+	-1, -1, -1, -1, -1};
+static const int16_t of_pre_norm[29] = {
+	1, 1, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1,
+	1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1};
+static zd_sym ll_pre[64], ml_pre[64], of_pre[32];
+
+// zd_build builds the decoding table of 1<<log states for the normalized
+// counts norm[0..maxsym] (their absolute values summing to 1<<log, which
+// the caller has checked), with each symbol's baseline and extra bits from
+// base and bits, or the symbol itself without them.
+static int zd_build(zd_sym *t, const int16_t *norm, unsigned maxsym, unsigned log,
+		const uint32_t *base, const uint8_t *bits) {
+	unsigned size = 1u << log;
+	int high = (int)size - 1;
+	uint16_t next[ZD_ML_MAX + 1];
+	uint8_t sym[1 << ZD_LL_LOG];
+	for (unsigned s = 0; s <= maxsym; s++) {
+		if (norm[s] == -1) {
+			if (high < 0) return -1;
+			sym[high--] = (uint8_t)s;
+			next[s] = 1;
+		} else {
+			next[s] = (uint16_t)norm[s];
+		}
+	}
+	unsigned step = (size >> 1) + (size >> 3) + 3, mask = size - 1, pos = 0;
+	for (unsigned s = 0; s <= maxsym; s++) {
+		for (int i = 0; i < norm[s]; i++) {
+			sym[pos] = (uint8_t)s;
+			do pos = (pos + step) & mask;
+			while ((int)pos > high);
+		}
+	}
+	if (pos != 0) return -1;
+	for (unsigned u = 0; u < size; u++) {
+		unsigned s = sym[u];
+		unsigned n = next[s]++;
+		unsigned nb = log - highbit(n);
+		t[u].nb = (uint8_t)nb;
+		t[u].next = (uint16_t)((n << nb) - size);
+		t[u].base = base ? base[s] : s;
+		t[u].add = bits ? bits[s] : 0;
+	}
+	return 0;
+}
+
+__attribute__((constructor)) static void zd_init(void) {
+	for (unsigned c = 0; c <= ZD_OF_MAX; c++) {
+		of_base[c] = 1u << c;
+		of_bits[c] = (uint8_t)c;
+	}
+	zd_build(ll_pre, ll_pre_norm, ZD_LL_MAX, 6, ll_base, ll_bits);
+	zd_build(ml_pre, ml_pre_norm, ZD_ML_MAX, 6, ml_base, ml_bits);
+	zd_build(of_pre, of_pre_norm, 28, 5, of_base, of_bits);
+}
+
+// zd_rd32z reads 4 bytes little-endian at p, those at or past end as 0.
+static inline uint32_t zd_rd32z(const uint8_t *p, const uint8_t *end) {
+	uint32_t v = 0;
+	for (int i = 0; i < 4 && p + i < end; i++) v |= (uint32_t)p[i] << (8 * i);
+	return v;
+}
+
+// zd_fse_header reads the FSE table description at [p, p+n) into norm,
+// for symbols up to *maxsym and a table of up to 1<<maxlog states. It sets
+// *maxsym and *log to the table's and returns the bytes it took, or -1.
+static int zd_fse_header(int16_t *norm, unsigned *maxsym, unsigned *log, unsigned maxlog,
+		const uint8_t *p, size_t n) {
+	const uint8_t *end = p + n;
+	if (n < 1) return -1;
+	size_t bit = 4;
+	unsigned acc = (p[0] & 15) + 5;
+	if (acc > maxlog) return -1;
+	int remaining = (1 << acc) + 1, threshold = 1 << acc, nb = (int)acc + 1;
+	unsigned s = 0, limit = *maxsym;
+	while (remaining > 1) {
+		if (s > limit || (bit >> 3) >= n) return -1;
+		uint32_t v = zd_rd32z(p + (bit >> 3), end) >> (bit & 7);
+		int max = (2 * threshold - 1) - remaining;
+		int count;
+		if ((int)(v & (uint32_t)(threshold - 1)) < max) {
+			count = (int)(v & (uint32_t)(threshold - 1));
+			bit += (size_t)nb - 1;
+		} else {
+			count = (int)(v & (uint32_t)(2 * threshold - 1));
+			if (count >= threshold) count -= max;
+			bit += (size_t)nb;
+		}
+		count--;
+		remaining -= count < 0 ? -count : count;
+		norm[s++] = (int16_t)count;
+		if (count == 0) {
+			for (;;) {
+				if ((bit >> 3) >= n) return -1;
+				unsigned r = (zd_rd32z(p + (bit >> 3), end) >> (bit & 7)) & 3;
+				bit += 2;
+				for (unsigned k = 0; k < r; k++) {
+					if (s > limit) return -1;
+					norm[s++] = 0;
+				}
+				if (r != 3) break;
+			}
+		}
+		if (remaining < 1) return -1;
+		while (remaining < threshold) {
+			nb--;
+			threshold >>= 1;
+		}
+	}
+	if (remaining != 1 || s == 0) return -1;
+	size_t used = (bit + 7) >> 3;
+	if (used > n) return -1;
+	*maxsym = s - 1;
+	*log = acc;
+	return (int)used;
+}
+
+// A backward bit stream (RFC 8878, 4.1): read from its last byte, whose
+// highest set bit marks where it starts, towards its first. used counts
+// the bits of c already read, from its top; past 64 the stream was read
+// beyond its first byte, which is an error, caught where the stream ends.
+// Lookups mask their shifts, so that even then they read c's bits, not
+// undefined behaviour, and table indexes stay within their tables.
+typedef struct {
+	uint64_t c;
+	unsigned used;
+	const uint8_t *p, *start;
+} zd_br;
+
+static inline int zd_br_init(zd_br *b, const uint8_t *s, size_t n) {
+	if (n < 1 || s[n - 1] == 0) return -1;
+	unsigned hb = highbit(s[n - 1]);
+	b->start = s;
+	if (n >= 8) {
+		b->p = s + n - 8;
+		b->c = rd64(b->p);
+		b->used = 8 - hb;
+	} else {
+		uint64_t c = 0;
+		for (size_t i = 0; i < n; i++) c |= (uint64_t)s[i] << (8 * i);
+		b->p = s;
+		b->c = c;
+		b->used = 8 - hb + (unsigned)(8 - n) * 8;
+	}
+	return 0;
+}
+
+static inline uint32_t zd_br_peek(const zd_br *b, unsigned nb) {
+	return (uint32_t)((b->c >> ((64 - b->used - nb) & 63)) & ((1ull << nb) - 1));
+}
+
+static inline uint32_t zd_br_read(zd_br *b, unsigned nb) {
+	uint32_t v = zd_br_peek(b, nb);
+	b->used += nb;
+	return v;
+}
+
+// zd_br_reload moves c down the stream so that used is below 8 again,
+// or as far as the stream's first byte lets it. It returns 1 when the
+// stream has been read past its start.
+static inline int zd_br_reload(zd_br *b) {
+	if (unlikely(b->used > 64)) return 1;
+	if (likely(b->p >= b->start + 8)) {
+		b->p -= b->used >> 3;
+		b->used &= 7;
+		b->c = rd64(b->p);
+		return 0;
+	}
+	if (b->p == b->start) return 0;
+	size_t nb = b->used >> 3;
+	if (nb > (size_t)(b->p - b->start)) nb = (size_t)(b->p - b->start);
+	b->p -= nb;
+	b->used -= (unsigned)nb * 8;
+	b->c = rd64(b->p);
+	return 0;
+}
+
+static inline int zd_br_done(const zd_br *b) { return b->p == b->start && b->used == 64; }
+
+// zd_fse_weights decodes the FSE-compressed Huffman weights at [p, p+n)
+// into w and returns how many, or -1.
+static int zd_fse_weights(uint8_t *w, const uint8_t *p, size_t n) {
+	int16_t norm[16];
+	unsigned maxsym = 15, log;
+	zd_sym t[1 << 6];
+	int h = zd_fse_header(norm, &maxsym, &log, 6, p, n);
+	if (h < 0 || zd_build(t, norm, maxsym, log, NULL, NULL) < 0) return -1;
+	zd_br b;
+	if (zd_br_init(&b, p + h, n - (size_t)h) < 0) return -1;
+	unsigned s1 = zd_br_read(&b, log), s2 = zd_br_read(&b, log);
+	int k = 0;
+	if (zd_br_reload(&b)) return -1;
+	for (;;) {
+		if (k > 253) return -1;
+		w[k++] = (uint8_t)t[s1].base;
+		s1 = t[s1].next + zd_br_read(&b, t[s1].nb);
+		if (zd_br_reload(&b)) {
+			w[k++] = (uint8_t)t[s2].base;
+			break;
+		}
+		if (k > 253) return -1;
+		w[k++] = (uint8_t)t[s2].base;
+		s2 = t[s2].next + zd_br_read(&b, t[s2].nb);
+		if (zd_br_reload(&b)) {
+			w[k++] = (uint8_t)t[s1].base;
+			break;
+		}
+		s1 &= (1u << log) - 1;
+		s2 &= (1u << log) - 1;
+	}
+	return k;
+}
+
+// zd_huf_table reads the Huffman tree description at [p, p+n) into z's
+// table and returns the bytes it took, or -1; *log is the longest code.
+static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
+	uint8_t w[256];
+	int nw, used;
+	if (n < 1) return -1;
+	if (p[0] >= 128) {
+		nw = p[0] - 127;
+		used = 1 + (nw + 1) / 2;
+		if ((size_t)used > n) return -1;
+		for (int i = 0; i < nw; i++) w[i] = (i & 1) ? p[1 + i / 2] & 15 : p[1 + i / 2] >> 4;
+	} else {
+		used = 1 + p[0];
+		if ((size_t)used > n) return -1;
+		nw = zd_fse_weights(w, p + 1, p[0]);
+		if (nw < 0) return -1;
+	}
+	uint32_t total = 0, count[ZD_HUF_LOG + 2] = {0};
+	for (int i = 0; i < nw; i++) {
+		if (w[i] > ZD_HUF_LOG) return -1;
+		if (w[i]) total += 1u << (w[i] - 1);
+		count[w[i]]++;
+	}
+	if (total == 0) return -1;
+	unsigned max = highbit(total) + 1;
+	if (max > ZD_HUF_LOG) return -1;
+	uint32_t left = (1u << max) - total;
+	if (left & (left - 1)) return -1;
+	w[nw] = (uint8_t)(highbit(left) + 1);
+	count[w[nw]]++;
+	nw++;
+	uint32_t start[ZD_HUF_LOG + 2], at = 0;
+	for (unsigned k = 1; k <= max; k++) {
+		start[k] = at;
+		at += count[k] << (k - 1);
+	}
+	for (int s = 0; s < nw; s++) {
+		unsigned k = w[s];
+		if (!k) continue;
+		uint16_t e = (uint16_t)(s | (max + 1 - k) << 8);
+		uint32_t len = 1u << (k - 1);
+		for (uint32_t i = 0; i < len; i++) z->huf[start[k] + i] = e;
+		start[k] += len;
+	}
+	*log = max;
+	return used;
+}
+
+// zd_huf_fast decodes symbols 4 at a time while the stream is at least 8
+// bytes from its start and 4 symbols remain, returning where it stopped.
+#define ZD_HUF_STEP(b, o, t, log) \
+	do { \
+		uint16_t e_ = (t)[((b).c << (b).used) >> (64 - (log))]; \
+		*(o)++ = (uint8_t)e_; \
+		(b).used += e_ >> 8; \
+	} while (0)
+
+// zd_huf_tail decodes the symbols of [o, e) one by one, reloading before
+// each, and checks that they end the stream exactly.
+static int zd_huf_tail(zd_br *b, uint8_t *o, uint8_t *e, const uint16_t *t, unsigned log) {
+	while (o < e) {
+		if (zd_br_reload(b)) return -1;
+		// The last codes may be shorter than log with fewer bits left:
+		// they read zeros from below c's end, as the format has it.
+		uint16_t v = t[(b->c << (b->used & 63)) >> (64 - log)];
+		*o++ = (uint8_t)v;
+		b->used += v >> 8;
+	}
+	if (zd_br_reload(b) || !zd_br_done(b)) return -1;
+	return 0;
+}
+
+static int zd_huf1(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uint16_t *t, unsigned log) {
+	zd_br b;
+	if (zd_br_init(&b, s, n) < 0) return -1;
+	uint8_t *e = o + cnt;
+	while (e - o >= 4 && b.p >= b.start + 8) {
+		b.p -= b.used >> 3;
+		b.used &= 7;
+		b.c = rd64(b.p);
+		ZD_HUF_STEP(b, o, t, log);
+		ZD_HUF_STEP(b, o, t, log);
+		ZD_HUF_STEP(b, o, t, log);
+		ZD_HUF_STEP(b, o, t, log);
+	}
+	return zd_huf_tail(&b, o, e, t, log);
+}
+
+// zd_huf4 decodes the 4 streams at [s, s+n) (after their jump table) into
+// o[0..cnt), interleaved while all four are far from their starts.
+static int zd_huf4(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uint16_t *t, unsigned log) {
+	if (n < 10) return -1;
+	size_t l1 = s[0] | (size_t)s[1] << 8, l2 = s[2] | (size_t)s[3] << 8, l3 = s[4] | (size_t)s[5] << 8;
+	if (l1 + l2 + l3 > n - 6) return -1;
+	size_t l4 = n - 6 - l1 - l2 - l3;
+	size_t seg = (cnt + 3) / 4;
+	if (3 * seg > cnt) return -1;
+	zd_br b[4];
+	const uint8_t *at = s + 6;
+	if (zd_br_init(&b[0], at, l1) < 0 || zd_br_init(&b[1], at + l1, l2) < 0 ||
+		zd_br_init(&b[2], at + l1 + l2, l3) < 0 || zd_br_init(&b[3], at + l1 + l2 + l3, l4) < 0)
+		return -1;
+	uint8_t *o0 = o, *o1 = o + seg, *o2 = o + 2 * seg, *o3 = o + 3 * seg;
+	uint8_t *e3 = o + cnt;
+	// Stream 4's segment is the shortest: when it has 4 left, all have.
+	while (e3 - o3 >= 4 && b[0].p >= b[0].start + 8 && b[1].p >= b[1].start + 8 &&
+		b[2].p >= b[2].start + 8 && b[3].p >= b[3].start + 8) {
+		for (int i = 0; i < 4; i++) {
+			b[i].p -= b[i].used >> 3;
+			b[i].used &= 7;
+			b[i].c = rd64(b[i].p);
+		}
+		ZD_HUF_STEP(b[0], o0, t, log);
+		ZD_HUF_STEP(b[1], o1, t, log);
+		ZD_HUF_STEP(b[2], o2, t, log);
+		ZD_HUF_STEP(b[3], o3, t, log);
+		ZD_HUF_STEP(b[0], o0, t, log);
+		ZD_HUF_STEP(b[1], o1, t, log);
+		ZD_HUF_STEP(b[2], o2, t, log);
+		ZD_HUF_STEP(b[3], o3, t, log);
+		ZD_HUF_STEP(b[0], o0, t, log);
+		ZD_HUF_STEP(b[1], o1, t, log);
+		ZD_HUF_STEP(b[2], o2, t, log);
+		ZD_HUF_STEP(b[3], o3, t, log);
+		ZD_HUF_STEP(b[0], o0, t, log);
+		ZD_HUF_STEP(b[1], o1, t, log);
+		ZD_HUF_STEP(b[2], o2, t, log);
+		ZD_HUF_STEP(b[3], o3, t, log);
+	}
+	if (zd_huf_tail(&b[0], o0, o + seg, t, log) < 0 || zd_huf_tail(&b[1], o1, o + 2 * seg, t, log) < 0 ||
+		zd_huf_tail(&b[2], o2, o + 3 * seg, t, log) < 0 || zd_huf_tail(&b[3], o3, e3, t, log) < 0)
+		return -1;
+	return 0;
+}
+
+// zd_literals decodes the literals section at [p, p+n) into z->lit, sets
+// *cnt to their number and returns the section's length, or an error.
+static int zd_literals(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, size_t *cnt) {
+	if (n < 1) return GZ_ZDEC_CORRUPT;
+	unsigned type = p[0] & 3, fmt = (p[0] >> 2) & 3;
+	size_t regen, csize, h;
+	if (type < 2) {
+		switch (fmt) {
+		case 0: case 2:
+			h = 1;
+			regen = p[0] >> 3;
+			break;
+		case 1:
+			h = 2;
+			if (n < h) return GZ_ZDEC_CORRUPT;
+			regen = (p[0] >> 4) | (size_t)p[1] << 4;
+			break;
+		default:
+			h = 3;
+			if (n < h) return GZ_ZDEC_CORRUPT;
+			regen = (p[0] >> 4) | (size_t)p[1] << 4 | (size_t)p[2] << 12;
+			break;
+		}
+		if (regen > ZD_LIT_MAX) return GZ_ZDEC_TOO_LARGE;
+		if (type == 0) {
+			if (regen > n - h) return GZ_ZDEC_CORRUPT;
+			memcpy(z->lit, p + h, regen);
+			*cnt = regen;
+			return (int)(h + regen);
+		}
+		if (n - h < 1) return GZ_ZDEC_CORRUPT;
+		memset(z->lit, p[h], regen);
+		*cnt = regen;
+		return (int)(h + 1);
+	}
+	int four = fmt != 0;
+	h = fmt < 2 ? 3 : fmt + 2;
+	if (n < h) return GZ_ZDEC_CORRUPT;
+	uint32_t v = p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (h > 3 ? (uint32_t)p[3] << 24 : 0);
+	switch (h) {
+	case 3:
+		regen = (v >> 4) & 0x3FF;
+		csize = (v >> 14) & 0x3FF;
+		break;
+	case 4:
+		regen = (v >> 4) & 0x3FFF;
+		csize = v >> 18;
+		break;
+	default:
+		regen = (v >> 4) & 0x3FFFF;
+		csize = (v >> 22) | (size_t)p[4] << 10;
+		break;
+	}
+	if (regen > ZD_LIT_MAX) return GZ_ZDEC_TOO_LARGE;
+	if (csize > n - h || regen == 0) return GZ_ZDEC_CORRUPT;
+	const uint8_t *s = p + h;
+	size_t sn = csize;
+	if (type == 2) {
+		int used = zd_huf_table(z, &f->huflog, s, sn);
+		if (used < 0) return GZ_ZDEC_CORRUPT;
+		s += used;
+		sn -= (size_t)used;
+	} else if (f->huflog == 0) {
+		return GZ_ZDEC_CORRUPT;
+	}
+	int r = four ? zd_huf4(z->lit, regen, s, sn, z->huf, f->huflog) : zd_huf1(z->lit, regen, s, sn, z->huf, f->huflog);
+	if (r < 0) return GZ_ZDEC_CORRUPT;
+	*cnt = regen;
+	return (int)(h + csize);
+}
+
+// zd_table sets the frame's table i (0 literal lengths, 1 offsets, 2
+// match lengths) by mode, reading its description at *p, which it
+// advances.
+static int zd_table(gz_zdec *z, zd_frame *f, int i, unsigned mode, const uint8_t **p, const uint8_t *end) {
+	static const unsigned maxs[3] = {ZD_LL_MAX, ZD_OF_MAX, ZD_ML_MAX};
+	static const unsigned maxlog[3] = {ZD_LL_LOG, ZD_OF_LOG, ZD_ML_LOG};
+	static const zd_sym *pre[3] = {ll_pre, of_pre, ml_pre};
+	static const unsigned prelog[3] = {6, 5, 6};
+	const uint32_t *base = i == 0 ? ll_base : i == 1 ? of_base : ml_base;
+	const uint8_t *bits = i == 0 ? ll_bits : i == 1 ? of_bits : ml_bits;
+	zd_sym *own = i == 0 ? z->ll : i == 1 ? z->of : z->ml;
+	switch (mode) {
+	case 0:
+		f->t[i] = pre[i];
+		f->log[i] = prelog[i];
+		return 0;
+	case 1: {
+		if (*p >= end) return -1;
+		unsigned s = *(*p)++;
+		if (s > maxs[i]) return -1;
+		z->rle[i] = (zd_sym){.next = 0, .nb = 0, .add = bits[s], .base = base[s]};
+		f->t[i] = &z->rle[i];
+		f->log[i] = 0;
+		return 0;
+	}
+	case 2: {
+		int16_t norm[ZD_ML_MAX + 1];
+		unsigned maxsym = maxs[i], log;
+		int h = zd_fse_header(norm, &maxsym, &log, maxlog[i], *p, (size_t)(end - *p));
+		if (h < 0 || zd_build(own, norm, maxsym, log, base, bits) < 0) return -1;
+		*p += h;
+		f->t[i] = own;
+		f->log[i] = log;
+		return 0;
+	}
+	default:
+		return f->t[i] ? 0 : -1;
+	}
+}
+
+// zd_copy_match copies the match of n bytes at offset off behind op with
+// steps that may write up to 16 bytes past its end (the caller leaves
+// ZD_WILD bytes of room).
+static inline void zd_copy_match(uint8_t *op, size_t off, size_t n) {
+	const uint8_t *m = op - off;
+	if (off >= 16) {
+		for (size_t i = 0; i < n; i += 16) copy16(op + i, m + i);
+		return;
+	}
+	size_t d = off;
+	if (off < 8) {
+		// A short period: its first 16 bytes one by one, then the rest 8
+		// at a time from a whole number of periods back, at least 8.
+		for (int i = 0; i < 16; i++) op[i] = m[i];
+		if (n <= 16) return;
+		d = off * (16 / off);
+		op += 16;
+		n -= 16;
+		m = op - d;
+	}
+	for (size_t i = 0; i < n; i += 8) copy8(op + i, m + i);
+}
+
+// zd_block decodes the compressed block at [p, p+n) to *op onwards,
+// stopping once *op - dst reaches want.
+static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t *dst, uint8_t **opp,
+		uint8_t *oend, size_t want) {
+	size_t litn;
+	int r = zd_literals(z, f, p, n, &litn);
+	if (r < 0) return r;
+	const uint8_t *ip = p + r, *end = p + n;
+	const uint8_t *lit = z->lit, *litend = z->lit + litn;
+	uint8_t *op = *opp;
+	if (ip >= end) return GZ_ZDEC_CORRUPT;
+	size_t nseq = *ip++;
+	if (nseq >= 128) {
+		if (ip >= end) return GZ_ZDEC_CORRUPT;
+		if (nseq < 255) {
+			nseq = ((nseq - 128) << 8) + *ip++;
+		} else {
+			if (end - ip < 2) return GZ_ZDEC_CORRUPT;
+			nseq = ip[0] + ((size_t)ip[1] << 8) + 0x7F00;
+			ip += 2;
+		}
+	}
+	if (nseq > 0) {
+		if (ip >= end) return GZ_ZDEC_CORRUPT;
+		unsigned modes = *ip++;
+		if (modes & 3) return GZ_ZDEC_CORRUPT;
+		if (zd_table(z, f, 0, modes >> 6, &ip, end) < 0 || zd_table(z, f, 1, (modes >> 4) & 3, &ip, end) < 0 ||
+			zd_table(z, f, 2, (modes >> 2) & 3, &ip, end) < 0)
+			return GZ_ZDEC_CORRUPT;
+		zd_br b;
+		if (zd_br_init(&b, ip, (size_t)(end - ip)) < 0) return GZ_ZDEC_CORRUPT;
+		const zd_sym *llt = f->t[0], *oft = f->t[1], *mlt = f->t[2];
+		unsigned llmask = (1u << f->log[0]) - 1, ofmask = (1u << f->log[1]) - 1, mlmask = (1u << f->log[2]) - 1;
+		unsigned lls = zd_br_read(&b, f->log[0]);
+		unsigned ofs = zd_br_read(&b, f->log[1]);
+		unsigned mls = zd_br_read(&b, f->log[2]);
+		uint32_t rep0 = f->rep[0], rep1 = f->rep[1], rep2 = f->rep[2];
+		for (size_t i = 0;; i++) {
+			if (zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
+			const zd_sym *L = &llt[lls & llmask], *O = &oft[ofs & ofmask], *M = &mlt[mls & mlmask];
+			uint32_t ofv = O->base + zd_br_read(&b, O->add);
+			size_t ml = M->base + zd_br_read(&b, M->add);
+			if (O->add + M->add + L->add > 56 && zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
+			size_t ll = L->base + zd_br_read(&b, L->add);
+			size_t off;
+			if (ofv > 3) {
+				off = ofv - 3;
+				rep2 = rep1;
+				rep1 = rep0;
+				rep0 = (uint32_t)off;
+			} else {
+				unsigned k = ofv - 1 + (ll == 0);
+				if (k == 0) {
+					off = rep0;
+				} else {
+					off = k == 1 ? rep1 : k == 2 ? rep2 : (size_t)rep0 - 1;
+					if (k != 1) rep2 = rep1;
+					rep1 = rep0;
+					rep0 = (uint32_t)off;
+				}
+			}
+			if (i + 1 < nseq) {
+				if (zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
+				lls = L->next + zd_br_read(&b, L->nb);
+				mls = M->next + zd_br_read(&b, M->nb);
+				ofs = O->next + zd_br_read(&b, O->nb);
+			}
+			if (unlikely(ll > (size_t)(litend - lit))) return GZ_ZDEC_CORRUPT;
+			size_t room = (size_t)(oend - op);
+			if (unlikely(ll + ml > room)) return GZ_ZDEC_DST_SMALL;
+			if (unlikely(off == 0 || off > (size_t)(op - dst) + ll)) return GZ_ZDEC_CORRUPT;
+			if (likely(room >= ll + ml + ZD_WILD)) {
+				for (size_t j = 0; j < ll; j += 16) copy16(op + j, lit + j);
+				op += ll;
+				lit += ll;
+				zd_copy_match(op, off, ml);
+				op += ml;
+			} else {
+				memcpy(op, lit, ll);
+				op += ll;
+				lit += ll;
+				for (size_t j = 0; j < ml; j++) op[j] = op[j - off];
+				op += ml;
+			}
+			if ((size_t)(op - dst) >= want) {
+				*opp = op;
+				return 0;
+			}
+			if (i + 1 == nseq) break;
+		}
+		if (zd_br_reload(&b) || !zd_br_done(&b)) return GZ_ZDEC_CORRUPT;
+		f->rep[0] = rep0;
+		f->rep[1] = rep1;
+		f->rep[2] = rep2;
+	} else if (ip != end) {
+		return GZ_ZDEC_CORRUPT;
+	}
+	size_t rest = (size_t)(litend - lit);
+	if (rest > (size_t)(oend - op)) return GZ_ZDEC_DST_SMALL;
+	memcpy(op, lit, rest);
+	*opp = op + rest;
+	return 0;
+}
+
+ptrdiff_t gz_zdec_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t *dst, size_t dstlen, size_t want) {
+	const uint8_t *ip = src, *end = src + srclen;
+	if (srclen < 6) return GZ_ZDEC_CORRUPT;
+	uint32_t magic = src[0] | (uint32_t)src[1] << 8 | (uint32_t)src[2] << 16 | (uint32_t)src[3] << 24;
+	if (magic != ZD_MAGIC) return (magic & 0xFFFFFFF0u) == 0x184D2A50u ? GZ_ZDEC_UNSUPPORTED : GZ_ZDEC_CORRUPT;
+	unsigned fhd = src[4];
+	if (fhd & 8) return GZ_ZDEC_CORRUPT;
+	unsigned single = (fhd >> 5) & 1, fcsflag = fhd >> 6, didflag = fhd & 3;
+	size_t didlen = didflag == 3 ? 4 : didflag;
+	size_t fcslen = fcsflag == 0 ? single : 1u << fcsflag;
+	ip = src + 5 + !single;
+	if ((size_t)(end - ip) < didlen + fcslen) return GZ_ZDEC_CORRUPT;
+	uint32_t did = 0;
+	for (size_t i = 0; i < didlen; i++) did |= (uint32_t)ip[i] << (8 * i);
+	if (did != 0) return GZ_ZDEC_UNSUPPORTED;
+	ip += didlen;
+	uint64_t fcs = 0;
+	for (size_t i = 0; i < fcslen; i++) fcs |= (uint64_t)ip[i] << (8 * i);
+	if (fcslen == 2) fcs += 256;
+	ip += fcslen;
+
+	int full = want >= dstlen;
+	if (full) want = SIZE_MAX;
+	zd_frame f = {.huflog = 0, .rep = {1, 4, 8}};
+	uint8_t *op = dst, *oend = dst + dstlen;
+	for (;;) {
+		if (end - ip < 3) return GZ_ZDEC_CORRUPT;
+		uint32_t bh = ip[0] | (uint32_t)ip[1] << 8 | (uint32_t)ip[2] << 16;
+		ip += 3;
+		size_t bsize = bh >> 3;
+		uint8_t *bstart = op;
+		switch ((bh >> 1) & 3) {
+		case 0:
+			if (bsize > (size_t)(end - ip)) return GZ_ZDEC_CORRUPT;
+			if (bsize > (size_t)(oend - op)) return GZ_ZDEC_DST_SMALL;
+			memcpy(op, ip, bsize);
+			ip += bsize;
+			op += bsize;
+			break;
+		case 1:
+			if (ip >= end) return GZ_ZDEC_CORRUPT;
+			if (bsize > (size_t)(oend - op)) return GZ_ZDEC_DST_SMALL;
+			memset(op, *ip++, bsize);
+			op += bsize;
+			break;
+		case 2: {
+			if (bsize > (size_t)(end - ip) || bsize > ZD_BLOCK_MAX) return GZ_ZDEC_CORRUPT;
+			int r = zd_block(z, &f, ip, bsize, dst, &op, oend, want);
+			if (r < 0) return r;
+			ip += bsize;
+			break;
+		}
+		default:
+			return GZ_ZDEC_CORRUPT;
+		}
+		if ((size_t)(op - dst) >= want) return op - dst;
+		if (op - bstart > ZD_BLOCK_MAX) return GZ_ZDEC_CORRUPT;
+		if (bh & 1) break;
+	}
+	if (fcslen && fcs != (uint64_t)(op - dst)) return GZ_ZDEC_CORRUPT;
+	if (fhd & 4) {
+		if (end - ip < 4) return GZ_ZDEC_CORRUPT;
+		ip += 4;
+	}
+	if (full && ip != end) return GZ_ZDEC_CORRUPT;
+	return op - dst;
+}
