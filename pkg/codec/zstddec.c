@@ -237,11 +237,12 @@ static int zd_fse_header(int16_t *norm, unsigned *maxsym, unsigned *log, unsigne
 }
 
 // A backward bit stream (RFC 8878, 4.1): read from its last byte, whose
-// highest set bit marks where it starts, towards its first. used counts
-// the bits of c already read, from its top; past 64 the stream was read
-// beyond its first byte, which is an error, caught where the stream ends.
-// Lookups mask their shifts, so that even then they read c's bits, not
-// undefined behaviour, and table indexes stay within their tables.
+// highest set bit marks where it starts, towards its first. c holds the
+// bits not yet read from the top down, with zeros below them, so that a
+// read is two shifts: used counts the bits of the 8 bytes at p read so
+// far. Past 64 the stream was read beyond its first byte, which is an
+// error, caught where the stream ends; such reads give zeros, and table
+// indexes stay within their tables.
 typedef struct {
 	uint64_t c;
 	unsigned used;
@@ -254,45 +255,43 @@ static inline int zd_br_init(zd_br *b, const uint8_t *s, size_t n) {
 	b->start = s;
 	if (n >= 8) {
 		b->p = s + n - 8;
-		b->c = rd64(b->p);
 		b->used = 8 - hb;
+		b->c = rd64(b->p) << b->used;
 	} else {
 		uint64_t c = 0;
 		for (size_t i = 0; i < n; i++) c |= (uint64_t)s[i] << (8 * i);
 		b->p = s;
-		b->c = c;
 		b->used = 8 - hb + (unsigned)(8 - n) * 8;
+		b->c = b->used < 64 ? c << b->used : 0;
 	}
 	return 0;
 }
 
-static inline uint32_t zd_br_peek(const zd_br *b, unsigned nb) {
-	return (uint32_t)((b->c >> ((64 - b->used - nb) & 63)) & ((1ull << nb) - 1));
-}
-
+// zd_br_read reads nb bits, 0 to 32.
 static inline uint32_t zd_br_read(zd_br *b, unsigned nb) {
-	uint32_t v = zd_br_peek(b, nb);
+	uint32_t v = (uint32_t)((b->c >> 1) >> (63 - nb));
+	b->c <<= nb;
 	b->used += nb;
 	return v;
 }
 
-// zd_br_reload moves c down the stream so that used is below 8 again,
-// or as far as the stream's first byte lets it. It returns 1 when the
-// stream has been read past its start.
+// zd_br_reload moves down the stream so that used is below 8 again, or as
+// far as the stream's first byte lets it. It returns 1 when the stream
+// has been read past its start.
 static inline int zd_br_reload(zd_br *b) {
-	if (unlikely(b->used > 64)) return 1;
 	if (likely(b->p >= b->start + 8)) {
 		b->p -= b->used >> 3;
 		b->used &= 7;
-		b->c = rd64(b->p);
+		b->c = rd64(b->p) << b->used;
 		return 0;
 	}
-	if (b->p == b->start) return 0;
+	if (unlikely(b->used > 64)) return 1;
 	size_t nb = b->used >> 3;
 	if (nb > (size_t)(b->p - b->start)) nb = (size_t)(b->p - b->start);
+	if (nb == 0) return 0;
 	b->p -= nb;
 	b->used -= (unsigned)nb * 8;
-	b->c = rd64(b->p);
+	b->c = rd64(b->p) << b->used;
 	return 0;
 }
 
@@ -311,6 +310,19 @@ static int zd_fse_weights(uint8_t *w, const uint8_t *p, size_t n) {
 	unsigned s1 = zd_br_read(&b, log), s2 = zd_br_read(&b, log);
 	int k = 0;
 	if (zd_br_reload(&b)) return -1;
+	// Far from the stream's start, 8 weights a reload (48 bits at most)
+	// cannot read past it.
+	while (b.p >= b.start + 8 && k <= 253 - 8) {
+		b.p -= b.used >> 3;
+		b.used &= 7;
+		b.c = rd64(b.p) << b.used;
+		for (int i = 0; i < 4; i++) {
+			w[k++] = (uint8_t)t[s1].base;
+			s1 = t[s1].next + zd_br_read(&b, t[s1].nb);
+			w[k++] = (uint8_t)t[s2].base;
+			s2 = t[s2].next + zd_br_read(&b, t[s2].nb);
+		}
+	}
 	for (;;) {
 		if (k > 253) return -1;
 		w[k++] = (uint8_t)t[s1].base;
@@ -373,7 +385,13 @@ static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
 		if (!k) continue;
 		uint16_t e = (uint16_t)(s | (max + 1 - k) << 8);
 		uint32_t len = 1u << (k - 1);
-		for (uint32_t i = 0; i < len; i++) z->huf[start[k] + i] = e;
+		uint16_t *at = z->huf + start[k];
+		if (len >= 4) {
+			uint64_t e4 = e * 0x0001000100010001ull;
+			for (uint32_t i = 0; i < len; i += 4) memcpy(at + i, &e4, 8);
+		} else {
+			for (uint32_t i = 0; i < len; i++) at[i] = e;
+		}
 		start[k] += len;
 	}
 	*log = max;
@@ -382,11 +400,12 @@ static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
 
 // zd_huf_fast decodes symbols 4 at a time while the stream is at least 8
 // bytes from its start and 4 symbols remain, returning where it stopped.
-#define ZD_HUF_STEP(b, o, t, log) \
+#define ZD_HUF_STEP(c, used, o, t, log) \
 	do { \
-		uint16_t e_ = (t)[((b).c << (b).used) >> (64 - (log))]; \
+		uint16_t e_ = (t)[(c) >> (64 - (log))]; \
 		*(o)++ = (uint8_t)e_; \
-		(b).used += e_ >> 8; \
+		(c) <<= e_ >> 8; \
+		(used) += e_ >> 8; \
 	} while (0)
 
 // zd_huf_tail decodes the symbols of [o, e) one by one, reloading before
@@ -394,30 +413,35 @@ static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
 static int zd_huf_tail(zd_br *b, uint8_t *o, uint8_t *e, const uint16_t *t, unsigned log) {
 	while (o < e) {
 		if (zd_br_reload(b)) return -1;
-		// The last codes may be shorter than log with fewer bits left:
-		// they read zeros from below c's end, as the format has it.
-		uint16_t v = t[(b->c << (b->used & 63)) >> (64 - log)];
+		uint16_t v = t[b->c >> (64 - log)];
 		*o++ = (uint8_t)v;
+		b->c <<= v >> 8;
 		b->used += v >> 8;
 	}
 	if (zd_br_reload(b) || !zd_br_done(b)) return -1;
 	return 0;
 }
 
-static int zd_huf1(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uint16_t *t, unsigned log) {
-	zd_br b;
-	if (zd_br_init(&b, s, n) < 0) return -1;
-	uint8_t *e = o + cnt;
+// zd_huf_finish decodes the symbols of [o, e) from b, 4 a reload while
+// the stream is far from its start.
+static int zd_huf_finish(zd_br *bp, uint8_t *o, uint8_t *e, const uint16_t *t, unsigned log) {
+	zd_br b = *bp;
 	while (e - o >= 4 && b.p >= b.start + 8) {
 		b.p -= b.used >> 3;
 		b.used &= 7;
-		b.c = rd64(b.p);
-		ZD_HUF_STEP(b, o, t, log);
-		ZD_HUF_STEP(b, o, t, log);
-		ZD_HUF_STEP(b, o, t, log);
-		ZD_HUF_STEP(b, o, t, log);
+		b.c = rd64(b.p) << b.used;
+		ZD_HUF_STEP(b.c, b.used, o, t, log);
+		ZD_HUF_STEP(b.c, b.used, o, t, log);
+		ZD_HUF_STEP(b.c, b.used, o, t, log);
+		ZD_HUF_STEP(b.c, b.used, o, t, log);
 	}
 	return zd_huf_tail(&b, o, e, t, log);
+}
+
+static int zd_huf1(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uint16_t *t, unsigned log) {
+	zd_br b;
+	if (zd_br_init(&b, s, n) < 0) return -1;
+	return zd_huf_finish(&b, o, o + cnt, t, log);
 }
 
 // zd_huf4 decodes the 4 streams at [s, s+n) (after their jump table) into
@@ -436,33 +460,30 @@ static int zd_huf4(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uin
 		return -1;
 	uint8_t *o0 = o, *o1 = o + seg, *o2 = o + 2 * seg, *o3 = o + 3 * seg;
 	uint8_t *e3 = o + cnt;
+	// The four streams in locals of their own, for registers.
+	uint64_t c0 = b[0].c, c1 = b[1].c, c2 = b[2].c, c3 = b[3].c;
+	unsigned u0 = b[0].used, u1 = b[1].used, u2 = b[2].used, u3 = b[3].used;
+	const uint8_t *p0 = b[0].p, *p1 = b[1].p, *p2 = b[2].p, *p3 = b[3].p;
+	const uint8_t *s0 = b[0].start + 8, *s1 = b[1].start + 8, *s2 = b[2].start + 8, *s3 = b[3].start + 8;
 	// Stream 4's segment is the shortest: when it has 4 left, all have.
-	while (e3 - o3 >= 4 && b[0].p >= b[0].start + 8 && b[1].p >= b[1].start + 8 &&
-		b[2].p >= b[2].start + 8 && b[3].p >= b[3].start + 8) {
-		for (int i = 0; i < 4; i++) {
-			b[i].p -= b[i].used >> 3;
-			b[i].used &= 7;
-			b[i].c = rd64(b[i].p);
+	while (e3 - o3 >= 4 && p0 >= s0 && p1 >= s1 && p2 >= s2 && p3 >= s3) {
+		p0 -= u0 >> 3, p1 -= u1 >> 3, p2 -= u2 >> 3, p3 -= u3 >> 3;
+		u0 &= 7, u1 &= 7, u2 &= 7, u3 &= 7;
+		c0 = rd64(p0) << u0, c1 = rd64(p1) << u1, c2 = rd64(p2) << u2, c3 = rd64(p3) << u3;
+		for (int k = 0; k < 4; k++) {
+			ZD_HUF_STEP(c0, u0, o0, t, log);
+			ZD_HUF_STEP(c1, u1, o1, t, log);
+			ZD_HUF_STEP(c2, u2, o2, t, log);
+			ZD_HUF_STEP(c3, u3, o3, t, log);
 		}
-		ZD_HUF_STEP(b[0], o0, t, log);
-		ZD_HUF_STEP(b[1], o1, t, log);
-		ZD_HUF_STEP(b[2], o2, t, log);
-		ZD_HUF_STEP(b[3], o3, t, log);
-		ZD_HUF_STEP(b[0], o0, t, log);
-		ZD_HUF_STEP(b[1], o1, t, log);
-		ZD_HUF_STEP(b[2], o2, t, log);
-		ZD_HUF_STEP(b[3], o3, t, log);
-		ZD_HUF_STEP(b[0], o0, t, log);
-		ZD_HUF_STEP(b[1], o1, t, log);
-		ZD_HUF_STEP(b[2], o2, t, log);
-		ZD_HUF_STEP(b[3], o3, t, log);
-		ZD_HUF_STEP(b[0], o0, t, log);
-		ZD_HUF_STEP(b[1], o1, t, log);
-		ZD_HUF_STEP(b[2], o2, t, log);
-		ZD_HUF_STEP(b[3], o3, t, log);
 	}
-	if (zd_huf_tail(&b[0], o0, o + seg, t, log) < 0 || zd_huf_tail(&b[1], o1, o + 2 * seg, t, log) < 0 ||
-		zd_huf_tail(&b[2], o2, o + 3 * seg, t, log) < 0 || zd_huf_tail(&b[3], o3, e3, t, log) < 0)
+	b[0].c = c0, b[1].c = c1, b[2].c = c2, b[3].c = c3;
+	b[0].used = u0, b[1].used = u1, b[2].used = u2, b[3].used = u3;
+	b[0].p = p0, b[1].p = p1, b[2].p = p2, b[3].p = p3;
+	// One stream near its start ends the loop; the others may be far
+	// from theirs.
+	if (zd_huf_finish(&b[0], o0, o + seg, t, log) < 0 || zd_huf_finish(&b[1], o1, o + 2 * seg, t, log) < 0 ||
+		zd_huf_finish(&b[2], o2, o + 3 * seg, t, log) < 0 || zd_huf_finish(&b[3], o3, e3, t, log) < 0)
 		return -1;
 	return 0;
 }
@@ -582,23 +603,28 @@ static int zd_table(gz_zdec *z, zd_frame *f, int i, unsigned mode, const uint8_t
 // steps that may write up to 16 bytes past its end (the caller leaves
 // ZD_WILD bytes of room).
 static inline void zd_copy_match(uint8_t *op, size_t off, size_t n) {
-	const uint8_t *m = op - off;
 	if (off >= 16) {
-		for (size_t i = 0; i < n; i += 16) copy16(op + i, m + i);
+		for (size_t i = 0; i < n; i += 16) copy16(op + i, op - off + i);
 		return;
 	}
 	size_t d = off;
 	if (off < 8) {
-		// A short period: its first 16 bytes one by one, then the rest 8
-		// at a time from a whole number of periods back, at least 8.
-		for (int i = 0; i < 16; i++) op[i] = m[i];
-		if (n <= 16) return;
-		d = off * (16 / off);
-		op += 16;
-		n -= 16;
-		m = op - d;
+		// A period under 8 bytes: its first 4 bytes one by one, the next
+		// 4 from a whole number of periods back (at least 4, so written
+		// already), and the rest 8 at a time from a whole number of
+		// periods back that is at least 8.
+		static const uint8_t back4[8] = {0, 4, 4, 6, 4, 5, 6, 7}, back8[8] = {0, 8, 8, 9, 8, 10, 12, 14};
+		op[0] = op[-(ptrdiff_t)off];
+		op[1] = op[1 - (ptrdiff_t)off];
+		op[2] = op[2 - (ptrdiff_t)off];
+		op[3] = op[3 - (ptrdiff_t)off];
+		memcpy(op + 4, op + 4 - back4[off], 4);
+		d = back8[off];
+		op += 8;
+		if (n <= 8) return;
+		n -= 8;
 	}
-	for (size_t i = 0; i < n; i += 8) copy8(op + i, m + i);
+	for (size_t i = 0; i < n; i += 8) copy8(op + i, op - d + i);
 }
 
 // zd_block decodes the compressed block at [p, p+n) to *op onwards,
@@ -639,11 +665,14 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 		unsigned mls = zd_br_read(&b, f->log[2]);
 		uint32_t rep0 = f->rep[0], rep1 = f->rep[1], rep2 = f->rep[2];
 		for (size_t i = 0;; i++) {
+			// A sequence reads its extra bits, then the states' (26 at
+			// most), from one reload while the former come to 31 at most.
 			if (zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
 			const zd_sym *L = &llt[lls & llmask], *O = &oft[ofs & ofmask], *M = &mlt[mls & mlmask];
+			unsigned adds = O->add + M->add + L->add;
 			uint32_t ofv = O->base + zd_br_read(&b, O->add);
+			if (unlikely(adds > 31) && zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
 			size_t ml = M->base + zd_br_read(&b, M->add);
-			if (O->add + M->add + L->add > 56 && zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
 			size_t ll = L->base + zd_br_read(&b, L->add);
 			size_t off;
 			if (ofv > 3) {
@@ -663,7 +692,7 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 				}
 			}
 			if (i + 1 < nseq) {
-				if (zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
+				if (unlikely(adds > 31) && zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
 				lls = L->next + zd_br_read(&b, L->nb);
 				mls = M->next + zd_br_read(&b, M->nb);
 				ofs = O->next + zd_br_read(&b, O->nb);
@@ -673,10 +702,17 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 			if (unlikely(ll + ml > room)) return GZ_ZDEC_DST_SMALL;
 			if (unlikely(off == 0 || off > (size_t)(op - dst) + ll)) return GZ_ZDEC_CORRUPT;
 			if (likely(room >= ll + ml + ZD_WILD)) {
-				for (size_t j = 0; j < ll; j += 16) copy16(op + j, lit + j);
+				// Most literals and matches take one 16-byte copy.
+				copy16(op, lit);
+				for (size_t j = 16; unlikely(j < ll); j += 16) copy16(op + j, lit + j);
 				op += ll;
 				lit += ll;
-				zd_copy_match(op, off, ml);
+				if (likely(off >= 16)) {
+					copy16(op, op - off);
+					for (size_t j = 16; unlikely(j < ml); j += 16) copy16(op + j, op - off + j);
+				} else {
+					zd_copy_match(op, off, ml);
+				}
 				op += ml;
 			} else {
 				memcpy(op, lit, ll);

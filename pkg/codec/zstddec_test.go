@@ -346,6 +346,14 @@ func FuzzZstdDecode(f *testing.F) {
 // random mutations, so that plain go test runs some of it.
 func TestZstdDecodeMutated(t *testing.T) {
 	seeds := zstdFuzzSeeds(t)
+	// For fuzzing zstddec.c alone, under a C sanitizer.
+	if dir := os.Getenv("GZRAMD_ZSTDDEC_SEEDS"); dir != "" {
+		for i, s := range seeds {
+			if err := os.WriteFile(fmt.Sprintf("%s/seed%03d.zst", dir, i), s, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	r := rand.New(rand.NewPCG(35, 4))
 	rounds := 20000
 	if testing.Short() {
