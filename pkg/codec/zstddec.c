@@ -56,7 +56,8 @@ typedef struct {
 } zd_sym;
 
 struct gz_zdec {
-	// A Huffman table entry is the symbol and its code's length << 8.
+	// A Huffman table entry is the symbol << 8 and its code's length: in
+	// the low byte, the length is a shift count as it is.
 	uint16_t huf[1 << ZD_HUF_LOG];
 	zd_sym ll[1 << ZD_LL_LOG], of[1 << ZD_OF_LOG], ml[1 << ZD_ML_LOG];
 	zd_sym rle[3];
@@ -145,11 +146,31 @@ static int zd_build(zd_sym *t, const int16_t *norm, unsigned maxsym, unsigned lo
 		}
 	}
 	unsigned step = (size >> 1) + (size >> 3) + 3, mask = size - 1, pos = 0;
-	for (unsigned s = 0; s <= maxsym; s++) {
-		for (int i = 0; i < norm[s]; i++) {
-			sym[pos] = (uint8_t)s;
-			do pos = (pos + step) & mask;
-			while ((int)pos > high);
+	if (high == (int)size - 1) {
+		// No symbol of probability "less than 1": the positions the
+		// spread visits are k*step for k in order, none skipped, so the
+		// symbols repeated by their counts, in order, go to them in turn,
+		// without a loop of a symbol's count.
+		uint8_t run[(1 << ZD_LL_LOG) + 8];
+		unsigned n = 0;
+		for (unsigned s = 0; s <= maxsym; s++) {
+			uint64_t v = (uint64_t)s * 0x0101010101010101ull;
+			if (norm[s] < 0 || n + (unsigned)norm[s] > size) return -1;
+			for (int i = 0; i < norm[s]; i += 8) memcpy(run + n + i, &v, 8);
+			n += (unsigned)norm[s];
+		}
+		if (n != size) return -1;
+		for (unsigned k = 0; k < size; k++) {
+			sym[pos] = run[k];
+			pos = (pos + step) & mask;
+		}
+	} else {
+		for (unsigned s = 0; s <= maxsym; s++) {
+			for (int i = 0; i < norm[s]; i++) {
+				sym[pos] = (uint8_t)s;
+				do pos = (pos + step) & mask;
+				while ((int)pos > high);
+			}
 		}
 	}
 	if (pos != 0) return -1;
@@ -178,6 +199,13 @@ __attribute__((constructor)) static void zd_init(void) {
 // zd_rd32z reads 4 bytes little-endian at p, those at or past end as 0.
 static inline uint32_t zd_rd32z(const uint8_t *p, const uint8_t *end) {
 	uint32_t v = 0;
+	if (likely(end - p >= 4)) {
+		memcpy(&v, p, 4);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+		v = __builtin_bswap32(v);
+#endif
+		return v;
+	}
 	for (int i = 0; i < 4 && p + i < end; i++) v |= (uint32_t)p[i] << (8 * i);
 	return v;
 }
@@ -375,24 +403,35 @@ static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
 	w[nw] = (uint8_t)(highbit(left) + 1);
 	count[w[nw]]++;
 	nw++;
-	uint32_t start[ZD_HUF_LOG + 2], at = 0;
-	for (unsigned k = 1; k <= max; k++) {
-		start[k] = at;
-		at += count[k] << (k - 1);
+	// Symbols sorted by weight first, so that each weight's entries are
+	// written by loops of one length: a loop a symbol of a length its
+	// weight says mispredicts on most symbols.
+	uint32_t first[ZD_HUF_LOG + 2], at = 0;
+	uint8_t sorted[256];
+	for (unsigned k = 0; k <= max; k++) {
+		first[k] = at;
+		at += count[k];
 	}
-	for (int s = 0; s < nw; s++) {
-		unsigned k = w[s];
-		if (!k) continue;
-		uint16_t e = (uint16_t)(s | (max + 1 - k) << 8);
-		uint32_t len = 1u << (k - 1);
-		uint16_t *at = z->huf + start[k];
-		if (len >= 4) {
-			uint64_t e4 = e * 0x0001000100010001ull;
-			for (uint32_t i = 0; i < len; i += 4) memcpy(at + i, &e4, 8);
-		} else {
-			for (uint32_t i = 0; i < len; i++) at[i] = e;
+	for (int s = 0; s < nw; s++) sorted[first[w[s]]++] = (uint8_t)s;
+	uint16_t *e = z->huf;
+	at = count[0];
+	for (unsigned k = 1; k <= max; k++) {
+		uint16_t nb = (uint16_t)(max + 1 - k);
+		const uint8_t *sym = sorted + at, *end = sym + count[k];
+		at += count[k];
+		switch (k) {
+		case 1:
+			for (; sym < end; sym++) *e++ = (uint16_t)(*sym << 8 | nb);
+			break;
+		case 2:
+			for (; sym < end; sym++, e += 2) e[0] = e[1] = (uint16_t)(*sym << 8 | nb);
+			break;
+		default:
+			for (; sym < end; sym++) {
+				uint64_t e4 = (uint64_t)(*sym << 8 | nb) * 0x0001000100010001ull;
+				for (uint32_t i = 0; i < 1u << (k - 1); i += 4, e += 4) memcpy(e, &e4, 8);
+			}
 		}
-		start[k] += len;
 	}
 	*log = max;
 	return used;
@@ -402,10 +441,10 @@ static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
 // bytes from its start and 4 symbols remain, returning where it stopped.
 #define ZD_HUF_STEP(c, used, o, t, log) \
 	do { \
-		uint16_t e_ = (t)[(c) >> (64 - (log))]; \
-		*(o)++ = (uint8_t)e_; \
-		(c) <<= e_ >> 8; \
-		(used) += e_ >> 8; \
+		unsigned e_ = (t)[(c) >> (64 - (log))]; \
+		*(o)++ = (uint8_t)(e_ >> 8); \
+		(c) <<= e_ & 63; \
+		(used) += e_ & 255; \
 	} while (0)
 
 // zd_huf_tail decodes the symbols of [o, e) one by one, reloading before
@@ -413,10 +452,10 @@ static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
 static int zd_huf_tail(zd_br *b, uint8_t *o, uint8_t *e, const uint16_t *t, unsigned log) {
 	while (o < e) {
 		if (zd_br_reload(b)) return -1;
-		uint16_t v = t[b->c >> (64 - log)];
-		*o++ = (uint8_t)v;
-		b->c <<= v >> 8;
-		b->used += v >> 8;
+		unsigned v = t[b->c >> (64 - log)];
+		*o++ = (uint8_t)(v >> 8);
+		b->c <<= v & 63;
+		b->used += v & 255;
 	}
 	if (zd_br_reload(b) || !zd_br_done(b)) return -1;
 	return 0;
@@ -674,23 +713,16 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 			if (unlikely(adds > 31) && zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
 			size_t ml = M->base + zd_br_read(&b, M->add);
 			size_t ll = L->base + zd_br_read(&b, L->add);
-			size_t off;
-			if (ofv > 3) {
-				off = ofv - 3;
-				rep2 = rep1;
-				rep1 = rep0;
-				rep0 = (uint32_t)off;
-			} else {
-				unsigned k = ofv - 1 + (ll == 0);
-				if (k == 0) {
-					off = rep0;
-				} else {
-					off = k == 1 ? rep1 : k == 2 ? rep2 : (size_t)rep0 - 1;
-					if (k != 1) rep2 = rep1;
-					rep1 = rep0;
-					rep0 = (uint32_t)off;
-				}
-			}
+			// The repeat offsets without branches: which kind of offset
+			// comes next is as good as random.
+			unsigned k = (ofv - 1 + (ll == 0)) & 3;
+			uint32_t reps[4] = {rep0, rep1, rep2, rep0 - 1};
+			int isnew = ofv > 3;
+			size_t off = isnew ? ofv - 3 : reps[k];
+			int same = !isnew && k == 0, swap = !isnew && k == 1;
+			rep2 = same || swap ? rep2 : rep1;
+			rep1 = same ? rep1 : rep0;
+			rep0 = (uint32_t)off;
 			if (i + 1 < nseq) {
 				if (unlikely(adds > 31) && zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
 				lls = L->next + zd_br_read(&b, L->nb);
@@ -709,7 +741,8 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 				lit += ll;
 				if (likely(off >= 16)) {
 					copy16(op, op - off);
-					for (size_t j = 16; unlikely(j < ml); j += 16) copy16(op + j, op - off + j);
+					copy16(op + 16, op - off + 16);
+					for (size_t j = 32; unlikely(j < ml); j += 16) copy16(op + j, op - off + j);
 				} else {
 					zd_copy_match(op, off, ml);
 				}
