@@ -60,7 +60,6 @@ struct gz_zdec {
 	// the low byte, the length is a shift count as it is.
 	uint16_t huf[1 << ZD_HUF_LOG];
 	zd_sym ll[1 << ZD_LL_LOG], of[1 << ZD_OF_LOG], ml[1 << ZD_ML_LOG];
-	zd_sym rle[3];
 	uint8_t lit[ZD_LIT_MAX + ZD_LIT_SLACK];
 };
 
@@ -504,12 +503,15 @@ static int zd_huf4(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uin
 	unsigned u0 = b[0].used, u1 = b[1].used, u2 = b[2].used, u3 = b[3].used;
 	const uint8_t *p0 = b[0].p, *p1 = b[1].p, *p2 = b[2].p, *p3 = b[3].p;
 	const uint8_t *s0 = b[0].start + 8, *s1 = b[1].start + 8, *s2 = b[2].start + 8, *s3 = b[3].start + 8;
-	// Stream 4's segment is the shortest: when it has 4 left, all have.
-	while (e3 - o3 >= 4 && p0 >= s0 && p1 >= s1 && p2 >= s2 && p3 >= s3) {
+	// As many symbols a reload as 57 bits hold: the reload's load is in
+	// every stream's chain of dependent steps. Stream 4's segment is the
+	// shortest: when it has that many left, all have.
+	int per = 57 / (int)log;
+	while (e3 - o3 >= per && p0 >= s0 && p1 >= s1 && p2 >= s2 && p3 >= s3) {
 		p0 -= u0 >> 3, p1 -= u1 >> 3, p2 -= u2 >> 3, p3 -= u3 >> 3;
 		u0 &= 7, u1 &= 7, u2 &= 7, u3 &= 7;
 		c0 = rd64(p0) << u0, c1 = rd64(p1) << u1, c2 = rd64(p2) << u2, c3 = rd64(p3) << u3;
-		for (int k = 0; k < 4; k++) {
+		for (int k = 0; k < per; k++) {
 			ZD_HUF_STEP(c0, u0, o0, t, log);
 			ZD_HUF_STEP(c1, u1, o1, t, log);
 			ZD_HUF_STEP(c2, u2, o2, t, log);
@@ -611,15 +613,18 @@ static int zd_table(gz_zdec *z, zd_frame *f, int i, unsigned mode, const uint8_t
 	zd_sym *own = i == 0 ? z->ll : i == 1 ? z->of : z->ml;
 	switch (mode) {
 	case 0:
-		f->t[i] = pre[i];
+		// Copied, so that the sequences' loop finds all three tables at
+		// fixed places in z, in one register.
+		memcpy(own, pre[i], sizeof(zd_sym) << prelog[i]);
+		f->t[i] = own;
 		f->log[i] = prelog[i];
 		return 0;
 	case 1: {
 		if (*p >= end) return -1;
 		unsigned s = *(*p)++;
 		if (s > maxs[i]) return -1;
-		z->rle[i] = (zd_sym){.next = 0, .nb = 0, .add = bits[s], .base = base[s]};
-		f->t[i] = &z->rle[i];
+		own[0] = (zd_sym){.next = 0, .nb = 0, .add = bits[s], .base = base[s]};
+		f->t[i] = own;
 		f->log[i] = 0;
 		return 0;
 	}
@@ -697,17 +702,20 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 			return GZ_ZDEC_CORRUPT;
 		zd_br b;
 		if (zd_br_init(&b, ip, (size_t)(end - ip)) < 0) return GZ_ZDEC_CORRUPT;
-		const zd_sym *llt = f->t[0], *oft = f->t[1], *mlt = f->t[2];
-		unsigned llmask = (1u << f->log[0]) - 1, ofmask = (1u << f->log[1]) - 1, mlmask = (1u << f->log[2]) - 1;
 		unsigned lls = zd_br_read(&b, f->log[0]);
 		unsigned ofs = zd_br_read(&b, f->log[1]);
 		unsigned mls = zd_br_read(&b, f->log[2]);
 		uint32_t rep0 = f->rep[0], rep1 = f->rep[1], rep2 = f->rep[2];
-		for (size_t i = 0;; i++) {
+		// Where to stop, past the output's end for the whole block: one
+		// register for the loop, which has too few.
+		uintptr_t stop = (uintptr_t)dst + (want < (size_t)(oend - dst) ? want : (size_t)(oend - dst) + 1);
+		for (size_t left = nseq;;) {
 			// A sequence reads its extra bits, then the states' (26 at
 			// most), from one reload while the former come to 31 at most.
 			if (zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
-			const zd_sym *L = &llt[lls & llmask], *O = &oft[ofs & ofmask], *M = &mlt[mls & mlmask];
+			// No mask: zd_build's states lead only to states of the
+			// table, whatever bits the stream holds.
+			const zd_sym *L = &z->ll[lls], *O = &z->of[ofs], *M = &z->ml[mls];
 			unsigned adds = O->add + M->add + L->add;
 			uint32_t ofv = O->base + zd_br_read(&b, O->add);
 			if (unlikely(adds > 31) && zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
@@ -723,16 +731,15 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 			rep2 = same || swap ? rep2 : rep1;
 			rep1 = same ? rep1 : rep0;
 			rep0 = (uint32_t)off;
-			if (i + 1 < nseq) {
+			if (--left) {
 				if (unlikely(adds > 31) && zd_br_reload(&b)) return GZ_ZDEC_CORRUPT;
 				lls = L->next + zd_br_read(&b, L->nb);
 				mls = M->next + zd_br_read(&b, M->nb);
 				ofs = O->next + zd_br_read(&b, O->nb);
 			}
 			if (unlikely(ll > (size_t)(litend - lit))) return GZ_ZDEC_CORRUPT;
+			if (unlikely(off - 1 >= (size_t)(op + ll - dst))) return GZ_ZDEC_CORRUPT; // 0, or before dst
 			size_t room = (size_t)(oend - op);
-			if (unlikely(ll + ml > room)) return GZ_ZDEC_DST_SMALL;
-			if (unlikely(off == 0 || off > (size_t)(op - dst) + ll)) return GZ_ZDEC_CORRUPT;
 			if (likely(room >= ll + ml + ZD_WILD)) {
 				// Most literals and matches take one 16-byte copy.
 				copy16(op, lit);
@@ -748,17 +755,18 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 				}
 				op += ml;
 			} else {
+				if (ll + ml > room) return GZ_ZDEC_DST_SMALL;
 				memcpy(op, lit, ll);
 				op += ll;
 				lit += ll;
 				for (size_t j = 0; j < ml; j++) op[j] = op[j - off];
 				op += ml;
 			}
-			if ((size_t)(op - dst) >= want) {
+			if ((uintptr_t)op >= stop) {
 				*opp = op;
 				return 0;
 			}
-			if (i + 1 == nseq) break;
+			if (!left) break;
 		}
 		if (zd_br_reload(&b) || !zd_br_done(&b)) return GZ_ZDEC_CORRUPT;
 		f->rep[0] = rep0;
