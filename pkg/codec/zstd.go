@@ -313,6 +313,16 @@ func zdec(x C.gz_zstd_ctx, dst, src []byte, n int) int {
 		(*C.uint8_t)(unsafe.Pointer(&dst[0])), C.size_t(len(dst)), C.size_t(n)))
 }
 
+// zdecUseBMI2 turns zstddec.c's build for BMI2 on or off (tests of both
+// builds) and returns whether it was on.
+func zdecUseBMI2(on bool) bool {
+	v := 0
+	if on {
+		v = 1
+	}
+	return C.gz_zdec_use_bmi2(C.int(v)) != 0
+}
+
 func libzstdPrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
 	r := C.gz_zstd_decode_prefix(x.d, (*C.uint8_t)(unsafe.Pointer(&dst[0])), C.size_t(len(dst)),
 		(*C.uint8_t)(unsafe.Pointer(&src[0])), C.size_t(len(src)), C.size_t(n))

@@ -23,6 +23,12 @@
 
 #include <string.h>
 
+// Every function of the decoder is inlined into the two builds of it
+// below: the plain one, and, on x86-64 processors with BMI2, one whose
+// shifts by a register's count take any register (shlx, shrx), which
+// the bit readers' chains of shifts need: 10-15 % off a dense frame.
+#define ZD_INLINE static inline __attribute__((always_inline))
+
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
@@ -74,7 +80,7 @@ typedef struct {
 	uint32_t rep[3];
 } zd_frame;
 
-static inline uint64_t rd64(const uint8_t *p) {
+ZD_INLINE uint64_t rd64(const uint8_t *p) {
 	uint64_t v;
 	memcpy(&v, p, 8);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -83,10 +89,10 @@ static inline uint64_t rd64(const uint8_t *p) {
 	return v;
 }
 
-static inline void copy8(uint8_t *d, const uint8_t *s) { memcpy(d, s, 8); }
-static inline void copy16(uint8_t *d, const uint8_t *s) { memcpy(d, s, 16); }
+ZD_INLINE void copy8(uint8_t *d, const uint8_t *s) { memcpy(d, s, 8); }
+ZD_INLINE void copy16(uint8_t *d, const uint8_t *s) { memcpy(d, s, 16); }
 
-static inline unsigned highbit(uint32_t v) { return 31 - (unsigned)__builtin_clz(v); }
+ZD_INLINE unsigned highbit(uint32_t v) { return 31 - (unsigned)__builtin_clz(v); }
 
 // The baselines and extra bits of literal and match length codes.
 static const uint32_t ll_base[ZD_LL_MAX + 1] = {
@@ -129,7 +135,7 @@ static zd_sym ll_pre[64], ml_pre[64], of_pre[32];
 // counts norm[0..maxsym] (their absolute values summing to 1<<log, which
 // the caller has checked), with each symbol's baseline and extra bits from
 // base and bits, or the symbol itself without them.
-static int zd_build(zd_sym *t, const int16_t *norm, unsigned maxsym, unsigned log,
+ZD_INLINE int zd_build(zd_sym *t, const int16_t *norm, unsigned maxsym, unsigned log,
 		const uint32_t *base, const uint8_t *bits) {
 	unsigned size = 1u << log;
 	int high = (int)size - 1;
@@ -173,19 +179,31 @@ static int zd_build(zd_sym *t, const int16_t *norm, unsigned maxsym, unsigned lo
 		}
 	}
 	if (pos != 0) return -1;
+	// Each state is its symbol's entry with the next state's fields
+	// filled in: one 8-byte store.
+	zd_sym sym0[ZD_ML_MAX + 1];
+	for (unsigned s = 0; s <= maxsym; s++)
+		sym0[s] = (zd_sym){.base = base ? base[s] : s, .add = bits ? bits[s] : 0};
 	for (unsigned u = 0; u < size; u++) {
 		unsigned s = sym[u];
 		unsigned n = next[s]++;
 		unsigned nb = log - highbit(n);
-		t[u].nb = (uint8_t)nb;
-		t[u].next = (uint16_t)((n << nb) - size);
-		t[u].base = base ? base[s] : s;
-		t[u].add = bits ? bits[s] : 0;
+		zd_sym e = sym0[s];
+		e.nb = (uint8_t)nb;
+		e.next = (uint16_t)((n << nb) - size);
+		t[u] = e;
 	}
 	return 0;
 }
 
+// zd_bmi2 chooses the build of the decoder that uses BMI2.
+static int zd_bmi2;
+
 __attribute__((constructor)) static void zd_init(void) {
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	zd_bmi2 = __builtin_cpu_supports("bmi2");
+#endif
 	for (unsigned c = 0; c <= ZD_OF_MAX; c++) {
 		of_base[c] = 1u << c;
 		of_bits[c] = (uint8_t)c;
@@ -196,7 +214,7 @@ __attribute__((constructor)) static void zd_init(void) {
 }
 
 // zd_rd32z reads 4 bytes little-endian at p, those at or past end as 0.
-static inline uint32_t zd_rd32z(const uint8_t *p, const uint8_t *end) {
+ZD_INLINE uint32_t zd_rd32z(const uint8_t *p, const uint8_t *end) {
 	uint32_t v = 0;
 	if (likely(end - p >= 4)) {
 		memcpy(&v, p, 4);
@@ -212,7 +230,7 @@ static inline uint32_t zd_rd32z(const uint8_t *p, const uint8_t *end) {
 // zd_fse_header reads the FSE table description at [p, p+n) into norm,
 // for symbols up to *maxsym and a table of up to 1<<maxlog states. It sets
 // *maxsym and *log to the table's and returns the bytes it took, or -1.
-static int zd_fse_header(int16_t *norm, unsigned *maxsym, unsigned *log, unsigned maxlog,
+ZD_INLINE int zd_fse_header(int16_t *norm, unsigned *maxsym, unsigned *log, unsigned maxlog,
 		const uint8_t *p, size_t n) {
 	const uint8_t *end = p + n;
 	if (n < 1) return -1;
@@ -276,7 +294,7 @@ typedef struct {
 	const uint8_t *p, *start;
 } zd_br;
 
-static inline int zd_br_init(zd_br *b, const uint8_t *s, size_t n) {
+ZD_INLINE int zd_br_init(zd_br *b, const uint8_t *s, size_t n) {
 	if (n < 1 || s[n - 1] == 0) return -1;
 	unsigned hb = highbit(s[n - 1]);
 	b->start = s;
@@ -295,7 +313,7 @@ static inline int zd_br_init(zd_br *b, const uint8_t *s, size_t n) {
 }
 
 // zd_br_read reads nb bits, 0 to 32.
-static inline uint32_t zd_br_read(zd_br *b, unsigned nb) {
+ZD_INLINE uint32_t zd_br_read(zd_br *b, unsigned nb) {
 	uint32_t v = (uint32_t)((b->c >> 1) >> (63 - nb));
 	b->c <<= nb;
 	b->used += nb;
@@ -305,7 +323,7 @@ static inline uint32_t zd_br_read(zd_br *b, unsigned nb) {
 // zd_br_reload moves down the stream so that used is below 8 again, or as
 // far as the stream's first byte lets it. It returns 1 when the stream
 // has been read past its start.
-static inline int zd_br_reload(zd_br *b) {
+ZD_INLINE int zd_br_reload(zd_br *b) {
 	if (likely(b->p >= b->start + 8)) {
 		b->p -= b->used >> 3;
 		b->used &= 7;
@@ -322,11 +340,11 @@ static inline int zd_br_reload(zd_br *b) {
 	return 0;
 }
 
-static inline int zd_br_done(const zd_br *b) { return b->p == b->start && b->used == 64; }
+ZD_INLINE int zd_br_done(const zd_br *b) { return b->p == b->start && b->used == 64; }
 
 // zd_fse_weights decodes the FSE-compressed Huffman weights at [p, p+n)
 // into w and returns how many, or -1.
-static int zd_fse_weights(uint8_t *w, const uint8_t *p, size_t n) {
+ZD_INLINE int zd_fse_weights(uint8_t *w, const uint8_t *p, size_t n) {
 	int16_t norm[16];
 	unsigned maxsym = 15, log;
 	zd_sym t[1 << 6];
@@ -373,7 +391,7 @@ static int zd_fse_weights(uint8_t *w, const uint8_t *p, size_t n) {
 
 // zd_huf_table reads the Huffman tree description at [p, p+n) into z's
 // table and returns the bytes it took, or -1; *log is the longest code.
-static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
+ZD_INLINE int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
 	uint8_t w[256];
 	int nw, used;
 	if (n < 1) return -1;
@@ -448,7 +466,7 @@ static int zd_huf_table(gz_zdec *z, unsigned *log, const uint8_t *p, size_t n) {
 
 // zd_huf_tail decodes the symbols of [o, e) one by one, reloading before
 // each, and checks that they end the stream exactly.
-static int zd_huf_tail(zd_br *b, uint8_t *o, uint8_t *e, const uint16_t *t, unsigned log) {
+ZD_INLINE int zd_huf_tail(zd_br *b, uint8_t *o, uint8_t *e, const uint16_t *t, unsigned log) {
 	while (o < e) {
 		if (zd_br_reload(b)) return -1;
 		unsigned v = t[b->c >> (64 - log)];
@@ -462,7 +480,7 @@ static int zd_huf_tail(zd_br *b, uint8_t *o, uint8_t *e, const uint16_t *t, unsi
 
 // zd_huf_finish decodes the symbols of [o, e) from b, 4 a reload while
 // the stream is far from its start.
-static int zd_huf_finish(zd_br *bp, uint8_t *o, uint8_t *e, const uint16_t *t, unsigned log) {
+ZD_INLINE int zd_huf_finish(zd_br *bp, uint8_t *o, uint8_t *e, const uint16_t *t, unsigned log) {
 	zd_br b = *bp;
 	while (e - o >= 4 && b.p >= b.start + 8) {
 		b.p -= b.used >> 3;
@@ -476,7 +494,7 @@ static int zd_huf_finish(zd_br *bp, uint8_t *o, uint8_t *e, const uint16_t *t, u
 	return zd_huf_tail(&b, o, e, t, log);
 }
 
-static int zd_huf1(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uint16_t *t, unsigned log) {
+ZD_INLINE int zd_huf1(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uint16_t *t, unsigned log) {
 	zd_br b;
 	if (zd_br_init(&b, s, n) < 0) return -1;
 	return zd_huf_finish(&b, o, o + cnt, t, log);
@@ -484,7 +502,7 @@ static int zd_huf1(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uin
 
 // zd_huf4 decodes the 4 streams at [s, s+n) (after their jump table) into
 // o[0..cnt), interleaved while all four are far from their starts.
-static int zd_huf4(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uint16_t *t, unsigned log) {
+ZD_INLINE int zd_huf4(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uint16_t *t, unsigned log) {
 	if (n < 10) return -1;
 	size_t l1 = s[0] | (size_t)s[1] << 8, l2 = s[2] | (size_t)s[3] << 8, l3 = s[4] | (size_t)s[5] << 8;
 	if (l1 + l2 + l3 > n - 6) return -1;
@@ -531,7 +549,7 @@ static int zd_huf4(uint8_t *o, size_t cnt, const uint8_t *s, size_t n, const uin
 
 // zd_literals decodes the literals section at [p, p+n) into z->lit, sets
 // *cnt to their number and returns the section's length, or an error.
-static int zd_literals(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, size_t *cnt) {
+ZD_INLINE int zd_literals(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, size_t *cnt) {
 	if (n < 1) return GZ_ZDEC_CORRUPT;
 	unsigned type = p[0] & 3, fmt = (p[0] >> 2) & 3;
 	size_t regen, csize, h;
@@ -603,7 +621,7 @@ static int zd_literals(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, size
 // zd_table sets the frame's table i (0 literal lengths, 1 offsets, 2
 // match lengths) by mode, reading its description at *p, which it
 // advances.
-static int zd_table(gz_zdec *z, zd_frame *f, int i, unsigned mode, const uint8_t **p, const uint8_t *end) {
+ZD_INLINE int zd_table(gz_zdec *z, zd_frame *f, int i, unsigned mode, const uint8_t **p, const uint8_t *end) {
 	static const unsigned maxs[3] = {ZD_LL_MAX, ZD_OF_MAX, ZD_ML_MAX};
 	static const unsigned maxlog[3] = {ZD_LL_LOG, ZD_OF_LOG, ZD_ML_LOG};
 	static const zd_sym *pre[3] = {ll_pre, of_pre, ml_pre};
@@ -646,7 +664,7 @@ static int zd_table(gz_zdec *z, zd_frame *f, int i, unsigned mode, const uint8_t
 // zd_copy_match copies the match of n bytes at offset off behind op with
 // steps that may write up to 16 bytes past its end (the caller leaves
 // ZD_WILD bytes of room).
-static inline void zd_copy_match(uint8_t *op, size_t off, size_t n) {
+ZD_INLINE void zd_copy_match(uint8_t *op, size_t off, size_t n) {
 	if (off >= 16) {
 		for (size_t i = 0; i < n; i += 16) copy16(op + i, op - off + i);
 		return;
@@ -673,7 +691,7 @@ static inline void zd_copy_match(uint8_t *op, size_t off, size_t n) {
 
 // zd_block decodes the compressed block at [p, p+n) to *op onwards,
 // stopping once *op - dst reaches want.
-static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t *dst, uint8_t **opp,
+ZD_INLINE int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t *dst, uint8_t **opp,
 		uint8_t *oend, size_t want) {
 	size_t litn;
 	int r = zd_literals(z, f, p, n, &litn);
@@ -782,7 +800,7 @@ static int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint8_t
 	return 0;
 }
 
-ptrdiff_t gz_zdec_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t *dst, size_t dstlen, size_t want) {
+ZD_INLINE ptrdiff_t zd_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t *dst, size_t dstlen, size_t want) {
 	const uint8_t *ip = src, *end = src + srclen;
 	if (srclen < 6) return GZ_ZDEC_CORRUPT;
 	uint32_t magic = src[0] | (uint32_t)src[1] << 8 | (uint32_t)src[2] << 16 | (uint32_t)src[3] << 24;
@@ -848,4 +866,30 @@ ptrdiff_t gz_zdec_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t 
 	}
 	if (full && ip != end) return GZ_ZDEC_CORRUPT;
 	return op - dst;
+}
+
+static ptrdiff_t zd_decode_plain(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t *dst, size_t dstlen, size_t want) {
+	return zd_decode(z, src, srclen, dst, dstlen, want);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("bmi2"))) static ptrdiff_t zd_decode_bmi2(gz_zdec *z, const uint8_t *src, size_t srclen,
+		uint8_t *dst, size_t dstlen, size_t want) {
+	return zd_decode(z, src, srclen, dst, dstlen, want);
+}
+#endif
+
+ptrdiff_t gz_zdec_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t *dst, size_t dstlen, size_t want) {
+#if defined(__x86_64__)
+	if (zd_bmi2) return zd_decode_bmi2(z, src, srclen, dst, dstlen, want);
+#endif
+	return zd_decode_plain(z, src, srclen, dst, dstlen, want);
+}
+
+int gz_zdec_use_bmi2(int on) {
+	int was = zd_bmi2;
+#if defined(__x86_64__)
+	zd_bmi2 = on && __builtin_cpu_supports("bmi2");
+#endif
+	return was;
 }

@@ -34,4 +34,9 @@ size_t gz_zdec_size(void);
 // returns may have been written.
 ptrdiff_t gz_zdec_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t *dst, size_t dstlen, size_t want);
 
+// gz_zdec_use_bmi2 turns the decoder's build for BMI2 on (where the
+// processor has it) or off, and returns whether it was on: for tests of
+// both builds. It is not safe while a decode runs.
+int gz_zdec_use_bmi2(int on);
+
 #endif

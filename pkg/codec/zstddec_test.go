@@ -168,6 +168,22 @@ func TestZstdDecodeLibzstd(t *testing.T) {
 // their host builds: zstd_deep.h's optimal parse of up to 4 pages, and
 // zstd_page.h's pages.
 func TestZstdDecodeDeep(t *testing.T) {
+	zstdBothBuilds(t, testZstdDecodeDeep)
+}
+
+// zstdBothBuilds runs test with zstddec.c's build for BMI2, where the
+// processor has it, and with its plain build.
+func zstdBothBuilds(t *testing.T, test func(t *testing.T)) {
+	was := zdecUseBMI2(true)
+	defer zdecUseBMI2(was)
+	if zdecUseBMI2(true) {
+		t.Run("bmi2", test)
+	}
+	zdecUseBMI2(false)
+	t.Run("plain", test)
+}
+
+func testZstdDecodeDeep(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 2))
 	x, err := NewZstdDecoder(1)
 	if err != nil {
@@ -345,6 +361,10 @@ func FuzzZstdDecode(f *testing.F) {
 // TestZstdDecodeMutated is FuzzZstdDecode's check on a fixed run of
 // random mutations, so that plain go test runs some of it.
 func TestZstdDecodeMutated(t *testing.T) {
+	zstdBothBuilds(t, testZstdDecodeMutated)
+}
+
+func testZstdDecodeMutated(t *testing.T) {
 	seeds := zstdFuzzSeeds(t)
 	// For fuzzing zstddec.c alone, under a C sanitizer.
 	if dir := os.Getenv("GZRAMD_ZSTDDEC_SEEDS"); dir != "" {
