@@ -169,7 +169,7 @@ func NewZstd(level int) (*Zstd, error) {
 	for i := range z.ctxs.s {
 		x := z.ctxs.s[i].ctx
 		k := z.compress(x, frame, page)
-		if k <= 0 || decompress(x, back, frame[:k]) != nil || !bytes.Equal(back, page) {
+		if k <= 0 || libzstdDecompress(x, back, frame[:k]) != nil || !bytes.Equal(back, page) {
 			return nil, fmt.Errorf("codec: libzstd's contexts at level %d do not round-trip a page", level)
 		}
 	}
@@ -252,13 +252,15 @@ func (z *Zstd) Compress(dst, src []byte) int {
 	return n
 }
 
-// Decompress implements Codec.
+// Decompress implements Codec. A page's frame goes to libzstd alone:
+// there is no later page to stop before, and zstddec.c decodes zstd -1
+// pages no faster (bench/results/zstd-decoder-cpu-2026-12-06.md).
 func (z *Zstd) Decompress(dst, src []byte) error {
 	if len(src) == 0 || len(dst) == 0 {
 		return ErrCorrupt
 	}
 	s := z.ctxs.get()
-	err := decompress(s.ctx, dst, src)
+	err := libzstdDecompress(s.ctx, dst, src)
 	s.put()
 	return err
 }
