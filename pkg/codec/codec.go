@@ -199,9 +199,10 @@ const GroupPages = 16
 // A GroupCompressor compresses groups of GroupPages pages, each group as
 // zstd frames of FramePages pages: the dense tier's recompression on the
 // GPU. A frame of the whole group has a block a page, so that a decoder
-// that stops at a block (ZstdDecoder.DecompressPrefix) reads one page of
-// it without decoding the pages after it; smaller frames, which decode
-// whole, are one block. The frames decode with any zstd decoder.
+// that stops at a block reads one page of it without decoding the pages
+// after it; smaller frames are one block, which ZstdDecoder.DecompressPrefix
+// (zstddec.c) also decodes only as far as the page wanted. The frames
+// decode with any zstd decoder.
 type GroupCompressor interface {
 	BatchAllocator
 	// MaxGroups is the most groups one CompressGroups takes.
