@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 
 	kzstd "github.com/klauspost/compress/zstd"
@@ -71,6 +72,8 @@ func zstdInputs(tb testing.TB, r *rand.Rand) [][]byte {
 // libzstd's output, byte for byte.
 func zstdCheck(t *testing.T, x *ZstdDecoder, name string, frame []byte, step int) {
 	t.Helper()
+	// x's cleanup frees the contexts once x is unreachable, ctx or not.
+	defer runtime.KeepAlive(x)
 	ctx := x.ctxs.s[0].ctx
 	ref := make([]byte, 1<<17)
 	n := libzstdDecode(ctx, ref, frame)
@@ -343,6 +346,8 @@ func FuzzZstdDecode(f *testing.F) {
 		}
 		dst := fenceOut[most-n:]
 		r := zdec(ctx, dst, src, want)
+		// x's cleanup frees the contexts once x is unreachable.
+		runtime.KeepAlive(x)
 		if r < 0 {
 			return
 		}
@@ -394,6 +399,7 @@ func testZstdDecodeMutated(t *testing.T) {
 	ctx := x.ctxs.s[0].ctx
 	const most = 64 << 10
 	fenceIn, fenceOut, ref := fencedPages(t, most/PageSize), fencedPages(t, most/PageSize), make([]byte, most)
+	defer runtime.KeepAlive(x) // its cleanup frees ctx
 	decoded := 0
 	for round := range rounds {
 		frame := append([]byte{}, seeds[r.IntN(len(seeds))]...)
