@@ -295,18 +295,11 @@ func decodePrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
 	if len(src) == 0 || len(dst) == 0 || n <= 0 || n > len(dst) {
 		return ErrCorrupt
 	}
-	if ownDecoder {
-		r := zdec(x, dst, src, n)
-		if r >= n && (n < len(dst) || r == n) {
-			return nil
-		}
+	if r := zdec(x, dst, src, n); r >= n && (n < len(dst) || r == n) {
+		return nil
 	}
 	return libzstdPrefix(x, dst, src, n)
 }
-
-// ownDecoder turns zstddec.c on: tests and benchmarks turn it off to
-// compare it with libzstd.
-var ownDecoder = true
 
 // zdec runs zstddec.c on src with the first n bytes of dst wanted (all
 // of them: the whole frame): the bytes it wrote, or a negative error.
@@ -335,7 +328,7 @@ func libzstdPrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
 }
 
 func decompress(x C.gz_zstd_ctx, dst, src []byte) error {
-	if ownDecoder && zdec(x, dst, src, len(dst)) == len(dst) {
+	if zdec(x, dst, src, len(dst)) == len(dst) {
 		return nil
 	}
 	return libzstdDecompress(x, dst, src)

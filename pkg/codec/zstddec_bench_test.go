@@ -40,7 +40,6 @@ func TestZstdDecodeReads(t *testing.T) {
 	pages := corpus.StoredPages(testneeds.Corpus(t))
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	defer func() { ownDecoder = true }()
 	out := t.Output()
 
 	dec, err := NewZstdDecoder(1)
@@ -70,14 +69,14 @@ func TestZstdDecodeReads(t *testing.T) {
 	var subjects []*subject
 	add := func(name string, p zdPager, want []byte, ratio float64, both bool) {
 		if both {
-			subjects = append(subjects, &subject{name: name + ", libzstd", p: p, want: want, ratio: ratio})
+			subjects = append(subjects, &subject{name: name + ", libzstd", p: p.withLibzstd(), want: want, ratio: ratio})
 		}
 		subjects = append(subjects, &subject{name: name + ", zstddec", p: p, want: want, ratio: ratio, own: true})
 	}
 	subjects = append(subjects, &subject{name: "LZ4 pages (fast tier)", p: lz4, want: pages, ratio: lz4.ratio()})
 	// Pages through a ZstdDecoder, which tries zstddec.c (Zstd's own
 	// Decompress does not).
-	zp.decode = dec.Decompress
+	zp.decode, zp.dec = dec.Decompress, dec
 	add("zstd -1 pages (fast tier, --algorithm zstd)", zp, pages, zp.ratio(), true)
 	add("16 KiB frames, one block, level 5 (dense, CPU)", l5, pages, l5.ratio(), true)
 	add("16 KiB frames, one block, level 19", l19, pages, l19.ratio(), true)
@@ -89,12 +88,10 @@ func TestZstdDecodeReads(t *testing.T) {
 	rng := rand.New(rand.NewPCG(35, 1206))
 	for range *zdRounds {
 		for _, s := range subjects {
-			ownDecoder = s.own
 			zdTimeReads(t, s.p, s.want, 1, *zdReads / *zdRounds, rng, &s.small)
 			zdTimeReads(t, s.p, s.want, 8, *zdReads/2 / *zdRounds, rng, &s.win)
 		}
 	}
-	ownDecoder = true
 	fmt.Fprintln(out, "| subject | ratio | 4K mean µs | 4K p50 | 4K p99 | 4K p99 warm | p50 × LZ4 | 32K mean µs | 32K p50 | 32K p99 | 32K MB/s | switched % |")
 	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	lz4Small := subjects[0].small.stats(false)
@@ -111,12 +108,37 @@ func TestZstdDecodeReads(t *testing.T) {
 type zdPager interface {
 	readPages(dst []byte, first, n int) error
 	total() int
+	// withLibzstd is the same pages decoded by libzstd alone.
+	withLibzstd() zdPager
+}
+
+// zdDecoder is a ZstdDecoder, or libzstdOnly of one.
+type zdDecoder interface {
+	Decompress(dst, src []byte) error
+	DecompressPrefix(dst, src []byte, n int) error
+}
+
+// libzstdOnly decodes with z's contexts as z does, but with libzstd
+// alone: the rows zstddec.c is measured against.
+type libzstdOnly struct{ z *ZstdDecoder }
+
+func (l libzstdOnly) Decompress(dst, src []byte) error {
+	s := l.z.ctxs.get()
+	defer s.put()
+	return libzstdDecompress(s.ctx, dst, src)
+}
+
+func (l libzstdOnly) DecompressPrefix(dst, src []byte, n int) error {
+	s := l.z.ctxs.get()
+	defer s.put()
+	return libzstdPrefix(s.ctx, dst, src, n)
 }
 
 // zdFastPages are pages compressed alone, or kept raw where that would
 // not come below gzramd's huge threshold.
 type zdFastPages struct {
 	decode func(dst, src []byte) error
+	dec    *ZstdDecoder // where decode is its Decompress
 	data   []byte
 	off    []int
 }
@@ -137,7 +159,15 @@ func zdPages(t *testing.T, pages []byte, c Codec) *zdFastPages {
 	return f
 }
 
-func (f *zdFastPages) total() int     { return len(f.off) - 1 }
+func (f *zdFastPages) total() int { return len(f.off) - 1 }
+
+// withLibzstd is for pages decoded by a ZstdDecoder (decode set to its
+// Decompress, dec to it).
+func (f *zdFastPages) withLibzstd() zdPager {
+	g := *f
+	g.decode = libzstdOnly{f.dec}.Decompress
+	return &g
+}
 func (f *zdFastPages) ratio() float64 { return float64(f.total()*PageSize) / float64(len(f.data)) }
 
 func (f *zdFastPages) readPages(dst []byte, first, n int) error {
@@ -160,7 +190,7 @@ type zdFrameSet struct {
 	pages, pageN int
 	data         []byte
 	off          []int
-	dec          *ZstdDecoder
+	dec          zdDecoder
 	out          []byte
 }
 
@@ -198,7 +228,13 @@ func zdMake(pages []byte, framePages int, dec *ZstdDecoder, compress func(dst, s
 	return f
 }
 
-func (f *zdFrameSet) total() int     { return f.pageN }
+func (f *zdFrameSet) total() int { return f.pageN }
+
+func (f *zdFrameSet) withLibzstd() zdPager {
+	g := *f
+	g.dec, g.out = libzstdOnly{f.dec.(*ZstdDecoder)}, make([]byte, len(f.out))
+	return &g
+}
 func (f *zdFrameSet) ratio() float64 { return float64(f.pageN*PageSize) / float64(len(f.data)) }
 
 func (f *zdFrameSet) readPages(dst []byte, first, n int) error {
