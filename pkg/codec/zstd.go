@@ -308,6 +308,15 @@ func zdec(x C.gz_zstd_ctx, dst, src []byte, n int) int {
 		(*C.uint8_t)(unsafe.Pointer(&dst[0])), C.size_t(len(dst)), C.size_t(n)))
 }
 
+const (
+	// zdecMaxLiterals is the most literals a block may have for zstddec.c
+	// (ZD_LIT_MAX): the dense tier's frames, and objects' blocks of a
+	// page, have 16 KiB at most.
+	zdecMaxLiterals = 16 << 10
+	// zdecTooLarge is its answer to a block with more (GZ_ZDEC_TOO_LARGE).
+	zdecTooLarge = C.GZ_ZDEC_TOO_LARGE
+)
+
 // zdecUseBMI2 turns zstddec.c's build for BMI2 on or off (tests of both
 // builds) and returns whether it was on.
 func zdecUseBMI2(on bool) bool {

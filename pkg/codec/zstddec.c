@@ -34,9 +34,11 @@
 
 #define ZD_MAGIC 0xFD2FB528u
 #define ZD_BLOCK_MAX (128 << 10)
-// A block's literals are decoded whole into z; the dense tier's blocks
-// hold 16 KiB at most, objects' 64 KiB. A block with more goes to libzstd.
-#define ZD_LIT_MAX (64 << 10)
+// A block's literals are decoded whole into z; the dense tier's frames
+// and objects' blocks of a page hold 16 KiB at most. A block with more
+// goes to libzstd: every context holds z, and a larger buffer would cost
+// 48 KiB a context for frames gzramd does not write.
+#define ZD_LIT_MAX (16 << 10)
 // Literals are copied 16 bytes at a time, past their end.
 #define ZD_LIT_SLACK 32
 // A sequence whose literals and match end this far before the output's
