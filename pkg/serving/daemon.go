@@ -234,16 +234,25 @@ func (d *daemon) gpuOpened(info gpu.DeviceInfo) {
 	}
 }
 
-// denseOnGPU has the dense tier recompress on g.
+// denseOnGPU has the dense tier recompress on g: with its high-effort
+// frames of 4 pages (gpu.DeepGroups) where their kernel loads, and with
+// the fast tier's frames of a group where it does not.
 func (d *daemon) denseOnGPU(g *gpu.Backend) {
 	if d.cfg.DenseAfter == 0 {
 		return
 	}
-	if err := d.dev.SetDenseGPU(g); err != nil {
+	var gc codec.GroupCompressor = g
+	kind := "fast"
+	if deep, err := g.DeepGroups(); err != nil {
+		d.log.Warn("the dense tier's high-effort kernel did not load: it recompresses with the fast tier's", "err", err)
+	} else {
+		gc, kind = deep, "deep"
+	}
+	if err := d.dev.SetDenseGPU(gc); err != nil {
 		d.log.Warn("the dense tier recompresses on the CPU", "err", err)
 		return
 	}
-	d.log.Info("the dense tier recompresses on the GPU", "groups_a_batch", g.MaxGroups())
+	d.log.Info("the dense tier recompresses on the GPU", "kernel", kind, "groups_a_batch", gc.MaxGroups(), "frame_pages", gc.FramePages())
 }
 
 // close releases what newDaemon and run built, in reverse order.
