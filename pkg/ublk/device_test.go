@@ -1,0 +1,265 @@
+package ublk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/testneeds"
+)
+
+// needDriver skips a test that needs a ublk driver and root where either
+// is missing (this is most machines: the e2e guest's 6.12 kernel has one,
+// test/e2e's ublk scenario).
+func needDriver(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(DefaultControlPath); err != nil {
+		testneeds.Skip(t, testneeds.KindModule, "ublk_drv", "%s: %v (modprobe ublk_drv; Linux 6.5 or later with USER_COPY; or E2E_SCENARIOS=ublk ./test/e2e/run.sh)", DefaultControlPath, err)
+	}
+	testneeds.Root(t, "creating a ublk device")
+}
+
+// served is a device Serve serves from a memory backend for one test.
+type served struct {
+	dev  Device
+	mem  *memBackend
+	stop func() error // cancels Serve and returns its error
+}
+
+func serveMem(t *testing.T, cfg Config, size int64) *served {
+	t.Helper()
+	m := newMemBackend(size)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan Device, 1)
+	errc := make(chan error, 1)
+	cfg.Ready = func(d Device) { ready <- d }
+	go func() { errc <- Serve(ctx, cfg, m) }()
+	s := &served{mem: m}
+	select {
+	case s.dev = <-ready:
+	case err := <-errc:
+		cancel()
+		t.Fatalf("Serve: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("no device after 60 s")
+	}
+	var stopped bool
+	var stopErr error
+	s.stop = func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			stopErr = <-errc
+		}
+		return stopErr
+	}
+	t.Cleanup(func() { s.stop() })
+	t.Logf("serving %s: %d queues of depth %d, requests of at most %d bytes, flags %#x",
+		s.dev.Block, s.dev.Queues, s.dev.Depth, s.dev.MaxIOBytes, s.dev.Flags)
+	return s
+}
+
+// alignedBuf is memory O_DIRECT takes: page-aligned.
+func alignedBuf(t *testing.T, n int) []byte {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(b) })
+	return b
+}
+
+func openDirect(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func TestBlockDevice(t *testing.T) {
+	needDriver(t)
+	const size = 64 << 20
+	s := serveMem(t, Config{}, size)
+	f := openDirect(t, s.dev.Block)
+
+	t.Run("size", func(t *testing.T) {
+		var n uint64
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&n))); errno != 0 {
+			t.Fatal(errno)
+		}
+		if n != size {
+			t.Errorf("BLKGETSIZE64 %d, want %d", n, size)
+		}
+		lbs, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKSSZGET)
+		if err != nil || lbs != 4096 {
+			t.Errorf("logical block size %d (%v), want 4096", lbs, err)
+		}
+	})
+
+	t.Run("patterns", func(t *testing.T) {
+		buf := alignedBuf(t, 1<<20)
+		got := alignedBuf(t, 1<<20)
+		// Sizes from a block to several requests' worth, at the start,
+		// in the middle and at the very end.
+		for i, c := range []struct{ off, n int64 }{
+			{0, 4096}, {4096, 8192}, {1 << 20, 64 << 10}, {3<<20 + 4096, 128 << 10},
+			{17 << 20, 1 << 20}, {size - 4096, 4096}, {size - 1<<20, 1 << 20},
+		} {
+			copy(buf, pattern(int(c.n), byte(i+1)))
+			if _, err := f.WriteAt(buf[:c.n], c.off); err != nil {
+				t.Fatalf("write %d at %d: %v", c.n, c.off, err)
+			}
+			clear(got)
+			if _, err := f.ReadAt(got[:c.n], c.off); err != nil {
+				t.Fatalf("read %d at %d: %v", c.n, c.off, err)
+			}
+			if !bytes.Equal(got[:c.n], buf[:c.n]) {
+				t.Errorf("%d bytes at %d: read back differs", c.n, c.off)
+			}
+			s.mem.mu.Lock()
+			held := bytes.Equal(s.mem.data[c.off:c.off+c.n], buf[:c.n])
+			s.mem.mu.Unlock()
+			if !held {
+				t.Errorf("%d bytes at %d: the backend holds something else", c.n, c.off)
+			}
+		}
+	})
+
+	t.Run("dd", func(t *testing.T) {
+		dd, ok := testneeds.CommandFor(t, "dd", "coreutils", "writing and reading with dd")
+		if !ok {
+			return
+		}
+		dir := t.TempDir()
+		in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+		data := pattern(256<<10, 0xa5)
+		rand.New(rand.NewPCG(1, 2)).Shuffle(len(data), func(i, j int) { data[i], data[j] = data[j], data[i] })
+		if err := os.WriteFile(in, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		const seek = 5000 // blocks
+		run := func(args ...string) {
+			t.Helper()
+			if b, err := exec.Command(dd, args...).CombinedOutput(); err != nil {
+				t.Fatalf("dd %v: %v\n%s", args, err, b)
+			}
+		}
+		run("if="+in, "of="+s.dev.Block, "bs=4096", "seek="+strconv.Itoa(seek), "oflag=direct", "conv=notrunc")
+		run("if="+s.dev.Block, "of="+out, "bs=4096", "skip="+strconv.Itoa(seek), "count="+strconv.Itoa(len(data)/4096), "iflag=direct")
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Error("dd read back something else than dd wrote")
+		}
+	})
+
+	t.Run("flush", func(t *testing.T) {
+		s.mem.mu.Lock()
+		before := s.mem.flushes
+		s.mem.mu.Unlock()
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		s.mem.mu.Lock()
+		after := s.mem.flushes
+		s.mem.mu.Unlock()
+		if after == before {
+			t.Error("fsync sent no flush")
+		}
+	})
+
+	t.Run("discard", func(t *testing.T) {
+		buf := alignedBuf(t, 64<<10)
+		copy(buf, pattern(len(buf), 9))
+		const off = 8 << 20
+		if _, err := f.WriteAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+		r := [2]uint64{off + 4096, 32 << 10}
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKDISCARD, uintptr(unsafe.Pointer(&r))); errno != 0 {
+			t.Fatalf("BLKDISCARD: %v", errno)
+		}
+		r = [2]uint64{off + 48<<10, 8 << 10}
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKZEROOUT, uintptr(unsafe.Pointer(&r))); errno != 0 {
+			t.Fatalf("BLKZEROOUT: %v", errno)
+		}
+		got := alignedBuf(t, 64<<10)
+		if _, err := f.ReadAt(got, off); err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(buf)
+		clear(want[4096 : 4096+32<<10])
+		clear(want[48<<10 : 56<<10])
+		if !bytes.Equal(got, want) {
+			t.Error("after a discard and a zeroing the device reads something else")
+		}
+		s.mem.mu.Lock()
+		trims, zeroes := s.mem.trims, s.mem.zeroes
+		s.mem.mu.Unlock()
+		if trims == 0 || zeroes == 0 {
+			t.Errorf("the backend saw %d trims and %d zeroings, want both", trims, zeroes)
+		}
+	})
+
+	t.Run("stop", func(t *testing.T) {
+		f.Close()
+		if err := s.stop(); err != nil {
+			t.Fatalf("Serve after the stop: %v", err)
+		}
+		if _, err := os.Stat(s.dev.Block); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the stop: %v, want it gone", s.dev.Block, err)
+		}
+	})
+}
+
+// TestQD1ReadLatency measures 4 KiB reads at queue depth 1 through the
+// device, for the e2e guest's figures (UBLK_LATENCY_READS, default 2000).
+func TestQD1ReadLatency(t *testing.T) {
+	needDriver(t)
+	const size = 64 << 20
+	s := serveMem(t, Config{}, size)
+	f := openDirect(t, s.dev.Block)
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("UBLK_LATENCY_READS")); err == nil && v > 0 {
+		n = v
+	}
+	lat := qd1Reads(t, f, size, n)
+	t.Logf("ublk QD1 4 KiB random reads: n=%d p50=%v p90=%v p99=%v", n, lat[n/2], lat[n*9/10], lat[n*99/100])
+}
+
+// qd1Reads reads n random 4 KiB blocks of f one after another and returns
+// each read's time, sorted.
+func qd1Reads(t *testing.T, f *os.File, size int64, n int) []time.Duration {
+	t.Helper()
+	buf := alignedBuf(t, 4096)
+	r := rand.New(rand.NewPCG(3, 4))
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		off := r.Int64N(size/4096) * 4096
+		t0 := time.Now()
+		if _, err := f.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+		lat[i] = time.Since(t0)
+	}
+	slices.Sort(lat)
+	return lat
+}

@@ -1,0 +1,157 @@
+package ublk
+
+import (
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/uring"
+)
+
+// stopData marks the completion of a queue's poll on its stop eventfd;
+// tags are below 1<<16.
+const stopData = 1 << 32
+
+// queue serves one of the device's hardware queues: a ring of its own,
+// the tags' descriptors mapped from /dev/ublkcN and a buffer per tag,
+// all set up before its first fetch and kept to the end, so that serving
+// a request allocates nothing.
+type queue struct {
+	id    uint16
+	depth int
+	maxIO int
+	h     handler
+	stop  int // eventfd: readable once the queue is to stop
+
+	ring  *uring.Ring
+	descs []byte // the driver's descriptor area (read-only)
+	bufs  []byte // depth buffers of maxIO bytes, anonymous memory
+}
+
+// descAreaSize is the length of one queue's descriptor area, which the
+// driver rounds up to whole pages.
+func descAreaSize(depth int) int {
+	page := os.Getpagesize()
+	return (depth*ioDescSize + page - 1) / page * page
+}
+
+// open sets the queue up: its ring, its descriptors and its buffers.
+func (q *queue) open() error {
+	var err error
+	q.ring, err = uring.New(uint32(2*q.depth), 0)
+	if err != nil {
+		return fmt.Errorf("ublk: queue %d: %w", q.id, err)
+	}
+	size := descAreaSize(q.depth)
+	q.descs, err = unix.Mmap(q.h.data, int64(q.id)*int64(size), size, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return fmt.Errorf("ublk: queue %d: mapping its descriptors: %w", q.id, err)
+	}
+	q.bufs, err = unix.Mmap(-1, 0, q.depth*q.maxIO, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return fmt.Errorf("ublk: queue %d: buffers: %w", q.id, err)
+	}
+	return nil
+}
+
+// close gives everything back; closing the ring cancels the fetches the
+// driver still holds.
+func (q *queue) close() {
+	if q.ring != nil {
+		q.ring.Close()
+	}
+	for _, m := range [][]byte{q.descs, q.bufs} {
+		if m != nil {
+			_ = unix.Munmap(m)
+		}
+	}
+	q.ring, q.descs, q.bufs = nil, nil, nil
+}
+
+// desc is tag's descriptor as the driver last wrote it.
+func (q *queue) desc(tag uint16) ioDesc {
+	return *(*ioDesc)(unsafe.Pointer(&q.descs[int(tag)*ioDescSize]))
+}
+
+func (q *queue) buf(tag uint16) []byte {
+	off := int(tag) * q.maxIO
+	return q.bufs[off : off+q.maxIO : off+q.maxIO]
+}
+
+// prepIO fills the next entry with FETCH_REQ or COMMIT_AND_FETCH_REQ for
+// tag. The ring has room for every tag and the stop poll, so an entry is
+// always free.
+func (q *queue) prepIO(op uint32, tag uint16, result int32) error {
+	c := ioCmd{QID: q.id, Tag: tag, Result: result}
+	e := q.ring.NextSQE()
+	if e == nil {
+		return fmt.Errorf("ublk: queue %d: ring full", q.id)
+	}
+	return e.PrepUringCmd(q.h.data, op, (*[ioCmdSize]byte)(unsafe.Pointer(&c))[:], uint64(tag))
+}
+
+// fetchAll sends a FETCH_REQ for every tag and the stop poll. The driver
+// counts the fetches; START_DEV waits for all of them.
+func (q *queue) fetchAll() error {
+	for tag := range q.depth {
+		if err := q.prepIO(ioFetchReq, uint16(tag), 0); err != nil {
+			return err
+		}
+	}
+	e := q.ring.NextSQE()
+	if e == nil {
+		return fmt.Errorf("ublk: queue %d: ring full", q.id)
+	}
+	e.PrepPollAdd(q.stop, unix.POLLIN, stopData)
+	if err := q.ring.Submit(0); err != nil {
+		return fmt.Errorf("ublk: queue %d: fetching: %w", q.id, err)
+	}
+	return nil
+}
+
+// serve runs requests until the stop eventfd is written or the driver
+// aborts every tag. It runs on the thread that called fetchAll: the
+// driver takes a queue's commands from one task only.
+func (q *queue) serve() error {
+	live := q.depth
+	var ioErr error
+	for live > 0 {
+		if err := q.ring.Submit(1); err != nil {
+			return fmt.Errorf("ublk: queue %d: %w", q.id, err)
+		}
+		stop := false
+		q.ring.Reap(func(c uring.CQE) {
+			if c.UserData == stopData {
+				stop = true
+				return
+			}
+			tag := uint16(c.UserData)
+			switch {
+			case c.Res == ioResOK && int(tag) < q.depth:
+				res := q.h.serve(tag, q.desc(tag), q.buf(tag))
+				if err := q.prepIO(ioCommitAndFetchReq, tag, res); err != nil && ioErr == nil {
+					ioErr = err
+				}
+			case c.Res == ioResAbort:
+				live--
+			default:
+				// The driver refused a fetch or commit: the tag is lost
+				// to this server.
+				live--
+				errno := unix.EINVAL // a tag the queue does not have
+				if c.Res < 0 {
+					errno = unix.Errno(-c.Res)
+				}
+				if ioErr == nil {
+					ioErr = fmt.Errorf("ublk: queue %d tag %d: %w", q.id, tag, errno)
+				}
+			}
+		})
+		if stop {
+			return ioErr
+		}
+	}
+	return ioErr
+}
