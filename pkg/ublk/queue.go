@@ -37,6 +37,13 @@ func descAreaSize(depth int) int {
 	return (depth*ioDescSize + page - 1) / page * page
 }
 
+// descAreaOffset is where queue q's descriptor area is mapped from on
+// /dev/ublkcN: the driver spaces the areas as if every queue were of
+// MaxQueueDepth, whatever the device's depth.
+func descAreaOffset(q uint16) int64 {
+	return int64(q) * int64(descAreaSize(MaxQueueDepth))
+}
+
 // open sets the queue up: its ring, its descriptors and its buffers.
 func (q *queue) open() error {
 	var err error
@@ -44,8 +51,7 @@ func (q *queue) open() error {
 	if err != nil {
 		return fmt.Errorf("ublk: queue %d: %w", q.id, err)
 	}
-	size := descAreaSize(q.depth)
-	q.descs, err = unix.Mmap(q.h.data, int64(q.id)*int64(size), size, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	q.descs, err = unix.Mmap(q.h.data, descAreaOffset(q.id), descAreaSize(q.depth), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return fmt.Errorf("ublk: queue %d: mapping its descriptors: %w", q.id, err)
 	}

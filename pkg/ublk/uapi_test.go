@@ -127,3 +127,15 @@ func TestDescAreaSize(t *testing.T) {
 		}
 	}
 }
+
+func TestDescAreaOffset(t *testing.T) {
+	// UBLKSRV_CMD_BUF_OFFSET + q_id * ublk_max_cmd_buf_size(): areas
+	// spaced for UBLK_MAX_QUEUE_DEPTH descriptors (4096 * 24 bytes), not
+	// the device's depth. With the depth's spacing every queue but the
+	// first read queue 0's descriptors (seen in the e2e guest).
+	for q, want := range map[uint16]int64{0: 0, 1: 98304, 3: 3 * 98304} {
+		if got := descAreaOffset(q); got != want {
+			t.Errorf("descAreaOffset(%d) = %d, want %d", q, got, want)
+		}
+	}
+}

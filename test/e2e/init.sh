@@ -109,6 +109,25 @@ while read -r mod; do
 	insmod "$mod" || fail "insmod $mod"
 done </etc/e2e-modules
 
+# ublk: pkg/ublk's tests (go test -c, /bin/ublk.test) serve a device from
+# memory through ublk_drv and write, read, discard and time it; the tests
+# that need the driver must run, not skip.
+if [ "$mode" = ublk ]; then
+	[ -s /etc/e2e-modules-ublk ] || fail "kernel $(uname -r) has no ublk_drv module (E2E_KERNEL_META=linux-image-6.12-amd64)"
+	while read -r mod; do
+		insmod "$mod" || fail "insmod $mod"
+	done </etc/e2e-modules-ublk
+	[ -c /dev/ublk-control ] || fail "no /dev/ublk-control after loading ublk_drv"
+	step "ublk: ublk.test -test.run '${ublk_run:-.}' (kernel $(uname -r), $(nproc) CPUs)"
+	UBLK_LATENCY_READS=${ublk_reads:-2000} /bin/ublk.test -test.v -test.count=1 -test.run "${ublk_run:-.}" -test.timeout 300s >/tmp/ublk.out 2>&1
+	rc=$?
+	sed 's/^/E2E-UBLK /' /tmp/ublk.out
+	[ "$rc" -eq 0 ] || fail "ublk.test exited $rc"
+	grep -q -- '--- SKIP' /tmp/ublk.out && fail "ublk.test skipped a test in the guest"
+	grep -q -- '--- PASS: TestBlockDevice' /tmp/ublk.out || fail "TestBlockDevice did not pass"
+	result PASS
+fi
+
 ip link set lo up
 i=0
 until ip link set eth0 up 2>/dev/null; do

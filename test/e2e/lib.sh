@@ -148,6 +148,12 @@ initramfs_base() {
 	grep -q '/nbd.ko' "$root/etc/e2e-modules" ||
 		grep -q '^CONFIG_BLK_DEV_NBD=y' "$KROOT/boot/config-$KVER" ||
 		die "kernel $KVER has no nbd driver"
+	# ublk_drv where the kernel has it as a module (Debian's 6.12, not its
+	# 6.1), in a list of its own: only the ublk scenario loads it.
+	: >"$root/etc/e2e-modules-ublk"
+	if modprobe -C /dev/null -d "$KROOT" -S "$KVER" --show-depends ublk_drv >/dev/null 2>&1; then
+		modules_copy "$root" /etc/e2e-modules-ublk ublk_drv
+	fi
 	mkdir -p "$(dirname "$INITRD")"
 	(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) >"$INITRD.tmp" &&
 		mv "$INITRD.tmp" "$INITRD"
