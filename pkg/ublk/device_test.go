@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/nbddev"
 )
 
 // needDriver skips a test that needs a ublk driver and root where either
@@ -230,19 +233,63 @@ func TestBlockDevice(t *testing.T) {
 	})
 }
 
-// TestQD1ReadLatency measures 4 KiB reads at queue depth 1 through the
-// device, for the e2e guest's figures (UBLK_LATENCY_READS, default 2000).
+// TestQD1ReadLatency measures 4 KiB reads at queue depth 1 through a ublk
+// device and, where the nbd module is there, through the kernel's NBD
+// client to pkg/nbd's server on a unix socket, both served from memory by
+// this process: the e2e guest's figures (UBLK_LATENCY_READS, default
+// 2000 each).
 func TestQD1ReadLatency(t *testing.T) {
 	needDriver(t)
 	const size = 64 << 20
-	s := serveMem(t, Config{}, size)
-	f := openDirect(t, s.dev.Block)
 	n := 2000
 	if v, err := strconv.Atoi(os.Getenv("UBLK_LATENCY_READS")); err == nil && v > 0 {
 		n = v
 	}
-	lat := qd1Reads(t, f, size, n)
-	t.Logf("ublk QD1 4 KiB random reads: n=%d p50=%v p90=%v p99=%v", n, lat[n/2], lat[n*9/10], lat[n*99/100])
+	s := serveMem(t, Config{}, size)
+	u := qd1Reads(t, openDirect(t, s.dev.Block), size, n)
+	t.Logf("QD1 4 KiB random reads, ublk: n=%d p50=%v p90=%v p99=%v", n, u[n/2], u[n*9/10], u[n*99/100])
+	path, ok := attachNBD(t, newMemBackend(size))
+	if !ok {
+		return
+	}
+	b := qd1Reads(t, openDirect(t, path), size, n)
+	t.Logf("QD1 4 KiB random reads, nbd: n=%d p50=%v p90=%v p99=%v", n, b[n/2], b[n*9/10], b[n*99/100])
+	t.Logf("QD1 4 KiB random reads, ublk/nbd: p50 %.2f p99 %.2f",
+		float64(u[n/2])/float64(b[n/2]), float64(u[n*99/100])/float64(b[n*99/100]))
+}
+
+// attachNBD serves m with pkg/nbd on a unix socket and attaches a kernel
+// /dev/nbdN to it, for the comparison; false (the part noted) where the
+// nbd module is missing.
+func attachNBD(t *testing.T, m *memBackend) (string, bool) {
+	t.Helper()
+	if _, err := os.Stat("/sys/module/nbd"); err != nil {
+		testneeds.Part(t, testneeds.KindModule, "nbd", "the comparison with NBD (modprobe nbd)")
+		return "", false
+	}
+	srv, err := nbd.NewServer([]nbd.Export{{Name: "mem", Backend: m}}, nbd.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "nbd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	ctx := context.Background()
+	d, err := nbddev.Attach(ctx, nbddev.Options{Network: "unix", Address: sock, Export: "mem", Index: nbddev.AnyIndex})
+	if err != nil {
+		srv.Shutdown(ctx)
+		t.Fatalf("attaching /dev/nbdN: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := d.Detach(); err != nil {
+			t.Error(err)
+		}
+		srv.Shutdown(ctx)
+	})
+	return d.Path, true
 }
 
 // qd1Reads reads n random 4 KiB blocks of f one after another and returns
