@@ -267,6 +267,17 @@ func (r *Ring) Ready() uint32 {
 	return atomic.LoadUint32(r.cqTail) - atomic.LoadUint32(r.cqHead)
 }
 
+// PopCQE takes the oldest completion ready, if any, and frees its slot.
+func (r *Ring) PopCQE() (CQE, bool) {
+	head := atomic.LoadUint32(r.cqHead)
+	if head == atomic.LoadUint32(r.cqTail) {
+		return CQE{}, false
+	}
+	c := r.cqes[head&*r.cqMask]
+	atomic.StoreUint32(r.cqHead, head+1)
+	return c, true
+}
+
 // Reap calls fn for each completion ready, in order, and frees their
 // slots. fn may fill new entries (NextSQE) for the next Submit.
 func (r *Ring) Reap(fn func(CQE)) int {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -36,19 +38,26 @@ func needDriver(t *testing.T) {
 // served is a device Serve serves from a memory backend for one test.
 type served struct {
 	dev  Device
-	mem  *memBackend
+	mem  *memBackend  // where the backend is one
 	stop func() error // cancels Serve and returns its error
 }
 
 func serveMem(t *testing.T, cfg Config, size int64) *served {
 	t.Helper()
 	m := newMemBackend(size)
+	s := serveBackend(t, cfg, m)
+	s.mem = m
+	return s
+}
+
+func serveBackend(t *testing.T, cfg Config, b Backend) *served {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Device, 1)
 	errc := make(chan error, 1)
 	cfg.Ready = func(d Device) { ready <- d }
-	go func() { errc <- Serve(ctx, cfg, m) }()
-	s := &served{mem: m}
+	go func() { errc <- Serve(ctx, cfg, b) }()
+	s := &served{}
 	select {
 	case s.dev = <-ready:
 	case err := <-errc:
@@ -309,4 +318,99 @@ func qd1Reads(t *testing.T, f *os.File, size int64, n int) []time.Duration {
 	}
 	slices.Sort(lat)
 	return lat
+}
+
+// TestSwap makes a ublk device served by this process the guest's swap
+// and runs the e2e hog (test/e2e/hog.c) over it: every word the hog wrote
+// must read back, and the kernel must have swapped out. The backend
+// compresses (packedBackend): one that keeps pages as they are frees no
+// memory by swapping. For the e2e guest only, in a process of its own (the
+// heaps of the tests before it would be locked too): UBLK_SWAP_HOG_MIB is
+// the hog's size.
+func TestSwap(t *testing.T) {
+	needDriver(t)
+	hogMiB := testneeds.Env(t, "UBLK_SWAP_HOG_MIB", "swapping through a ublk device while the e2e memory hog runs (the e2e guest: E2E_SCENARIOS=ublk)")
+	hog := testneeds.Command(t, "hog", "none: test/e2e/hog.c")
+	mkswap := testneeds.Command(t, "mkswap", "util-linux")
+	swapon := testneeds.Command(t, "swapon", "util-linux")
+	swapoff := testneeds.Command(t, "swapoff", "util-linux")
+	// 256 MiB of swap: a small slot for every page (32 MiB; the hog's
+	// compress to 338 bytes) and 8 MiB of pages that do not compress.
+	p := newPackedBackend(t, 256<<20, 65536, 2048)
+	errs := 0
+	p.onErr = func(err error) {
+		// To the kernel's log, at once: the guest may not live to the end.
+		if errs++; errs <= 10 {
+			if f, ferr := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0); ferr == nil {
+				fmt.Fprintf(f, "packedBackend: %v\n", err)
+				f.Close()
+			}
+		}
+	}
+	// As a server of swap must: its memory never swapped out to the
+	// device it serves, and its queues' allocations never waiting on
+	// that device's writes (Config.IOFlusher). On fault: MCL_FUTURE alone populates and locks
+	// each mapping whole, and Go maps its heap 64 MiB at a time (137 MiB
+	// locked in the guest, which then had too little left for the hog).
+	if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT); err != nil {
+		t.Fatalf("mlockall: %v", err)
+	}
+	defer unix.Munlockall()
+	s := serveBackend(t, Config{IOFlusher: true}, p)
+	run := func(name string, args ...string) {
+		t.Helper()
+		if b, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, b)
+		}
+	}
+	run(mkswap, s.dev.Block)
+	run(swapon, s.dev.Block)
+	on := true
+	defer func() {
+		if on {
+			exec.Command(swapoff, s.dev.Block).Run()
+		}
+	}()
+	out0, in0 := vmstat(t, "pswpout"), vmstat(t, "pswpin")
+	// No random pages (the third argument): every page compresses.
+	cmd := exec.Command(hog, hogMiB, "1", "0")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Errorf("hog %s MiB: %v", hogMiB, err)
+	}
+	out, in := vmstat(t, "pswpout")-out0, vmstat(t, "pswpin")-in0
+	p.mu.Lock()
+	stored, small, big := p.stored, cap(p.freeSmall)-len(p.freeSmall), cap(p.freeBig)-len(p.freeBig)
+	p.mu.Unlock()
+	t.Logf("hog %s MiB over %s in %v: pswpout %d, pswpin %d; %d pages held after it (%d small slots, %d whole)",
+		hogMiB, s.dev.Block, time.Since(t0).Round(time.Millisecond), out, in, stored, small, big)
+	if out == 0 {
+		t.Error("the kernel swapped nothing out: the test proved nothing (a larger UBLK_SWAP_HOG_MIB)")
+	}
+	run(swapoff, s.dev.Block)
+	on = false
+	if err := s.stop(); err != nil {
+		t.Errorf("Serve after the stop: %v", err)
+	}
+}
+
+// vmstat is the counter name of /proc/vmstat.
+func vmstat(t *testing.T, name string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/vmstat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && k == name {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("/proc/vmstat %s: %v", name, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("/proc/vmstat has no %s", name)
+	return 0
 }

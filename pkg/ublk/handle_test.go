@@ -166,3 +166,33 @@ func TestServeCopyErrors(t *testing.T) {
 		t.Errorf("write with no data to read: result %d, want -EIO", res)
 	}
 }
+
+// Serving a request allocates nothing: no garbage, and no heap growth
+// that could fault while the device is swap.
+func TestServeAllocatesNothing(t *testing.T) {
+	const tag = 1
+	h, _, f := newTestHandler(t, 0, 1<<20)
+	buf := make([]byte, 64<<10)
+	if _, err := f.WriteAt(pattern(len(buf), 3), userCopyPos(0, tag, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []ioDesc{
+		desc(opWrite, ioFlagFUA, 4096, 64<<10),
+		desc(opRead, 0, 4096, 64<<10),
+		desc(opFlush, 0, 0, 0),
+		desc(opDiscard, 0, 0, 8192),
+		desc(opWriteZeroes, 0, 0, 8192),
+	} {
+		if n := testing.AllocsPerRun(50, func() {
+			if res := h.serve(tag, d, buf); res < 0 {
+				t.Fatalf("op %d: %d", d.op(), res)
+			}
+		}); n != 0 {
+			t.Errorf("op %d: %v allocations a request", d.op(), n)
+		}
+	}
+}
+
+func TestGrowStack(t *testing.T) {
+	growStack(stackBytes) // does not overflow, terminates
+}

@@ -25,6 +25,8 @@ type queue struct {
 	h     handler
 	stop  int // eventfd: readable once the queue is to stop
 
+	ioFlusher bool // mark the queue's thread the kernel's IO flusher
+
 	ring  *uring.Ring
 	descs []byte // the driver's descriptor area (read-only)
 	bufs  []byte // depth buffers of maxIO bytes, anonymous memory
@@ -47,6 +49,13 @@ func descAreaOffset(q uint16) int64 {
 // open sets the queue up: its ring, its descriptors and its buffers.
 func (q *queue) open() error {
 	var err error
+	if q.ioFlusher {
+		// Per thread: this one's allocations must not wait on I/O,
+		// which may be this queue's to serve.
+		if err := unix.Prctl(unix.PR_SET_IO_FLUSHER, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("ublk: queue %d: PR_SET_IO_FLUSHER: %w", q.id, err)
+		}
+	}
 	q.ring, err = uring.New(uint32(2*q.depth), 0)
 	if err != nil {
 		return fmt.Errorf("ublk: queue %d: %w", q.id, err)
@@ -59,7 +68,22 @@ func (q *queue) open() error {
 	if err != nil {
 		return fmt.Errorf("ublk: queue %d: buffers: %w", q.id, err)
 	}
+	prefault(q.bufs)
 	return nil
+}
+
+// prefault writes to every page of b, so that each is there before the
+// queue serves: a page first touched by the driver's copy would be
+// allocated while serving, and with the device as swap that allocation
+// may reclaim by writing to the device (seen in the e2e guest: the
+// queue's thread in do_anonymous_page under pread, reclaiming, for good).
+// MAP_POPULATE is not enough: under mlockall(MCL_ONFAULT) the kernel
+// populates nothing.
+func prefault(b []byte) {
+	page := os.Getpagesize()
+	for i := 0; i < len(b); i += page {
+		b[i] = 0
+	}
 }
 
 // close gives everything back; closing the ring cancels the fetches the
@@ -119,7 +143,8 @@ func (q *queue) fetchAll() error {
 
 // serve runs requests until the stop eventfd is written or the driver
 // aborts every tag. It runs on the thread that called fetchAll: the
-// driver takes a queue's commands from one task only.
+// driver takes a queue's commands from one task only. Nothing here
+// allocates (no closure, no error but on the way out).
 func (q *queue) serve() error {
 	live := q.depth
 	var ioErr error
@@ -127,11 +152,13 @@ func (q *queue) serve() error {
 		if err := q.ring.Submit(1); err != nil {
 			return fmt.Errorf("ublk: queue %d: %w", q.id, err)
 		}
-		stop := false
-		q.ring.Reap(func(c uring.CQE) {
+		for {
+			c, ok := q.ring.PopCQE()
+			if !ok {
+				break
+			}
 			if c.UserData == stopData {
-				stop = true
-				return
+				return ioErr
 			}
 			tag := uint16(c.UserData)
 			switch {
@@ -154,10 +181,29 @@ func (q *queue) serve() error {
 					ioErr = fmt.Errorf("ublk: queue %d tag %d: %w", q.id, tag, errno)
 				}
 			}
-		})
-		if stop {
-			return ioErr
 		}
 	}
 	return ioErr
+}
+
+// stackBytes is how far a queue's goroutine grows its stack before it
+// serves. The backend's calls run on that goroutine, and a first deep
+// call (a compressor's tables on the stack) would otherwise allocate a
+// larger stack while serving: with the device as swap, that allocation
+// may wait for reclaim to write to the device (seen in the e2e guest: a
+// queue's thread in the runtime's span bookkeeping, faulting, reclaiming).
+// The runtime may shrink it again at a garbage collection unless
+// GODEBUG=gcshrinkstackoff=1.
+const stackBytes = 256 << 10
+
+// growStack uses at least n bytes of stack, in frames of 16 KiB.
+//
+//go:noinline
+func growStack(n int) byte {
+	var frame [16 << 10]byte
+	frame[n%len(frame)] = byte(n)
+	if n > len(frame) {
+		return growStack(n-len(frame)) ^ frame[n%len(frame)]
+	}
+	return frame[n%len(frame)]
 }

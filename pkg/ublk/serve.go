@@ -28,6 +28,11 @@ type Config struct {
 	MaxIOBytes int
 	// ControlPath is the control device (default DefaultControlPath).
 	ControlPath string
+	// IOFlusher marks each queue's thread the kernel's IO flusher
+	// (PR_SET_IO_FLUSHER, which needs CAP_SYS_RESOURCE): its allocations
+	// never wait for I/O, which may be its own to serve. A server of
+	// swap needs it, with its memory locked.
+	IOFlusher bool
 	// Ready, if set, is called once the block device is live.
 	Ready func(Device)
 }
@@ -149,9 +154,10 @@ func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 	fetched := make(chan error, dev.Queues)
 	done := make(chan error, dev.Queues)
 	for i := range dev.Queues {
-		q := &queue{id: uint16(i), depth: dev.Depth, maxIO: dev.MaxIOBytes, h: h, stop: stopFd}
+		q := &queue{id: uint16(i), depth: dev.Depth, maxIO: dev.MaxIOBytes, h: h, stop: stopFd, ioFlusher: cfg.IOFlusher}
 		q.h.q = q.id
 		go osthread.Run(fmt.Sprintf("ublk%d-q%d", id, i), func() {
+			growStack(stackBytes)
 			err := q.open()
 			if err == nil {
 				err = q.fetchAll()

@@ -32,6 +32,9 @@ daemon_env=
 # separated: flusher (an IO flusher, real-time: ioflusher.c), cgroup (in a
 # cgroup with memory.swap.max=0); run.sh adds a ramfs root for ramfs.
 tls= tlsguard=
+# ublk: -test.run of pkg/ublk's tests, the reads TestQD1ReadLatency times,
+# TestSwap's hog (MiB; none: TestSwap does not run).
+ublk_run= ublk_reads= ublk_hog=
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.*=*) kv=${arg#e2e.}; eval "${kv%%=*}='${kv#*=}'" ;;
@@ -110,21 +113,36 @@ while read -r mod; do
 done </etc/e2e-modules
 
 # ublk: pkg/ublk's tests (go test -c, /bin/ublk.test) serve a device from
-# memory through ublk_drv and write, read, discard and time it; the tests
-# that need the driver must run, not skip.
+# memory through ublk_drv and write, read, discard and time it, and (with
+# ublk_hog) swap to it while the hog runs; the tests that need the driver
+# must run, not skip.
+# prefix_to FILE: stdin to the console and FILE, each line as it comes
+# (sed into a pipe would hold its lines back) as "E2E-UBLK line".
+prefix_to() {
+	awk -v f="$1" '{ l = "E2E-UBLK " $0; print l; print l >>f; fflush() }'
+}
 if [ "$mode" = ublk ]; then
 	[ -s /etc/e2e-modules-ublk ] || fail "kernel $(uname -r) has no ublk_drv module (E2E_KERNEL_META=linux-image-6.12-amd64)"
 	while read -r mod; do
 		insmod "$mod" || fail "insmod $mod"
 	done </etc/e2e-modules-ublk
 	[ -c /dev/ublk-control ] || fail "no /dev/ublk-control after loading ublk_drv"
-	step "ublk: ublk.test -test.run '${ublk_run:-.}' (kernel $(uname -r), $(nproc) CPUs)"
-	UBLK_LATENCY_READS=${ublk_reads:-2000} /bin/ublk.test -test.v -test.count=1 -test.run "${ublk_run:-.}" -test.timeout 300s >/tmp/ublk.out 2>&1
-	rc=$?
-	sed 's/^/E2E-UBLK /' /tmp/ublk.out
-	[ "$rc" -eq 0 ] || fail "ublk.test exited $rc"
+	sysctl -w vm.min_free_kbytes="$minfree" >/dev/null || fail "sysctl vm.min_free_kbytes=$minfree"
+	step "ublk: ublk.test -test.run '${ublk_run:-.}' (kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { print $2 }' /proc/meminfo) kB)"
+	UBLK_LATENCY_READS=${ublk_reads:-2000} /bin/ublk.test -test.v -test.count=1 -test.run "${ublk_run:-.}" -test.skip TestSwap \
+		-test.timeout 300s 2>&1 | prefix_to /tmp/ublk.out
+	grep -q '^E2E-UBLK PASS$' /tmp/ublk.out || fail "ublk.test failed"
 	grep -q -- '--- SKIP' /tmp/ublk.out && fail "ublk.test skipped a test in the guest"
 	grep -q -- '--- PASS: TestBlockDevice' /tmp/ublk.out || fail "TestBlockDevice did not pass"
+	if [ -n "$ublk_hog" ]; then
+		# A process of its own: it locks its memory, which would lock
+		# the heaps the tests before it left too.
+		step "ublk: TestSwap: hog $ublk_hog MiB"
+		UBLK_SWAP_HOG_MIB=$ublk_hog /bin/ublk.test -test.v -test.count=1 -test.run TestSwap -test.timeout 500s 2>&1 |
+			prefix_to /tmp/ublk-swap.out
+		grep -q -- '--- PASS: TestSwap' /tmp/ublk-swap.out || fail "TestSwap did not pass"
+		grep -q '^E2E-UBLK HOG-PASS' /tmp/ublk-swap.out || fail "the hog did not pass"
+	fi
 	result PASS
 fi
 

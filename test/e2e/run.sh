@@ -552,9 +552,11 @@ run_survive() {
 
 # run_ublk: pkg/ublk's tests in the guest (go test -c, static): a ublk
 # device served from memory by the test process, written, read back
-# (O_DIRECT and dd), flushed, discarded, zeroed, timed at QD1 and
-# removed (init.sh's ublk mode). E2E_UBLK_RUN picks tests (-test.run),
-# E2E_UBLK_READS the reads timed.
+# (O_DIRECT and dd), flushed, discarded, zeroed, timed at QD1 against
+# the kernel's NBD client, made the guest's swap under the hog
+# (E2E_UBLK_HOG_MIB, default 256, in E2E_UBLK_MEM, 320M; 0: no swap) and
+# removed (init.sh's ublk mode). E2E_UBLK_RUN
+# picks tests (-test.run), E2E_UBLK_READS the reads timed.
 run_ublk() {
 	local bin=$WORK/ublk.root/bin/ublk.test
 	mkdir -p "$(dirname "$bin")"
@@ -562,10 +564,14 @@ run_ublk() {
 	CONSOLE=$WORK/ublk.console
 	GUEST_INITRD=$WORK/ublk.cpio.gz
 	initramfs_with_tree "$WORK/ublk.root" "$GUEST_INITRD"
-	qemu_cmd "${E2E_UBLK_MEM:-256M}" "${E2E_UBLK_SMP:-2}" "e2e.mode=ublk e2e.ublk_reads=${E2E_UBLK_READS:-2000}${E2E_UBLK_RUN:+ e2e.ublk_run=$E2E_UBLK_RUN}"
+	# A ramfs root: the test binary's pages stay in memory, never swapped
+	# out to the device it serves (as survive's gzramd).
+	local hog=${E2E_UBLK_HOG_MIB:-256}
+	[ "$hog" != 0 ] || hog=
+	qemu_cmd "${E2E_UBLK_MEM:-320M}" "${E2E_UBLK_SMP:-2}" "e2e.mode=ublk e2e.ublk_reads=${E2E_UBLK_READS:-2000}${hog:+ e2e.ublk_hog=$hog}${E2E_UBLK_RUN:+ e2e.ublk_run=$E2E_UBLK_RUN} rootfstype=ramfs"
 	log "ublk: booting ($ACCEL, kernel $KVER, pkg/ublk's tests in the guest)"
 	guest_run "$TIMEOUT" || die "ublk: $GUEST_VERDICT"
-	grep -aE '^E2E-UBLK (---|ok|PASS|FAIL|=== RUN)|E2E-UBLK .*(serving|QD1|did not check)' "$CONSOLE" | tr -d '\r' >&2 || true
+	grep -aE '^E2E-UBLK (---|ok|PASS|FAIL)|E2E-UBLK .*(serving|QD1|did not check|hog |HOG-)' "$CONSOLE" | tr -d '\r' >&2 || true
 	log "ublk: PASS ($GUEST_WALL s)"
 	passed+=("ublk:${GUEST_WALL}s")
 }
