@@ -22,6 +22,7 @@ import (
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/nbddev"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // needDriver skips a test that needs a ublk driver and root where either
@@ -330,7 +331,10 @@ func qd1Reads(t *testing.T, f *os.File, size int64, n int) []time.Duration {
 func TestSwap(t *testing.T) {
 	needDriver(t)
 	hogMiB := testneeds.Env(t, "UBLK_SWAP_HOG_MIB", "swapping through a ublk device while the e2e memory hog runs (the e2e guest: E2E_SCENARIOS=ublk)")
-	hog := testneeds.Command(t, "hog", "none: test/e2e/hog.c")
+	hog, err := exec.LookPath("hog")
+	if err != nil {
+		t.Fatalf("UBLK_SWAP_HOG_MIB is set but there is no hog (test/e2e/hog.c, in the e2e guest): %v", err)
+	}
 	mkswap := testneeds.Command(t, "mkswap", "util-linux")
 	swapon := testneeds.Command(t, "swapon", "util-linux")
 	swapoff := testneeds.Command(t, "swapoff", "util-linux")
@@ -347,14 +351,17 @@ func TestSwap(t *testing.T) {
 			}
 		}
 	}
-	// As a server of swap must: its memory never swapped out to the
-	// device it serves, and its queues' allocations never waiting on
-	// that device's writes (Config.IOFlusher). On fault: MCL_FUTURE alone populates and locks
-	// each mapping whole, and Go maps its heap 64 MiB at a time (137 MiB
-	// locked in the guest, which then had too little left for the hog).
-	if err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT); err != nil {
-		t.Fatalf("mlockall: %v", err)
+	// As the daemon serves swap (pkg/swapsafe): its memory locked
+	// (MCL_ONFAULT: plain MCL_FUTURE locked 137 MiB in the guest, Go's
+	// heap mapped 64 MiB at a time) and every thread real-time, so that
+	// the faults left (the Go runtime's own: a lock word's page, a fresh
+	// span, seen in the guest) are served below the min watermark rather
+	// than by reclaim that waits on this device. The queues' threads are
+	// IO flushers (Config.IOFlusher), and start real-time too.
+	if failed := swapsafe.Failed(swapsafe.Apply(swapsafe.Options{LockMemory: true, Realtime: true})); len(failed) > 0 {
+		t.Fatalf("swap safety: %+v", failed)
 	}
+	defer swapsafe.DropRealtime()
 	defer unix.Munlockall()
 	s := serveBackend(t, Config{IOFlusher: true}, p)
 	run := func(name string, args ...string) {

@@ -1,25 +1,43 @@
 // Package ublk serves a block device to the kernel through ublk
 // (drivers/block/ublk_drv.c): the driver hands each block request to this
-// process as the completion of an io_uring command, and takes the
-// result back with the next one. There is no socket and no copy through
-// one, as NBD has.
+// process as the completion of an io_uring command, and takes the result
+// back with the next one. There is no socket, and no copy through one, as
+// with NBD.
 //
 // Serve creates a device of a Backend's size (ADD_DEV on
 // /dev/ublk-control), sets its parameters (4 KiB blocks, discard and
-// write-zeroes in one segment, a volatile cache so that flushes come
-// through), starts one queue per configured count, each on a locked OS
-// thread with a ring of its own (internal/uring), and makes the block
+// write-zeroes in one segment, a volatile cache so that flushes and FUA
+// come through), starts one queue per configured count, each on a locked
+// OS thread with a ring of its own (internal/uring), and makes the block
 // device /dev/ublkbN live once every queue has fetched every tag
-// (START_DEV). On cancellation it stops the device, which finishes what
-// is in flight, stops the queues and deletes the device.
+// (START_DEV). When its context is done it stops the device (STOP_DEV,
+// which lets what is in flight finish), stops the queues and deletes the
+// device (DEL_DEV).
+//
+//	err := ublk.Serve(ctx, ublk.Config{Ready: func(d ublk.Device) { log.Print(d.Block) }}, backend)
 //
 // Data moves by USER_COPY: the queue's thread preads a write's data from
-// /dev/ublkcN, and pwrites a read's, at the position the driver gives
-// the request's queue and tag, into and out of a buffer of its own per
-// tag, mapped when the queue opens. Serving a request allocates nothing.
+// /dev/ublkcN, and pwrites a read's, at the position the driver gives the
+// request's queue and tag, into and out of a buffer of its own per tag.
 // READ, WRITE (FUA passed on), FLUSH, DISCARD and WRITE_ZEROES (NOUNMAP
-// passed on) are served; anything else, and a descriptor out of range,
-// is answered with a negative errno, as are the backend's errors.
+// passed on) are served; anything else, and a descriptor out of range, is
+// answered with a negative errno, as are the backend's errors (their
+// syscall.Errno, else EIO).
+//
+// # Serving swap
+//
+// A queue's buffers are mapped and written to before it serves, and its
+// goroutine's stack grown (stackBytes), so that serving a request
+// allocates nothing and faults on nothing of the queue's own
+// (TestServeAllocatesNothing): with the device as swap, a page allocated
+// while serving may have to be reclaimed by writing to the device itself.
+// Config.IOFlusher makes each queue's thread an IO flusher. The caller
+// must do the rest, as gzramd does for NBD: lock its memory
+// (mlockall(MCL_CURRENT|MCL_FUTURE|MCL_ONFAULT); MAP_POPULATE does nothing
+// under MCL_ONFAULT, hence the writes), a backend that allocates nothing
+// while it serves, and GODEBUG=gcshrinkstackoff=1 if a garbage collection
+// must not shrink a queue's stack. Each of these was a hang in the e2e
+// guest before it was done (test/e2e/README.md, ublk).
 //
 // # What it needs
 //
@@ -29,7 +47,8 @@
 // module; its 6.1 kernel has no USER_COPY. Root, or CAP_SYS_ADMIN: the
 // device is not created unprivileged (UBLK_F_UNPRIVILEGED_DEV excludes
 // USER_COPY). The kernel's io_uring must be enabled
-// (kernel.io_uring_disabled 0, or 1 for a member of its group).
+// (kernel.io_uring_disabled 0, or 1 for a member of its group). Without
+// a control device Serve fails with ErrNoDriver.
 //
 // # What it does not do yet
 //
@@ -38,11 +57,34 @@
 //     goes. The commands for a takeover (START_USER_RECOVERY,
 //     END_USER_RECOVERY) are here, unused.
 //   - Serve the daemon: gzramd serve still attaches NBD devices only.
-//   - Lock its memory or run as the kernel's IO flusher: a caller serving
-//     swap must (mlockall, PR_SET_IO_FLUSHER), as gzramd does for NBD.
 //   - Take writes into the backend's own memory (nbd.WriteReceiver's
 //     counterpart): each request's data passes through the tag's buffer.
-//   - Serve requests of one queue concurrently: a queue's thread runs its
-//     requests one after another, so a slow backend call holds up the
-//     queue's others (the other queues go on).
+//   - Serve the requests of one queue concurrently: a queue's thread runs
+//     them one after another, so a slow backend call holds up the queue's
+//     others (the other queues go on). The GPU path, which batches, will
+//     want requests handed off and committed as they complete.
+//   - Clear errors for every bad state: a kernel without USER_COPY fails
+//     ADD_DEV with the driver's EINVAL, not a sentence; a device left by a
+//     dead run is neither found nor deleted.
+//
+// # Wiring it into the daemon (issue 38, not done)
+//
+//   - A transport interface in pkg/serving that the NBD attachment
+//     (nbddev.Attach and the kernel connections) and Serve both satisfy:
+//     start on a backend, the block device's path (for mkswap and swapon),
+//     stop; --transport nbd|ublk|auto picks one (auto: ublk where
+//     /dev/ublk-control opens), logged, shown by gzramd status and in the
+//     metrics.
+//   - The backend is the device that pkg/nbd serves today; its
+//     nbd.WriteReceiver path maps onto USER_COPY by preading straight into
+//     the receipt's buffers (a staging slot) instead of the tag's buffer.
+//   - The serving process's swap-safety steps (pkg/swapsafe) apply as
+//     they are; Config.IOFlusher on, and the queues' threads counted among
+//     the IO flushers the e2e guest checks.
+//   - Survival: create with UBLK_F_USER_RECOVERY|UBLK_F_USER_RECOVERY_REISSUE;
+//     the standby, on the serving process's death, sends
+//     START_USER_RECOVERY, opens /dev/ublkcN, fetches on every queue and
+//     sends END_USER_RECOVERY with its pid (the kernel then reissues what
+//     the dead one held); the device's id goes into the state handed over
+//     as the NBD device's index does now.
 package ublk

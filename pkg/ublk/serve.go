@@ -98,7 +98,24 @@ func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 		return err
 	}
 	defer ctl.Close()
+	dev, err := addDevice(ctl, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if derr := ctl.delDev(uint32(dev.ID)); err == nil {
+			err = derr
+		}
+	}()
+	if err := ctl.setParams(uint32(dev.ID), deviceParams(size, dev.MaxIOBytes)); err != nil {
+		return err
+	}
+	return serveDevice(ctx, ctl, dev, cfg, backend)
+}
 
+// addDevice creates the device with USER_COPY and returns it as the driver
+// made it. Past ADD_DEV, an error leaves it for the caller to delete.
+func addDevice(ctl *control, cfg Config) (Device, error) {
 	info, err := ctl.addDev(ctrlDevInfo{
 		NrHWQueues:    uint16(cfg.Queues),
 		QueueDepth:    uint16(cfg.Depth),
@@ -107,91 +124,51 @@ func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 		Flags:         FlagUserCopy | FlagCmdIoctlEncode,
 	})
 	if err != nil {
-		return err
-	}
-	id := info.DevID
-	defer func() {
-		if derr := ctl.delDev(id); err == nil {
-			err = derr
-		}
-	}()
-	if info.Flags&FlagUserCopy == 0 {
-		return fmt.Errorf("ublk: the driver does not copy by pread and pwrite (UBLK_F_USER_COPY, Linux 6.5): flags %#x", info.Flags)
+		return Device{}, err
 	}
 	dev := Device{
-		ID:         int(id),
-		Block:      fmt.Sprintf("/dev/ublkb%d", id),
-		Char:       fmt.Sprintf("/dev/ublkc%d", id),
+		ID:         int(info.DevID),
+		Block:      fmt.Sprintf("/dev/ublkb%d", info.DevID),
+		Char:       fmt.Sprintf("/dev/ublkc%d", info.DevID),
 		Queues:     int(info.NrHWQueues),
 		Depth:      int(info.QueueDepth),
 		MaxIOBytes: int(info.MaxIOBufBytes),
 		Flags:      info.Flags,
 	}
-	if dev.MaxIOBytes < 1<<blockShift || dev.MaxIOBytes > MaxIOBytes {
-		return fmt.Errorf("ublk: the driver set requests of at most %d bytes", dev.MaxIOBytes)
+	switch {
+	case info.Flags&FlagUserCopy == 0:
+		err = fmt.Errorf("ublk: the driver does not copy by pread and pwrite (UBLK_F_USER_COPY, Linux 6.5): flags %#x", info.Flags)
+	case dev.MaxIOBytes < 1<<blockShift || dev.MaxIOBytes > MaxIOBytes:
+		err = fmt.Errorf("ublk: the driver set requests of at most %d bytes", dev.MaxIOBytes)
+	case dev.Queues < 1 || dev.Depth < 1 || dev.Depth > MaxQueueDepth:
+		err = fmt.Errorf("ublk: the driver set %d queues of depth %d", dev.Queues, dev.Depth)
 	}
-	if err := ctl.setParams(id, deviceParams(size, dev.MaxIOBytes)); err != nil {
-		return err
-	}
+	return dev, err
+}
+
+// serveDevice runs the queues of an added device, starts it, serves until
+// ctx is done or a queue fails, and stops it.
+func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend Backend) (err error) {
 	char, err := openChar(dev.Char)
 	if err != nil {
 		return err
 	}
-	// Closed before DEL_DEV (deferred above, so run after), which waits
-	// for it.
+	// Closed before DEL_DEV, which waits for it.
 	defer func() {
 		if cerr := char.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("ublk: closing %s: %w", dev.Char, cerr)
 		}
 	}()
-	stopFd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	h := handler{ctx: context.WithoutCancel(ctx), backend: backend, size: backend.Size(), data: int(char.Fd())}
+	qs, err := startQueues(dev, h, cfg.IOFlusher)
 	if err != nil {
-		return fmt.Errorf("ublk: stop eventfd: %w", err)
+		return err
 	}
-	defer unix.Close(stopFd)
-
-	h := handler{ctx: context.WithoutCancel(ctx), backend: backend, size: size, data: int(char.Fd())}
-	fetched := make(chan error, dev.Queues)
-	done := make(chan error, dev.Queues)
-	for i := range dev.Queues {
-		q := &queue{id: uint16(i), depth: dev.Depth, maxIO: dev.MaxIOBytes, h: h, stop: stopFd, ioFlusher: cfg.IOFlusher}
-		q.h.q = q.id
-		go osthread.Run(fmt.Sprintf("ublk%d-q%d", id, i), func() {
-			growStack(stackBytes)
-			err := q.open()
-			if err == nil {
-				err = q.fetchAll()
-			}
-			fetched <- err
-			if err == nil {
-				err = q.serve()
-			}
-			// Before saying so: DEL_DEV waits for the fetches that
-			// closing the ring cancels.
-			q.close()
-			done <- err
-		})
+	if err := qs.waitFetched(); err != nil {
+		return errors.Join(err, qs.stop())
 	}
-	running := dev.Queues
-	// stopQueues wakes every queue's poll and waits for them all.
-	stopQueues := func() error {
-		var one = [8]byte{1}
-		_, werr := unix.Write(stopFd, one[:])
-		var qerr error
-		for ; running > 0; running-- {
-			qerr = errors.Join(qerr, <-done)
-		}
-		return errors.Join(werr, qerr)
-	}
-	var fetchErr error
-	for range dev.Queues {
-		fetchErr = errors.Join(fetchErr, <-fetched)
-	}
-	if fetchErr != nil {
-		return errors.Join(fetchErr, stopQueues())
-	}
-	if err := ctl.startDev(id, os.Getpid()); err != nil {
-		return errors.Join(err, stopQueues())
+	if err := ctl.startDev(uint32(dev.ID), os.Getpid()); err != nil {
+		return errors.Join(err, qs.stop())
 	}
 	if cfg.Ready != nil {
 		cfg.Ready(dev)
@@ -199,17 +176,77 @@ func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 	var qerr error
 	select {
 	case <-ctx.Done():
-	case qerr = <-done:
+	case qerr = <-qs.done:
 		// A queue stopped on its own: the device cannot be served.
-		running--
+		qs.running--
 		if qerr == nil {
-			qerr = fmt.Errorf("ublk: queue of %s stopped", dev.Block)
+			qerr = fmt.Errorf("ublk: a queue of %s stopped", dev.Block)
 		}
 	}
 	// STOP_DEV deletes the disk, waiting for what is in flight: the
 	// queues serve on meanwhile.
-	serr := ctl.stopDev(id)
-	return errors.Join(qerr, serr, stopQueues())
+	serr := ctl.stopDev(uint32(dev.ID))
+	return errors.Join(qerr, serr, qs.stop())
+}
+
+// queues are a device's queues, each run by a goroutine on a thread of
+// its own.
+type queues struct {
+	stopFd  int        // eventfd every queue polls: written to stop them
+	fetched chan error // one a queue, once it has fetched every tag
+	done    chan error // one a queue, once it has stopped
+	running int        // queues not yet stopped
+}
+
+func startQueues(dev Device, h handler, ioFlusher bool) (*queues, error) {
+	stopFd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("ublk: stop eventfd: %w", err)
+	}
+	qs := &queues{stopFd: stopFd, fetched: make(chan error, dev.Queues), done: make(chan error, dev.Queues), running: dev.Queues}
+	for i := range dev.Queues {
+		q := &queue{id: uint16(i), depth: dev.Depth, maxIO: dev.MaxIOBytes, h: h, stop: stopFd, ioFlusher: ioFlusher}
+		q.h.q = q.id
+		go osthread.Run(fmt.Sprintf("ublk%d-q%d", dev.ID, i), func() { qs.run(q) })
+	}
+	return qs, nil
+}
+
+// run is one queue's life: set up, fetch, serve, close.
+func (qs *queues) run(q *queue) {
+	growStack(stackBytes)
+	err := q.open()
+	if err == nil {
+		err = q.fetchAll()
+	}
+	qs.fetched <- err
+	if err == nil {
+		err = q.serve()
+	}
+	// Before saying so: DEL_DEV waits for the fetches that closing the
+	// ring cancels.
+	q.close()
+	qs.done <- err
+}
+
+// waitFetched waits until every queue has fetched, or failed to.
+func (qs *queues) waitFetched() error {
+	var err error
+	for range cap(qs.fetched) {
+		err = errors.Join(err, <-qs.fetched)
+	}
+	return err
+}
+
+// stop wakes every queue's poll, waits for those still running and
+// closes the eventfd.
+func (qs *queues) stop() error {
+	one := [8]byte{1}
+	_, err := unix.Write(qs.stopFd, one[:])
+	for ; qs.running > 0; qs.running-- {
+		err = errors.Join(err, <-qs.done)
+	}
+	return errors.Join(err, unix.Close(qs.stopFd))
 }
 
 // deviceParams are the device's parameters: 4 KiB blocks, requests of at
