@@ -154,20 +154,3 @@ func (c *control) delDev(id uint32) error {
 	}
 	return nil
 }
-
-// startUserRecovery and endUserRecovery bracket a new server's takeover
-// of a device whose server died (UBLK_F_USER_RECOVERY): between them the
-// new one opens /dev/ublkcN and its queues fetch, as at the start.
-func (c *control) startUserRecovery(id uint32) error {
-	if err := c.devCmd(cmdStartUserRecovery, id, 0); err != nil {
-		return fmt.Errorf("ublk: START_USER_RECOVERY %d: %w", id, err)
-	}
-	return nil
-}
-
-func (c *control) endUserRecovery(id uint32, pid int) error {
-	if err := c.devCmd(cmdEndUserRecovery, id, uint64(pid)); err != nil {
-		return fmt.Errorf("ublk: END_USER_RECOVERY %d: %w", id, err)
-	}
-	return nil
-}

@@ -54,8 +54,9 @@
 //
 //   - Survive its own death: the device is created without
 //     UBLK_F_USER_RECOVERY, so a dead server's device fails its I/O and
-//     goes. The commands for a takeover (START_USER_RECOVERY,
-//     END_USER_RECOVERY) are here, unused.
+//     goes. The takeover's commands (START_USER_RECOVERY,
+//     END_USER_RECOVERY) and flags are in uapi.go, tested against the
+//     header, unused.
 //   - Serve the daemon: gzramd serve still attaches NBD devices only.
 //   - Take writes into the backend's own memory (nbd.WriteReceiver's
 //     counterpart): each request's data passes through the tag's buffer.

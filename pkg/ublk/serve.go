@@ -167,8 +167,8 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 	if err := qs.waitFetched(); err != nil {
 		return errors.Join(err, qs.stop())
 	}
-	if err := ctl.startDev(uint32(dev.ID), os.Getpid()); err != nil {
-		return errors.Join(err, qs.stop())
+	if err := start(ctl, dev); err != nil {
+		return errors.Join(err, ctl.stopDev(uint32(dev.ID)), qs.stop())
 	}
 	if cfg.Ready != nil {
 		cfg.Ready(dev)
@@ -187,6 +187,21 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 	// queues serve on meanwhile.
 	serr := ctl.stopDev(uint32(dev.ID))
 	return errors.Join(qerr, serr, qs.stop())
+}
+
+// start makes the device live and checks that the driver says so.
+func start(ctl *control, dev Device) error {
+	if err := ctl.startDev(uint32(dev.ID), os.Getpid()); err != nil {
+		return err
+	}
+	info, err := ctl.devInfo(uint32(dev.ID))
+	if err != nil {
+		return err
+	}
+	if info.State != stateLive {
+		return fmt.Errorf("ublk: %s is %s after START_DEV, not live", dev.Block, stateName(info.State))
+	}
+	return nil
 }
 
 // queues are a device's queues, each run by a goroutine on a thread of

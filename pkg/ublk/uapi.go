@@ -1,5 +1,7 @@
 package ublk
 
+import "fmt"
+
 // The kernel's interface, from include/uapi/linux/ublk_cmd.h. Only what
 // this server uses; the names keep the header's, in Go's case.
 
@@ -58,6 +60,20 @@ const (
 	stateQuiesced = 2
 	stateFailIO   = 3
 )
+
+func stateName(s uint16) string {
+	switch s {
+	case stateDead:
+		return "dead"
+	case stateLive:
+		return "live"
+	case stateQuiesced:
+		return "quiesced"
+	case stateFailIO:
+		return "failing its I/O"
+	}
+	return fmt.Sprintf("in state %d", s)
+}
 
 // Request operations (UBLK_IO_OP_*), bits 0-7 of ioDesc.OpFlags, and
 // request flags (UBLK_IO_F_*), bits 8-31 of it, each at its own bit.
