@@ -28,7 +28,8 @@
 #           (survive-mutant.sh). E2E_SURVIVE_ARGS adds gzramd flags.
 #   ublk    pkg/ublk's tests in a 6.12 guest with ublk_drv (go test -c):
 #           a device served from memory through ublk, not NBD; not a
-#           default scenario yet (issue 38)
+#           default scenario (it takes the 6.12 kernel for every scenario
+#           of its run), CI runs it in a run of its own (issue 38)
 #   systemd deploy/systemd/gzramd.service under a real systemd: a Debian
 #           guest with systemd as init (test/e2e/systemd.sh, its own
 #           runner). Slow, so not among the defaults (make test-systemd).
