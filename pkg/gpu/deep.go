@@ -30,8 +30,8 @@ const (
 // ratio on the same frames: the effort the CPU cannot afford, on pages
 // that have gone idle, while the GPU is otherwise idle. It shares the
 // Backend's slots, LZ4 decoder and batches; its scratch is its own, for
-// one launch at a time. The daemon's dense tier does not take it yet: it
-// has not run on a GPU (TestDeepGroupsOnDevice, TestCorpusAgingOnGPU).
+// one launch at a time. The daemon's dense tier takes it where its kernel
+// loads (bench/results/dense-deep-gpu-h100-2026-12-06.md).
 type DeepGroups struct {
 	g   *Backend
 	mod module
