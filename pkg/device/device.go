@@ -13,8 +13,9 @@
 // Partial writes, trims and write-zeroes read, modify and write their page
 // under the page's lock.
 //
-// Device keeps the page table (entry.go; mapping maps it from its file,
-// files.go), its locks, reads and writes (device.go, write.go). Its other
+// Device keeps the page table (entry.go: entries, and replacing one;
+// mapping maps it from its file, files.go), its locks, reads and writes
+// (device.go, write.go). Its other
 // jobs are types of their own, which reach the table through the device:
 // objects owns the format of the objects pages are stored in (object.go),
 // stager the write-behind, inliner the writes compressed in the writer's
@@ -424,17 +425,6 @@ func (d *Device) fillEntry(idx uint32, w uint64) (entry, error) {
 	}
 	binary.NativeEndian.PutUint64(b, w)
 	return objectEntry(stateFill, h, fillLength), nil
-}
-
-// swapLocked replaces page idx's entry and keeps the counters; the caller
-// frees what the old entry leaves (released) once it has released the
-// lock.
-func (d *Device) swapLocked(s *stripe, idx uint32, e entry) objectRef {
-	old := d.table[idx]
-	d.table[idx] = e
-	d.count(old, -1)
-	d.count(e, +1)
-	return d.released(idx, old)
 }
 
 // discard sets every whole page of the range to e (empty or zero-filled)

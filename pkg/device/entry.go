@@ -1,4 +1,5 @@
-// The page-table entry: one uint64 per page.
+// The page-table entry, one uint64 per page, and replacing one: the
+// counts by state kept, and what the old entry leaves to free.
 
 package device
 
@@ -116,4 +117,38 @@ func (c *pageCounts) count(e entry, delta int64) {
 	case stateLost:
 		c.lostPages.Add(delta)
 	}
+}
+
+// swapLocked replaces page idx's entry and keeps the counters; the caller
+// frees what the old entry leaves (released) once it has released the
+// lock.
+func (d *Device) swapLocked(s *stripe, idx uint32, e entry) objectRef {
+	old := d.table[idx]
+	d.table[idx] = e
+	d.count(old, -1)
+	d.count(e, +1)
+	return d.released(idx, old)
+}
+
+// released returns what replacing page idx's entry old leaves to free: an
+// object of its own, or an object of several pages when no other page of
+// the group refers to it any more. The caller holds the group's lock.
+func (d *Device) released(idx uint32, old entry) objectRef {
+	switch {
+	case old.hasObject():
+		return objectRef(old.handle())
+	case old.state() != statePart:
+		return 0
+	}
+	h := old.handle()
+	lo := idx &^ (groupPages - 1)
+	for i := lo; i < min(lo+groupPages, d.pages); i++ {
+		if e := d.table[i]; e.state() == statePart && e.handle() == h {
+			return 0
+		}
+	}
+	if old.dense() {
+		return partRef | denseRef | objectRef(h)
+	}
+	return partRef | objectRef(h)
 }

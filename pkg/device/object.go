@@ -373,29 +373,6 @@ const (
 	denseRef = 1 << 62
 )
 
-// released returns what replacing page idx's entry old leaves to free: an
-// object of its own, or an object of several pages when no other page of
-// the group refers to it any more. The caller holds the group's lock.
-func (d *Device) released(idx uint32, old entry) objectRef {
-	switch {
-	case old.hasObject():
-		return objectRef(old.handle())
-	case old.state() != statePart:
-		return 0
-	}
-	h := old.handle()
-	lo := idx &^ (groupPages - 1)
-	for i := lo; i < min(lo+groupPages, d.pages); i++ {
-		if e := d.table[i]; e.state() == statePart && e.handle() == h {
-			return 0
-		}
-	}
-	if old.dense() {
-		return partRef | denseRef | objectRef(h)
-	}
-	return partRef | objectRef(h)
-}
-
 // appendChunks appends the handles ref frees to hs. Once no entry refers
 // to an object, nothing changes it: the compactor finds no page to move
 // it for.
