@@ -1,4 +1,5 @@
-// Allocating and freeing objects: one at a time or in batches, slabs taken and released.
+// Allocating and freeing objects: one at a time or in batches, slabs taken
+// and released, and the memory they hold against the limit.
 
 package pagestore
 
@@ -477,5 +478,128 @@ func (s *Store) pushEmpty(c *class, id uint32) {
 		// Below the slabs that kept their pages: newSlab takes only those.
 		copy(c.empty[1:], c.empty)
 		c.empty[0] = id
+	}
+}
+
+// hold counts n more bytes of slab memory as held: first from credit (a
+// caller's Reserve, which already counts in memUsed and becomes slab
+// memory), then, for the rest, if the limit allows (see holdWithin).
+// credit may be nil. c.mu is held.
+func (s *Store) hold(c *class, n int64, credit *int64) error {
+	if use := min(creditOf(credit), n); use > 0 {
+		if err := s.holdWithin(c, n-use); err != nil {
+			return err
+		}
+		*credit -= use
+		s.reserved.Add(-use)
+		return nil
+	}
+	return s.holdWithin(c, n)
+}
+
+func creditOf(credit *int64) int64 {
+	if credit == nil {
+		return 0
+	}
+	return *credit
+}
+
+// holdWithin counts n more bytes as held if the limit allows, releasing
+// the cached empty slabs of c and of the classes not busy now if that
+// makes the difference. c, if not nil, is locked.
+func (s *Store) holdWithin(c *class, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	reclaimed := false
+	for {
+		used, limit := s.memUsed.Load(), s.memLimit.Load()
+		if limit > 0 && used+n > limit {
+			if reclaimed {
+				return ErrFull
+			}
+			s.dropCaches(c)
+			reclaimed = true
+			continue
+		}
+		if s.memUsed.CompareAndSwap(used, used+n) {
+			s.noteMax(used + n)
+			return nil
+		}
+	}
+}
+
+func (s *Store) noteMax(used int64) {
+	for {
+		m := s.memUsedMax.Load()
+		if used <= m || s.memUsedMax.CompareAndSwap(m, used) {
+			return
+		}
+	}
+}
+
+// Reserve counts n bytes as held for objects the caller will store later
+// (pages it keeps elsewhere meanwhile, such as staged ones): they count in
+// MemUsed and against the limit from now on, and Reserve fails with
+// ErrFull, changing nothing, when the limit does not allow them. The
+// objects are then allocated with AllocBatch, drawing on the reservation,
+// and what is left of it given back with Unreserve.
+func (s *Store) Reserve(n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	if err := s.holdWithin(nil, n); err != nil {
+		return err
+	}
+	s.reserved.Add(n)
+	return nil
+}
+
+// Unreserve gives back n bytes of earlier Reserves.
+func (s *Store) Unreserve(n int64) {
+	if n <= 0 {
+		return
+	}
+	s.reserved.Add(-n)
+	s.memUsed.Add(-n)
+}
+
+// fits reports whether n more bytes would fit within the limit, releasing
+// cached empty slabs if that makes the difference. c.mu is held.
+func (s *Store) fits(c *class, n int64) bool {
+	if n <= 0 {
+		return true
+	}
+	over := func() bool {
+		limit := s.memLimit.Load()
+		return limit > 0 && s.memUsed.Load()+n > limit
+	}
+	if over() {
+		s.dropCaches(c)
+		return !over()
+	}
+	return true
+}
+
+// dropCaches releases the classes' cached empty slabs. c.mu is held; other
+// classes busy now are skipped, as taking their locks could deadlock.
+func (s *Store) dropCaches(c *class) {
+	for i := range s.classes {
+		o := &s.classes[i]
+		if o == c {
+			s.dropCache(o, &s.geo[i])
+		} else if o.mu.TryLock() {
+			s.dropCache(o, &s.geo[i])
+			o.mu.Unlock()
+		}
+	}
+}
+
+// dropCache releases class c's cached empty slab, if any. c.mu is held.
+func (s *Store) dropCache(c *class, g *geometry) {
+	if id := c.cached; id != 0 {
+		c.cached = 0
+		r := s.rec(id)
+		s.release(c, id, r, s.slabMem(r, g), false)
 	}
 }
