@@ -238,7 +238,7 @@ func (s *stager) commit(b *stage.Batch, cs *commitScratch) error {
 	for i := cs.done; i < b.N; {
 		un := commitUnit{slot: int32(i), pages: 1, alloc: int32(m)}
 		if p := int(objectPages(b.Batch, i)); p > 1 {
-			if l, ok := d.obj.keep(len(b.Compressed(i)), p); ok {
+			if l, ok := d.obj.keep(int(b.Lens[i]), p); ok {
 				un.pages, un.chunks = uint8(p), uint8(l.chunks)
 				for c := range l.chunks {
 					cs.objs[m], cs.sizes[m], cs.owners[m] = nil, l.chunkLen(c), b.Owners[i]
