@@ -34,10 +34,17 @@ func openControl(path string) (*control, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
+	if errors.Is(err, os.ErrPermission) {
+		return nil, fmt.Errorf("ublk: opening %s: %w (serving a ublk device needs root, or CAP_SYS_ADMIN)", path, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("ublk: opening the control device: %w", err)
+		return nil, fmt.Errorf("ublk: opening %s: %w", path, err)
 	}
 	ring, err := uring.New(4, 0)
+	if errors.Is(err, uring.ErrUnsupported) {
+		f.Close()
+		return nil, fmt.Errorf("ublk: control ring: %w (ublk needs io_uring: sysctl kernel.io_uring_disabled=0)", err)
+	}
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("ublk: control ring: %w", err)
@@ -107,7 +114,7 @@ func (c *control) devCmd(op uint32, id uint32, data uint64) error {
 func (c *control) addDev(info ctrlDevInfo) (ctrlDevInfo, error) {
 	b := (*[unsafe.Sizeof(info)]byte)(unsafe.Pointer(&info))
 	if _, err := c.cmd(cmdAddDev, ctrlCmd{DevID: info.DevID, QueueID: 0xffff}, b[:]); err != nil {
-		return info, fmt.Errorf("ublk: ADD_DEV: %w", err)
+		return info, addDevError(err, info.Flags)
 	}
 	return info, nil
 }
@@ -153,4 +160,43 @@ func (c *control) delDev(id uint32) error {
 		return fmt.Errorf("ublk: DEL_DEV %d: %w", id, err)
 	}
 	return nil
+}
+
+// addDevError says what ADD_DEV's error means: the driver answers EINVAL
+// to flags it does not know, which for the flags asked here means a
+// kernel older than USER_COPY (6.5), and EPERM to a caller without
+// CAP_SYS_ADMIN.
+func addDevError(err error, flags uint64) error {
+	switch {
+	case errors.Is(err, unix.EINVAL) && flags&FlagUserCopy != 0:
+		return fmt.Errorf("ublk: ADD_DEV: %w: this kernel (%s) does not take a device with UBLK_F_USER_COPY, which came in Linux 6.5", err, kernelRelease())
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		return fmt.Errorf("ublk: ADD_DEV: %w (creating a ublk device needs CAP_SYS_ADMIN)", err)
+	}
+	return fmt.Errorf("ublk: ADD_DEV: %w", err)
+}
+
+// kernelRelease is uname -r, or "unknown".
+func kernelRelease() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// Probe reports whether a device could be served here, without making
+// one: the control device at path (DefaultControlPath if empty) opens for
+// reading and writing and a ring can be set up to send it commands. Its
+// error says what is missing (ErrNoDriver: the module is not loaded). A
+// kernel without USER_COPY passes; Serve then fails at ADD_DEV, saying so.
+func Probe(path string) error {
+	if path == "" {
+		path = DefaultControlPath
+	}
+	ctl, err := openControl(path)
+	if err != nil {
+		return err
+	}
+	return ctl.Close()
 }
