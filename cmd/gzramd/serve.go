@@ -151,7 +151,8 @@ func compressionFlags(f *pflag.FlagSet, cfg *serving.Config) {
 // kernelFlags binds the flags of the kernel device gzramd attaches, swap
 // on it, and the connections of other clients.
 func kernelFlags(f *pflag.FlagSet, cfg *serving.Config) {
-	f.StringVar(&cfg.Device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module)")
+	f.StringVar(&cfg.Device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module); with --transport ublk only auto (the driver numbers /dev/ublkbN)")
+	f.StringVar(&cfg.Transport, "transport", serving.TransportNBD, "how the kernel device (--device, --swap) is served: nbd (attach /dev/nbdN to the export through the nbd module), ublk (create /dev/ublkbN and serve it through ublk_drv, no socket: Linux 6.5+, root, modprobe ublk_drv) or auto (ublk where /dev/ublk-control opens and --supervise is off, else nbd). nbd is the default because a ublk device cannot be taken over yet: it goes with the serving process, so ublk needs --supervise=false, and a crash loses what is swapped there. The NBD socket and TCP export serve alongside either way")
 	f.BoolVar(&cfg.Swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
 	f.IntVar(&cfg.SwapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
 	f.IntVar(&cfg.KernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
@@ -203,6 +204,13 @@ swapped page back first) and detaches. If the export is active swap that
 gzramd did not turn on itself, it refuses to stop (it would take the
 swapped memory with it) until that swap is off, unless --force.
 
+--transport ublk serves the kernel device through ublk instead: gzramd
+creates /dev/ublkbN itself (Linux 6.5+, root, modprobe ublk_drv) and
+--swap makes it swap as above. Not the default yet: the device cannot be
+taken over by another serving process, so it needs --supervise=false and
+a crash loses what is swapped there. --transport auto picks ublk where it
+is usable and --supervise is off, else nbd.
+
 Connect the kernel by hand (then start gzramd with --realtime on) with
   nbd-client -unix /run/gzramd/gzramd.sock /dev/nbd0 -N gzram0 -b 4096 -swap
   mkswap /dev/nbd0 && swapon --discard /dev/nbd0
@@ -222,6 +230,7 @@ WARN.`
 const serveExample = `  gzramd serve --size 8GiB --mem-limit 4GiB
   gzramd serve --socket /tmp/gz.sock --tcp 127.0.0.1:10809 --backend cpu
   gzramd serve --size 16GiB --swap                 # as root: becomes swap
+  gzramd serve --swap --transport ublk --supervise=false  # swap over ublk, no takeover
   GZRAMD_SIZE=4GiB GZRAMD_BACKEND=cpu gzramd serve`
 
 // validate checks every flag before anything starts, so that a bad value
@@ -317,6 +326,29 @@ func validateKernel(c *serving.Config) error {
 	case c.KernelDeadTimeout%time.Second != 0 || (c.KernelDeadTimeout < 0 && c.KernelDeadTimeout != -time.Second):
 		return fmt.Errorf("invalid --kernel-dead-timeout %v: want whole seconds, e.g. 5m, or -1s for none", c.KernelDeadTimeout)
 	}
+	return validateTransport(c)
+}
+
+// validateTransport checks --transport against the flags it depends on.
+// ublk is refused under the supervisor: the device cannot be taken over
+// yet, so what the supervisor is there for, a crash or an upgrade that
+// loses nothing, would not hold.
+func validateTransport(c *serving.Config) error {
+	switch c.Transport {
+	case serving.TransportNBD, serving.TransportAuto:
+		return nil
+	case serving.TransportUblk:
+	default:
+		return fmt.Errorf("invalid --transport %q: want nbd, ublk or auto", c.Transport)
+	}
+	switch {
+	case c.Device == "" && !c.Swap:
+		return errors.New("invalid --transport ublk without a kernel device: it serves the one gzramd creates; add --swap, or --device auto")
+	case c.Device != "" && c.Device != "auto":
+		return fmt.Errorf("invalid --device %s with --transport ublk: the driver numbers /dev/ublkbN itself; leave --device out, or give auto", c.Device)
+	case c.Supervise:
+		return errors.New("invalid --transport ublk with --supervise: a ublk device cannot be taken over by the next serving process yet (no ublk user recovery), so a crash or an upgrade would lose what is swapped there; add --supervise=false, or use --transport nbd")
+	}
 	return nil
 }
 
@@ -381,11 +413,21 @@ func runServe(ctx context.Context, cfg *serving.Config) error {
 	if err := socketDir(cfg.Socket, defaultSocket()); err != nil {
 		return err
 	}
-	if cfg.Supervise && !supervise.FromEnv().Serving {
-		level, _ := parseLevel(cfg.LogLevel)
-		return runSupervisor(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
-	}
 	level, _ := parseLevel(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// The supervisor's serving process, and a process re-executed as an
+	// IO flusher, resolve it again quietly: the process before said why.
+	child := supervise.FromEnv().Serving
+	transportLog := log
+	if child || swapsafe.ReExecuted() {
+		transportLog = slog.New(slog.DiscardHandler)
+	}
+	if err := resolveTransport(cfg, serving.ProbeUblk, transportLog); err != nil {
+		return err
+	}
+	if cfg.Supervise && !child {
+		return runSupervisor(ctx, cfg, log)
+	}
 	return serving.Run(ctx, cfg, buildVersion(), level)
 }
 
@@ -399,4 +441,24 @@ func machinePlan() swapsafe.Plan {
 		ram = int64(si.Totalram) * int64(si.Unit)
 	}
 	return swapsafe.PlanFor(ram, runtime.GOMAXPROCS(0), serving.MaxKernelRequest)
+}
+
+// resolveTransport makes --transport nbd or ublk (probe tells whether ublk
+// is usable here: serving.ProbeUblk) and logs the choice where it was not
+// named outright, and the limits of ublk where it is chosen.
+func resolveTransport(cfg *serving.Config, probe func() error, log *slog.Logger) error {
+	asked := cfg.Transport
+	transport, why, err := cfg.ResolveTransport(probe)
+	if err != nil {
+		return err
+	}
+	cfg.Transport = transport
+	switch {
+	case transport == serving.TransportUblk:
+		log.Info("transport: ublk", "asked", asked,
+			"note", "not the default yet: a ublk device cannot be taken over, so it goes with the serving process and a crash loses what is swapped there")
+	case asked == serving.TransportAuto:
+		log.Info("transport: nbd", "asked", asked, "why", why)
+	}
+	return nil
 }

@@ -41,7 +41,10 @@ type Config struct {
 	DenseLevel    int
 	LogLevel      string
 
-	Device        string
+	Device string
+	// Transport is how the kernel device is served: "nbd" or "ublk" once
+	// resolved (ResolveTransport), "auto" before.
+	Transport     string
 	Swap          bool
 	SwapPriority  int
 	KernelConns   int

@@ -69,7 +69,12 @@ type daemon struct {
 	// kernel is the device attached by us (--device); /status reads it
 	// from the HTTP server's goroutines.
 	kernel atomic.Pointer[nbddev.Device]
-	swapOn bool // we ran swapon on kernel.Path
+	// ublk is the kernel device with --transport ublk instead, created
+	// and served by this process; served is the backend both transports
+	// serve (the device, or a faults build's stand-in).
+	ublk   atomic.Pointer[ublkDevice]
+	served nbd.Backend
+	swapOn bool // we ran swapon on the kernel device (kernelPath)
 	// stopKeeping stops replacing the kernel's closed connections
 	// (keepConnected), before the device is detached.
 	stopKeeping func()
@@ -176,9 +181,8 @@ func (d *daemon) newNBDServer() (_ *metrics.NBD, err error) {
 	}
 	nbdObs := metrics.NewNBD()
 	d.conns = metrics.NewConnections(func() []nbd.ConnInfo { return d.srv.Connections() })
-	var served nbd.Backend
-	served, d.host = withFaults(d.dev, d.recovered != nil && !d.start.HandedOver, log)
-	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.Export, Description: "gzramd compressed RAM device", Backend: served}},
+	d.served, d.host = withFaults(d.dev, d.recovered != nil && !d.start.HandedOver, log)
+	d.srv, err = nbd.NewServer([]nbd.Export{{Name: cfg.Export, Description: "gzramd compressed RAM device", Backend: d.served}},
 		nbd.Options{Logger: log, Observer: nbdObs, Inline: cfg.NBDInline != "off",
 			InlineHelpers:  inlineHelpers(cfg, runtime.GOMAXPROCS(0)),
 			ReserveBuffers: connBuffers(cfg), Recorder: rec,
@@ -196,7 +200,7 @@ func (d *daemon) collectors(nbdObs *metrics.NBD, batchObs *metrics.Batches) []pr
 		Version: d.version, Export: cfg.Export, Algorithm: cfg.Algorithm,
 		Backend: d.accel.name(), DiskSize: int64(cfg.Size),
 	}, d.dev.Stats, d.pipe.Router.Stats), metrics.NewKernel(d.report.kernelState), metrics.NewHeld(d.report.holdings),
-		metrics.NewSelf(d.report.selfMemory, d.log), d.conns,
+		metrics.NewSelf(d.report.selfMemory, d.log), d.conns, transportInfo(cfg.Transport),
 		metrics.NewTakeover(func() metrics.Takeovers {
 			return metrics.Takeovers{Count: d.takeovers, LastPause: time.Duration(d.pause.Load())}
 		}),
@@ -369,7 +373,7 @@ func (d *daemon) attachAndServe(ctx context.Context, sigs *daemonSignals, errc <
 // systemd.
 func (d *daemon) announceReady() {
 	d.log.Info("gzramd ready", "version", d.version, "size", d.cfg.Size.String(), "algorithm", d.cfg.Algorithm,
-		"backend", d.accel.name(), "mem_limit", d.cfg.MemLimit.String(), statusAttr(d.cfg.Metrics))
+		"backend", d.accel.name(), "transport", d.cfg.Transport, "device", d.kernelPath(), "mem_limit", d.cfg.MemLimit.String(), statusAttr(d.cfg.Metrics))
 	if d.recovered != nil && !d.start.DiedAt.IsZero() {
 		pause := time.Since(d.start.DiedAt)
 		d.pause.Store(int64(pause))
@@ -530,7 +534,7 @@ func maxConnections(cfg *Config) int {
 	if cfg.MaxConns <= 0 {
 		return 0
 	}
-	if cfg.Device != "" && cfg.Socket == "" {
+	if cfg.Device != "" && cfg.Transport != TransportUblk && cfg.Socket == "" {
 		return cfg.MaxConns + cfg.KernelConns
 	}
 	return cfg.MaxConns

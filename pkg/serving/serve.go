@@ -31,6 +31,9 @@ func Run(ctx context.Context, cfg *Config, version string, level slog.Level) err
 	// the process starts again with every thread an IO flusher.
 	var reexecErr error
 	if cfg.Harden && cfg.Reexec {
+		if cfg.Transport == TransportUblk {
+			stackShrinkOff()
+		}
 		reexecErr = reexecAsIOFlusher()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))

@@ -24,27 +24,30 @@ type Status struct {
 	// one that died; LastTakeoverPause is how long the device went
 	// unserved then (0 if unknown); LostPages are pages a takeover could
 	// not trust, which read as I/O errors until rewritten.
-	Takeovers         uint64   `json:"takeovers"`
-	LastTakeoverPause float64  `json:"last_takeover_pause_seconds,omitempty"`
-	LostPages         int64    `json:"lost_pages"`
-	Export            string   `json:"export"`
-	Socket            string   `json:"socket,omitempty"`
-	TCP               string   `json:"tcp,omitempty"`
-	Device            string   `json:"device,omitempty"` // /dev/nbdN gzramd attached itself
-	SwapDevices       []string `json:"swap_devices"`     // active swap backed by this export
-	Algorithm         string   `json:"algorithm"`
-	Backend           string   `json:"backend"`
-	GPU               string   `json:"gpu,omitempty"`
-	DiskSize          int64    `json:"disksize_bytes"`
-	OrigDataBytes     int64    `json:"orig_data_bytes"`
-	ComprDataBytes    int64    `json:"compr_data_bytes"`
-	MemUsedBytes      int64    `json:"mem_used_bytes"`
-	MemLimitBytes     int64    `json:"mem_limit_bytes"`
-	SamePages         int64    `json:"same_pages"`
-	HugePages         int64    `json:"huge_pages"`
-	StoredPages       int64    `json:"stored_pages"`
-	PackedPages       int64    `json:"packed_pages"`   // of StoredPages, in objects of several pages
-	PackedObjects     int64    `json:"packed_objects"` // those objects
+	Takeovers         uint64  `json:"takeovers"`
+	LastTakeoverPause float64 `json:"last_takeover_pause_seconds,omitempty"`
+	LostPages         int64   `json:"lost_pages"`
+	Export            string  `json:"export"`
+	Socket            string  `json:"socket,omitempty"`
+	TCP               string  `json:"tcp,omitempty"`
+	Device            string  `json:"device,omitempty"` // /dev/nbdN or /dev/ublkbN gzramd attached itself
+	// Transport is how the kernel device is served: "nbd" or "ublk"
+	// (--transport); "nbd" too without a kernel device, for the export.
+	Transport      string   `json:"transport"`
+	SwapDevices    []string `json:"swap_devices"` // active swap backed by this export
+	Algorithm      string   `json:"algorithm"`
+	Backend        string   `json:"backend"`
+	GPU            string   `json:"gpu,omitempty"`
+	DiskSize       int64    `json:"disksize_bytes"`
+	OrigDataBytes  int64    `json:"orig_data_bytes"`
+	ComprDataBytes int64    `json:"compr_data_bytes"`
+	MemUsedBytes   int64    `json:"mem_used_bytes"`
+	MemLimitBytes  int64    `json:"mem_limit_bytes"`
+	SamePages      int64    `json:"same_pages"`
+	HugePages      int64    `json:"huge_pages"`
+	StoredPages    int64    `json:"stored_pages"`
+	PackedPages    int64    `json:"packed_pages"`   // of StoredPages, in objects of several pages
+	PackedObjects  int64    `json:"packed_objects"` // those objects
 	// The dense tier (--dense-after): its pages (of StoredPages) and their
 	// compressed bytes (of ComprDataBytes), the groups recompressed, and
 	// the bytes those took before and after.
@@ -126,6 +129,7 @@ func (rp reporter) status() Status {
 	st := d.dev.Stats()
 	r := Status{
 		Version: d.version, PID: os.Getpid(), Export: d.cfg.Export, Socket: d.cfg.Socket, TCP: d.cfg.TCP,
+		Transport: d.cfg.Transport,
 		Algorithm: d.cfg.Algorithm, Backend: d.accel.name(), GPU: rp.gpuName(),
 		DiskSize: int64(d.cfg.Size), OrigDataBytes: st.OrigDataSize, ComprDataBytes: st.ComprDataSize,
 		MemUsedBytes: st.MemUsedTotal, MemLimitBytes: st.MemLimit, SamePages: st.SamePages,
@@ -143,9 +147,7 @@ func (rp reporter) status() Status {
 		r.SupervisorPID = os.Getppid()
 	}
 	r.NBDConnections = rp.connections(time.Now())
-	if kd := d.kernel.Load(); kd != nil {
-		r.Device = kd.Path
-	}
+	r.Device = d.kernelPath()
 	if swaps, err := d.host.Ours(r.Device, &d.tracker); err == nil {
 		for _, s := range swaps {
 			r.SwapDevices = append(r.SwapDevices, s.Path)
@@ -184,7 +186,7 @@ func (rp reporter) kernelState() metrics.KernelState {
 	r := rp.status()
 	return metrics.KernelState{
 		SwapActive: len(r.SwapDevices) > 0, SwapExpected: d.cfg.Swap,
-		Device: d.cfg.Device != "", Attached: r.Device != "" && d.host.NBDPID(r.Device) != 0,
+		Device: d.cfg.Device != "", Attached: rp.attached(r.Device),
 	}
 }
 
@@ -200,4 +202,18 @@ func (rp reporter) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(rep)
+}
+
+// attached reports whether the kernel device at path is served: an NBD
+// device with a server, or the ublk device while its queues serve.
+func (rp reporter) attached(path string) bool {
+	if u := rp.d.ublk.Load(); u != nil {
+		select {
+		case <-u.stopped:
+			return false
+		default:
+			return true
+		}
+	}
+	return path != "" && rp.d.host.NBDPID(path) != 0
 }

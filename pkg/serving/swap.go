@@ -47,6 +47,9 @@ func (d *daemon) attach(ctx context.Context) error {
 		d.topUpHeap()
 		return nil
 	}
+	if d.cfg.Transport == TransportUblk {
+		return d.attachUblk(ctx)
+	}
 	index, _ := ParseDevice(d.cfg.Device) // validated
 	if _, err := os.Stat(sysModuleNBD); err != nil {
 		return fmt.Errorf("--device %s: the kernel's nbd module is not loaded (run modprobe nbd; it ships with the kernel)", d.cfg.Device)
@@ -92,7 +95,7 @@ func (d *daemon) attach(ctx context.Context) error {
 		d.keepConnected(kd)
 		return nil
 	}
-	if err := d.makeSwap(ctx, kd); err != nil {
+	if err := d.makeSwap(ctx, kd.Path, int64(kd.Size), 4*d.cfg.KernelConns); err != nil {
 		return err
 	}
 	d.keepConnected(kd)
@@ -144,7 +147,7 @@ func (d *daemon) takeOver(ctx context.Context, kd *nbddev.Device, msg string, st
 	case d.cfg.Swap:
 		// The process before this one died before swapon: nothing is
 		// swapped there yet, and the device is checked as a fresh one is.
-		if err := d.makeSwap(ctx, kd); err != nil {
+		if err := d.makeSwap(ctx, kd.Path, int64(kd.Size), 4*d.cfg.KernelConns); err != nil {
 			return err
 		}
 	default:
@@ -174,22 +177,35 @@ func (d *daemon) limitRequests(kd *nbddev.Device) {
 	}
 }
 
-// makeSwap checks the device with a write, read back and discard, and
-// turns swap on.
-func (d *daemon) makeSwap(ctx context.Context, kd *nbddev.Device) error {
+// makeSwap checks the kernel device at path, of size bytes, with a
+// write, read back and discard (parallel requests at once, at most 16),
+// and turns swap on.
+func (d *daemon) makeSwap(ctx context.Context, path string, size int64, parallel int) error {
 	start := time.Now()
-	if err := swapctl.SelfTest(ctx, kd.Path, int64(kd.Size), min(4*d.cfg.KernelConns, 16)); err != nil {
-		return fmt.Errorf("%s: not making it swap: %w", kd.Path, err)
+	if err := swapctl.SelfTest(ctx, path, size, min(parallel, 16)); err != nil {
+		return fmt.Errorf("%s: not making it swap: %w", path, err)
 	}
-	d.log.Info("kernel device self-test passed: wrote, read back and discarded", "device", kd.Path,
-		"bytes", min(int64(kd.Size), swapctl.SelfTestBytes), "took", time.Since(start).Round(time.Millisecond))
+	d.log.Info("kernel device self-test passed: wrote, read back and discarded", "device", path,
+		"bytes", min(size, swapctl.SelfTestBytes), "took", time.Since(start).Round(time.Millisecond))
 	d.topUpHeap()
-	if err := swapctl.Enable(ctx, kd.Path, d.cfg.SwapPriority); err != nil {
-		return fmt.Errorf("--swap on %s: %w", kd.Path, err)
+	if err := swapctl.Enable(ctx, path, d.cfg.SwapPriority); err != nil {
+		return fmt.Errorf("--swap on %s: %w", path, err)
 	}
 	d.swapOn = true
-	d.log.Info("swap on", "device", kd.Path, "priority", d.cfg.SwapPriority, "discard", true)
+	d.log.Info("swap on", "device", path, "priority", d.cfg.SwapPriority, "discard", true, "transport", d.cfg.Transport)
 	return nil
+}
+
+// kernelPath is the kernel device this process attached or created
+// (/dev/nbdN, /dev/ublkbN), or "" without one.
+func (d *daemon) kernelPath() string {
+	if kd := d.kernel.Load(); kd != nil {
+		return kd.Path
+	}
+	if u := d.ublk.Load(); u != nil {
+		return u.dev.Block
+	}
+	return ""
 }
 
 // keepConnected replaces the kernel's connections that close while this
@@ -259,10 +275,7 @@ func (d *daemon) topUpHeap() {
 // export that it did not turn on blocks the stop (the kernel would lose
 // the swapped pages, and the processes that own them) unless --force.
 func (d *daemon) readyToStop(ctx context.Context) bool {
-	own := ""
-	if kd := d.kernel.Load(); kd != nil {
-		own = kd.Path
-	}
+	own := d.kernelPath()
 	swaps, err := d.host.Ours(own, &d.tracker)
 	if err != nil {
 		d.log.Warn("cannot tell whether the export is active swap; stopping", "err", err)
@@ -320,6 +333,7 @@ func (d *daemon) stop() {
 			d.log.Info("kernel device detached", "device", kd.Path)
 		}
 	}
+	d.stopUblk()
 	d.log.Info("stopping: waiting for requests in flight")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

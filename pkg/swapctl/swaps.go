@@ -91,9 +91,9 @@ func (h Host) NBDPID(dev string) int {
 }
 
 // Ours returns the active swap areas the daemon's export backs:
-// own is a kernel device gzramd attached itself (or ""); other NBD
-// devices count when the process that set them up is a peer of one of
-// our Unix-socket connections. A TCP connection's peer cannot be told
+// own is a kernel device gzramd attached or created itself (/dev/nbdN,
+// /dev/ublkbN; or ""); other NBD devices count when the process that set
+// them up is a peer of one of our Unix-socket connections. A TCP connection's peer cannot be told
 // apart, so with TCP clients connected every unmatched NBD swap counts
 // too, to err on the side of not stopping.
 func (h Host) Ours(own string, tracker *Tracker) ([]Area, error) {
@@ -104,12 +104,15 @@ func (h Host) Ours(own string, tracker *Tracker) ([]Area, error) {
 	pids, unknown := tracker.Peers()
 	var ours []Area
 	for _, s := range swaps {
+		if own != "" && SameFile(s.Path, own) {
+			// Whatever its kind: a ublk device (/dev/ublkbN) is ours too.
+			ours = append(ours, s)
+			continue
+		}
 		if !strings.HasPrefix(filepath.Base(s.Path), "nbd") {
 			continue
 		}
 		switch {
-		case own != "" && SameFile(s.Path, own):
-			ours = append(ours, s)
 		case pids[h.NBDPID(s.Path)]:
 			ours = append(ours, s)
 		case unknown > 0 && h.NBDPID(s.Path) != os.Getpid():

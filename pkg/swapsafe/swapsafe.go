@@ -303,6 +303,11 @@ const (
 	reexecFailedEnv = "GZRAMD_IO_FLUSHER_FAILED"
 )
 
+// ReExecuted reports whether this process is the one ReExecAsIOFlusher
+// executed, until that process calls it again: what it logged before the
+// re-exec need not be logged twice.
+func ReExecuted() bool { return os.Getenv(reexecEnv) == "1" }
+
 // ReExecAsIOFlusher marks the calling thread PR_SET_IO_FLUSHER and
 // re-executes the program on it: the flag is per thread, inherited by
 // threads cloned later and kept across execve, so after the re-exec every
