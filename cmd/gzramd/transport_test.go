@@ -58,6 +58,8 @@ func TestResolveTransport(t *testing.T) {
 		{"auto supervised", serving.Config{Transport: "auto", Swap: true, Supervise: true}, mustNot, "nbd", "--supervise needs NBD", nil},
 		{"auto without the driver", serving.Config{Transport: "auto", Swap: true}, noDriver, "nbd", "modprobe ublk_drv", nil},
 		{"auto with the driver", serving.Config{Transport: "auto", Device: "auto"}, ok, "ublk", "transport: ublk", nil},
+		{"auto with the driver and --swap", serving.Config{Transport: "auto", Swap: true}, ok, "ublk", "transport: ublk", nil},
+		{"auto with an NBD device named", serving.Config{Transport: "auto", Device: "/dev/nbd2", Swap: true}, mustNot, "nbd", "names an NBD device", nil},
 		{"ublk", serving.Config{Transport: "ublk", Swap: true}, ok, "ublk", "not the default yet", nil},
 		{"ublk without the driver", serving.Config{Transport: "ublk", Swap: true}, noDriver, "", "", ublk.ErrNoDriver},
 	} {

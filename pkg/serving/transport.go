@@ -27,8 +27,9 @@ const (
 // where probe (ublk.Probe on the control device, in the daemon) passes and
 // the device need not survive the serving process (--supervise=false),
 // else nbd: a ublk device cannot be taken over yet. Without a kernel
-// device (--device, --swap) there is nothing to decide: nbd, the export's.
-// An explicit ublk that probe fails is an error saying what is missing.
+// device (--device, --swap) there is nothing to decide (nbd, the
+// export's), nor with --device /dev/nbdN. An explicit ublk that probe
+// fails is an error saying what is missing.
 func (c *Config) ResolveTransport(probe func() error) (transport, why string, err error) {
 	switch {
 	case c.Transport == TransportNBD:
@@ -40,6 +41,8 @@ func (c *Config) ResolveTransport(probe func() error) (transport, why string, er
 			return "", "", fmt.Errorf("--transport ublk: %w", err)
 		}
 		return TransportUblk, "", nil
+	case c.Device != "auto" && !(c.Device == "" && c.Swap):
+		return TransportNBD, "--device " + c.Device + " names an NBD device", nil
 	case c.Supervise:
 		return TransportNBD, "a ublk device does not survive the serving process yet (no ublk user recovery); --supervise needs NBD", nil
 	}
