@@ -32,6 +32,10 @@ daemon_env=
 # separated: flusher (an IO flusher, real-time: ioflusher.c), cgroup (in a
 # cgroup with memory.swap.max=0); run.sh adds a ramfs root for ramfs.
 tls= tlsguard=
+# daemon: the kernel device's transport, gzramd serve --transport: nbd
+# (--device /dev/nbd0) or ublk (a /dev/ublkbN gzramd creates, without the
+# supervisor: run.sh's guest-ublk).
+transport=nbd
 # ublk: -test.run of pkg/ublk's tests, the reads TestQD1ReadLatency times,
 # TestSwap's hog (MiB; none: TestSwap does not run).
 ublk_run= ublk_reads= ublk_hog=
@@ -200,9 +204,20 @@ client)
 	swapon -d /dev/nbd0 || fail "swapon -d"
 	;;
 daemon | survive)
+	# The kernel device: /dev/nbd0, or with ublk whichever /dev/ublkbN
+	# the driver numbers (kdev once it is swap).
+	kdev=/dev/nbd0 kdev_re=/dev/nbd0 devargs="--device /dev/nbd0 --kernel-connections $kconns"
+	if [ "$transport" = ublk ]; then
+		[ "$mode" = daemon ] || fail "e2e.transport=ublk: daemon mode only (a ublk device cannot be taken over yet)"
+		[ -s /etc/e2e-modules-ublk ] || fail "kernel $(uname -r) has no ublk_drv module (E2E_KERNEL_META=linux-image-6.12-amd64)"
+		while read -r mod; do
+			insmod "$mod" || fail "insmod $mod"
+		done </etc/e2e-modules-ublk
+		kdev= kdev_re='/dev/ublkb[0-9]+' devargs="--transport ublk --supervise=false"
+	fi
 	# The daemon logs straight to the console: a pipe or a file in tmpfs
 	# would hide its last words when the guest freezes.
-	step "gzramd serve --swap --device /dev/nbd0 --size $size --kernel-connections $kconns $daemon_args"
+	step "gzramd serve --swap $devargs --size $size $daemon_args"
 	mkdir -p /run/gzramd
 	cg=
 	if [ "$swapmax0" = 1 ]; then
@@ -219,20 +234,22 @@ daemon | survive)
 	fi
 	[ -z "$daemon_env" ] || step "gzramd's environment: $daemon_env"
 	PATH=/usr/local/sbin:$PATH cg=$cg sh -c '[ -z "$cg" ] || echo $$ >"$cg" || exit 99; exec "$@"' gzramd \
-		env $daemon_env gzramd serve --swap --device /dev/nbd0 --size "$size" \
-		--socket /run/gzramd/gzramd.sock --metrics 127.0.0.1:9829 --kernel-connections "$kconns" $daemon_args \
+		env $daemon_env gzramd serve --swap $devargs --size "$size" \
+		--socket /run/gzramd/gzramd.sock --metrics 127.0.0.1:9829 $daemon_args \
 		>/dev/console 2>&1 &
 	daemon_pid=$!
 	i=0
-	while ! grep -q '^/dev/nbd0 ' /proc/swaps; do
+	while ! grep -qE "^$kdev_re " /proc/swaps; do
 		if ! kill -0 "$daemon_pid" 2>/dev/null; then
-			echo "E2E-STEP: /dev/nbd0: size $(cat /sys/block/nbd0/size) sectors, pid $(cat /sys/block/nbd0/pid 2>/dev/null || echo none)"
+			[ "$transport" = ublk ] ||
+				echo "E2E-STEP: /dev/nbd0: size $(cat /sys/block/nbd0/size) sectors, pid $(cat /sys/block/nbd0/pid 2>/dev/null || echo none)"
 			fail "gzramd exited before swap was on"
 		fi
 		i=$((i + 1))
-		[ "$i" -gt 120 ] && fail "no swap on /dev/nbd0 after 60 s"
+		[ "$i" -gt 120 ] && fail "no swap on $kdev_re after 60 s"
 		sleep 0.5
 	done
+	kdev=$(awk -v re="^$kdev_re\$" '$1 ~ re { print $1; exit }' /proc/swaps)
 	# Every thread of every gzramd process is an IO flusher, so that
 	# none of their allocations writes swap to the device they serve:
 	# the supervisor re-executes itself as one, and its children inherit it.
@@ -240,28 +257,40 @@ daemon | survive)
 	set -- $(io_flushers $procs)
 	[ "${2:-0}" -gt 0 ] && [ "$1" = "$2" ] || fail "IO flushers: ${1:-?} of ${2:-?} threads of gzramd's processes ($procs)"
 	step "IO flushers: all $2 threads of gzramd's processes ($procs)"
-	# The kernel names the workers receiving nbd0's replies after their
-	# workqueue while they run (kworker/u5:1+nbd0-recv on 6.1, and
-	# nbd0-recv+nbd0-recv for its rescuer; +knbd0-recv elsewhere): gzramd waits
-	# for those of dead connections to end before it hands the kernel
-	# new sockets (pkg/nbddev/workers.go), and cannot unless it sees them.
-	# A connection replaced at start (a self-test request that timed
-	# out) may wait a while for a worker: the rescuer runs one at a time.
-	i=0
-	while :; do
-		w=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c -e '+nbd0-recv$' -e '+knbd0-recv$')
-		[ "$w" = "$kconns" ] || [ "$i" -ge 20 ] && break
-		i=$((i + 1))
-		sleep 0.5
-	done
-	[ "$w" = "$kconns" ] || echo "E2E-WORKERS $(cat /proc/[0-9]*/comm 2>/dev/null | grep -e nbd -e kworker/u | tr '\n' ' ')"
-	[ "$w" -ge 1 ] || fail "receive workers of nbd0: none seen running (want one per connection, $kconns): gzramd cannot tell when old ones have ended"
-	step "receive workers of nbd0: $w running, for $kconns connections"
+	if [ "$transport" = ublk ]; then
+		# What gzramd says it serves: /status and the metric.
+		httpget "$metrics" /status >/tmp/status || fail "GET /status"
+		httpget "$metrics" /metrics >/tmp/metrics || fail "GET /metrics"
+		echo "E2E-TRANSPORT device=$kdev status=$(tr -d ' \n' </tmp/status | grep -o '"transport":"[a-z]*"' | head -n 1) metric=$(grep '^gzramd_transport_info' /tmp/metrics)"
+		grep -q '"transport": "ublk"' /tmp/status || fail "/status does not say transport ublk"
+		grep -q "\"device\": \"$kdev\"" /tmp/status || fail "/status does not name $kdev"
+		grep -q '^gzramd_transport_info{transport="ublk"} 1$' /tmp/metrics || fail "no gzramd_transport_info{transport=\"ublk\"} 1"
+		rm -f /tmp/status /tmp/metrics
+	else
+		# The kernel names the workers receiving nbd0's replies after their
+		# workqueue while they run (kworker/u5:1+nbd0-recv on 6.1, and
+		# nbd0-recv+nbd0-recv for its rescuer; +knbd0-recv elsewhere): gzramd waits
+		# for those of dead connections to end before it hands the kernel
+		# new sockets (pkg/nbddev/workers.go), and cannot unless it sees them.
+		# A connection replaced at start (a self-test request that timed
+		# out) may wait a while for a worker: the rescuer runs one at a time.
+		i=0
+		while :; do
+			w=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c -e '+nbd0-recv$' -e '+knbd0-recv$')
+			[ "$w" = "$kconns" ] || [ "$i" -ge 20 ] && break
+			i=$((i + 1))
+			sleep 0.5
+		done
+		[ "$w" = "$kconns" ] || echo "E2E-WORKERS $(cat /proc/[0-9]*/comm 2>/dev/null | grep -e nbd -e kworker/u | tr '\n' ' ')"
+		[ "$w" -ge 1 ] || fail "receive workers of nbd0: none seen running (want one per connection, $kconns): gzramd cannot tell when old ones have ended"
+		step "receive workers of nbd0: $w running, for $kconns connections"
+	fi
 	;;
 *) fail "unknown e2e.mode=$mode" ;;
 esac
 
-grep -q '^/dev/nbd0 ' /proc/swaps || fail "/dev/nbd0 is not swap"
+kdev=${kdev:-/dev/nbd0}
+grep -q "^$kdev " /proc/swaps || fail "$kdev is not swap"
 cat /proc/swaps
 free
 out0=$(vmstat_get pswpout) in0=$(vmstat_get pswpin)
@@ -416,7 +445,13 @@ daemon)
 	wait "$daemon_pid"
 	rc=$?
 	[ "$rc" -eq 0 ] || fail "gzramd exited $rc after SIGTERM"
-	grep -q '^/dev/nbd0 ' /proc/swaps && fail "gzramd stopped but /dev/nbd0 is still swap"
+	grep -q "^$kdev " /proc/swaps && fail "gzramd stopped but $kdev is still swap"
+	if [ "$transport" = ublk ]; then
+		# Stopped and deleted: no block device, no char device.
+		[ -e "/sys/block/${kdev#/dev/}" ] && fail "gzramd stopped but $kdev is still a block device"
+		[ -e "/sys/class/ublk-char/ublkc${kdev#/dev/ublkb}" ] && fail "gzramd stopped but ublkc${kdev#/dev/ublkb} is still there"
+		step "$kdev removed"
+	fi
 	;;
 esac
 

@@ -4,6 +4,10 @@
 Input lines: "<when> <series> <value>", when being "peak" (scraped while the
 hog's pages sat in swap) or "end" (after the swap was turned off). Exits 1
 naming every check that failed or could not be made.
+
+With a second argument "ublk" the kernel device was served through ublk,
+whose requests pass no NBD counter: instead of the trims received, the end's
+gzramd_transport_info must say ublk.
 """
 import re
 import sys
@@ -50,8 +54,9 @@ def trims(snap):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: metrics.py FILE")
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["ublk"]):
+        sys.exit("usage: metrics.py FILE [ublk]")
+    ublk = sys.argv[2:] == ["ublk"]
     snaps = load(sys.argv[1])
     peak, end = snaps["peak"], snaps["end"]
     problems = []
@@ -75,6 +80,11 @@ def main():
     t = trims(end) if end else None
     if not end:
         problems.append("no metrics were scraped at the end")
+    elif ublk:
+        if end.get('gzramd_transport_info{transport="ublk"}') != 1:
+            problems.append('no gzramd_transport_info{transport="ublk"} 1 at the end')
+        else:
+            print("metrics: transport ublk (its requests are not counted by transport yet)")
     elif t is None:
         problems.append("no trim/discard counter among the metrics")
     else:

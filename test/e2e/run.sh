@@ -26,6 +26,11 @@
 #           survive-fast with a faults
 #           build losing a page at each takeover, must fail
 #           (survive-mutant.sh). E2E_SURVIVE_ARGS adds gzramd flags.
+#   guest-ublk gzramd inside a 6.12 guest as in guest, over ublk:
+#           `gzramd serve --swap --transport ublk --supervise=false`
+#           creates /dev/ublkbN, mkswaps and swapons it; /status and the
+#           metrics must say ublk; a clean stop must swapoff and remove
+#           the device. Not a default scenario yet.
 #   ublk    pkg/ublk's tests in a 6.12 guest with ublk_drv (go test -c):
 #           a device served from memory through ublk, not NBD; not a
 #           default scenario (it takes the 6.12 kernel for every scenario
@@ -109,7 +114,7 @@ T0=$SECONDS
 # ublk needs a kernel with ublk_drv and USER_COPY: Debian 12's 6.12, not
 # its default 6.1. Where the scenario runs and no kernel is named, that one
 # (for every scenario of the run).
-if [[ " $SCENARIOS " == *" ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
+if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *" guest-ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
 	export E2E_KERNEL_META=linux-image-6.12-amd64
 	log "ublk: kernel $E2E_KERNEL_META"
 fi
@@ -201,7 +206,7 @@ server_stop() {
 
 # metrics_check: gzramd's metrics, scraped by the guest at the hog's peak
 # and after the swap is off, must show the traffic.
-metrics_check() {
+metrics_check() { # [ublk]
 	{ grep -a '^E2E-METRIC ' "$CONSOLE" || true; } | tr -d '\r' | sed 's/^E2E-METRIC //' >"$CONSOLE.metrics"
 	# Until the daemon serves /metrics the check cannot be made; say so
 	# loudly rather than pass or fail on it (E2E_REQUIRE_METRICS=1: fail).
@@ -217,7 +222,7 @@ metrics_check() {
 		log "metrics: NOT CHECKED: gzramd serves no /metrics yet"
 		return 0
 	fi
-	python3 "$E2E_DIR/metrics.py" "$CONSOLE.metrics"
+	python3 "$E2E_DIR/metrics.py" "$CONSOLE.metrics" "$@"
 }
 
 # gpu_share NAME: which share of the pages gzramd compressed the GPU
@@ -372,6 +377,24 @@ run_guest() {
 	MPORT= metrics_check || die "guest: metrics do not show the traffic"
 	log "guest: PASS ($GUEST_WALL s)"
 	passed+=("guest:${GUEST_WALL}s")
+}
+
+# run_guest_ublk: gzramd inside the guest as in run_guest, serving its
+# swap through ublk (init.sh's daemon mode with e2e.transport=ublk), on a
+# ramfs root as the ublk scenario: gzramd's own files never go to swap.
+run_guest_ublk() {
+	[ "$EXPECT_FAIL" = 1 ] && { log "guest-ublk: skipped under E2E_EXPECT_FAIL"; return; }
+	CONSOLE=$WORK/guest-ublk.console
+	GUEST_INITRD=$WORK/guest-ublk.cpio.gz
+	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
+	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-320M}" 2 "e2e.mode=daemon e2e.transport=ublk e2e.size=$SIZE e2e.minfree=${E2E_GUEST_MIN_FREE_KB:-16384} e2e.hog=${E2E_GUEST_UBLK_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu} rootfstype=ramfs"
+	log "guest-ublk: booting ($ACCEL, kernel $KVER, gzramd serve --swap --transport ublk inside the guest)"
+	guest_run "${E2E_GUEST_TIMEOUT:-$((2 * TIMEOUT))}" || die "guest-ublk: $GUEST_VERDICT"
+	grep -aE '^(hog: |HOG-PASS|E2E-SWAP|E2E-TRANSPORT)' "$CONSOLE" | tr -d '\r' >&2
+	grep -aq '^E2E-TRANSPORT device=/dev/ublkb' "$CONSOLE" || die "guest-ublk: swap was not on a ublk device"
+	MPORT= metrics_check ublk || die "guest-ublk: metrics do not show the traffic"
+	log "guest-ublk: PASS ($GUEST_WALL s)"
+	passed+=("guest-ublk:${GUEST_WALL}s")
 }
 
 # run_survive NAME: gzramd serves the guest's swap as in `guest` while the
@@ -590,6 +613,7 @@ for s in $SCENARIOS; do
 		run_host host-tls 1 1 tls
 		;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
+	guest-ublk) [ "$SERVER" = gzramd ] && run_guest_ublk ;;
 	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-dense | survive-mutant)
 		if [ "$EXPECT_FAIL" = 1 ]; then
 			log "$s: skipped under E2E_EXPECT_FAIL"
