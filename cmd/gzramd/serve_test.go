@@ -115,6 +115,10 @@ func TestStatusMatchesMetrics(t *testing.T) {
 	if rep.Backend != f.Label("gzramd_info", "backend") || rep.Algorithm != "lz4" || rep.Export != "gzram0" {
 		t.Errorf("status backend/algorithm/export %q/%q/%q disagree with gzramd_info", rep.Backend, rep.Algorithm, rep.Export)
 	}
+	// No kernel device: the export's transport, NBD, in both.
+	if v, _ := f.Value("gzramd_transport_info", "transport", "nbd"); rep.Transport != "nbd" || v != 1 {
+		t.Errorf("status transport %q, gzramd_transport_info{transport=nbd} %v; want nbd and 1", rep.Transport, v)
+	}
 	// gzramd's own memory: each process's, and the net saving made of it.
 	roles := map[string]bool{}
 	for _, p := range rep.SelfMemory {
@@ -136,6 +140,7 @@ func TestStatusMatchesMetrics(t *testing.T) {
 	// Then who is connected: nbdcopy's connections are closed, but the
 	// serving process may not have seen the last of them close yet.
 	if code != 0 || lines(table) < 6 || !strings.HasPrefix(strings.Split(table, "\n")[2], "serving process ") ||
+		!strings.HasSuffix(strings.Split(table, "\n")[2], "; transport nbd") ||
 		!strings.HasPrefix(strings.Split(table, "\n")[3], "dense tier: none of ") ||
 		!strings.HasPrefix(strings.Split(table, "\n")[4], "gzramd's processes ") ||
 		!strings.HasPrefix(strings.Split(table, "\n")[5], "NBD connections: ") {

@@ -129,6 +129,9 @@ func printStatus(w io.Writer, r *serving.Status) error {
 	if r.LostPages > 0 {
 		serving += fmt.Sprintf("; %d pages lost in a takeover read as I/O errors", r.LostPages)
 	}
+	if r.Transport != "" { // a daemon before --transport says nothing
+		serving += "; transport " + r.Transport
+	}
 	if _, err := fmt.Fprintln(w, serving); err != nil {
 		return err
 	}
