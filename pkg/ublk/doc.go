@@ -57,31 +57,31 @@
 //     goes. The takeover's commands (START_USER_RECOVERY,
 //     END_USER_RECOVERY) and flags are in uapi.go, tested against the
 //     header, unused.
-//   - Serve the daemon: gzramd serve still attaches NBD devices only.
+//   - Serve the daemon under its supervisor: gzramd serve --transport ublk
+//     (pkg/serving's transport.go) serves its device with Serve, and
+//     refuses --supervise, which needs the survival below.
 //   - Take writes into the backend's own memory (nbd.WriteReceiver's
 //     counterpart): each request's data passes through the tag's buffer.
 //   - Serve the requests of one queue concurrently: a queue's thread runs
 //     them one after another, so a slow backend call holds up the queue's
 //     others (the other queues go on). The GPU path, which batches, will
 //     want requests handed off and committed as they complete.
-//   - Clear errors for every bad state: a kernel without USER_COPY fails
-//     ADD_DEV with the driver's EINVAL, not a sentence; a device left by a
-//     dead run is neither found nor deleted.
+//   - Clear errors for every bad state: a device left by a dead run is
+//     neither found nor deleted. (A missing driver, a missing permission
+//     and a kernel without USER_COPY, EINVAL at ADD_DEV, are said in words;
+//     Probe checks the first two without making a device.)
 //
-// # Wiring it into the daemon (issue 38, not done)
+// # Wiring it into the daemon (issue 38)
 //
-//   - A transport interface in pkg/serving that the NBD attachment
-//     (nbddev.Attach and the kernel connections) and Serve both satisfy:
-//     start on a backend, the block device's path (for mkswap and swapon),
-//     stop; --transport nbd|ublk|auto picks one (auto: ublk where
-//     /dev/ublk-control opens), logged, shown by gzramd status and in the
-//     metrics.
+// Done: --transport nbd|ublk|auto picks the kernel device's transport
+// (auto: ublk where Probe passes and --supervise is off), logged, shown by
+// gzramd status and as gzramd_transport_info; with ublk the serving
+// process serves the device (pkg/device, as over NBD) with Serve,
+// IOFlusher on, makes it swap and removes it at stop. Left:
+//
 //   - The backend is the device that pkg/nbd serves today; its
 //     nbd.WriteReceiver path maps onto USER_COPY by preading straight into
 //     the receipt's buffers (a staging slot) instead of the tag's buffer.
-//   - The serving process's swap-safety steps (pkg/swapsafe) apply as
-//     they are; Config.IOFlusher on, and the queues' threads counted among
-//     the IO flushers the e2e guest checks.
 //   - Survival: create with UBLK_F_USER_RECOVERY|UBLK_F_USER_RECOVERY_REISSUE;
 //     the standby, on the serving process's death, sends
 //     START_USER_RECOVERY, opens /dev/ublkcN, fetches on every queue and
