@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/serving"
 	"github.com/gzramd/gzramd/pkg/ublk"
 )
@@ -80,5 +83,23 @@ func TestResolveTransport(t *testing.T) {
 				t.Errorf("log %q, want it to say %q", buf.String(), tc.log)
 			}
 		})
+	}
+}
+
+// TestTransportUblkWithoutDriver: --transport ublk where ublk_drv is not
+// loaded stops at start, before anything serves, with one line saying to
+// load it.
+func TestTransportUblkWithoutDriver(t *testing.T) {
+	if _, err := os.Stat(ublk.DefaultControlPath); err == nil {
+		testneeds.Machine(t, "no ublk driver, and %s is here: --transport ublk would really create a device (the e2e guest-ublk scenario covers that)", ublk.DefaultControlPath)
+	}
+	_, stderr, code := gzramd(t, nil, "serve", "--socket", filepath.Join(t.TempDir(), "s"), "--metrics", "127.0.0.1:0",
+		"--harden=false", "--supervise=false", "--swap", "--transport", "ublk")
+	last := stderr[strings.LastIndex(strings.TrimSpace(stderr), "\n")+1:]
+	if code != 1 || !strings.Contains(last, "--transport ublk") || !strings.Contains(last, "modprobe ublk_drv") {
+		t.Errorf("--transport ublk without the driver: status %d, last line %q", code, last)
+	}
+	if strings.Contains(stderr, "gzramd ready") {
+		t.Errorf("the daemon served before it failed:\n%s", stderr)
 	}
 }
