@@ -112,7 +112,7 @@ type zdPager interface {
 	withLibzstd() zdPager
 }
 
-// zdDecoder is a ZstdDecoder, or libzstdOnly of one.
+// zdDecoder is a ZstdDecoder (libzstd alone), or zdecFirst of one.
 type zdDecoder interface {
 	Decompress(dst, src []byte) error
 	DecompressPrefix(dst, src []byte, n int) error
@@ -132,22 +132,6 @@ func (l zdecFirst) DecompressPrefix(dst, src []byte, n int) error {
 	s := l.z.ctxs.get()
 	defer s.put()
 	return zdecPrefix(s.ctx, dst, src, n)
-}
-
-// libzstdOnly decodes with z's contexts as z does, but with libzstd
-// alone: the rows zstddec.c is measured against.
-type libzstdOnly struct{ z *ZstdDecoder }
-
-func (l libzstdOnly) Decompress(dst, src []byte) error {
-	s := l.z.ctxs.get()
-	defer s.put()
-	return libzstdDecompress(s.ctx, dst, src)
-}
-
-func (l libzstdOnly) DecompressPrefix(dst, src []byte, n int) error {
-	s := l.z.ctxs.get()
-	defer s.put()
-	return libzstdPrefix(s.ctx, dst, src, n)
 }
 
 // zdFastPages are pages compressed alone, or kept raw where that would
@@ -181,7 +165,7 @@ func (f *zdFastPages) total() int { return len(f.off) - 1 }
 // Decompress, dec to it).
 func (f *zdFastPages) withLibzstd() zdPager {
 	g := *f
-	g.decode = libzstdOnly{f.dec}.Decompress
+	g.decode = f.dec.Decompress
 	return &g
 }
 func (f *zdFastPages) ratio() float64 { return float64(f.total()*PageSize) / float64(len(f.data)) }
@@ -248,7 +232,7 @@ func (f *zdFrameSet) total() int { return f.pageN }
 
 func (f *zdFrameSet) withLibzstd() zdPager {
 	g := *f
-	g.dec, g.out = libzstdOnly{f.dec.(zdecFirst).z}, make([]byte, len(f.out))
+	g.dec, g.out = f.dec.(zdecFirst).z, make([]byte, len(f.out))
 	return &g
 }
 func (f *zdFrameSet) ratio() float64 { return float64(f.pageN*PageSize) / float64(len(f.data)) }
