@@ -302,6 +302,7 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 			base := int64(w * regionPages * pageSize)
 			region := int64(regionPages * pageSize)
 			buf := make([]byte, 8*pageSize)
+			hist := newPageHistory(regionPages)
 			for op := range ops {
 				if opts.dense && op%500 == 499 {
 					time.Sleep(2 * time.Millisecond)
@@ -316,8 +317,10 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 					n = 1 + r.Int64N(min(int64(len(buf)), region-off))
 				}
 				m := model[base+off : base+off+n]
+				regionModel := model[base : base+region]
 				var err error
-				switch k := r.IntN(10); {
+				k, how := r.IntN(10), ""
+				switch {
 				case k < 4:
 					p := buf[:n]
 					for pg := 0; pg < int(n); pg += pageSize {
@@ -329,9 +332,11 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 						}
 						fillData(r, p[pg:min(int(n), pg+pageSize)])
 					}
+					how = "write"
 					if off%pageSize == 0 && n%pageSize == 0 && r.IntN(2) == 0 {
 						// As the NBD server writes: received into staging.
 						err = writeReceived(f.dev, p, base+off, r.IntN(20) == 0)
+						how = "write received"
 					} else {
 						err = f.dev.WriteAt(ctx, p, base+off, false)
 					}
@@ -342,18 +347,24 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 						p[i] = 0xee
 					}
 					if err = f.dev.ReadAt(ctx, p, base+off); err == nil && !bytes.Equal(p, m) {
-						err = fmt.Errorf("op %d: read [%d,+%d) differs from the model", op, base+off, n)
+						err = fmt.Errorf("op %d: read [%d,+%d) differs from the model:%s\n\tdevice %+v",
+							op, base+off, n, hist.describe(f, regionModel, p, base, off), f.dev.Stats())
 					}
 				case k == 8:
 					err = f.dev.Trim(ctx, base+off, n)
 					clear(m)
+					how = "trim"
 				default:
 					err = f.dev.WriteZeroes(ctx, base+off, n, r.IntN(2) == 0)
 					clear(m)
+					how = "zeroes"
 				}
 				if err != nil {
 					errc <- fmt.Errorf("worker %d: %w", w, err)
 					return
+				}
+				if how != "" {
+					hist.record(regionModel, off, n, op, fmt.Sprintf("%s [%d,+%d)", how, base+off, n))
 				}
 			}
 		}()
