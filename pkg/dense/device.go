@@ -21,10 +21,11 @@ type Device interface {
 	// Commit stores frames, the pages of group g compressed again, as
 	// the group's dense objects, if together they are smaller than the
 	// before bytes its stored pages took and if, under the group's
-	// lock, no entry of the group changed since snap was taken and idle
-	// still holds age (an access zeroes a group's age before it changes
-	// an entry). It returns what came of it and, when Committed, the
-	// bytes the objects take.
+	// lock, nothing wrote to the group since snap was taken (no entry
+	// changed, no write counted in snap.Writes) and idle still holds age
+	// (an access zeroes a group's age before it changes an entry). It
+	// returns what came of it and, when Committed, the bytes the objects
+	// take.
 	Commit(g uint32, snap *Snapshot, frames []Frame, before int, idle *atomic.Uint32, age uint32) (Commit, int)
 }
 
@@ -35,6 +36,9 @@ type Snapshot struct {
 	// Stored has bit k set where page k is held in the store as data:
 	// the pages a dense object takes in.
 	Stored uint32
+	// Writes is the device's count of writes to the group's pages (or
+	// more) as it took the snapshot, opaque to the tier.
+	Writes uint64
 }
 
 // LZ4Pages is where Device.Snapshot leaves a group's LZ4 pages as they

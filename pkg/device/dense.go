@@ -82,6 +82,7 @@ func (s *denseSide) Snapshot(g uint32, pages int, snap *dense.Snapshot, raw []by
 		return 0, 0, nil
 	}
 	stored, before, err = s.snapshot(lo, pages, snap, raw, lz4)
+	snap.Writes = st.writes
 	st.mu.RUnlock()
 	return stored, before, err
 }
@@ -121,7 +122,10 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 	}
 	st := d.stripe(lo)
 	st.mu.Lock()
-	changed := idle.Load() != age
+	// The idle age alone would not do: a writer marks the group accessed
+	// before it writes, and a write slow enough to span the snapshot
+	// leaves the age as the snapshot saw it.
+	changed := idle.Load() != age || st.writes != snap.Writes
 	for k, f := 0, frames[len(frames)-1]; k < f.First+f.Pages; k++ {
 		changed = changed || d.table[lo+uint32(k)] != entry(snap.Entries[k])
 	}
@@ -136,7 +140,7 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 		for k := range f.Pages {
 			if storedState(entry(snap.Entries[f.First+k])) {
 				e := partEntry(handles[at], k, f.Pages, l.chunkLen(0)) | denseBit
-				s.frees = d.obj.queueFree(s.frees, d.swapLocked(st, lo+uint32(f.First+k), e))
+				s.frees = d.obj.queueFree(s.frees, d.replaceLocked(lo+uint32(f.First+k), e))
 			}
 		}
 		at += l.chunks

@@ -85,7 +85,13 @@ const nStripes = 1024
 
 type stripe struct {
 	mu sync.RWMutex
-	_  [40]byte // a stripe per cache line
+	// writes counts the entries writers replaced under mu (swapLocked).
+	// The dense tier commits a group only where it did not change since
+	// the tier's snapshot: entries equal to those it saw prove nothing,
+	// as a write may have freed a page's object and the compactor moved
+	// the new one into the slot it left, making the same entry.
+	writes uint64
+	_      [32]byte // a stripe per cache line
 }
 
 // Device is safe for concurrent use.

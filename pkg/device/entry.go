@@ -119,10 +119,17 @@ func (c *pageCounts) count(e entry, delta int64) {
 	}
 }
 
-// swapLocked replaces page idx's entry and keeps the counters; the caller
-// frees what the old entry leaves (released) once it has released the
-// lock.
+// swapLocked replaces page idx's entry with a writer's, whose stripe s
+// is locked for writing, and keeps the counters; the caller frees what
+// the old entry leaves (released) once it has released the lock.
 func (d *Device) swapLocked(s *stripe, idx uint32, e entry) objectRef {
+	s.writes++
+	return d.replaceLocked(idx, e)
+}
+
+// replaceLocked is swapLocked for the dense tier's commit, which changes
+// what holds the group's pages, not what they hold: it counts no write.
+func (d *Device) replaceLocked(idx uint32, e entry) objectRef {
 	old := d.table[idx]
 	d.table[idx] = e
 	d.count(old, -1)
