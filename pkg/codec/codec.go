@@ -200,7 +200,8 @@ const GroupPages = 16
 // zstd frames of FramePages pages: the dense tier's recompression on the
 // GPU. A frame of the whole group has a block a page, so that a decoder
 // that stops at a block reads one page of it without decoding the pages
-// after it; smaller frames are one block, decoded whole. The frames
+// after it; smaller frames are one block, which ZstdDecoder.DecompressPrefix
+// (zstddec.c) also decodes only as far as the page wanted. The frames
 // decode with any zstd decoder.
 type GroupCompressor interface {
 	BatchAllocator

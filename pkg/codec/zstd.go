@@ -295,19 +295,6 @@ func decodePrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
 	if len(src) == 0 || len(dst) == 0 || n <= 0 || n > len(dst) {
 		return ErrCorrupt
 	}
-	return libzstdPrefix(x, dst, src, n)
-}
-
-// zdecPrefix is decodePrefix with zstddec.c tried first. Not wired: with
-// it, TestModelPaths/zstd-objects read pages that differed from the model
-// in 2 of 5 CI runs (a read of [716800,+20480), one of [1441792,+16384)),
-// and in none of 70 runs here, 32 of them with every zstddec.c result
-// checked against libzstd's; until that is found, reads decode with
-// libzstd alone.
-func zdecPrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
-	if len(src) == 0 || len(dst) == 0 || n <= 0 || n > len(dst) {
-		return ErrCorrupt
-	}
 	if r := zdec(x, dst, src, n); r >= n && (n < len(dst) || r == n) {
 		return nil
 	}
@@ -350,11 +337,6 @@ func libzstdPrefix(x C.gz_zstd_ctx, dst, src []byte, n int) error {
 }
 
 func decompress(x C.gz_zstd_ctx, dst, src []byte) error {
-	return libzstdDecompress(x, dst, src)
-}
-
-// zdecDecompress is decompress with zstddec.c tried first (see zdecPrefix).
-func zdecDecompress(x C.gz_zstd_ctx, dst, src []byte) error {
 	if zdec(x, dst, src, len(dst)) == len(dst) {
 		return nil
 	}

@@ -76,7 +76,7 @@ func TestZstdDecodeReads(t *testing.T) {
 	subjects = append(subjects, &subject{name: "LZ4 pages (fast tier)", p: lz4, want: pages, ratio: lz4.ratio()})
 	// Pages through a ZstdDecoder, which tries zstddec.c (Zstd's own
 	// Decompress does not).
-	zp.decode, zp.dec = zdecFirst{dec}.Decompress, dec
+	zp.decode, zp.dec = dec.Decompress, dec
 	add("zstd -1 pages (fast tier, --algorithm zstd)", zp, pages, zp.ratio(), true)
 	add("16 KiB frames, one block, level 5 (dense, CPU)", l5, pages, l5.ratio(), true)
 	add("16 KiB frames, one block, level 19", l19, pages, l19.ratio(), true)
@@ -112,26 +112,26 @@ type zdPager interface {
 	withLibzstd() zdPager
 }
 
-// zdDecoder is a ZstdDecoder (libzstd alone), or zdecFirst of one.
+// zdDecoder is a ZstdDecoder, or libzstdOnly of one.
 type zdDecoder interface {
 	Decompress(dst, src []byte) error
 	DecompressPrefix(dst, src []byte, n int) error
 }
 
-// zdecFirst decodes with z's contexts, zstddec.c first (zdecPrefix): the
-// rows measured against libzstd's while the reads are not wired to it.
-type zdecFirst struct{ z *ZstdDecoder }
+// libzstdOnly decodes with z's contexts as z does, but with libzstd
+// alone: the rows zstddec.c is measured against.
+type libzstdOnly struct{ z *ZstdDecoder }
 
-func (l zdecFirst) Decompress(dst, src []byte) error {
+func (l libzstdOnly) Decompress(dst, src []byte) error {
 	s := l.z.ctxs.get()
 	defer s.put()
-	return zdecDecompress(s.ctx, dst, src)
+	return libzstdDecompress(s.ctx, dst, src)
 }
 
-func (l zdecFirst) DecompressPrefix(dst, src []byte, n int) error {
+func (l libzstdOnly) DecompressPrefix(dst, src []byte, n int) error {
 	s := l.z.ctxs.get()
 	defer s.put()
-	return zdecPrefix(s.ctx, dst, src, n)
+	return libzstdPrefix(s.ctx, dst, src, n)
 }
 
 // zdFastPages are pages compressed alone, or kept raw where that would
@@ -165,7 +165,7 @@ func (f *zdFastPages) total() int { return len(f.off) - 1 }
 // Decompress, dec to it).
 func (f *zdFastPages) withLibzstd() zdPager {
 	g := *f
-	g.decode = f.dec.Decompress
+	g.decode = libzstdOnly{f.dec}.Decompress
 	return &g
 }
 func (f *zdFastPages) ratio() float64 { return float64(f.total()*PageSize) / float64(len(f.data)) }
@@ -218,7 +218,7 @@ func zdDeepFrames(t *testing.T, pages []byte, dec *ZstdDecoder) *zdFrameSet {
 }
 
 func zdMake(pages []byte, framePages int, dec *ZstdDecoder, compress func(dst, src []byte) int) *zdFrameSet {
-	f := &zdFrameSet{pages: framePages, pageN: len(pages) / PageSize, off: []int{0}, dec: zdecFirst{dec}, out: make([]byte, framePages*PageSize)}
+	f := &zdFrameSet{pages: framePages, pageN: len(pages) / PageSize, off: []int{0}, dec: dec, out: make([]byte, framePages*PageSize)}
 	buf := make([]byte, 2*framePages*PageSize)
 	for p := 0; p < len(pages); p += framePages * PageSize {
 		n := compress(buf, pages[p:min(len(pages), p+framePages*PageSize)])
@@ -232,7 +232,7 @@ func (f *zdFrameSet) total() int { return f.pageN }
 
 func (f *zdFrameSet) withLibzstd() zdPager {
 	g := *f
-	g.dec, g.out = f.dec.(zdecFirst).z, make([]byte, len(f.out))
+	g.dec, g.out = libzstdOnly{f.dec.(*ZstdDecoder)}, make([]byte, len(f.out))
 	return &g
 }
 func (f *zdFrameSet) ratio() float64 { return float64(f.pageN*PageSize) / float64(len(f.data)) }

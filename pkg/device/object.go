@@ -318,9 +318,8 @@ type objectScratch struct {
 }
 
 // decode decodes the object of which e is a page into sc.out, as far
-// as its first upto pages at least (LZ4 stops there, zstd at the end
-// of the block that holds them: a read of one page decodes half an
-// object on average), unless that much
+// as its first upto pages at least (LZ4 and zstd stop there: a
+// read of one page decodes half an object on average), unless that much
 // is there already, and returns its pages. The caller holds the lock of
 // the page's group.
 func (o *objects) decode(idx uint32, e entry, sc *objectScratch, upto int) ([]byte, error) {
