@@ -146,6 +146,32 @@ func (c *control) startDev(id uint32, pid int) error {
 	return nil
 }
 
+func (c *control) params(id uint32) (params, error) {
+	p := params{Len: paramsLen}
+	b := (*[unsafe.Sizeof(params{})]byte)(unsafe.Pointer(&p))
+	if _, err := c.cmd(cmdGetParams, ctrlCmd{DevID: id, QueueID: 0xffff}, b[:]); err != nil {
+		return p, fmt.Errorf("ublk: GET_PARAMS %d: %w", id, err)
+	}
+	return p, nil
+}
+
+// startRecovery readies a device whose server died for another's queues.
+func (c *control) startRecovery(id uint32) error {
+	if err := c.devCmd(cmdStartUserRecovery, id, 0); err != nil {
+		return fmt.Errorf("ublk: START_USER_RECOVERY %d: %w", id, err)
+	}
+	return nil
+}
+
+// endRecovery makes a recovered device live again; the driver waits
+// until every queue has fetched every tag, and pid is the new server's.
+func (c *control) endRecovery(id uint32, pid int) error {
+	if err := c.devCmd(cmdEndUserRecovery, id, uint64(pid)); err != nil {
+		return fmt.Errorf("ublk: END_USER_RECOVERY %d: %w", id, err)
+	}
+	return nil
+}
+
 func (c *control) stopDev(id uint32) error {
 	if err := c.devCmd(cmdStopDev, id, 0); err != nil {
 		return fmt.Errorf("ublk: STOP_DEV %d: %w", id, err)

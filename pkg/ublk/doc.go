@@ -50,13 +50,20 @@
 // (kernel.io_uring_disabled 0, or 1 for a member of its group). Without
 // a control device Serve fails with ErrNoDriver.
 //
+// # Surviving the server's death
+//
+// A device made with Config.Recoverable outlives its server: when the
+// serving process dies (or exits without stopping it), the driver
+// quiesces it, holding its requests and requeueing those the dead server
+// had taken, and Recover, in another process, serves it again
+// (START_USER_RECOVERY, every queue's fetches, END_USER_RECOVERY), from
+// the same data: the backend must be memory the dead server shared, as
+// gzramd's memfds are. The requests held are sent to it then, and none
+// fails (TestRecoverAfterKill, in the 6.12 guest: a write the dead
+// server held is sent again, a read sent with no server waits).
+//
 // # What it does not do yet
 //
-//   - Survive its own death: the device is created without
-//     UBLK_F_USER_RECOVERY, so a dead server's device fails its I/O and
-//     goes. The takeover's commands (START_USER_RECOVERY,
-//     END_USER_RECOVERY) and flags are in uapi.go, tested against the
-//     header, unused.
 //   - Serve the daemon under its supervisor: gzramd serve --transport ublk
 //     (pkg/serving's transport.go) serves its device with Serve, and
 //     refuses --supervise, which needs the survival below.
@@ -82,10 +89,8 @@
 //   - The backend is the device that pkg/nbd serves today; its
 //     nbd.WriteReceiver path maps onto USER_COPY by preading straight into
 //     the receipt's buffers (a staging slot) instead of the tag's buffer.
-//   - Survival: create with UBLK_F_USER_RECOVERY|UBLK_F_USER_RECOVERY_REISSUE;
-//     the standby, on the serving process's death, sends
-//     START_USER_RECOVERY, opens /dev/ublkcN, fetches on every queue and
-//     sends END_USER_RECOVERY with its pid (the kernel then reissues what
-//     the dead one held); the device's id goes into the state handed over
-//     as the NBD device's index does now.
+//   - Survival: serve with Config.Recoverable, and have the standby, on
+//     the serving process's death or at an upgrade, Recover the device
+//     whose id the state handed over carries, as it carries the NBD
+//     device's index now.
 package ublk

@@ -28,6 +28,14 @@ type Config struct {
 	MaxIOBytes int
 	// ControlPath is the control device (default DefaultControlPath).
 	ControlPath string
+	// Recoverable creates the device to outlive its server: when the
+	// serving process dies, the driver holds the device's requests,
+	// those the dead server had taken included, until Recover serves it
+	// again in another process (UBLK_F_USER_RECOVERY and
+	// UBLK_F_USER_RECOVERY_REISSUE). A swap device needs it: without
+	// it, a dead server's device fails every request, and each failed
+	// swap-in kills the process whose page it was.
+	Recoverable bool
 	// IOFlusher marks each queue's thread the kernel's IO flusher
 	// (PR_SET_IO_FLUSHER, which needs CAP_SYS_RESOURCE): its allocations
 	// never wait for I/O, which may be its own to serve. A server of
@@ -110,23 +118,47 @@ func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 	if err := ctl.setParams(uint32(dev.ID), deviceParams(size, dev.MaxIOBytes)); err != nil {
 		return err
 	}
-	return serveDevice(ctx, ctl, dev, cfg, backend)
+	return serveDevice(ctx, ctl, dev, cfg, backend, func(ctl *control, dev Device) error {
+		if err := start(ctl, dev); err != nil {
+			return errors.Join(err, ctl.stopDev(uint32(dev.ID)))
+		}
+		return nil
+	})
 }
+
+// recoveryFlags make a device that outlives its server (Config.Recoverable).
+const recoveryFlags = FlagUserRecovery | FlagUserRecoveryReissue
 
 // addDevice creates the device with USER_COPY and returns it as the driver
 // made it. Past ADD_DEV, an error leaves it for the caller to delete.
 func addDevice(ctl *control, cfg Config) (Device, error) {
+	flags := uint64(FlagUserCopy | FlagCmdIoctlEncode)
+	if cfg.Recoverable {
+		flags |= recoveryFlags
+	}
 	info, err := ctl.addDev(ctrlDevInfo{
 		NrHWQueues:    uint16(cfg.Queues),
 		QueueDepth:    uint16(cfg.Depth),
 		MaxIOBufBytes: uint32(cfg.MaxIOBytes),
 		DevID:         ^uint32(0),
-		Flags:         FlagUserCopy | FlagCmdIoctlEncode,
+		Flags:         flags,
 	})
 	if err != nil {
 		return Device{}, err
 	}
-	dev := Device{
+	dev := deviceOf(info)
+	switch {
+	case info.Flags&recoveryFlags != flags&recoveryFlags:
+		err = fmt.Errorf("ublk: the driver does not keep a device for recovery (UBLK_F_USER_RECOVERY and _REISSUE): flags %#x", info.Flags)
+	default:
+		err = dev.check()
+	}
+	return dev, err
+}
+
+// deviceOf is the device the driver describes with info.
+func deviceOf(info ctrlDevInfo) Device {
+	return Device{
 		ID:         int(info.DevID),
 		Block:      fmt.Sprintf("/dev/ublkb%d", info.DevID),
 		Char:       fmt.Sprintf("/dev/ublkc%d", info.DevID),
@@ -135,20 +167,25 @@ func addDevice(ctl *control, cfg Config) (Device, error) {
 		MaxIOBytes: int(info.MaxIOBufBytes),
 		Flags:      info.Flags,
 	}
-	switch {
-	case info.Flags&FlagUserCopy == 0:
-		err = fmt.Errorf("ublk: the driver does not copy by pread and pwrite (UBLK_F_USER_COPY, Linux 6.5): flags %#x", info.Flags)
-	case dev.MaxIOBytes < 1<<blockShift || dev.MaxIOBytes > MaxIOBytes:
-		err = fmt.Errorf("ublk: the driver set requests of at most %d bytes", dev.MaxIOBytes)
-	case dev.Queues < 1 || dev.Depth < 1 || dev.Depth > MaxQueueDepth:
-		err = fmt.Errorf("ublk: the driver set %d queues of depth %d", dev.Queues, dev.Depth)
-	}
-	return dev, err
 }
 
-// serveDevice runs the queues of an added device, starts it, serves until
-// ctx is done or a queue fails, and stops it.
-func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend Backend) (err error) {
+// check checks what the driver set against what this server can serve.
+func (dev Device) check() error {
+	switch {
+	case dev.Flags&FlagUserCopy == 0:
+		return fmt.Errorf("ublk: the driver does not copy by pread and pwrite (UBLK_F_USER_COPY, Linux 6.5): flags %#x", dev.Flags)
+	case dev.MaxIOBytes < 1<<blockShift || dev.MaxIOBytes > MaxIOBytes:
+		return fmt.Errorf("ublk: the driver set requests of at most %d bytes", dev.MaxIOBytes)
+	case dev.Queues < 1 || dev.Depth < 1 || dev.Depth > MaxQueueDepth:
+		return fmt.Errorf("ublk: the driver set %d queues of depth %d", dev.Queues, dev.Depth)
+	}
+	return nil
+}
+
+// serveDevice runs the queues of an added device, makes it live once they
+// have fetched (live: START_DEV, or END_USER_RECOVERY), serves until ctx
+// is done or a queue fails, and stops it.
+func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend Backend, live func(*control, Device) error) (err error) {
 	char, err := openChar(dev.Char)
 	if err != nil {
 		return err
@@ -167,8 +204,8 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 	if err := qs.waitFetched(); err != nil {
 		return errors.Join(err, qs.stop())
 	}
-	if err := start(ctl, dev); err != nil {
-		return errors.Join(err, ctl.stopDev(uint32(dev.ID)), qs.stop())
+	if err := live(ctl, dev); err != nil {
+		return errors.Join(err, qs.stop())
 	}
 	if cfg.Ready != nil {
 		cfg.Ready(dev)

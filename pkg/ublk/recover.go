@@ -1,0 +1,130 @@
+package ublk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// recoverWait bounds how long Recover waits for the driver to let go of a
+// dead server: it quiesces the device once the server's files are closed,
+// which its exit does.
+const recoverWait = 10 * time.Second
+
+// Recover serves device id again: a device created Recoverable whose
+// server died, or left it without stopping it. The driver holds the
+// device's requests meanwhile, and requeues those the dead server had
+// taken; once every queue here has fetched, it makes the device live
+// again and sends them. Recover waits up to 10 s for the driver to let go
+// of the dead server. From then on it is Serve: it serves until ctx is
+// done, then stops and deletes the device. The device keeps its queues,
+// their depth and its requests' size: cfg's are not used.
+//
+// A recovery that fails before the device is live again leaves it as it
+// found it, holding its requests, for another try: deleting it would fail
+// them, and a swap device's failed reads kill the processes whose pages
+// they were.
+func Recover(ctx context.Context, cfg Config, id int, backend Backend) (err error) {
+	if cfg.ControlPath == "" {
+		cfg.ControlPath = DefaultControlPath
+	}
+	if id < 0 {
+		return fmt.Errorf("ublk: recovering device %d: no such id", id)
+	}
+	ctl, err := openControl(cfg.ControlPath)
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	info, err := quiescedDevice(ctl, uint32(id))
+	if err != nil {
+		return err
+	}
+	dev := deviceOf(info)
+	if err := dev.check(); err != nil {
+		return err
+	}
+	p, err := ctl.params(uint32(id))
+	if err != nil {
+		return err
+	}
+	if size := backend.Size(); int64(p.Basic.DevSectors)<<9 != size {
+		return fmt.Errorf("ublk: %s holds %d bytes, the backend %d", dev.Block, int64(p.Basic.DevSectors)<<9, size)
+	}
+	if err := startRecovery(ctl, uint32(id)); err != nil {
+		return err
+	}
+	live := false
+	defer func() {
+		if !live {
+			return
+		}
+		if derr := ctl.delDev(uint32(id)); err == nil {
+			err = derr
+		}
+	}()
+	return serveDevice(ctx, ctl, dev, cfg, backend, func(ctl *control, dev Device) error {
+		err := endRecovery(ctl, dev)
+		live = err == nil
+		return err
+	})
+}
+
+// quiescedDevice waits until device id, made to be recovered, is
+// quiesced: its server gone, its requests held.
+func quiescedDevice(ctl *control, id uint32) (ctrlDevInfo, error) {
+	deadline := time.Now().Add(recoverWait)
+	for {
+		info, err := ctl.devInfo(id)
+		switch {
+		case errors.Is(err, unix.ENODEV):
+			return info, fmt.Errorf("ublk: recovering /dev/ublkb%d: no such device: %w", id, err)
+		case err != nil:
+			return info, err
+		case info.Flags&recoveryFlags != recoveryFlags:
+			return info, fmt.Errorf("ublk: /dev/ublkb%d was not made to be recovered (flags %#x): a dead server's device fails its requests and goes", id, info.Flags)
+		case info.State == stateQuiesced:
+			return info, nil
+		case info.State == stateDead:
+			return info, fmt.Errorf("ublk: /dev/ublkb%d is stopped, with no disk to recover", id)
+		}
+		if time.Now().After(deadline) {
+			return info, fmt.Errorf("ublk: /dev/ublkb%d is still %s after %v, server pid %d: it was not left by a dead server", id, stateName(info.State), recoverWait, info.UblksrvPid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// startRecovery sends START_USER_RECOVERY, which the driver refuses
+// (EBUSY) while the dead server's /dev/ublkcN is still open: its files
+// close as its exit ends, a moment after the device quiesces.
+func startRecovery(ctl *control, id uint32) error {
+	deadline := time.Now().Add(recoverWait)
+	for {
+		err := ctl.startRecovery(id)
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// endRecovery makes the recovered device live with this process as its
+// server, and checks that the driver says so.
+func endRecovery(ctl *control, dev Device) error {
+	if err := ctl.endRecovery(uint32(dev.ID), os.Getpid()); err != nil {
+		return err
+	}
+	info, err := ctl.devInfo(uint32(dev.ID))
+	if err != nil {
+		return err
+	}
+	if info.State != stateLive {
+		return fmt.Errorf("ublk: %s is %s after END_USER_RECOVERY, not live", dev.Block, stateName(info.State))
+	}
+	return nil
+}

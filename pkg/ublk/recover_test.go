@@ -1,0 +1,221 @@
+package ublk
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gzramd/gzramd/internal/memfd"
+)
+
+// recoverChildEnv makes the test binary, run again, the server that
+// TestRecoverAfterKill kills.
+const recoverChildEnv = "GZRAMD_UBLK_RECOVER_CHILD"
+
+const (
+	recoverSize = 16 << 20
+	// A write of the block at trapAt hangs in the child's backend, as a
+	// request the server held when it died.
+	trapAt = recoverSize - 4096
+)
+
+// trapBackend is a memBackend whose writes to trapAt never return: it
+// says so on trapped, once.
+type trapBackend struct {
+	*memBackend
+	trapped *os.File
+}
+
+func (b trapBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool) error {
+	if off <= trapAt && trapAt < off+int64(len(p)) {
+		b.trapped.WriteString("trapped\n")
+		select {}
+	}
+	return b.memBackend.WriteAt(ctx, p, off, fua)
+}
+
+// recoverChild serves a Recoverable device over the memfd it inherits
+// (descriptor 3), with writes to trapAt held for ever, and says its id on
+// descriptor 4; it serves until it is killed.
+func recoverChild() {
+	fail := func(err error) {
+		os.Stderr.WriteString("recover child: " + err.Error() + "\n")
+		os.Exit(2)
+	}
+	f, err := memfd.Open(3)
+	if err != nil {
+		fail(err)
+	}
+	mem, err := f.Map(0, recoverSize)
+	if err != nil {
+		fail(err)
+	}
+	out := os.NewFile(4, "parent")
+	b := trapBackend{&memBackend{data: mem, failAt: -1}, out}
+	cfg := Config{Recoverable: true, Queues: 1, Ready: func(d Device) { out.WriteString(strconv.Itoa(d.ID) + "\n") }}
+	fail(errors.Join(errors.New("Serve returned"), Serve(context.Background(), cfg, b)))
+}
+
+// TestRecoverAfterKill serves a Recoverable device from another process
+// (this binary run again) over a memfd both map, writes through it, and
+// kills that process while it holds a write; a read sent then waits.
+// Recover, here, serves the device again from the same memfd: the held
+// write is sent again and succeeds, the waiting read gets its data, and
+// everything written before reads back. No request fails, which for swap
+// is no process killed.
+func TestRecoverAfterKill(t *testing.T) {
+	if os.Getenv(recoverChildEnv) != "" {
+		recoverChild()
+		return
+	}
+	needDriver(t)
+	f, err := memfd.Create("ublk-recover")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Grow(recoverSize); err != nil {
+		t.Fatal(err)
+	}
+	mem, err := f.Map(0, recoverSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	child := exec.Command(os.Args[0], "-test.run=^TestRecoverAfterKill$")
+	child.Env = append(os.Environ(), recoverChildEnv+"=1")
+	child.ExtraFiles = []*os.File{f.OSFile(), w}
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	killed := false
+	defer func() {
+		if !killed {
+			child.Process.Kill()
+			child.Wait()
+		}
+	}()
+	lines := bufio.NewReader(r)
+	line, err := lines.ReadString('\n')
+	if err != nil {
+		t.Fatalf("the serving child said nothing: %v", err)
+	}
+	id, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("the serving child said %q", line)
+	}
+	block := "/dev/ublkb" + strconv.Itoa(id)
+	t.Logf("pid %d serves %s", child.Process.Pid, block)
+	dev := openDirect(t, block)
+
+	data := alignedBuf(t, 1<<20)
+	copy(data, pattern(len(data), 3))
+	if _, err := dev.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	held := alignedBuf(t, 4096)
+	copy(held, pattern(4096, 9))
+	heldErr := make(chan error, 1)
+	go func() {
+		_, err := dev.WriteAt(held, trapAt)
+		heldErr <- err
+	}()
+	if line, err := lines.ReadString('\n'); err != nil || line != "trapped\n" {
+		t.Fatalf("the write at %d did not reach the child: %q, %v", trapAt, line, err)
+	}
+
+	child.Process.Kill()
+	child.Wait()
+	killed = true
+	// A read sent while the device has no server waits for the next.
+	got := alignedBuf(t, 64<<10)
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := dev.ReadAt(got, 0)
+		readErr <- err
+	}()
+	select {
+	case err := <-readErr:
+		t.Fatalf("a read with no server returned %v, want it held", err)
+	case err := <-heldErr:
+		t.Fatalf("the held write returned %v with no server, want it held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan Device, 1)
+	served := make(chan error, 1)
+	cfg := Config{Ready: func(d Device) { ready <- d }}
+	go func() { served <- Recover(ctx, cfg, id, &memBackend{data: mem, failAt: -1}) }()
+	select {
+	case d := <-ready:
+		t.Logf("recovered %s: %d queue(s) of depth %d, flags %#x", d.Block, d.Queues, d.Depth, d.Flags)
+	case err := <-served:
+		t.Fatalf("Recover: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("not recovered after 30 s")
+	}
+	for name, c := range map[string]chan error{"held write": heldErr, "read": readErr} {
+		select {
+		case err := <-c:
+			if err != nil {
+				t.Errorf("the %s failed: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("the %s has not returned 10 s after the recovery", name)
+		}
+	}
+	if !bytes.Equal(got, data[:len(got)]) {
+		t.Error("the read held over the recovery returned other data")
+	}
+	if !bytes.Equal(mem[trapAt:trapAt+4096], held) {
+		t.Error("the held write is not in the backend after the recovery")
+	}
+	all := alignedBuf(t, len(data))
+	if _, err := dev.ReadAt(all, 0); err != nil || !bytes.Equal(all, data) {
+		t.Errorf("what was written before the kill reads back otherwise (%v)", err)
+	}
+	dev.Close()
+	cancel()
+	if err := <-served; err != nil {
+		t.Errorf("Recover after a stop: %v", err)
+	}
+	if _, err := os.Stat(block); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after Recover returned: %v, want it gone", block, err)
+	}
+}
+
+// TestRecoverRefuses asks Recover for a device made without recovery and
+// for one that does not exist: each is refused at once, saying why, and
+// the first goes on serving.
+func TestRecoverRefuses(t *testing.T) {
+	needDriver(t)
+	s := serveMem(t, Config{}, 4<<20)
+	err := Recover(context.Background(), Config{}, s.dev.ID, newMemBackend(4<<20))
+	if err == nil || !strings.Contains(err.Error(), "not made to be recovered") {
+		t.Errorf("Recover of a device made without recovery: %v", err)
+	}
+	f := openDirect(t, s.dev.Block)
+	buf := alignedBuf(t, 4096)
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		t.Errorf("the device after the refusal: %v", err)
+	}
+	err = Recover(context.Background(), Config{}, 1<<20-1, newMemBackend(4<<20))
+	if err == nil || !errors.Is(err, syscall.ENODEV) {
+		t.Errorf("Recover of no device: %v, want ENODEV", err)
+	}
+}
