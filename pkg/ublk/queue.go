@@ -148,6 +148,7 @@ func (q *queue) fetchAll() error {
 func (q *queue) serve() error {
 	live := q.depth
 	var ioErr error
+	stopping := false
 	for live > 0 {
 		if err := q.ring.Submit(1); err != nil {
 			return fmt.Errorf("ublk: queue %d: %w", q.id, err)
@@ -158,7 +159,11 @@ func (q *queue) serve() error {
 				break
 			}
 			if c.UserData == stopData {
-				return ioErr
+				// The requests already taken are answered first: a
+				// server leaving the device to the next (ErrLeave) hands
+				// over at a request boundary.
+				stopping = true
+				continue
 			}
 			tag := uint16(c.UserData)
 			switch {
@@ -181,6 +186,12 @@ func (q *queue) serve() error {
 					ioErr = fmt.Errorf("ublk: queue %d tag %d: %w", q.id, tag, errno)
 				}
 			}
+		}
+		if stopping {
+			if err := q.ring.Submit(0); err != nil && ioErr == nil {
+				ioErr = fmt.Errorf("ublk: queue %d: %w", q.id, err)
+			}
+			return ioErr
 		}
 	}
 	return ioErr

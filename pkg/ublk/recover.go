@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,20 +60,58 @@ func Recover(ctx context.Context, cfg Config, id int, backend Backend) (err erro
 	if err := startRecovery(ctl, uint32(id)); err != nil {
 		return err
 	}
-	live := false
+	live, left := false, false
 	defer func() {
-		if !live {
+		if !live || left {
 			return
 		}
 		if derr := ctl.delDev(uint32(id)); err == nil {
 			err = derr
 		}
 	}()
-	return serveDevice(ctx, ctl, dev, cfg, backend, func(ctl *control, dev Device) error {
+	left, err = serveDevice(ctx, ctl, dev, cfg, backend, func(ctl *control, dev Device) error {
 		err := endRecovery(ctl, dev)
 		live = err == nil
 		return err
 	})
+	return err
+}
+
+// ErrNotFound is Find's answer when no device has the tag.
+var ErrNotFound = errors.New("ublk: no device with this tag")
+
+// Find returns the id of the device made with tag (Config.Tag), through
+// the control device at path (DefaultControlPath if empty), and whether
+// it waits to be recovered (its server gone). It looks at every ublk
+// device there is (/sys/class/ublk-char).
+func Find(path string, tag uint64) (id int, quiesced bool, err error) {
+	if path == "" {
+		path = DefaultControlPath
+	}
+	ctl, err := openControl(path)
+	if err != nil {
+		return 0, false, err
+	}
+	defer ctl.Close()
+	names, err := os.ReadDir("/sys/class/ublk-char")
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, ErrNotFound
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("ublk: listing devices: %w", err)
+	}
+	for _, n := range names {
+		id, err := strconv.Atoi(strings.TrimPrefix(n.Name(), "ublkc"))
+		if err != nil || !strings.HasPrefix(n.Name(), "ublkc") {
+			continue
+		}
+		info, err := ctl.devInfo(uint32(id))
+		if err != nil || info.UblksrvFlags != tag {
+			continue // gone meanwhile, or another's
+		}
+		return id, info.State == stateQuiesced, nil
+	}
+	return 0, false, ErrNotFound
 }
 
 // quiescedDevice waits until device id, made to be recovered, is

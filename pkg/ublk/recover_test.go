@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -21,6 +22,7 @@ import (
 const recoverChildEnv = "GZRAMD_UBLK_RECOVER_CHILD"
 
 const (
+	recoverTag  = 0x6772616d64 // the child's Config.Tag
 	recoverSize = 16 << 20
 	// A write of the block at trapAt hangs in the child's backend, as a
 	// request the server held when it died.
@@ -60,7 +62,7 @@ func recoverChild() {
 	}
 	out := os.NewFile(4, "parent")
 	b := trapBackend{&memBackend{data: mem, failAt: -1}, out}
-	cfg := Config{Recoverable: true, Queues: 1, Ready: func(d Device) { out.WriteString(strconv.Itoa(d.ID) + "\n") }}
+	cfg := Config{Recoverable: true, Queues: 1, Tag: recoverTag, Ready: func(d Device) { out.WriteString(strconv.Itoa(d.ID) + "\n") }}
 	fail(errors.Join(errors.New("Serve returned"), Serve(context.Background(), cfg, b)))
 }
 
@@ -156,6 +158,9 @@ func TestRecoverAfterKill(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 
+	if found, quiesced, err := Find("", recoverTag); err != nil || found != id {
+		t.Fatalf("Find(%#x): device %d (quiesced %v), %v; want %d", recoverTag, found, quiesced, err, id)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Device, 1)
 	served := make(chan error, 1)
@@ -217,5 +222,93 @@ func TestRecoverRefuses(t *testing.T) {
 	err = Recover(context.Background(), Config{}, 1<<20-1, newMemBackend(4<<20))
 	if err == nil || !errors.Is(err, syscall.ENODEV) {
 		t.Errorf("Recover of no device: %v, want ENODEV", err)
+	}
+}
+
+// TestLeaveAndRecover leaves a Recoverable device, as a server handing it
+// over at an upgrade does (ErrLeave), and recovers it in the same
+// process: the device stays, found by its tag and quiesced, a read sent
+// meanwhile waits, and after the recovery it returns what was written
+// before the leave.
+func TestLeaveAndRecover(t *testing.T) {
+	needDriver(t)
+	const size = 8 << 20
+	tag := rand.Uint64() | 1
+	m := newMemBackend(size)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	ready := make(chan Device, 1)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- Serve(ctx, Config{Recoverable: true, Tag: tag, Ready: func(d Device) { ready <- d }}, m)
+	}()
+	var d Device
+	select {
+	case d = <-ready:
+	case err := <-errc:
+		t.Fatalf("Serve: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no device after 60 s")
+	}
+	f := openDirect(t, d.Block)
+	data := alignedBuf(t, 256<<10)
+	copy(data, pattern(len(data), 5))
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	cancel(ErrLeave)
+	if err := <-errc; err != nil {
+		t.Fatalf("Serve, leaving: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		id, quiesced, err := Find("", tag)
+		if err != nil || id != d.ID {
+			t.Fatalf("Find(%#x) after the leave: device %d, %v; want %d", tag, id, err, d.ID)
+		}
+		if quiesced {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the device left is not quiesced after 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got := alignedBuf(t, len(data))
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := f.ReadAt(got, 0)
+		readErr <- err
+	}()
+	select {
+	case err := <-readErr:
+		t.Fatalf("a read of the device left returned %v, want it held", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- Recover(rctx, Config{Ready: func(d Device) { ready <- d }}, d.ID, m) }()
+	select {
+	case <-ready:
+	case err := <-served:
+		t.Fatalf("Recover: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("not recovered after 30 s")
+	}
+	select {
+	case err := <-readErr:
+		if err != nil || !bytes.Equal(got, data) {
+			t.Errorf("the read held over the recovery: %v, same data %v", err, bytes.Equal(got, data))
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the read held has not returned 10 s after the recovery")
+	}
+	f.Close()
+	rcancel()
+	if err := <-served; err != nil {
+		t.Errorf("Recover after a stop: %v", err)
+	}
+	if _, _, err := Find("", tag); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Find(%#x) after the stop: %v, want ErrNotFound", tag, err)
 	}
 }

@@ -36,6 +36,10 @@ type Config struct {
 	// it, a dead server's device fails every request, and each failed
 	// swap-in kills the process whose page it was.
 	Recoverable bool
+	// Tag is the caller's, kept by the driver with the device (its
+	// ublksrv_flags): Find finds the device by it, after its server's
+	// death, as a taken-over state's own id.
+	Tag uint64
 	// IOFlusher marks each queue's thread the kernel's IO flusher
 	// (PR_SET_IO_FLUSHER, which needs CAP_SYS_RESOURCE): its allocations
 	// never wait for I/O, which may be its own to serve. A server of
@@ -88,10 +92,19 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// ErrLeave, as the cause of the context Serve or Recover serves until
+// (context.WithCancelCause), has them leave a Recoverable device to the
+// next server rather than stop and delete it: the requests in hand are
+// answered, the queues close, and the driver holds the device's requests
+// until Recover, in this process or another, serves it again. It is
+// how a server hands its device over at an upgrade.
+var ErrLeave = errors.New("ublk: the device is left to the next server")
+
 // Serve creates a ublk device of backend's size, serves it until ctx is
-// done, then stops and deletes it. The device takes requests by USER_COPY
-// (Linux 6.5 or later). Serve returns nil after a clean stop; an error
-// from setting up, serving or removing the device otherwise.
+// done, then stops and deletes it (or leaves it: ErrLeave). The device
+// takes requests by USER_COPY (Linux 6.5 or later). Serve returns nil
+// after a clean stop or leave; an error from setting up, serving or
+// removing the device otherwise.
 func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 	cfg, err = cfg.withDefaults()
 	if err != nil {
@@ -110,7 +123,11 @@ func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 	if err != nil {
 		return err
 	}
+	left := false
 	defer func() {
+		if left {
+			return
+		}
 		if derr := ctl.delDev(uint32(dev.ID)); err == nil {
 			err = derr
 		}
@@ -118,12 +135,13 @@ func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 	if err := ctl.setParams(uint32(dev.ID), deviceParams(size, dev.MaxIOBytes)); err != nil {
 		return err
 	}
-	return serveDevice(ctx, ctl, dev, cfg, backend, func(ctl *control, dev Device) error {
+	left, err = serveDevice(ctx, ctl, dev, cfg, backend, func(ctl *control, dev Device) error {
 		if err := start(ctl, dev); err != nil {
 			return errors.Join(err, ctl.stopDev(uint32(dev.ID)))
 		}
 		return nil
 	})
+	return err
 }
 
 // recoveryFlags make a device that outlives its server (Config.Recoverable).
@@ -142,6 +160,7 @@ func addDevice(ctl *control, cfg Config) (Device, error) {
 		MaxIOBufBytes: uint32(cfg.MaxIOBytes),
 		DevID:         ^uint32(0),
 		Flags:         flags,
+		UblksrvFlags:  cfg.Tag,
 	})
 	if err != nil {
 		return Device{}, err
@@ -184,11 +203,12 @@ func (dev Device) check() error {
 
 // serveDevice runs the queues of an added device, makes it live once they
 // have fetched (live: START_DEV, or END_USER_RECOVERY), serves until ctx
-// is done or a queue fails, and stops it.
-func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend Backend, live func(*control, Device) error) (err error) {
+// is done or a queue fails, and stops it, or leaves it to the next server
+// (ErrLeave), which it reports.
+func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend Backend, live func(*control, Device) error) (left bool, err error) {
 	char, err := openChar(dev.Char)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// Closed before DEL_DEV, which waits for it.
 	defer func() {
@@ -199,13 +219,13 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 	h := handler{ctx: context.WithoutCancel(ctx), backend: backend, size: backend.Size(), data: int(char.Fd())}
 	qs, err := startQueues(dev, h, cfg.IOFlusher)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := qs.waitFetched(); err != nil {
-		return errors.Join(err, qs.stop())
+		return false, errors.Join(err, qs.stop())
 	}
 	if err := live(ctl, dev); err != nil {
-		return errors.Join(err, qs.stop())
+		return false, errors.Join(err, qs.stop())
 	}
 	if cfg.Ready != nil {
 		cfg.Ready(dev)
@@ -213,6 +233,11 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 	var qerr error
 	select {
 	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), ErrLeave) && dev.Flags&recoveryFlags == recoveryFlags {
+			// The driver holds what comes next, and requeues what the
+			// queues took and did not answer.
+			return true, qs.stop()
+		}
 	case qerr = <-qs.done:
 		// A queue stopped on its own: the device cannot be served.
 		qs.running--
@@ -223,7 +248,7 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 	// STOP_DEV deletes the disk, waiting for what is in flight: the
 	// queues serve on meanwhile.
 	serr := ctl.stopDev(uint32(dev.ID))
-	return errors.Join(qerr, serr, qs.stop())
+	return false, errors.Join(qerr, serr, qs.stop())
 }
 
 // start makes the device live and checks that the driver says so.
@@ -278,6 +303,10 @@ func (qs *queues) run(q *queue) {
 	// Before saying so: DEL_DEV waits for the fetches that closing the
 	// ring cancels.
 	q.close()
+	// The thread ends with the goroutine (locked once more than
+	// osthread.Run unlocks): the driver keeps it as the queue's server,
+	// and recovers the device only from a server whose threads are gone.
+	runtime.LockOSThread()
 	qs.done <- err
 }
 
