@@ -37,7 +37,6 @@ func TestBadFlagsFailWithOneLine(t *testing.T) {
 		{"transport", nil, []string{"--transport", "virtio"}, "--transport"},
 		{"transport ublk without a device", nil, []string{"--transport", "ublk", "--supervise=false"}, "--transport"},
 		{"transport ublk with an nbd device", nil, []string{"--transport", "ublk", "--supervise=false", "--device", "/dev/nbd0"}, "--device"},
-		{"transport ublk supervised", nil, []string{"--transport", "ublk", "--swap"}, "--supervise=false"},
 		{"unknown flag", nil, []string{"--sise", "1GiB"}, "--sise"},
 		{"env size", []string{"GZRAMD_SIZE=lots"}, nil, "GZRAMD_SIZE"},
 		{"env bool", []string{"GZRAMD_SWAP=maybe"}, nil, "GZRAMD_SWAP"},

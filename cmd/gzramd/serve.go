@@ -152,7 +152,7 @@ func compressionFlags(f *pflag.FlagSet, cfg *serving.Config) {
 // on it, and the connections of other clients.
 func kernelFlags(f *pflag.FlagSet, cfg *serving.Config) {
 	f.StringVar(&cfg.Device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module); with --transport ublk only auto (the driver numbers /dev/ublkbN)")
-	f.StringVar(&cfg.Transport, "transport", serving.TransportNBD, "how the kernel device (--device, --swap) is served: nbd (attach /dev/nbdN to the export through the nbd module), ublk (create /dev/ublkbN and serve it through ublk_drv, no socket: Linux 6.5+, root, modprobe ublk_drv) or auto (ublk where /dev/ublk-control opens and --supervise is off, else nbd). nbd is the default because a ublk device cannot be taken over yet: it goes with the serving process, so ublk needs --supervise=false, and a crash loses what is swapped there. The NBD socket and TCP export serve alongside either way")
+	f.StringVar(&cfg.Transport, "transport", serving.TransportNBD, "how the kernel device (--device, --swap) is served: nbd (attach /dev/nbdN to the export through the nbd module), ublk (create /dev/ublkbN and serve it through ublk_drv, no socket: Linux 6.5+, root, modprobe ublk_drv) or auto (ublk where /dev/ublk-control opens and --supervise is off, else nbd). Under the supervisor a ublk device outlives a dead or upgraded serving process and the next takes it over (ublk user recovery), as an NBD device does; without it (--supervise=false) the device goes with the process. nbd stays the default while ublk's takeover is new. The NBD socket and TCP export serve alongside either way")
 	f.BoolVar(&cfg.Swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
 	f.IntVar(&cfg.SwapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
 	f.IntVar(&cfg.KernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
@@ -206,10 +206,11 @@ swapped memory with it) until that swap is off, unless --force.
 
 --transport ublk serves the kernel device through ublk instead: gzramd
 creates /dev/ublkbN itself (Linux 6.5+, root, modprobe ublk_drv) and
---swap makes it swap as above. Not the default yet: the device cannot be
-taken over by another serving process, so it needs --supervise=false and
-a crash loses what is swapped there. --transport auto picks ublk where it
-is usable and --supervise is off, else nbd.
+--swap makes it swap as above. Under the supervisor the device outlives
+a serving process that dies or is upgraded: the kernel holds its requests
+until the next serving process takes it over. Not the default yet: that
+takeover is new. --transport auto picks ublk where it is usable and
+--supervise is off, else nbd.
 
 Connect the kernel by hand (then start gzramd with --realtime on) with
   nbd-client -unix /run/gzramd/gzramd.sock /dev/nbd0 -N gzram0 -b 4096 -swap
@@ -230,7 +231,7 @@ WARN.`
 const serveExample = `  gzramd serve --size 8GiB --mem-limit 4GiB
   gzramd serve --socket /tmp/gz.sock --tcp 127.0.0.1:10809 --backend cpu
   gzramd serve --size 16GiB --swap                 # as root: becomes swap
-  gzramd serve --swap --transport ublk --supervise=false  # swap over ublk, no takeover
+  gzramd serve --swap --transport ublk             # swap over ublk, taken over after a crash
   GZRAMD_SIZE=4GiB GZRAMD_BACKEND=cpu gzramd serve`
 
 // validate checks every flag before anything starts, so that a bad value
@@ -330,9 +331,6 @@ func validateKernel(c *serving.Config) error {
 }
 
 // validateTransport checks --transport against the flags it depends on.
-// ublk is refused under the supervisor: the device cannot be taken over
-// yet, so what the supervisor is there for, a crash or an upgrade that
-// loses nothing, would not hold.
 func validateTransport(c *serving.Config) error {
 	switch c.Transport {
 	case serving.TransportNBD, serving.TransportAuto:
@@ -346,8 +344,6 @@ func validateTransport(c *serving.Config) error {
 		return errors.New("invalid --transport ublk without a kernel device: it serves the one gzramd creates; add --swap, or --device auto")
 	case c.Device != "" && c.Device != "auto":
 		return fmt.Errorf("invalid --device %s with --transport ublk: the driver numbers /dev/ublkbN itself; leave --device out, or give auto", c.Device)
-	case c.Supervise:
-		return errors.New("invalid --transport ublk with --supervise: a ublk device cannot be taken over by the next serving process yet (no ublk user recovery), so a crash or an upgrade would lose what is swapped there; add --supervise=false, or use --transport nbd")
 	}
 	return nil
 }
@@ -456,7 +452,7 @@ func resolveTransport(cfg *serving.Config, probe func() error, log *slog.Logger)
 	switch {
 	case transport == serving.TransportUblk:
 		log.Info("transport: ublk", "asked", asked,
-			"note", "not the default yet: a ublk device cannot be taken over, so it goes with the serving process and a crash loses what is swapped there")
+			"note", "not the default yet: its takeover (ublk user recovery) is new")
 	case asked == serving.TransportAuto:
 		log.Info("transport: nbd", "asked", asked, "why", why)
 	}

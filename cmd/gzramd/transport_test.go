@@ -29,7 +29,7 @@ func TestValidateTransport(t *testing.T) {
 		{"", "", true, false, "want nbd, ublk or auto"},
 		{"ublk", "", false, false, "add --swap"},
 		{"ublk", "/dev/nbd0", true, false, "leave --device out"},
-		{"ublk", "", true, true, "--supervise=false"},
+		{"ublk", "", true, true, ""},
 	} {
 		c := &serving.Config{Transport: tc.transport, Device: tc.device, Swap: tc.swap, Supervise: tc.supervise}
 		err := validateTransport(c)
@@ -58,7 +58,7 @@ func TestResolveTransport(t *testing.T) {
 	}{
 		{"nbd", serving.Config{Transport: "nbd", Swap: true}, mustNot, "nbd", "", nil},
 		{"auto without a kernel device", serving.Config{Transport: "auto"}, mustNot, "nbd", "no kernel device", nil},
-		{"auto supervised", serving.Config{Transport: "auto", Swap: true, Supervise: true}, mustNot, "nbd", "--supervise needs NBD", nil},
+		{"auto supervised", serving.Config{Transport: "auto", Swap: true, Supervise: true}, mustNot, "nbd", "auto keeps NBD", nil},
 		{"auto without the driver", serving.Config{Transport: "auto", Swap: true}, noDriver, "nbd", "modprobe ublk_drv", nil},
 		{"auto with the driver", serving.Config{Transport: "auto", Device: "auto"}, ok, "ublk", "transport: ublk", nil},
 		{"auto with the driver and --swap", serving.Config{Transport: "auto", Swap: true}, ok, "ublk", "transport: ublk", nil},

@@ -405,6 +405,7 @@ func (d *daemon) handOver() {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	d.leaveUblk()
 	if err := d.handOverConnections(ctx); err != nil {
 		d.log.Warn("handing the connections over did not finish cleanly; the kernel device reconnects to the next serving process", "err", err)
 	}

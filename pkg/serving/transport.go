@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,7 +27,8 @@ const (
 // --transport, and why where it was not asked for by name. auto is ublk
 // where probe (ublk.Probe on the control device, in the daemon) passes and
 // the device need not survive the serving process (--supervise=false),
-// else nbd: a ublk device cannot be taken over yet. Without a kernel
+// else nbd: the ublk takeover is new, and auto keeps the supervised
+// daemon on the one the survive scenarios have long proved. Without a kernel
 // device (--device, --swap) there is nothing to decide (nbd, the
 // export's), nor with --device /dev/nbdN. An explicit ublk that probe
 // fails is an error saying what is missing.
@@ -44,7 +46,7 @@ func (c *Config) ResolveTransport(probe func() error) (transport, why string, er
 	case c.Device != "auto" && !(c.Device == "" && c.Swap):
 		return TransportNBD, "--device " + c.Device + " names an NBD device", nil
 	case c.Supervise:
-		return TransportNBD, "a ublk device does not survive the serving process yet (no ublk user recovery); --supervise needs NBD", nil
+		return TransportNBD, "under the supervisor auto keeps NBD, whose takeover has the longer record; --transport ublk asks for ublk's", nil
 	}
 	if err := probe(); err != nil {
 		return TransportNBD, "ublk is not usable here: " + err.Error(), nil
@@ -56,53 +58,129 @@ func (c *Config) ResolveTransport(probe func() error) (transport, why string, er
 func ProbeUblk() error { return ublk.Probe(ublk.DefaultControlPath) }
 
 // ublkDevice is the ublk device the daemon serves the kernel
-// (--transport ublk): ublk.Serve runs until stop, then removes it.
+// (--transport ublk): ublk.Serve (or ublk.Recover, for one taken over)
+// runs until stop, then removes it, or leaves it to the next serving
+// process (ublk.ErrLeave).
 type ublkDevice struct {
 	dev     ublk.Device
 	ctx     context.Context // Serve's: done once stop was called
-	stop    context.CancelFunc
+	stop    context.CancelCauseFunc
 	stopped chan struct{} // closed once Serve returned, err set
 	err     error
 }
 
-// attachUblk creates the ublk device, serves it from the daemon's
-// backend, and makes it swap (--swap). The device goes with this process:
-// nothing takes it over (ublk.Serve creates it without user recovery).
+// attachUblk serves the ublk device from the daemon's backend and makes it
+// swap (--swap). Under a supervisor the device outlives this process
+// (ublk.Config.Recoverable), tagged with the state's id: a serving process
+// that takes the state over, after a death or at an upgrade, finds the
+// device by the tag and serves it again (ublk.Recover), the requests the
+// kernel held for it meanwhile included. Otherwise, or where no device
+// waits, it creates one.
 func (d *daemon) attachUblk(ctx context.Context) error {
 	// Not ctx: the device must outlive a cancelled start until stop has
 	// turned its swap off.
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	u := &ublkDevice{ctx: sctx, stop: cancel, stopped: make(chan struct{})}
 	ready := make(chan ublk.Device, 1)
+	tag, recoverable := d.ublkTag()
 	cfg := ublk.Config{
 		// Serving swap: its queues' allocations must not wait for the
 		// writes they would serve (the rest of swap safety is the
 		// process's, pkg/swapsafe, as for NBD).
-		IOFlusher: d.cfg.Harden,
-		Ready:     func(dev ublk.Device) { ready <- dev },
+		IOFlusher:   d.cfg.Harden,
+		Recoverable: recoverable,
+		Tag:         tag,
+		Ready:       func(dev ublk.Device) { ready <- dev },
 	}
 	start := time.Now()
+	id, taken := d.waitingUblk(tag, recoverable)
 	go func() {
-		u.err = ublk.Serve(sctx, cfg, d.served)
+		if taken {
+			u.err = ublk.Recover(sctx, cfg, id, d.served)
+		} else {
+			u.err = ublk.Serve(sctx, cfg, d.served)
+		}
 		close(u.stopped)
 	}()
 	select {
 	case u.dev = <-ready:
 	case <-u.stopped:
-		cancel()
+		cancel(nil)
+		if taken {
+			return fmt.Errorf("--transport ublk: taking over /dev/ublkb%d: %w", id, u.err)
+		}
 		return fmt.Errorf("--transport ublk: %w", u.err)
 	}
 	d.ublk.Store(u)
 	go d.watchUblk(u)
+	took := time.Since(start).Round(time.Millisecond)
+	if taken {
+		return d.tookOverUblk(ctx, u.dev, took)
+	}
 	d.log.Info("kernel device created", "transport", TransportUblk, "device", u.dev.Block, "queues", u.dev.Queues,
-		"depth", u.dev.Depth, "max_io_bytes", u.dev.MaxIOBytes, "took", time.Since(start).Round(time.Millisecond))
-	d.log.Warn("the ublk device will not survive the serving process: what is swapped to it is lost if gzramd dies (no ublk user recovery yet)",
-		"device", u.dev.Block)
+		"depth", u.dev.Depth, "max_io_bytes", u.dev.MaxIOBytes, "survives_this_process", recoverable, "took", took)
+	if !recoverable {
+		d.log.Warn("the ublk device will not survive the serving process: what is swapped to it is lost if gzramd dies (no supervisor: --supervise=false)",
+			"device", u.dev.Block)
+	}
 	if !d.cfg.Swap {
 		d.topUpHeap()
 		return nil
 	}
 	return d.makeSwap(ctx, u.dev.Block, int64(d.cfg.Size), 4*u.dev.Queues)
+}
+
+// ublkTag is the tag of the ublk device, and whether the device is to
+// outlive this process: under a supervisor, which holds the state the
+// next serving process takes over, the state's id names it.
+func (d *daemon) ublkTag() (uint64, bool) {
+	if !d.start.Serving || d.state == nil {
+		return 0, false
+	}
+	info, err := d.state.Info()
+	if err != nil || len(info.ID) < 16 {
+		d.log.Warn("the state's id is not readable: the ublk device will not survive the serving process", "err", err)
+		return 0, false
+	}
+	tag, err := strconv.ParseUint(info.ID[:16], 16, 64)
+	if err != nil || tag == 0 {
+		return 0, false
+	}
+	return tag, true
+}
+
+// waitingUblk finds the ublk device a serving process before this one
+// left with the state this one took over, if one waits.
+func (d *daemon) waitingUblk(tag uint64, recoverable bool) (int, bool) {
+	if d.recovered == nil || !recoverable {
+		return 0, false
+	}
+	id, quiesced, err := ublk.Find("", tag)
+	if err != nil {
+		d.log.Warn("no ublk device waits for this state; creating one afresh", "why", err)
+		return 0, false
+	}
+	d.log.Info("taking over the ublk device the serving process before this one left", "device", fmt.Sprintf("/dev/ublkb%d", id), "quiesced", quiesced)
+	return id, true
+}
+
+// tookOverUblk makes dev, the ublk device of the serving process before
+// this one, this one's: swap on it is ours to turn off at stop.
+func (d *daemon) tookOverUblk(ctx context.Context, dev ublk.Device, took time.Duration) error {
+	swap := d.host.IsSwap(dev.Block)
+	d.log.Warn("kernel device taken over: its held and re-sent requests go to this process", "transport", TransportUblk,
+		"device", dev.Block, "queues", dev.Queues, "swap", swap, "took", took)
+	switch {
+	case swap:
+		d.swapOn = d.cfg.Swap
+		d.topUpHeap()
+	case d.cfg.Swap:
+		// The process before this one died before swapon.
+		return d.makeSwap(ctx, dev.Block, int64(d.cfg.Size), 4*dev.Queues)
+	default:
+		d.topUpHeap()
+	}
+	return nil
 }
 
 // watchUblk logs the ublk device's end if it comes before stop asked for
@@ -120,13 +198,31 @@ func (d *daemon) stopUblk() {
 	if u == nil {
 		return
 	}
-	u.stop()
+	u.stop(nil)
 	<-u.stopped
 	if u.err != nil {
 		d.log.Error("removing the ublk device", "device", u.dev.Block, "err", u.err)
 		return
 	}
 	d.log.Info("kernel device removed", "transport", TransportUblk, "device", u.dev.Block)
+}
+
+// leaveUblk leaves the ublk device to the next serving process at a
+// handover: the requests in hand are answered, and the kernel holds the
+// rest for the next, which takes the device over. Swap stays on.
+func (d *daemon) leaveUblk() {
+	u := d.ublk.Load()
+	if u == nil {
+		return
+	}
+	start := time.Now()
+	u.stop(ublk.ErrLeave)
+	<-u.stopped
+	if u.err != nil {
+		d.log.Error("leaving the ublk device to the next serving process", "device", u.dev.Block, "err", u.err)
+		return
+	}
+	d.log.Info("ublk device left to the next serving process", "device", u.dev.Block, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // transportInfo is gzramd_transport_info: constant 1, labelled with the

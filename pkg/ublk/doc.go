@@ -64,9 +64,6 @@
 //
 // # What it does not do yet
 //
-//   - Serve the daemon under its supervisor: gzramd serve --transport ublk
-//     (pkg/serving's transport.go) serves its device with Serve, and
-//     refuses --supervise, which needs the survival below.
 //   - Take writes into the backend's own memory (nbd.WriteReceiver's
 //     counterpart): each request's data passes through the tag's buffer.
 //   - Serve the requests of one queue concurrently: a queue's thread runs
@@ -89,8 +86,9 @@
 //   - The backend is the device that pkg/nbd serves today; its
 //     nbd.WriteReceiver path maps onto USER_COPY by preading straight into
 //     the receipt's buffers (a staging slot) instead of the tag's buffer.
-//   - Survival: serve with Config.Recoverable, and have the standby, on
-//     the serving process's death or at an upgrade, Recover the device
-//     whose id the state handed over carries, as it carries the NBD
-//     device's index now.
+//   - Survival: under the supervisor the daemon serves with
+//     Config.Recoverable, tagged with its state's id; the serving process
+//     that takes the state over, after a death or at an upgrade (where
+//     the one before leaves the device: ErrLeave), finds the device by
+//     the tag and Recovers it (test/e2e's survive-ublk).
 package ublk

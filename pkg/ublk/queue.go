@@ -46,8 +46,11 @@ func descAreaOffset(q uint16) int64 {
 	return int64(q) * int64(descAreaSize(MaxQueueDepth))
 }
 
-// open sets the queue up: its ring, its descriptors and its buffers.
-func (q *queue) open() error {
+// prepare sets up what the queue needs of its own: its ring and its
+// buffers. It comes before the device's char device is opened: during a
+// recovery, the time from START_USER_RECOVERY to the last fetch is all
+// that a death must not interrupt (see Recover).
+func (q *queue) prepare() error {
 	var err error
 	if q.ioFlusher {
 		// Per thread: this one's allocations must not wait on I/O,
@@ -60,15 +63,24 @@ func (q *queue) open() error {
 	if err != nil {
 		return fmt.Errorf("ublk: queue %d: %w", q.id, err)
 	}
-	q.descs, err = unix.Mmap(q.h.data, descAreaOffset(q.id), descAreaSize(q.depth), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return fmt.Errorf("ublk: queue %d: mapping its descriptors: %w", q.id, err)
-	}
 	q.bufs, err = unix.Mmap(-1, 0, q.depth*q.maxIO, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return fmt.Errorf("ublk: queue %d: buffers: %w", q.id, err)
 	}
 	prefault(q.bufs)
+	return nil
+}
+
+// attach maps the queue's descriptors from the char device h serves
+// through.
+func (q *queue) attach(h handler) error {
+	q.h = h
+	q.h.q = q.id
+	var err error
+	q.descs, err = unix.Mmap(q.h.data, descAreaOffset(q.id), descAreaSize(q.depth), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return fmt.Errorf("ublk: queue %d: mapping its descriptors: %w", q.id, err)
+	}
 	return nil
 }
 

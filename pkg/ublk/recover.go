@@ -30,6 +30,13 @@ const recoverWait = 10 * time.Second
 // found it, holding its requests, for another try: deleting it would fail
 // them, and a swap device's failed reads kill the processes whose pages
 // they were.
+//
+// What a death must not interrupt is short: the queues set up their rings
+// and buffers first, and only then does Recover send START_USER_RECOVERY,
+// open /dev/ublkcN and fetch. A recovering server that dies after its
+// START and before its last fetch leaves, on Linux 6.12, a device whose
+// next recovery may be refused (a queue half fetched, or the descriptors
+// already mapped by the dead process); its error says so.
 func Recover(ctx context.Context, cfg Config, id int, backend Backend) (err error) {
 	if cfg.ControlPath == "" {
 		cfg.ControlPath = DefaultControlPath
@@ -57,7 +64,17 @@ func Recover(ctx context.Context, cfg Config, id int, backend Backend) (err erro
 	if size := backend.Size(); int64(p.Basic.DevSectors)<<9 != size {
 		return fmt.Errorf("ublk: %s holds %d bytes, the backend %d", dev.Block, int64(p.Basic.DevSectors)<<9, size)
 	}
-	if err := startRecovery(ctl, uint32(id)); err != nil {
+	interrupted := false
+	begin := func() error {
+		err := startRecovery(ctl, uint32(id))
+		if errors.Is(err, unix.EINVAL) {
+			// A recovery before this one sent START_USER_RECOVERY and
+			// died before every queue had fetched: Linux 6.12's driver
+			// refuses another START then (no queue is ready), but takes
+			// this one's fetches and END_USER_RECOVERY as they are.
+			interrupted = true
+			return nil
+		}
 		return err
 	}
 	live, left := false, false
@@ -69,11 +86,14 @@ func Recover(ctx context.Context, cfg Config, id int, backend Backend) (err erro
 			err = derr
 		}
 	}()
-	left, err = serveDevice(ctx, ctl, dev, cfg, backend, func(ctl *control, dev Device) error {
+	left, err = serveDevice(ctx, ctl, dev, cfg, backend, begin, func(ctl *control, dev Device) error {
 		err := endRecovery(ctl, dev)
 		live = err == nil
 		return err
 	})
+	if err != nil && interrupted && !live {
+		return fmt.Errorf("ublk: %s: a recovery before this one died halfway (its START_USER_RECOVERY taken, its queues not all ready), and this kernel's driver does not take the device from there: %w", dev.Block, err)
+	}
 	return err
 }
 

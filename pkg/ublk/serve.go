@@ -135,7 +135,7 @@ func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
 	if err := ctl.setParams(uint32(dev.ID), deviceParams(size, dev.MaxIOBytes)); err != nil {
 		return err
 	}
-	left, err = serveDevice(ctx, ctl, dev, cfg, backend, func(ctl *control, dev Device) error {
+	left, err = serveDevice(ctx, ctl, dev, cfg, backend, nil, func(ctl *control, dev Device) error {
 		if err := start(ctl, dev); err != nil {
 			return errors.Join(err, ctl.stopDev(uint32(dev.ID)))
 		}
@@ -204,23 +204,33 @@ func (dev Device) check() error {
 // serveDevice runs the queues of an added device, makes it live once they
 // have fetched (live: START_DEV, or END_USER_RECOVERY), serves until ctx
 // is done or a queue fails, and stops it, or leaves it to the next server
-// (ErrLeave), which it reports.
-func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend Backend, live func(*control, Device) error) (left bool, err error) {
-	char, err := openChar(dev.Char)
+// (ErrLeave), which it reports. begin, if set, runs once the queues have
+// set up what they can without the char device, and before it is opened
+// (START_USER_RECOVERY).
+func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend Backend, begin func() error, live func(*control, Device) error) (left bool, err error) {
+	qs, err := startQueues(dev, cfg.IOFlusher)
 	if err != nil {
 		return false, err
 	}
-	// Closed before DEL_DEV, which waits for it.
+	if err := qs.waitPrepared(); err != nil {
+		return false, errors.Join(err, qs.abort())
+	}
+	if begin != nil {
+		if err := begin(); err != nil {
+			return false, errors.Join(err, qs.abort())
+		}
+	}
+	char, err := openChar(dev.Char)
+	if err != nil {
+		return false, errors.Join(err, qs.abort())
+	}
+	// Closed before DEL_DEV, which waits for it; after the queues.
 	defer func() {
 		if cerr := char.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("ublk: closing %s: %w", dev.Char, cerr)
 		}
 	}()
-	h := handler{ctx: context.WithoutCancel(ctx), backend: backend, size: backend.Size(), data: int(char.Fd())}
-	qs, err := startQueues(dev, h, cfg.IOFlusher)
-	if err != nil {
-		return false, err
-	}
+	qs.attach(handler{ctx: context.WithoutCancel(ctx), backend: backend, size: backend.Size(), data: int(char.Fd())})
 	if err := qs.waitFetched(); err != nil {
 		return false, errors.Join(err, qs.stop())
 	}
@@ -269,32 +279,42 @@ func start(ctl *control, dev Device) error {
 // queues are a device's queues, each run by a goroutine on a thread of
 // its own.
 type queues struct {
-	stopFd  int        // eventfd every queue polls: written to stop them
-	fetched chan error // one a queue, once it has fetched every tag
-	done    chan error // one a queue, once it has stopped
-	running int        // queues not yet stopped
+	stopFd   int          // eventfd every queue polls: written to stop them
+	prepared chan error   // one a queue, once it has set up its own
+	handlers chan handler // the char device's handler, for each queue; closed: give up
+	fetched  chan error   // one a queue, once it has fetched every tag
+	done     chan error   // one a queue, once it has stopped
+	running  int          // queues not yet stopped
 }
 
-func startQueues(dev Device, h handler, ioFlusher bool) (*queues, error) {
+func startQueues(dev Device, ioFlusher bool) (*queues, error) {
 	stopFd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("ublk: stop eventfd: %w", err)
 	}
-	qs := &queues{stopFd: stopFd, fetched: make(chan error, dev.Queues), done: make(chan error, dev.Queues), running: dev.Queues}
+	qs := &queues{stopFd: stopFd, prepared: make(chan error, dev.Queues), handlers: make(chan handler, dev.Queues),
+		fetched: make(chan error, dev.Queues), done: make(chan error, dev.Queues), running: dev.Queues}
 	for i := range dev.Queues {
-		q := &queue{id: uint16(i), depth: dev.Depth, maxIO: dev.MaxIOBytes, h: h, stop: stopFd, ioFlusher: ioFlusher}
-		q.h.q = q.id
+		q := &queue{id: uint16(i), depth: dev.Depth, maxIO: dev.MaxIOBytes, stop: stopFd, ioFlusher: ioFlusher}
 		go osthread.Run(fmt.Sprintf("ublk%d-q%d", dev.ID, i), func() { qs.run(q) })
 	}
 	return qs, nil
 }
 
-// run is one queue's life: set up, fetch, serve, close.
+// run is one queue's life: set up, attach, fetch, serve, close.
 func (qs *queues) run(q *queue) {
 	growStack(stackBytes)
-	err := q.open()
-	if err == nil {
-		err = q.fetchAll()
+	err := q.prepare()
+	qs.prepared <- err
+	h, ok := <-qs.handlers
+	switch {
+	case err != nil:
+	case !ok:
+		err = errGaveUp
+	default:
+		if err = q.attach(h); err == nil {
+			err = q.fetchAll()
+		}
 	}
 	qs.fetched <- err
 	if err == nil {
@@ -308,6 +328,36 @@ func (qs *queues) run(q *queue) {
 	// and recovers the device only from a server whose threads are gone.
 	runtime.LockOSThread()
 	qs.done <- err
+}
+
+// errGaveUp ends a queue that was set up for a device given up on before
+// it was opened.
+var errGaveUp = errors.New("ublk: given up before the device was opened")
+
+// waitPrepared waits until every queue has set up its own, or failed to.
+func (qs *queues) waitPrepared() error {
+	var err error
+	for range cap(qs.prepared) {
+		err = errors.Join(err, <-qs.prepared)
+	}
+	return err
+}
+
+// attach has every queue serve through h's char device.
+func (qs *queues) attach(h handler) {
+	for range cap(qs.handlers) {
+		qs.handlers <- h
+	}
+}
+
+// abort ends queues that were never attached.
+func (qs *queues) abort() error {
+	close(qs.handlers)
+	err := qs.stop()
+	if errors.Is(err, errGaveUp) {
+		err = nil
+	}
+	return err
 }
 
 // waitFetched waits until every queue has fetched, or failed to.

@@ -25,7 +25,9 @@
 #           tier recompressing groups idle for 1 s; survive-mutant:
 #           survive-fast with a faults
 #           build losing a page at each takeover, must fail
-#           (survive-mutant.sh). E2E_SURVIVE_ARGS adds gzramd flags.
+#           (survive-mutant.sh); survive-ublk: survive-fast over ublk
+#           (--transport ublk, a 6.12 guest): each takeover is ublk user
+#           recovery. E2E_SURVIVE_ARGS adds gzramd flags.
 #   guest-ublk gzramd inside a 6.12 guest as in guest, over ublk:
 #           `gzramd serve --swap --transport ublk --supervise=false`
 #           creates /dev/ublkbN, mkswaps and swapons it; /status and the
@@ -114,7 +116,7 @@ T0=$SECONDS
 # ublk needs a kernel with ublk_drv and USER_COPY: Debian 12's 6.12, not
 # its default 6.1. Where the scenario runs and no kernel is named, that one
 # (for every scenario of the run).
-if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *" guest-ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
+if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *" guest-ublk "* || " $SCENARIOS " == *" survive-ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
 	export E2E_KERNEL_META=linux-image-6.12-amd64
 	log "ublk: kernel $E2E_KERNEL_META"
 fi
@@ -404,7 +406,7 @@ run_guest_ublk() {
 # fails its I/O as soon as its server dies (--kernel-dead-timeout=-1s):
 # it passes only when the guest fails for that reason.
 run_survive() {
-	local name=$1 kills maxk kmin kmax every earlymax hog limit args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu} upgrades=0 uevery=0
+	local name=$1 kills maxk kmin kmax every earlymax hog limit args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu} upgrades=0 uevery=0 transport=
 	local denv=${E2E_SURVIVE_DAEMON_ENV:-}
 	case "$name" in
 	survive)
@@ -413,7 +415,7 @@ run_survive() {
 		limit=${E2E_SURVIVE_TIMEOUT:-1500}
 		upgrades=${E2E_SURVIVE_UPGRADES:-2} uevery=10
 		;;
-	survive-fast | survive-zstd | survive-objects | survive-dense | survive-mutant)
+	survive-fast | survive-zstd | survive-objects | survive-dense | survive-mutant | survive-ublk)
 		kills=${E2E_SURVIVE_KILLS:-3} kmin=${E2E_SURVIVE_MIN_S:-3} kmax=${E2E_SURVIVE_MAX_S:-8}
 		every=${E2E_SURVIVE_EARLY_EVERY:-2} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-900}
@@ -427,6 +429,10 @@ run_survive() {
 		# survive-dense: groups of swapped-out pages idle for a second
 		# recompressed into the dense tier while the kills come.
 		[ "$name" != survive-dense ] || args=$args,--dense-after,1s,--dense-cpu,0.5
+		# survive-ublk: survive-fast with the kernel device served over
+		# ublk (--transport ublk), taken over by ublk user recovery, on
+		# the 6.12 kernel.
+		[ "$name" != survive-ublk ] || transport=" e2e.transport=ublk"
 		# survive-mutant: survive-fast with a gzramd that loses a page at
 		# each takeover from a dead process (a -tags faults build:
 		# survive-mutant.sh); it passes only if the run fails for it.
@@ -461,7 +467,7 @@ run_survive() {
 	CONSOLE=$WORK/$name.console
 	GUEST_INITRD=$WORK/$name.cpio.gz
 	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
-	qemu_cmd "${E2E_SURVIVE_MEM:-384M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_SURVIVE_MIN_FREE_KB:-65536} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1} e2e.upgrades=$upgrades e2e.upgrade_every=$uevery${denv:+ e2e.daemon_env=$denv}${root}"
+	qemu_cmd "${E2E_SURVIVE_MEM:-384M}" 2 "e2e.mode=survive e2e.size=$SIZE e2e.kconns=${E2E_GUEST_KCONNS:-2} e2e.minfree=${E2E_SURVIVE_MIN_FREE_KB:-65536} e2e.hog=$hog e2e.seed=$RANDOM e2e.daemon_args=$args e2e.kills=$kills e2e.maxkills=$maxk e2e.kmin=$kmin e2e.kmax=$kmax e2e.early=$every e2e.earlymax=$earlymax e2e.swapmax0=${E2E_SURVIVE_SWAPMAX0:-1} e2e.upgrades=$upgrades e2e.upgrade_every=$uevery${denv:+ e2e.daemon_env=$denv}${transport}${root}"
 	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap inside the guest, killed $kills-$maxk times, $kmin-$kmax s apart, every ${every}th during a takeover; $upgrades+ planned upgrades; daemon args ${args//,/ }${denv:+; daemon environment ${denv//,/ }})"
 	# A takeover that does not end is the failure to explain: once the
 	# last kill is E2E_SURVIVE_STALL_S (120) old with no serving process
@@ -614,7 +620,7 @@ for s in $SCENARIOS; do
 		;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
 	guest-ublk) [ "$SERVER" = gzramd ] && run_guest_ublk ;;
-	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-dense | survive-mutant)
+	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-dense | survive-mutant | survive-ublk)
 		if [ "$EXPECT_FAIL" = 1 ]; then
 			log "$s: skipped under E2E_EXPECT_FAIL"
 			continue
