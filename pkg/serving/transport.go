@@ -93,6 +93,9 @@ func (d *daemon) attachUblk(ctx context.Context) error {
 		Ready:       func(dev ublk.Device) { ready <- dev },
 	}
 	start := time.Now()
+	if !recoverable {
+		d.removeLeftUblk()
+	}
 	id, taken := d.waitingUblk(tag, recoverable)
 	go func() {
 		if taken {
@@ -130,23 +133,43 @@ func (d *daemon) attachUblk(ctx context.Context) error {
 	return d.makeSwap(ctx, u.dev.Block, int64(d.cfg.Size), 4*u.dev.Queues)
 }
 
+// unsupervisedTag tags the ublk devices gzramd serves without a
+// supervisor ("gzramd"): a device one of them left when it died is
+// stopped by the driver and kept until deleted, and the next start
+// deletes it (removeLeftUblk).
+const unsupervisedTag = 0x646d61727a67
+
 // ublkTag is the tag of the ublk device, and whether the device is to
 // outlive this process: under a supervisor, which holds the state the
 // next serving process takes over, the state's id names it.
 func (d *daemon) ublkTag() (uint64, bool) {
 	if !d.start.Serving || d.state == nil {
-		return 0, false
+		return unsupervisedTag, false
 	}
 	info, err := d.state.Info()
 	if err != nil || len(info.ID) < 16 {
 		d.log.Warn("the state's id is not readable: the ublk device will not survive the serving process", "err", err)
-		return 0, false
+		return unsupervisedTag, false
 	}
 	tag, err := strconv.ParseUint(info.ID[:16], 16, 64)
-	if err != nil || tag == 0 {
-		return 0, false
+	if err != nil || tag == 0 || tag == unsupervisedTag {
+		return unsupervisedTag, false
 	}
 	return tag, true
+}
+
+// removeLeftUblk deletes the ublk devices unsupervised gzramds left when
+// they died: stopped, their disks and swap gone with them, kept by the
+// driver until deleted.
+func (d *daemon) removeLeftUblk() {
+	ids, err := ublk.RemoveLeft("", unsupervisedTag)
+	for _, id := range ids {
+		d.log.Warn("removed a ublk device a gzramd left when it died without a supervisor (what was swapped there was lost then)",
+			"device", fmt.Sprintf("/dev/ublkb%d", id))
+	}
+	if err != nil {
+		d.log.Warn("removing ublk devices left by dead gzramds", "err", err)
+	}
 }
 
 // waitingUblk finds the ublk device a serving process before this one

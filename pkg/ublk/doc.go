@@ -70,10 +70,13 @@
 //     them one after another, so a slow backend call holds up the queue's
 //     others (the other queues go on). The GPU path, which batches, will
 //     want requests handed off and committed as they complete.
-//   - Clear errors for every bad state: a device left by a dead run is
-//     neither found nor deleted. (A missing driver, a missing permission
-//     and a kernel without USER_COPY, EINVAL at ADD_DEV, are said in words;
-//     Probe checks the first two without making a device.)
+//   - Clear errors for every bad state. A missing driver, a missing
+//     permission and a kernel without USER_COPY (EINVAL at ADD_DEV) are
+//     said in words, and Probe checks the first two without making a
+//     device; a device made without recovery that a dead server left is
+//     deleted by RemoveLeft (gzramd does so as it starts without a
+//     supervisor); a Recoverable one is Recovered. A Recoverable device
+//     whose state died with its supervisor is left holding its requests.
 //
 // # Wiring it into the daemon (issue 38)
 //

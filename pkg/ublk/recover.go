@@ -188,3 +188,50 @@ func endRecovery(ctl *control, dev Device) error {
 	}
 	return nil
 }
+
+// RemoveLeft deletes the devices tagged tag (Config.Tag), through the
+// control device at path (DefaultControlPath if empty), that a server
+// left when it died without stopping them and that nothing can serve
+// again: made without recovery, their disk gone with the server (the
+// driver stops such a device when its server dies, and keeps it until
+// DEL_DEV). A device a server added and has not started yet is left
+// alone, as is one being served; one that its server is stopping and
+// about to delete may go here first. It returns the ids it deleted.
+func RemoveLeft(path string, tag uint64) ([]int, error) {
+	if path == "" {
+		path = DefaultControlPath
+	}
+	ctl, err := openControl(path)
+	if err != nil {
+		return nil, err
+	}
+	defer ctl.Close()
+	names, err := os.ReadDir("/sys/class/ublk-char")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ublk: listing devices: %w", err)
+	}
+	var removed []int
+	var errs []error
+	for _, n := range names {
+		id, err := strconv.Atoi(strings.TrimPrefix(n.Name(), "ublkc"))
+		if err != nil || !strings.HasPrefix(n.Name(), "ublkc") {
+			continue
+		}
+		info, err := ctl.devInfo(uint32(id))
+		// The driver sets the server's pid to -1 as it stops a device:
+		// a device added and not started yet has the pid ADD_DEV gave.
+		if err != nil || info.UblksrvFlags != tag || info.Flags&FlagUserRecovery != 0 ||
+			info.State != stateDead || info.UblksrvPid != -1 {
+			continue
+		}
+		if err := ctl.delDev(uint32(id)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, id)
+	}
+	return removed, errors.Join(errs...)
+}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -44,6 +45,86 @@ func (b trapBackend) WriteAt(ctx context.Context, p []byte, off int64, fua bool)
 	return b.memBackend.WriteAt(ctx, p, off, fua)
 }
 
+// leftChild serves a device made without recovery, tagged leftTag, and
+// says its id on descriptor 3; it serves until it is killed.
+func leftChild() {
+	out := os.NewFile(3, "parent")
+	cfg := Config{Queues: 1, Tag: leftTag, Ready: func(d Device) { out.WriteString(strconv.Itoa(d.ID) + "\n") }}
+	err := Serve(context.Background(), cfg, newMemBackend(4<<20))
+	os.Stderr.WriteString("left child: Serve returned: " + fmt.Sprint(err) + "\n")
+	os.Exit(2)
+}
+
+// leftTag is leftChild's Config.Tag.
+const leftTag = 0x6c656674
+
+// TestRemoveLeft kills the server of a device made without recovery (this
+// binary run again): the driver stops the device, and keeps it until
+// deleted. RemoveLeft deletes it, and leaves alone a live device of the
+// same tag and one of another tag.
+func TestRemoveLeft(t *testing.T) {
+	if os.Getenv(recoverChildEnv) == "left" {
+		leftChild()
+		return
+	}
+	needDriver(t)
+	live := serveMem(t, Config{Tag: leftTag}, 4<<20)
+	other := serveMem(t, Config{Tag: leftTag + 1}, 4<<20)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	child := exec.Command(os.Args[0], "-test.run=^TestRemoveLeft$")
+	child.Env = append(os.Environ(), recoverChildEnv+"=left")
+	child.ExtraFiles = []*os.File{w}
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		child.Process.Kill()
+		child.Wait()
+		t.Fatalf("the serving child said nothing: %v", err)
+	}
+	id, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatalf("the serving child said %q", line)
+	}
+	child.Process.Kill()
+	child.Wait()
+	// The driver stops the dead server's device (its stop work) a
+	// moment after the server's end.
+	deadline := time.Now().Add(10 * time.Second)
+	var removed []int
+	for {
+		removed, err = RemoveLeft("", leftTag)
+		if err != nil || len(removed) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil || len(removed) != 1 || removed[0] != id {
+		state := "not readable"
+		if ctl, cerr := openControl(DefaultControlPath); cerr == nil {
+			info, ierr := ctl.devInfo(uint32(id))
+			state = fmt.Sprintf("%s, server pid %d, flags %#x, tag %#x (%v)", stateName(info.State), info.UblksrvPid, info.Flags, info.UblksrvFlags, ierr)
+			ctl.Close()
+		}
+		t.Fatalf("RemoveLeft: %v, %v; want [%d], the dead child's, which is %s", removed, err, id, state)
+	}
+	if _, err := os.Stat("/sys/class/ublk-char/ublkc" + strconv.Itoa(id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("ublkc%d after RemoveLeft: %v, want it gone", id, err)
+	}
+	for _, s := range []*served{live, other} {
+		if _, err := os.Stat(s.dev.Block); err != nil {
+			t.Errorf("%s, which RemoveLeft must leave: %v", s.dev.Block, err)
+		}
+	}
+}
+
 // recoverChild serves a Recoverable device over the memfd it inherits
 // (descriptor 3), with writes to trapAt held for ever, and says its id on
 // descriptor 4; it serves until it is killed.
@@ -74,7 +155,7 @@ func recoverChild() {
 // everything written before reads back. No request fails, which for swap
 // is no process killed.
 func TestRecoverAfterKill(t *testing.T) {
-	if os.Getenv(recoverChildEnv) != "" {
+	if os.Getenv(recoverChildEnv) == "1" {
 		recoverChild()
 		return
 	}
