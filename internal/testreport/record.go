@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -76,6 +77,9 @@ func (r *recorder) event(e event) error {
 		if e.Action == "output" && e.Output != "PASS\n" && !strings.HasPrefix(e.Output, "testing: warning: no tests to run") {
 			fmt.Fprint(r.show, e.Output)
 		}
+		if e.Action == "fail" {
+			r.showUnfinished(e.Package)
+		}
 	case e.Action == "output":
 		key := e.Package + " " + e.Test
 		r.output[key] = append(r.output[key], e.Output)
@@ -91,6 +95,26 @@ func (r *recorder) event(e event) error {
 		return r.out.Encode(outcome(e.Package, e.Test, e.Action, lines))
 	}
 	return nil
+}
+
+// showUnfinished shows the output of pkg's tests that never ended: its
+// test binary died in them (a crash, a fatal error, a timeout), and what
+// they wrote, the crash's trace included, is all that says why.
+func (r *recorder) showUnfinished(pkg string) {
+	var keys []string
+	for key := range r.output {
+		if strings.HasPrefix(key, pkg+" ") {
+			keys = append(keys, key)
+		}
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		fmt.Fprintf(r.show, "--- %s did not finish: the test binary ended in it; its output:\n", key)
+		for _, l := range r.output[key] {
+			fmt.Fprint(r.show, l)
+		}
+		delete(r.output, key)
+	}
 }
 
 // outcome makes a test's record from its output lines.

@@ -145,3 +145,23 @@ func TestSummaryNamesFailures(t *testing.T) {
 		t.Errorf("the summary does not end with its closing line:\n%s", out)
 	}
 }
+
+// A test binary that dies in a test (a crash, a fatal error) ends with
+// the package's fail and no end for the test: what the test wrote, the
+// crash's trace, is shown then.
+func TestRunShowsATestTheBinaryDiedIn(t *testing.T) {
+	const pkg = "example.com/p"
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.Encode(event{Action: "run", Package: pkg, Test: "TestDies"})
+	enc.Encode(event{Action: "output", Package: pkg, Test: "TestDies", Output: "=== RUN   TestDies\n"})
+	enc.Encode(event{Action: "output", Package: pkg, Test: "TestDies", Output: "unexpected fault address 0x7f00\n"})
+	enc.Encode(event{Action: "output", Package: pkg, Output: "FAIL\texample.com/p\t2.1s\n"})
+	enc.Encode(event{Action: "fail", Package: pkg})
+	shown, _ := record1(t, b.String())
+	for _, want := range []string{"TestDies did not finish", "unexpected fault address 0x7f00", "FAIL\texample.com/p"} {
+		if !strings.Contains(shown, want) {
+			t.Errorf("shown output lacks %q:\n%s", want, shown)
+		}
+	}
+}
