@@ -1,6 +1,6 @@
 // Package device is gzramd's block device: a table of 4 KiB pages, each
 // empty, same-filled, compressed, stored raw or staged, behind the
-// nbd.Backend interface.
+// blockdev.Backend interface.
 //
 // Same-filled pages never reach a codec. Other whole pages take one of two
 // paths, chosen by the router (pkg/route): with an accelerator they are
@@ -254,7 +254,7 @@ func (d *Device) Held() Held {
 	return h
 }
 
-// Size implements nbd.Backend.
+// Size implements blockdev.Backend.
 func (d *Device) Size() int64 { return d.cfg.Size }
 
 // stripe is the lock of page idx: of its group of groupPages pages where
@@ -285,7 +285,7 @@ func forPages(off, length int64, fn func(idx uint32, in, n int) error) error {
 	return nil
 }
 
-// ReadAt implements nbd.Backend. The pages of one group are read under
+// ReadAt implements blockdev.Backend. The pages of one group are read under
 // one hold of its lock, so that an object of several pages is decoded once
 // for all the pages the read wants of it.
 func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
@@ -456,7 +456,7 @@ func (d *Device) discard(off, length int64, e entry) error {
 	})
 }
 
-// Trim implements nbd.Backend: whole pages are freed, like zram's discard.
+// Trim implements blockdev.Backend: whole pages are freed, like zram's discard.
 func (d *Device) Trim(_ context.Context, off, length int64) error {
 	if err := d.check(off, length); err != nil {
 		return err
@@ -465,7 +465,7 @@ func (d *Device) Trim(_ context.Context, off, length int64) error {
 	return d.discard(off, length, entry(stateEmpty))
 }
 
-// WriteZeroes implements nbd.Backend. Zero pages cost no memory either
+// WriteZeroes implements blockdev.Backend. Zero pages cost no memory either
 // way; with noHole they are kept as same-filled pages rather than freed.
 func (d *Device) WriteZeroes(_ context.Context, off, length int64, noHole bool) error {
 	if err := d.check(off, length); err != nil {
@@ -482,7 +482,7 @@ func (d *Device) WriteZeroes(_ context.Context, off, length int64, noHole bool) 
 	return nil
 }
 
-// Flush implements nbd.Backend: every acknowledged write is already held.
+// Flush implements blockdev.Backend: every acknowledged write is already held.
 func (d *Device) Flush(context.Context) error { return nil }
 
 // Compact moves objects out of sparse slabs so whole slabs go back to the

@@ -1,11 +1,11 @@
-// Writes whose payload the NBD server reads straight into staging (nbd.WriteReceiver).
+// Writes whose payload the NBD server reads straight into staging (blockdev.WriteReceiver).
 
 package device
 
 import (
 	"context"
 
-	"github.com/gzramd/gzramd/pkg/nbd"
+	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/stage"
 )
 
@@ -22,7 +22,7 @@ const maxSegments = 4
 const unusedSlot = ^uint32(0)
 
 // received is a write whose payload the NBD server reads straight into
-// staging slots (nbd.WriteReceiver), saving the copy out of a buffer.
+// staging slots (blockdev.WriteReceiver), saving the copy out of a buffer.
 type received struct {
 	first uint32 // its first page
 	pages int
@@ -37,13 +37,13 @@ type segment struct {
 	at, k int
 }
 
-// Buffers implements nbd.Receipt.
+// Buffers implements blockdev.Receipt.
 func (r *received) Buffers() [][]byte { return r.bufs[:r.nsegs] }
 
-// ReceiveWrite implements nbd.WriteReceiver: a write of whole pages is
+// ReceiveWrite implements blockdev.WriteReceiver: a write of whole pages is
 // received into staging slots when the router stages writes and staging
 // has room for all of it; others are declined.
-func (d *Device) ReceiveWrite(off int64, length int) (nbd.Receipt, bool) {
+func (d *Device) ReceiveWrite(off int64, length int) (blockdev.Receipt, bool) {
 	if d.stager == nil {
 		return nil, false
 	}
@@ -51,7 +51,7 @@ func (d *Device) ReceiveWrite(off int64, length int) (nbd.Receipt, bool) {
 }
 
 // receive receives a write into staging slots (ReceiveWrite).
-func (s *stager) receive(off int64, length int) (nbd.Receipt, bool) {
+func (s *stager) receive(off int64, length int) (blockdev.Receipt, bool) {
 	d := s.d
 	if length <= 0 || off%pageSize != 0 || length%pageSize != 0 ||
 		off < 0 || off > d.cfg.Size-int64(length) || !d.cfg.Router.Stage(length/pageSize) {
@@ -88,10 +88,10 @@ func (s *stager) receive(off int64, length int) (nbd.Receipt, bool) {
 	return r, true
 }
 
-// CompleteWrite implements nbd.WriteReceiver: the received pages are
+// CompleteWrite implements blockdev.WriteReceiver: the received pages are
 // installed as staged, but for same-filled ones, which settle here as
 // WriteAt would settle them.
-func (d *Device) CompleteWrite(_ context.Context, rc nbd.Receipt, _ bool) error {
+func (d *Device) CompleteWrite(_ context.Context, rc blockdev.Receipt, _ bool) error {
 	d.stager.complete(rc.(*received))
 	return nil
 }
@@ -121,8 +121,8 @@ func (s *stager) complete(r *received) {
 	s.receipts <- r
 }
 
-// AbortWrite implements nbd.WriteReceiver.
-func (d *Device) AbortWrite(rc nbd.Receipt) { d.stager.abort(rc.(*received)) }
+// AbortWrite implements blockdev.WriteReceiver.
+func (d *Device) AbortWrite(rc blockdev.Receipt) { d.stager.abort(rc.(*received)) }
 
 // abort gives back the slots and the reservation of r, and r.
 func (s *stager) abort(r *received) {

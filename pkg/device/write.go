@@ -7,7 +7,7 @@ import (
 	"fmt"
 )
 
-// WriteAt implements nbd.Backend. It returns once every page is held:
+// WriteAt implements blockdev.Backend. It returns once every page is held:
 // committed, or staged.
 func (d *Device) WriteAt(_ context.Context, p []byte, off int64, _ bool) error {
 	if err := d.check(off, int64(len(p))); err != nil {

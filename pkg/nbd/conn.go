@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/gzramd/gzramd/pkg/blockdev"
 )
 
 var (
@@ -81,8 +83,8 @@ type conn struct {
 	export string
 	unread []byte
 
-	backend Backend
-	recv    WriteReceiver // backend, if it receives payloads itself
+	backend blockdev.Backend
+	recv    blockdev.WriteReceiver // backend, if it receives payloads itself
 	size    uint64
 
 	replies replyQueue
@@ -109,11 +111,11 @@ type request struct {
 	errno  uint32 // set by the reader for requests refused before running
 	start  time.Time
 
-	buf      *[]byte // pooled payload buffer, nil for none
-	data     []byte  // the payload: *buf cut to length
-	rcpt     Receipt // a write's payload, received by the Backend; nil for none
-	reserved bool    // buf counts against the reserve's budget
-	dropped  bool    // run found the Backend panicking and released it
+	buf      *[]byte          // pooled payload buffer, nil for none
+	data     []byte           // the payload: *buf cut to length
+	rcpt     blockdev.Receipt // a write's payload, received by the Backend; nil for none
+	reserved bool             // buf counts against the reserve's budget
+	dropped  bool             // run found the Backend panicking and released it
 
 	hdr [replyHeaderLen]byte
 }
@@ -251,7 +253,7 @@ func (c *conn) startTransmission(e *Export, early []byte) {
 	}
 	c.export = e.Name
 	c.backend = e.Backend
-	c.recv, _ = e.Backend.(WriteReceiver)
+	c.recv, _ = e.Backend.(blockdev.WriteReceiver)
 	c.size = uint64(e.Backend.Size())
 	c.work = make(chan *request, c.srv.maxInFlight)
 	c.free = make(chan *request, c.srv.maxInFlight)

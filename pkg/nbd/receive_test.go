@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
@@ -28,7 +29,7 @@ type testReceipt struct {
 
 func (r *testReceipt) Buffers() [][]byte { return r.bufs }
 
-func (b *receivingBackend) ReceiveWrite(off int64, length int) (Receipt, bool) {
+func (b *receivingBackend) ReceiveWrite(off int64, length int) (blockdev.Receipt, bool) {
 	if off%8192 != 0 {
 		b.declined.Add(1)
 		return nil, false
@@ -38,13 +39,13 @@ func (b *receivingBackend) ReceiveWrite(off int64, length int) (Receipt, bool) {
 	return &testReceipt{off: off, bufs: [][]byte{make([]byte, half), make([]byte, length-half)}}, true
 }
 
-func (b *receivingBackend) CompleteWrite(ctx context.Context, rc Receipt, fua bool) error {
+func (b *receivingBackend) CompleteWrite(ctx context.Context, rc blockdev.Receipt, fua bool) error {
 	r := rc.(*testReceipt)
 	b.completed.Add(1)
 	return b.MemBackend.WriteAt(ctx, append(append([]byte(nil), r.bufs[0]...), r.bufs[1]...), r.off, fua)
 }
 
-func (b *receivingBackend) AbortWrite(Receipt) { b.aborted.Add(1) }
+func (b *receivingBackend) AbortWrite(blockdev.Receipt) { b.aborted.Add(1) }
 
 // TestWriteReceiverGetsPayloads: writes the Backend receives reach it
 // whole through its buffers and CompleteWrite, the ones it declines

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/nbd/nbdtest"
 )
 
@@ -970,20 +971,20 @@ func (b *stackBackend) WriteAt(ctx context.Context, p []byte, off int64, fua boo
 	return b.MemBackend.WriteAt(ctx, p, off, fua)
 }
 
-func (b *stackBackend) ReceiveWrite(off int64, length int) (Receipt, bool) {
+func (b *stackBackend) ReceiveWrite(off int64, length int) (blockdev.Receipt, bool) {
 	if !b.receive(off) {
 		return nil, false
 	}
 	return &testReceipt{off: off, bufs: [][]byte{make([]byte, length), nil}}, true
 }
 
-func (b *stackBackend) CompleteWrite(ctx context.Context, rc Receipt, fua bool) error {
+func (b *stackBackend) CompleteWrite(ctx context.Context, rc blockdev.Receipt, fua bool) error {
 	b.record()
 	r := rc.(*testReceipt)
 	return b.MemBackend.WriteAt(ctx, r.bufs[0], r.off, fua)
 }
 
-func (b *stackBackend) AbortWrite(Receipt) {}
+func (b *stackBackend) AbortWrite(blockdev.Receipt) {}
 
 // An inline connection runs a write its Backend received itself on the
 // reader whatever its size (storing it is cheap), and an ordinary write

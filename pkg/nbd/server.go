@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/pkg/blockdev"
 )
 
 // ErrServerClosed is returned by Serve once Shutdown has been called.
@@ -26,7 +28,7 @@ var ErrServerClosed = errors.New("nbd: server closed")
 type Export struct {
 	Name        string
 	Description string
-	Backend     Backend
+	Backend     blockdev.Backend
 }
 
 // Observer receives every completed request, for metrics. It is called on

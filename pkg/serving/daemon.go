@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gzramd/gzramd/internal/sdnotify"
+	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/gpu"
@@ -73,7 +74,7 @@ type daemon struct {
 	// and served by this process; served is the backend both transports
 	// serve (the device, or a faults build's stand-in).
 	ublk   atomic.Pointer[ublkDevice]
-	served nbd.Backend
+	served blockdev.Backend
 	swapOn bool // we ran swapon on the kernel device (kernelPath)
 	// stopKeeping stops replacing the kernel's closed connections
 	// (keepConnected), before the device is detached.

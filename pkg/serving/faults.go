@@ -13,8 +13,8 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/device"
-	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/swapctl"
 )
 
@@ -25,7 +25,7 @@ import (
 // swap list and block devices (GZRAMD_FAULT_PROC_SWAPS,
 // GZRAMD_FAULT_SYS_BLOCK). It returns the backend to serve and where to
 // read the kernel's swap state.
-func withFaults(dev *device.Device, tookOver bool, log *slog.Logger) (nbd.Backend, swapctl.Host) {
+func withFaults(dev *device.Device, tookOver bool, log *slog.Logger) (blockdev.Backend, swapctl.Host) {
 	host := swapctl.Host{ProcSwaps: os.Getenv("GZRAMD_FAULT_PROC_SWAPS"), SysBlock: os.Getenv("GZRAMD_FAULT_SYS_BLOCK")}
 	switch {
 	case os.Getenv("GZRAMD_FAULT_CORRUPT_READS") == "1":

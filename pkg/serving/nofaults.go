@@ -7,13 +7,13 @@ package serving
 import (
 	"log/slog"
 
+	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/device"
-	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/swapctl"
 )
 
 // withFaults returns the backend to serve, the device itself, and the
 // kernel's own swap state.
-func withFaults(dev *device.Device, _ bool, _ *slog.Logger) (nbd.Backend, swapctl.Host) {
+func withFaults(dev *device.Device, _ bool, _ *slog.Logger) (blockdev.Backend, swapctl.Host) {
 	return dev, swapctl.Host{}
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/nbddev"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
@@ -51,7 +52,7 @@ func serveMem(t *testing.T, cfg Config, size int64) *served {
 	return s
 }
 
-func serveBackend(t *testing.T, cfg Config, b Backend) *served {
+func serveBackend(t *testing.T, cfg Config, b blockdev.Backend) *served {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Device, 1)

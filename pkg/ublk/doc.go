@@ -18,7 +18,10 @@
 //
 // Data moves by USER_COPY: the queue's thread preads a write's data from
 // /dev/ublkcN, and pwrites a read's, at the position the driver gives the
-// request's queue and tag, into and out of a buffer of its own per tag.
+// request's queue and tag, into and out of a buffer of its own per tag. A
+// backend that is a blockdev.WriteReceiver (the device, with a GPU) has
+// a write's data read straight into the memory it gives (staging slots),
+// as the NBD server reads a payload.
 // READ, WRITE (FUA passed on), FLUSH, DISCARD and WRITE_ZEROES (NOUNMAP
 // passed on) are served; anything else, and a descriptor out of range, is
 // answered with a negative errno, as are the backend's errors (their
@@ -64,8 +67,6 @@
 //
 // # What it does not do yet
 //
-//   - Take writes into the backend's own memory (nbd.WriteReceiver's
-//     counterpart): each request's data passes through the tag's buffer.
 //   - Serve the requests of one queue concurrently: a queue's thread runs
 //     them one after another, so a slow backend call holds up the queue's
 //     others (the other queues go on). The GPU path, which batches, will
@@ -86,9 +87,6 @@
 // process serves the device (pkg/device, as over NBD) with Serve,
 // IOFlusher on, makes it swap and removes it at stop. Left:
 //
-//   - The backend is the device that pkg/nbd serves today; its
-//     nbd.WriteReceiver path maps onto USER_COPY by preading straight into
-//     the receipt's buffers (a staging slot) instead of the tag's buffer.
 //   - Survival: under the supervisor the daemon serves with
 //     Config.Recoverable, tagged with its state's id; the serving process
 //     that takes the state over, after a death or at an upgrade (where

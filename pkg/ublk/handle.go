@@ -7,39 +7,24 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-)
 
-// Backend serves the device's blocks. It has the shape of nbd.Backend, so
-// that one store serves either transport; offsets and lengths are checked
-// against Size before a call. Methods are called concurrently, from every
-// queue's thread.
-//
-// An error that wraps a syscall.Errno goes to the kernel as that errno,
-// anything else as EIO.
-type Backend interface {
-	// Size is the device's size in bytes, a multiple of 4096.
-	Size() int64
-	// ReadAt fills p with the bytes at off.
-	ReadAt(ctx context.Context, p []byte, off int64) error
-	// WriteAt stores p at off; fua asks for it to be durable too.
-	WriteAt(ctx context.Context, p []byte, off int64, fua bool) error
-	// Trim discards the range; later reads return zeroes.
-	Trim(ctx context.Context, off, length int64) error
-	// WriteZeroes makes the range read as zeroes; noHole asks that it
-	// stay allocated.
-	WriteZeroes(ctx context.Context, off, length int64, noHole bool) error
-	// Flush returns once every write completed before it is held.
-	Flush(ctx context.Context) error
-}
+	"github.com/gzramd/gzramd/pkg/blockdev"
+)
 
 // handler runs one queue's requests against the backend. Its data moves
 // by USER_COPY: pread and pwrite on /dev/ublkcN at the request's position.
 type handler struct {
 	ctx     context.Context
-	backend Backend
+	backend blockdev.Backend
+	recv    blockdev.WriteReceiver // backend, if it receives writes itself
 	size    int64
 	data    int // /dev/ublkcN, or in tests any file
 	q       uint16
+}
+
+func newHandler(ctx context.Context, backend blockdev.Backend, data int) handler {
+	recv, _ := backend.(blockdev.WriteReceiver)
+	return handler{ctx: ctx, backend: backend, recv: recv, size: backend.Size(), data: data}
 }
 
 // serve runs the request in d, tag's, with buf as its data buffer, and
@@ -67,10 +52,7 @@ func (h *handler) serve(tag uint16, d ioDesc, buf []byte) int32 {
 				err = h.copyOut(tag, p)
 			}
 		} else {
-			err = h.copyIn(tag, p)
-			if err == nil {
-				err = h.backend.WriteAt(h.ctx, p, off, d.OpFlags&ioFlagFUA != 0)
-			}
+			err = h.write(tag, p, off, d.OpFlags&ioFlagFUA != 0)
 		}
 		if err == nil {
 			return int32(n)
@@ -87,15 +69,39 @@ func (h *handler) serve(tag uint16, d ioDesc, buf []byte) int32 {
 	return errnoResult(err)
 }
 
-// copyIn reads a write's data from the driver into p.
-func (h *handler) copyIn(tag uint16, p []byte) error {
+// write stores a write's data, p long at off. A backend that receives
+// writes itself (the device's staging slots, with a GPU) gets the data
+// read from the driver straight into its memory, saving the copy through
+// the tag's buffer p; one that declines gets it in p, by WriteAt.
+func (h *handler) write(tag uint16, p []byte, off int64, fua bool) error {
+	if h.recv != nil {
+		if rc, ok := h.recv.ReceiveWrite(off, len(p)); ok {
+			at := 0
+			for _, b := range rc.Buffers() {
+				if err := h.copyIn(tag, b, at); err != nil {
+					h.recv.AbortWrite(rc)
+					return err
+				}
+				at += len(b)
+			}
+			return h.recv.CompleteWrite(h.ctx, rc, fua)
+		}
+	}
+	if err := h.copyIn(tag, p, 0); err != nil {
+		return err
+	}
+	return h.backend.WriteAt(h.ctx, p, off, fua)
+}
+
+// copyIn reads the write's data from byte at on, len(p) of it, into p.
+func (h *handler) copyIn(tag uint16, p []byte, at int) error {
 	for done := 0; done < len(p); {
-		n, err := unix.Pread(h.data, p[done:], userCopyPos(h.q, tag, uint32(done)))
+		n, err := unix.Pread(h.data, p[done:], userCopyPos(h.q, tag, uint32(at+done)))
 		if err != nil {
 			return fmt.Errorf("ublk: reading tag %d's data: %w", tag, err)
 		}
 		if n == 0 {
-			return fmt.Errorf("ublk: reading tag %d's data: %w after %d of %d bytes", tag, unix.EIO, done, len(p))
+			return fmt.Errorf("ublk: reading tag %d's data: %w after %d of %d bytes", tag, unix.EIO, at+done, at+len(p))
 		}
 		done += n
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/pkg/blockdev"
 )
 
 // recoverWait bounds how long Recover waits for the driver to let go of a
@@ -37,7 +39,7 @@ const recoverWait = 10 * time.Second
 // START and before its last fetch leaves, on Linux 6.12, a device whose
 // next recovery may be refused (a queue half fetched, or the descriptors
 // already mapped by the dead process); its error says so.
-func Recover(ctx context.Context, cfg Config, id int, backend Backend) (err error) {
+func Recover(ctx context.Context, cfg Config, id int, backend blockdev.Backend) (err error) {
 	if cfg.ControlPath == "" {
 		cfg.ControlPath = DefaultControlPath
 	}

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/osthread"
+	"github.com/gzramd/gzramd/pkg/blockdev"
 )
 
 // Config is how a device is served. The zero value serves with the
@@ -105,7 +106,7 @@ var ErrLeave = errors.New("ublk: the device is left to the next server")
 // takes requests by USER_COPY (Linux 6.5 or later). Serve returns nil
 // after a clean stop or leave; an error from setting up, serving or
 // removing the device otherwise.
-func Serve(ctx context.Context, cfg Config, backend Backend) (err error) {
+func Serve(ctx context.Context, cfg Config, backend blockdev.Backend) (err error) {
 	cfg, err = cfg.withDefaults()
 	if err != nil {
 		return err
@@ -207,7 +208,7 @@ func (dev Device) check() error {
 // (ErrLeave), which it reports. begin, if set, runs once the queues have
 // set up what they can without the char device, and before it is opened
 // (START_USER_RECOVERY).
-func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend Backend, begin func() error, live func(*control, Device) error) (left bool, err error) {
+func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, backend blockdev.Backend, begin func() error, live func(*control, Device) error) (left bool, err error) {
 	qs, err := startQueues(dev, cfg.IOFlusher)
 	if err != nil {
 		return false, err
@@ -230,7 +231,7 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 			err = fmt.Errorf("ublk: closing %s: %w", dev.Char, cerr)
 		}
 	}()
-	qs.attach(handler{ctx: context.WithoutCancel(ctx), backend: backend, size: backend.Size(), data: int(char.Fd())})
+	qs.attach(newHandler(context.WithoutCancel(ctx), backend, int(char.Fd())))
 	if err := qs.waitFetched(); err != nil {
 		return false, errors.Join(err, qs.stop())
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 // MemBackend is an in-memory device for a server in tests: it has the
-// methods of nbd.Backend.
+// methods of blockdev.Backend.
 type MemBackend struct {
 	mu      sync.RWMutex
 	data    []byte
