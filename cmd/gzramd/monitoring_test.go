@@ -492,6 +492,17 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 			exported[name] = labels
 		}
 	}
+	// The ublk device's requests need --transport ublk, and so root
+	// and ublk_drv.
+	for name, labels := range described(t, metrics.NewUblk()) {
+		if _, ok := exported[name]; ok {
+			t.Errorf("%s is in an NBD daemon's scrape: the ublk device's requests should be counted only over ublk", name)
+		}
+		exported[name] = labels
+		if strings.HasSuffix(name, "_seconds") {
+			exported[name+"_bucket"] = map[string]bool{"le": true, "command": true}
+		}
+	}
 	// Series that Prometheus makes itself.
 	exported["up"] = map[string]bool{}
 

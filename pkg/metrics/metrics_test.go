@@ -24,6 +24,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/nbd"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/route/routetest"
+	"github.com/gzramd/gzramd/pkg/ublk"
 )
 
 const pageSize = codec.PageSize
@@ -244,6 +245,37 @@ func TestNBDCounters(t *testing.T) {
 		if !math.IsInf(b.GetUpperBound(), 1) && b.GetCumulativeCount() != 0 {
 			t.Errorf("a 20s read landed in the bucket le=%v", b.GetUpperBound())
 		}
+	}
+	promtoolCheck(t, body)
+}
+
+// The ublk device's requests are counted as NBD's are, under their own
+// families and the driver's operations.
+func TestUblkCounters(t *testing.T) {
+	u := NewUblk()
+	u.RequestDone(ublk.OpWrite, 4096, 30*time.Microsecond, 0)
+	u.RequestDone(ublk.OpWrite, 131072, time.Millisecond, syscall.ENOSPC)
+	u.RequestDone(ublk.OpDiscard, 1<<21, 5*time.Microsecond, 0)
+	u.RequestDone(ublk.OpRead, 4096, 20*time.Microsecond, syscall.EIO)
+	u.RequestDone(ublk.OpWriteSame, 4096, time.Microsecond, syscall.EOPNOTSUPP)
+	u.RequestDone(ublk.Op(77), 0, time.Microsecond, syscall.EOPNOTSUPP)
+	f, body := scraper(t, u)()
+	want(t, f, "gzramd_ublk_requests_total", 2, "command", "write")
+	want(t, f, "gzramd_ublk_requests_total", 1, "command", "discard")
+	want(t, f, "gzramd_ublk_requests_total", 1, "command", "read")
+	want(t, f, "gzramd_ublk_requests_total", 0, "command", "flush")
+	want(t, f, "gzramd_ublk_requests_total", 1, "command", "write_same")
+	want(t, f, "gzramd_ublk_requests_total", 1, "command", "unknown")
+	want(t, f, "gzramd_ublk_request_bytes_total", 135168, "command", "write")
+	want(t, f, "gzramd_ublk_request_bytes_total", 1<<21, "command", "discard")
+	want(t, f, "gzramd_ublk_request_errors_total", 1, "command", "write", "error", "ENOSPC")
+	want(t, f, "gzramd_ublk_request_errors_total", 1, "command", "read", "error", "EIO")
+	want(t, f, "gzramd_ublk_request_errors_total", 1, "command", "unknown", "error", "ENOTSUP")
+	if h := histogramOf(t, f, "gzramd_ublk_request_duration_seconds", "write"); h.GetSampleCount() != 2 {
+		t.Errorf("write latency count = %d, want 2", h.GetSampleCount())
+	}
+	if a := testing.AllocsPerRun(1000, func() { u.RequestDone(ublk.OpRead, 4096, time.Microsecond, 0) }); a != 0 {
+		t.Errorf("Ublk.RequestDone allocates %v times per call", a)
 	}
 	promtoolCheck(t, body)
 }

@@ -75,7 +75,9 @@ type daemon struct {
 	// serve (the device, or a faults build's stand-in).
 	ublk   atomic.Pointer[ublkDevice]
 	served blockdev.Backend
-	swapOn bool // we ran swapon on the kernel device (kernelPath)
+	// ublkRequests counts the ublk device's requests; nil over NBD.
+	ublkRequests *metrics.Ublk
+	swapOn       bool // we ran swapon on the kernel device (kernelPath)
 	// stopKeeping stops replacing the kernel's closed connections
 	// (keepConnected), before the device is detached.
 	stopKeeping func()
@@ -126,6 +128,9 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 	nbdObs, err := d.newNBDServer()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Transport == TransportUblk {
+		d.ublkRequests = metrics.NewUblk()
 	}
 	if d.reg, err = metrics.NewRegistry(d.collectors(nbdObs, batchObs)...); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
@@ -220,6 +225,9 @@ func (d *daemon) collectors(nbdObs *metrics.NBD, batchObs *metrics.Batches) []pr
 	}, d.accel.collectors(cfg.GPUDevice, d.pipe.Router, d.log)...)
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
+	}
+	if d.ublkRequests != nil {
+		collectors = append(collectors, d.ublkRequests)
 	}
 	return collectors
 }

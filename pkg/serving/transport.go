@@ -92,6 +92,9 @@ func (d *daemon) attachUblk(ctx context.Context) error {
 		Tag:         tag,
 		Ready:       func(dev ublk.Device) { ready <- dev },
 	}
+	if d.ublkRequests != nil {
+		cfg.Observer = d.ublkRequests
+	}
 	start := time.Now()
 	if !recoverable {
 		d.removeLeftUblk()

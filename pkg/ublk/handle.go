@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -17,22 +18,81 @@ type handler struct {
 	ctx     context.Context
 	backend blockdev.Backend
 	recv    blockdev.WriteReceiver // backend, if it receives writes itself
+	obs     Observer               // nil: none
 	size    int64
 	data    int // /dev/ublkcN, or in tests any file
 	q       uint16
 }
 
-func newHandler(ctx context.Context, backend blockdev.Backend, data int) handler {
+func newHandler(ctx context.Context, backend blockdev.Backend, obs Observer, data int) handler {
 	recv, _ := backend.(blockdev.WriteReceiver)
-	return handler{ctx: ctx, backend: backend, recv: recv, size: backend.Size(), data: data}
+	return handler{ctx: ctx, backend: backend, recv: recv, obs: obs, size: backend.Size(), data: data}
+}
+
+// Op is a request's operation, as the driver names it (UBLK_IO_OP_*).
+type Op uint8
+
+// The operations a device is sent; OpWriteSame and any other are
+// answered EOPNOTSUPP.
+const (
+	OpRead        Op = opRead
+	OpWrite       Op = opWrite
+	OpFlush       Op = opFlush
+	OpDiscard     Op = opDiscard
+	OpWriteSame   Op = opWriteSame
+	OpWriteZeroes Op = opWriteZeroes
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpRead:
+		return "read"
+	case OpWrite:
+		return "write"
+	case OpFlush:
+		return "flush"
+	case OpDiscard:
+		return "discard"
+	case OpWriteSame:
+		return "write_same"
+	case OpWriteZeroes:
+		return "write_zeroes"
+	}
+	return "unknown"
+}
+
+// Observer is told of every request a queue serves, for metrics. It is
+// called on the queue's thread before the request is committed, so it
+// must be cheap, and must neither allocate nor block.
+type Observer interface {
+	// RequestDone reports one request: its operation, its length, the
+	// time from its descriptor being read to its result being ready,
+	// and the errno answered (0 for success).
+	RequestDone(op Op, length uint64, d time.Duration, errno syscall.Errno)
 }
 
 // serve runs the request in d, tag's, with buf as its data buffer, and
 // returns what COMMIT_AND_FETCH reports: the bytes done, or a negative
-// errno. Whatever the descriptor says, it does not panic: a descriptor
-// the driver should never write (an unknown op, a range past the end, a
-// request longer than buf) is answered with an error.
+// errno. The observer, if any, is told.
 func (h *handler) serve(tag uint16, d ioDesc, buf []byte) int32 {
+	if h.obs == nil {
+		return h.run(tag, d, buf)
+	}
+	start := time.Now()
+	res := h.run(tag, d, buf)
+	var errno syscall.Errno
+	if res < 0 {
+		errno = syscall.Errno(-res)
+	}
+	h.obs.RequestDone(Op(d.op()), uint64(d.NrSectors)<<9, time.Since(start), errno)
+	return res
+}
+
+// run serves the request. Whatever the descriptor says, it does not
+// panic: a descriptor the driver should never write (an unknown op, a
+// range past the end, a request longer than buf) is answered with an
+// error.
+func (h *handler) run(tag uint16, d ioDesc, buf []byte) int32 {
 	off := int64(d.StartSector) << 9
 	n := int64(d.NrSectors) << 9
 	op := d.op()

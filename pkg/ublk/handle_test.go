@@ -24,7 +24,7 @@ func newTestHandler(t *testing.T, q uint16, size int64) (*handler, *memBackend, 
 	}
 	t.Cleanup(func() { f.Close() })
 	m := newMemBackend(size)
-	h := newHandler(context.Background(), m, int(f.Fd()))
+	h := newHandler(context.Background(), m, nil, int(f.Fd()))
 	h.q = q
 	return &h, m, f
 }
@@ -252,7 +252,7 @@ func TestServeIntoReceiver(t *testing.T) {
 	}
 	defer f.Close()
 	r := &receivingBackend{memBackend: newMemBackend(1 << 20)}
-	h := newHandler(context.Background(), r, int(f.Fd()))
+	h := newHandler(context.Background(), r, nil, int(f.Fd()))
 	h.q = q
 	buf := make([]byte, 64<<10)
 

@@ -48,6 +48,8 @@ type Config struct {
 	IOFlusher bool
 	// Ready, if set, is called once the block device is live.
 	Ready func(Device)
+	// Observer, if set, is told of every request served.
+	Observer Observer
 }
 
 // Device is a device being served.
@@ -231,7 +233,7 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 			err = fmt.Errorf("ublk: closing %s: %w", dev.Char, cerr)
 		}
 	}()
-	qs.attach(newHandler(context.WithoutCancel(ctx), backend, int(char.Fd())))
+	qs.attach(newHandler(context.WithoutCancel(ctx), backend, cfg.Observer, int(char.Fd())))
 	if err := qs.waitFetched(); err != nil {
 		return false, errors.Join(err, qs.stop())
 	}

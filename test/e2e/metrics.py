@@ -6,8 +6,8 @@ hog's pages sat in swap) or "end" (after the swap was turned off). Exits 1
 naming every check that failed or could not be made.
 
 With a second argument "ublk" the kernel device was served through ublk,
-whose requests pass no NBD counter: instead of the trims received, the end's
-gzramd_transport_info must say ublk.
+whose requests pass no NBD counter: the end's gzramd_transport_info must say
+ublk, and gzramd_ublk_requests_total must count writes, reads and discards.
 """
 import re
 import sys
@@ -83,8 +83,14 @@ def main():
     elif ublk:
         if end.get('gzramd_transport_info{transport="ublk"}') != 1:
             problems.append('no gzramd_transport_info{transport="ublk"} 1 at the end')
-        else:
-            print("metrics: transport ublk (its requests are not counted by transport yet)")
+        w = end.get('gzramd_ublk_requests_total{command="write"}')
+        r = end.get('gzramd_ublk_requests_total{command="read"}')
+        d = end.get('gzramd_ublk_requests_total{command="discard"}')
+        print(f"metrics: transport ublk: {d} discards (writes {w}, reads {r})")
+        if not w or not r:
+            problems.append("the ublk device's writes and reads were not counted (gzramd_ublk_requests_total)")
+        if not d:
+            problems.append("no discards received over ublk although swap was on with discard")
     elif t is None:
         problems.append("no trim/discard counter among the metrics")
     else:
