@@ -25,12 +25,12 @@ func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 	ci := classOf(size)
 	c, g := &s.classes[ci], &s.geo[ci]
 	c.mu.Lock()
-	h, mem, slot, err := s.allocLocked(c, ci, size, owner, nil)
+	h, mem, cell, err := s.allocLocked(c, ci, size, owner, nil)
 	c.mu.Unlock()
 	if err != nil {
 		return 0, nil, err
 	}
-	off := objectAt(g, slot)
+	off := cellAt(g, cell)
 	return h, mem[off : off+uint32(size) : off+uint32(size)], nil
 }
 
@@ -91,55 +91,55 @@ func (s *Store) checkAlloc(size int, owner uint32) error {
 	return nil
 }
 
-// allocLocked takes a slot of class ci for an object of size bytes and
+// allocLocked takes a cell of class ci for an object of size bytes and
 // returns it with its slab's memory; new slab memory draws on credit (see
 // hold). c.mu is held.
 func (s *Store) allocLocked(c *class, ci, size int, owner uint32, credit *int64) (Handle, []byte, uint32, error) {
-	id, mem, slot, err := s.take(c, ci, true, credit)
+	id, mem, cell, err := s.take(c, ci, true, credit)
 	if err != nil {
 		return 0, nil, 0, err
 	}
-	setOwner(mem, slot, owner)
-	setDelta(mem, slot, byte(s.geo[ci].size-uint32(size)))
+	setOwner(mem, cell, owner)
+	setDelta(mem, cell, byte(s.geo[ci].size-uint32(size)))
 	c.objects.Add(1)
 	c.bytes.Add(int64(size))
-	return handle(id, slot), mem, slot, nil
+	return handle(id, cell), mem, cell, nil
 }
 
-func handle(slab, slot uint32) Handle { return Handle(slab)<<slotBits | Handle(slot) }
+func handle(slab, cell uint32) Handle { return Handle(slab)<<cellBits | Handle(cell) }
 
-// lookup checks that h names a slot of an existing slab and returns the
-// slab and its memory. It does not say whether the slot is in use.
-func (s *Store) lookup(h Handle) (id uint32, r *slabRec, mem []byte, slot uint32, ok bool) {
-	if h>>slotBits >= Handle(s.nslabs.Load()) {
+// lookup checks that h names a cell of an existing slab and returns the
+// slab and its memory. It does not say whether the cell is in use.
+func (s *Store) lookup(h Handle) (id uint32, r *slabRec, mem []byte, cell uint32, ok bool) {
+	if h>>cellBits >= Handle(s.nslabs.Load()) {
 		return 0, nil, nil, 0, false
 	}
-	id, slot = uint32(h>>slotBits), uint32(h&slotMask)
+	id, cell = uint32(h>>cellBits), uint32(h&cellMask)
 	if id == 0 {
 		return 0, nil, nil, 0, false
 	}
 	r = s.rec(id)
 	g := &s.geo[r.class]
 	arenas := *s.arenas.Load()
-	if slot >= g.slots || int(r.arena) >= len(arenas) {
+	if cell >= g.cells || int(r.arena) >= len(arenas) {
 		return 0, nil, nil, 0, false
 	}
 	off := int(r.page) * pageSize
-	return id, r, arenas[r.arena][off : off+int(g.pages)*pageSize], slot, true
+	return id, r, arenas[r.arena][off : off+int(g.pages)*pageSize], cell, true
 }
 
 // Bytes returns the bytes of the object h, size long as given to Alloc (a
 // size beyond the object's class is clamped to it). They are valid until
-// the object is freed or relocated. Bytes checks only that h names a slot
+// the object is freed or relocated. Bytes checks only that h names a cell
 // of an existing slab, returning nil otherwise; it takes no lock.
 func (s *Store) Bytes(h Handle, size int) []byte {
-	_, r, mem, slot, ok := s.lookup(h)
+	_, r, mem, cell, ok := s.lookup(h)
 	if !ok {
 		return nil
 	}
 	g := &s.geo[r.class]
 	n := uint32(min(max(size, 0), int(g.size)))
-	off := objectAt(g, slot)
+	off := cellAt(g, cell)
 	return mem[off : off+n : off+n]
 }
 
@@ -148,26 +148,26 @@ func (s *Store) Bytes(h Handle, size int) []byte {
 // the new page, so that the cache miss (the old object is cold, on a
 // random page) overlaps the compression. Any handle is accepted.
 func (s *Store) Prefetch(h Handle) {
-	if _, _, mem, slot, ok := s.lookup(h); ok {
-		prefetch.Line(unsafe.Pointer(&mem[tagSize*slot]))
+	if _, _, mem, cell, ok := s.lookup(h); ok {
+		prefetch.Line(unsafe.Pointer(&mem[tagSize*cell]))
 	}
 }
 
 // Free releases the object h. A handle that names no live object (never
 // allocated, already freed, or from another store) is detected, counted in
-// Stats.BadHandles and otherwise ignored; a stale handle whose slot holds
+// Stats.BadHandles and otherwise ignored; a stale handle whose cell holds
 // a new object frees that object. A slab left empty gives its pages back
 // to the kernel at once, except that each class keeps one that emptied
 // holding at most two pages (Compact releases it).
 func (s *Store) Free(h Handle) {
-	id, r, mem, slot, ok := s.lookup(h)
+	id, r, mem, cell, ok := s.lookup(h)
 	if !ok {
 		s.badHandles.Add(1)
 		return
 	}
 	c := &s.classes[r.class]
 	c.mu.Lock()
-	s.freeLocked(c, id, r, mem, slot)
+	s.freeLocked(c, id, r, mem, cell)
 	c.mu.Unlock()
 }
 
@@ -179,7 +179,7 @@ func (s *Store) FreeBatch(handles []Handle) {
 		if h == 0 {
 			continue
 		}
-		id, r, mem, slot, ok := s.lookup(h)
+		id, r, mem, cell, ok := s.lookup(h)
 		if !ok {
 			s.badHandles.Add(1)
 			continue
@@ -191,24 +191,24 @@ func (s *Store) FreeBatch(handles []Handle) {
 			c.mu.Lock()
 			locked = c
 		}
-		s.freeLocked(locked, id, r, mem, slot)
+		s.freeLocked(locked, id, r, mem, cell)
 	}
 	if locked != nil {
 		locked.mu.Unlock()
 	}
 }
 
-// freeLocked frees slot of slab id, whose class's lock c.mu is held.
-func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uint32) {
+// freeLocked frees cell of slab id, whose class's lock c.mu is held.
+func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, cell uint32) {
 	g := &s.geo[r.class]
-	if r.state == slabEmpty || slot >= uint32(r.bump) || isFree(owner(mem, slot)) {
+	if r.state == slabEmpty || cell >= uint32(r.bump) || isFree(owner(mem, cell)) {
 		s.badHandles.Add(1)
 		return
 	}
-	size := g.size - uint32(delta(mem, slot))
-	setOwner(mem, slot, freeTag|uint32(r.freeHead))
-	r.freeHead = uint16(slot + 1)
-	wasFull := uint32(r.live) == g.slots
+	size := g.size - uint32(delta(mem, cell))
+	setOwner(mem, cell, freeTag|uint32(r.freeHead))
+	r.freeHead = uint16(cell + 1)
+	wasFull := uint32(r.live) == g.cells
 	r.live--
 	c.objects.Add(-1)
 	c.bytes.Add(-int64(size))
@@ -260,9 +260,9 @@ func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uin
 	}
 }
 
-// take hands out a free slot of class ci, from the most recently used slab
+// take hands out a free cell of class ci, from the most recently used slab
 // with room, making a slab when grow is set and none has room. c.mu is held.
-func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem []byte, slot uint32, err error) {
+func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem []byte, cell uint32, err error) {
 	g := &s.geo[ci]
 	id = c.partial
 	if id == 0 {
@@ -270,7 +270,7 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 			return 0, nil, 0, ErrFull
 		}
 		// Spare making a slab that could not take even one object.
-		if !s.fits(c, int64(pagesFor(objectAt(g, 1)))*pageSize-creditOf(credit)) {
+		if !s.fits(c, int64(pagesFor(cellAt(g, 1)))*pageSize-creditOf(credit)) {
 			return 0, nil, 0, ErrFull
 		}
 		if id, err = s.newSlab(c, ci); err != nil {
@@ -279,10 +279,10 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 		s.push(&c.partial, id)
 	}
 	r := s.rec(id)
-	slot, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
+	cell, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
 	if errors.Is(err, errCold) {
 		// Its room is in pages it gave back: it waits, off the list,
-		// for a free slot, and a slab with resident room is taken.
+		// for a free cell, and a slab with resident room is taken.
 		s.unlink(&c.partial, id)
 		r.state = slabCold
 		return s.take(c, ci, grow, credit)
@@ -294,12 +294,12 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 			r.state = slabEmpty
 			c.empty = append(c.empty, id)
 		}
-		// The head slab needs a new page; another may have a free slot
+		// The head slab needs a new page; another may have a free cell
 		// in pages it already holds.
 		for id = c.partial; id != 0; id = r.next {
 			r = s.rec(id)
-			if r.freeHead != 0 || pagesFor(objectAt(g, uint32(r.bump)+1)) <= uint32(r.touched) {
-				slot, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
+			if r.freeHead != 0 || pagesFor(cellAt(g, uint32(r.bump)+1)) <= uint32(r.touched) {
+				cell, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
 				break
 			}
 		}
@@ -307,25 +307,25 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 			return 0, nil, 0, err
 		}
 	}
-	if uint32(r.live) == g.slots {
+	if uint32(r.live) == g.cells {
 		s.unlink(&c.partial, id)
 	}
-	return id, s.slabMem(r, g), slot, nil
+	return id, s.slabMem(r, g), cell, nil
 }
 
 // errCold is takeFrom's refusal to reach into a page the slab gave back.
 var errCold = errors.New("pagestore: the slab's next page was given back")
 
-// takeFrom hands out a slot of r: a freed one first, else the next never
+// takeFrom hands out a cell of r: a freed one first, else the next never
 // used one, reserving the page it reaches into.
 func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *int64) (uint32, error) {
-	var slot uint32
+	var cell uint32
 	if r.freeHead != 0 {
-		slot = uint32(r.freeHead - 1)
-		r.freeHead = uint16(owner(mem, slot) &^ freeTag)
+		cell = uint32(r.freeHead - 1)
+		r.freeHead = uint16(owner(mem, cell) &^ freeTag)
 	} else {
-		slot = uint32(r.bump)
-		need := pagesFor(objectAt(g, slot+1))
+		cell = uint32(r.bump)
+		need := pagesFor(cellAt(g, cell+1))
 		if need > uint32(r.touched) && r.cold && s.pf.prefault > 0 {
 			return 0, errCold
 		}
@@ -338,7 +338,7 @@ func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *
 		r.bump++
 	}
 	r.live++
-	return slot, nil
+	return cell, nil
 }
 
 func (m *mapping) slabMem(r *slabRec, g *geometry) []byte {

@@ -32,16 +32,16 @@ func BenchmarkAllocFree(b *testing.B) {
 		// they do not go through the classes in lockstep.
 		i := int(goroutines.Add(1)) * 317
 		for pb.Next() {
-			slot := i & (len(ring) - 1)
-			if ring[slot] != 0 {
-				s.Free(ring[slot])
+			at := i & (len(ring) - 1)
+			if ring[at] != 0 {
+				s.Free(ring[at])
 			}
 			h, _, err := s.Alloc(sizes[i&(len(sizes)-1)], uint32(i))
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			ring[slot] = h
+			ring[at] = h
 			i++
 		}
 		for _, h := range ring {

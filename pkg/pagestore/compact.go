@@ -11,7 +11,7 @@ import (
 // back to the kernel, and returns how many objects it moved. It also
 // releases the slabs each class keeps cached after they emptied.
 //
-// For each object it moves, it copies the bytes to a new slot of the same
+// For each object it moves, it copies the bytes to a new cell of the same
 // class and then calls relocate(owner, old, new) holding no store lock:
 // relocate may call Alloc, Bytes and Free (but not Compact). If relocate
 // returns true, the owner now refers to new and Compact frees old; if it
@@ -62,28 +62,28 @@ func (cp *compactor) compactClass(ci int, relocate func(owner uint32, old, new H
 	aborted := false
 	for _, id := range srcs {
 		r := s.rec(id)
-		for slot := uint32(0); !aborted; slot++ {
+		for cell := uint32(0); !aborted; cell++ {
 			c.mu.Lock()
-			if slot >= uint32(r.bump) {
+			if cell >= uint32(r.bump) {
 				c.mu.Unlock()
 				break
 			}
 			mem := s.slabMem(r, g)
-			if isFree(owner(mem, slot)) {
+			if isFree(owner(mem, cell)) {
 				c.mu.Unlock()
 				continue
 			}
 			// Destinations come only from slabs that already exist:
 			// growing the store to compact it would defeat the purpose.
-			nid, nmem, nslot, err := s.take(c, ci, false, nil)
+			nid, nmem, ncell, err := s.take(c, ci, false, nil)
 			if err != nil {
 				aborted = true
 				c.mu.Unlock()
 				break
 			}
-			o := copyObject(c, g, mem, slot, nmem, nslot)
+			o := copyObject(c, g, mem, cell, nmem, ncell)
 			c.mu.Unlock()
-			if cp.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
+			if cp.relocateOne(relocate, o, handle(id, cell), handle(nid, ncell)) {
 				moved++
 			}
 		}
@@ -114,10 +114,10 @@ func (cp *compactor) compactClass(ci int, relocate func(owner uint32, old, new H
 
 // compactTail packs the objects of slab id, which the others cannot take
 // whole, into the bottom of the slab and gives back the pages above them.
-// Working down from its top object, it moves each object into a free slot
-// of another slab while there is one, then into the lowest free slot of
+// Working down from its top object, it moves each object into a free cell
+// of another slab while there is one, then into the lowest free cell of
 // this one. Meanwhile the slab is marked evacuating, so nothing but this
-// takes its free slots; its free list is rebuilt at the end.
+// takes its free cells; its free list is rebuilt at the end.
 func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owner uint32, old, new Handle) bool) (moved int) {
 	s := cp.s
 	g, r := &s.geo[ci], s.rec(id)
@@ -126,34 +126,34 @@ func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owne
 	c.mu.Unlock()
 	lo, outside := uint32(0), true
 	for ; hi >= 0; hi-- {
-		slot := uint32(hi)
+		cell := uint32(hi)
 		c.mu.Lock()
 		mem := s.slabMem(r, g)
-		if isFree(owner(mem, slot)) {
+		if isFree(owner(mem, cell)) {
 			c.mu.Unlock()
 			continue
 		}
-		nid, nmem, nslot := id, mem, uint32(0)
+		nid, nmem, ncell := id, mem, uint32(0)
 		if outside {
 			var err error
-			if nid, nmem, nslot, err = s.take(c, ci, false, nil); err != nil {
+			if nid, nmem, ncell, err = s.take(c, ci, false, nil); err != nil {
 				nid, nmem, outside = id, mem, false
 			}
 		}
 		if !outside {
-			for lo < slot && !isFree(owner(mem, lo)) {
+			for lo < cell && !isFree(owner(mem, lo)) {
 				lo++
 			}
-			if lo >= slot {
+			if lo >= cell {
 				c.mu.Unlock()
 				break
 			}
-			nslot = lo
+			ncell = lo
 			r.live++
 		}
-		o := copyObject(c, g, mem, slot, nmem, nslot)
+		o := copyObject(c, g, mem, cell, nmem, ncell)
 		c.mu.Unlock()
-		if cp.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
+		if cp.relocateOne(relocate, o, handle(id, cell), handle(nid, ncell)) {
 			moved++
 		}
 	}
@@ -176,14 +176,14 @@ func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owne
 		return moved
 	}
 	r.state = slabActive
-	if uint32(r.live) < g.slots {
+	if uint32(r.live) < g.cells {
 		s.push(&c.partial, id)
 	}
 	return moved
 }
 
 // trim lowers slab r's mark to just above its top object, stops counting
-// the pages above that as held, and rebuilds its free list lowest slot
+// the pages above that as held, and rebuilds its free list lowest cell
 // first. It returns those pages, for the caller to give back once it has
 // released c.mu, which is held.
 func (cp *compactor) trim(r *slabRec, g *geometry) (above []byte) {
@@ -194,17 +194,17 @@ func (cp *compactor) trim(r *slabRec, g *geometry) (above []byte) {
 		top--
 	}
 	r.freeHead = 0
-	for slot := int(top) - 1; slot >= 0; slot-- {
-		if isFree(owner(mem, uint32(slot))) {
-			setOwner(mem, uint32(slot), freeTag|uint32(r.freeHead))
-			r.freeHead = uint16(slot + 1)
+	for cell := int(top) - 1; cell >= 0; cell-- {
+		if isFree(owner(mem, uint32(cell))) {
+			setOwner(mem, uint32(cell), freeTag|uint32(r.freeHead))
+			r.freeHead = uint16(cell + 1)
 		}
 	}
 	r.bump = uint16(top)
 	if top == 0 {
 		return nil // the caller releases the slab
 	}
-	keep := pagesFor(objectAt(g, top))
+	keep := pagesFor(cellAt(g, top))
 	if held := uint32(r.touched); keep < held {
 		above = mem[keep*pageSize : held*pageSize]
 		s.memUsed.Add(-int64(held-keep) * pageSize)
@@ -214,15 +214,15 @@ func (cp *compactor) trim(r *slabRec, g *geometry) (above []byte) {
 	return above
 }
 
-// copyObject copies the object in slot of mem, with its tag, into the
-// slot nslot of nmem, which the caller has taken, and returns its owner.
+// copyObject copies the object in cell of mem, with its tag, into the
+// cell ncell of nmem, which the caller has taken, and returns its owner.
 // c.mu is held.
-func copyObject(c *class, g *geometry, mem []byte, slot uint32, nmem []byte, nslot uint32) uint32 {
-	o, d := owner(mem, slot), delta(mem, slot)
-	setOwner(nmem, nslot, o)
-	setDelta(nmem, nslot, d)
+func copyObject(c *class, g *geometry, mem []byte, cell uint32, nmem []byte, ncell uint32) uint32 {
+	o, d := owner(mem, cell), delta(mem, cell)
+	setOwner(nmem, ncell, o)
+	setDelta(nmem, ncell, d)
 	n := g.size - uint32(d)
-	copy(nmem[objectAt(g, nslot):][:n], mem[objectAt(g, slot):][:n])
+	copy(nmem[cellAt(g, ncell):][:n], mem[cellAt(g, cell):][:n])
 	c.objects.Add(1)
 	c.bytes.Add(int64(n))
 	return o
@@ -241,7 +241,7 @@ func (cp *compactor) relocateOne(relocate func(owner uint32, old, new Handle) bo
 
 // pickSources chooses the slabs of a class to evacuate and marks them so:
 // draining ones left from an earlier Compact, then the sparsest active ones
-// for as long as the others have free slots for all their objects. c.mu is
+// for as long as the others have free cells for all their objects. c.mu is
 // held; the result lives in cp.scratch.
 func (cp *compactor) pickSources(c *class, g *geometry) []uint32 {
 	s := cp.s
@@ -255,14 +255,14 @@ func (cp *compactor) pickSources(c *class, g *geometry) []uint32 {
 	free := 0
 	for id := c.partial; id != 0; id = s.rec(id).next {
 		ids = append(ids, id)
-		free += int(g.slots) - int(s.rec(id).live)
+		free += int(g.cells) - int(s.rec(id).live)
 	}
 	active := ids[drained:]
 	slices.SortFunc(active, func(a, b uint32) int { return int(s.rec(a).live) - int(s.rec(b).live) })
 	chosen := drained
 	for _, id := range active {
 		live := int(s.rec(id).live)
-		room := free - (int(g.slots) - live) // free slots left if this one goes too
+		room := free - (int(g.cells) - live) // free cells left if this one goes too
 		if need+live > room {
 			break
 		}
@@ -290,7 +290,7 @@ func (cp *compactor) pickTail(c *class, g *geometry) uint32 {
 	tail := uint32(0)
 	for id := c.partial; id != 0; id = s.rec(id).next {
 		r := s.rec(id)
-		if pagesFor(objectAt(g, uint32(r.live))) < uint32(r.touched) && (tail == 0 || r.live < s.rec(tail).live) {
+		if pagesFor(cellAt(g, uint32(r.live))) < uint32(r.touched) && (tail == 0 || r.live < s.rec(tail).live) {
 			tail = id
 		}
 	}

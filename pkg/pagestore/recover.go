@@ -25,11 +25,11 @@ import (
 // examined or tried again.
 type Recovery struct {
 	s *Store
-	// kept marks the slots named by Keep: slab id's slots are bits
-	// [first[id], first[id]+slots) of kept.
+	// kept marks the cells named by Keep: slab id's cells are bits
+	// [first[id], first[id]+cells) of kept.
 	kept  []uint64
 	first []uint32
-	// live and bump count and bound slab id's kept slots; Done writes
+	// live and bump count and bound slab id's kept cells; Done writes
 	// them to the slab's record.
 	live, bump []uint16
 }
@@ -67,7 +67,7 @@ func (rc *Recovery) load() error {
 	arenaPages := uint32(s.arenaSize / pageSize)
 	id := uint32(1)
 	lastArena, lastEnd := -1, uint32(0)
-	var slots uint64
+	var cells uint64
 	rc.first = make([]uint32, 1, 1024)
 	for ; id < maxSlabs && atomic.LoadUint32(&s.recs[id].sealed) == recordSeal; id++ {
 		r := s.rec(id)
@@ -85,14 +85,14 @@ func (rc *Recovery) load() error {
 		} else if a == lastArena {
 			lastEnd = max(lastEnd, end)
 		}
-		rc.first = append(rc.first, uint32(slots))
-		slots += uint64(g.slots)
-		if slots > 1<<32-1 {
-			return fmt.Errorf("slab %d: more than 2^32 slots: %w", id, syscall.EUCLEAN)
+		rc.first = append(rc.first, uint32(cells))
+		cells += uint64(g.cells)
+		if cells > 1<<32-1 {
+			return fmt.Errorf("slab %d: more than 2^32 cells: %w", id, syscall.EUCLEAN)
 		}
 	}
 	s.nslabs.Store(id)
-	rc.kept = make([]uint64, (slots+63)/64)
+	rc.kept = make([]uint64, (cells+63)/64)
 	rc.live, rc.bump = make([]uint16, id), make([]uint16, id)
 	for k := 0; k <= lastArena; k++ {
 		mem, err := s.mapArena(k)
@@ -108,29 +108,29 @@ func (rc *Recovery) load() error {
 
 // Keep names a live object: handle h, tagged with owner o, of size bytes,
 // as the caller recorded it when the object was stored. It fails, changing
-// nothing, when the store disagrees: no such slot, another owner or size
+// nothing, when the store disagrees: no such cell, another owner or size
 // in its tag, or named before.
 func (rc *Recovery) Keep(h Handle, o uint32, size int) error {
 	s := rc.s
-	id, r, mem, slot, ok := s.lookup(h)
+	id, r, mem, cell, ok := s.lookup(h)
 	if !ok {
-		return fmt.Errorf("pagestore: recovering %#x (owner %d): no such slot: %w", h, o, syscall.EUCLEAN)
+		return fmt.Errorf("pagestore: recovering %#x (owner %d): no such cell: %w", h, o, syscall.EUCLEAN)
 	}
 	g := &s.geo[r.class]
-	tagOwner, d := owner(mem, slot), delta(mem, slot)
+	tagOwner, d := owner(mem, cell), delta(mem, cell)
 	switch {
 	case tagOwner != o:
 		return fmt.Errorf("pagestore: recovering %#x: tagged for owner %#x, not %d: %w", h, tagOwner, o, syscall.EUCLEAN)
 	case uint32(d) >= classStep || int(g.size)-int(d) != size:
 		return fmt.Errorf("pagestore: recovering %#x (owner %d): %d bytes in its tag, not %d: %w", h, o, int(g.size)-int(d), size, syscall.EUCLEAN)
 	}
-	bit := uint64(rc.first[id]) + uint64(slot)
+	bit := uint64(rc.first[id]) + uint64(cell)
 	if rc.kept[bit/64]&(1<<(bit%64)) != 0 {
 		return fmt.Errorf("pagestore: recovering %#x (owner %d): named twice: %w", h, o, syscall.EUCLEAN)
 	}
 	rc.kept[bit/64] |= 1 << (bit % 64)
 	rc.live[id]++
-	rc.bump[id] = max(rc.bump[id], uint16(slot+1))
+	rc.bump[id] = max(rc.bump[id], uint16(cell+1))
 	return nil
 }
 
@@ -152,22 +152,22 @@ func (rc *Recovery) Done() (*Store, error) {
 			s.pushEmpty(c, id)
 			continue
 		}
-		for slot := int(r.bump) - 1; slot >= 0; slot-- {
-			bit := uint64(rc.first[id]) + uint64(slot)
+		for cell := int(r.bump) - 1; cell >= 0; cell-- {
+			bit := uint64(rc.first[id]) + uint64(cell)
 			if rc.kept[bit/64]&(1<<(bit%64)) != 0 {
 				c.objects.Add(1)
-				c.bytes.Add(int64(g.size) - int64(delta(mem, uint32(slot))))
+				c.bytes.Add(int64(g.size) - int64(delta(mem, uint32(cell))))
 				continue
 			}
-			setOwner(mem, uint32(slot), freeTag|uint32(r.freeHead))
-			r.freeHead = uint16(slot + 1)
+			setOwner(mem, uint32(cell), freeTag|uint32(r.freeHead))
+			r.freeHead = uint16(cell + 1)
 		}
-		r.touched = uint16(pagesFor(objectAt(g, uint32(r.bump))))
+		r.touched = uint16(pagesFor(cellAt(g, uint32(r.bump))))
 		if err := s.releasePages(r, mem[int(r.touched)*pageSize:]); err != nil {
 			return nil, fmt.Errorf("pagestore: recovering: %w", err)
 		}
 		s.memUsed.Add(int64(r.touched) * pageSize)
-		if uint32(r.live) < g.slots {
+		if uint32(r.live) < g.cells {
 			s.push(&c.partial, id)
 		}
 	}

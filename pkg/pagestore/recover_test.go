@@ -167,11 +167,11 @@ func TestRecoverRefuses(t *testing.T) {
 		owner uint32
 		size  int
 	}{
-		{h + 1, 7, 100},       // a slot never used
+		{h + 1, 7, 100},       // a cell never used
 		{h, 8, 100},           // another owner
 		{h, 7, 99},            // another size
 		{1 << 40, 7, 100},     // no such slab
-		{h &^ slotMask, 7, 0}, // slot 0 of its slab is h itself: size 0
+		{h &^ cellMask, 7, 0}, // cell 0 of its slab is h itself: size 0
 	} {
 		if err := rc.Keep(bad.h, bad.owner, bad.size); !errors.Is(err, syscall.EUCLEAN) {
 			t.Errorf("Keep(%#x, %d, %d): %v, want EUCLEAN", bad.h, bad.owner, bad.size, err)

@@ -57,7 +57,7 @@ func touchedPages(s *Store) int64 {
 		g := &s.geo[r.class]
 		tags := pagesFor(tagSize * uint32(r.bump))
 		first := g.tagBytes / pageSize
-		end := pagesFor(objectAt(g, uint32(r.bump)))
+		end := pagesFor(cellAt(g, uint32(r.bump)))
 		n += int64(end-first) + int64(min(tags, first))
 	}
 	return n
@@ -122,7 +122,7 @@ func TestReleaseLocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := s.rec(uint32(h >> slotBits))
+	r := s.rec(uint32(h >> cellBits))
 	mem := (*s.arenas.Load())[r.arena]
 	if err := unix.Mlock(mem[:64<<10]); err != nil {
 		testneeds.MlockRefused(t, err, "mlock of the pages")
@@ -190,7 +190,7 @@ func TestRandomOps(t *testing.T) {
 				m.objs[o] = object{}
 			}
 		case op < 88:
-			// A stale handle may name a slot reused since; free it only
+			// A stale handle may name a cell reused since; free it only
 			// when nobody holds that handle now.
 			if len(stale) > 0 {
 				h := stale[rng.IntN(len(stale))]

@@ -13,13 +13,13 @@ import (
 
 // Handle names a stored object. 0 is never a valid handle. Handles are
 // below 1<<HandleBits: a slab number shifted left by 12 bits, or'ed with a
-// slot.
+// cell.
 type Handle uint64
 
 // HandleBits bounds handles: a page table entry keeps one in that many bits.
 const HandleBits = 36
 
-var _ [1<<HandleBits - maxSlabs<<slotBits]byte // every handle fits
+var _ [1<<HandleBits - maxSlabs<<cellBits]byte // every handle fits
 
 var (
 	// ErrFull reports that storing would exceed the memory limit.
@@ -128,7 +128,7 @@ type Store struct {
 // locks never share a cache line.
 type class struct {
 	mu       sync.Mutex
-	partial  uint32 // active slabs with a free slot
+	partial  uint32 // active slabs with a free cell
 	draining uint32
 	empty    []uint32 // slabs of this class holding no memory, for reuse
 	// cached is a slab that emptied while small and kept its pages, so

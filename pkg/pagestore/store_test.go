@@ -61,16 +61,16 @@ func checkInvariants(t *testing.T, s *Store) {
 			}
 			mem := s.slabMem(r, g)
 			live := 0
-			for slot := uint32(0); slot < uint32(r.bump); slot++ {
-				if !isFree(owner(mem, slot)) {
+			for cell := uint32(0); cell < uint32(r.bump); cell++ {
+				if !isFree(owner(mem, cell)) {
 					live++
-					classBytes += int64(g.size - uint32(delta(mem, slot)))
+					classBytes += int64(g.size - uint32(delta(mem, cell)))
 				}
 			}
 			free := 0
 			for f := r.freeHead; f != 0; f = uint16(owner(mem, uint32(f-1)) &^ freeTag) {
 				if !isFree(owner(mem, uint32(f-1))) {
-					t.Fatalf("slab %d: free list holds live slot %d", id, f-1)
+					t.Fatalf("slab %d: free list holds live cell %d", id, f-1)
 				}
 				if free++; free > int(r.bump) {
 					t.Fatalf("slab %d: free list loops", id)
@@ -83,13 +83,13 @@ func checkInvariants(t *testing.T, s *Store) {
 				t.Fatalf("slab %d (state %d) is empty but holds %d pages", id, r.state, r.touched)
 			}
 			// A reused cached slab may hold pages its mark has not reached.
-			if want := pagesFor(objectAt(g, uint32(r.bump))); uint32(r.touched) != want && (r.touched < uint16(want) || r.touched > maxCachedPages) {
+			if want := pagesFor(cellAt(g, uint32(r.bump))); uint32(r.touched) != want && (r.touched < uint16(want) || r.touched > maxCachedPages) {
 				t.Fatalf("slab %d: %d pages counted, %d reached", id, r.touched, want)
 			}
 			switch r.state {
 			case slabActive:
-				if inPartial[id] != (uint32(r.live) < g.slots) {
-					t.Fatalf("slab %d: %d of %d slots live, in partial list: %v", id, r.live, g.slots, inPartial[id])
+				if inPartial[id] != (uint32(r.live) < g.cells) {
+					t.Fatalf("slab %d: %d of %d cells live, in partial list: %v", id, r.live, g.cells, inPartial[id])
 				}
 			case slabCold:
 				if inPartial[id] || !r.cold {
@@ -250,9 +250,9 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(b, 7)
-	bad := []Handle{0, 1, h + 1, h + slotMask, h + 1<<slotBits, 1 << 47, ^Handle(0)}
+	bad := []Handle{0, 1, h + 1, h + cellMask, h + 1<<cellBits, 1 << 47, ^Handle(0)}
 	for _, x := range bad {
-		if b := s.Bytes(x, 10); b != nil && x>>slotBits != h>>slotBits {
+		if b := s.Bytes(x, 10); b != nil && x>>cellBits != h>>cellBits {
 			t.Errorf("Bytes(%#x) = %d bytes, want nil", x, len(b))
 		}
 		s.Free(x)
@@ -449,7 +449,7 @@ func TestCompact(t *testing.T) {
 		t.Fatalf("after compaction %d bytes held for %d data bytes in %d classes, want <= %d", after.MemUsed, after.ComprDataSize, classes, allowed)
 	}
 	// What compaction leaves free in held memory is less than one slab's
-	// slots per class.
+	// cells per class.
 	for ci := range s.classes {
 		g := &s.geo[ci]
 		free := 0
@@ -458,8 +458,8 @@ func TestCompact(t *testing.T) {
 				free += int(r.bump) - int(r.live)
 			}
 		}
-		if free >= int(g.slots) {
-			t.Fatalf("class %d: %d free slots below the slabs' marks after compaction, slab has %d", ci, free, g.slots)
+		if free >= int(g.cells) {
+			t.Fatalf("class %d: %d free cells below the slabs' marks after compaction, slab has %d", ci, free, g.cells)
 		}
 	}
 	checkInvariants(t, s)
@@ -484,7 +484,7 @@ func TestCompact(t *testing.T) {
 // TestCompactTrimmedSlabsStayCold: with a prefaulter, the pages Compact
 // trims off a slab are never reached into again by a writer (they were
 // given back, so a writer storing a swapped-out page would fault them in):
-// the trimmed slabs take objects into their free slots only, new objects
+// the trimmed slabs take objects into their free cells only, new objects
 // go to slabs with resident room, and every object survives.
 func TestCompactTrimmedSlabsStayCold(t *testing.T) {
 	s := newStore(t, Config{Prefault: 4 << 20})
@@ -700,11 +700,11 @@ func TestGeometry(t *testing.T) {
 	for ci := range numClasses {
 		g := newGeometry(ci)
 		largest = max(largest, g.pages)
-		if g.slots == 0 || g.slots > maxSlots || g.pages > maxSlabPages {
+		if g.cells == 0 || g.cells > maxCells || g.pages > maxSlabPages {
 			t.Fatalf("class %d: %+v", ci, g)
 		}
 		bytes := g.pages * pageSize
-		if used := g.slots * (g.size + tagSize); used > bytes || (bytes-used)*100 > bytes {
+		if used := g.cells * (g.size + tagSize); used > bytes || (bytes-used)*100 > bytes {
 			t.Fatalf("class %d: %d of %d slab bytes used", ci, used, bytes)
 		}
 		if g.size < 2 {
