@@ -1,4 +1,4 @@
-// Allocating and freeing objects: one at a time or in batches, slabs taken
+// Allocating and freeing: one at a time or in batches, slabs taken
 // and released, and the memory they hold against the limit.
 
 package pagestore
@@ -13,10 +13,10 @@ import (
 	"github.com/gzramd/gzramd/internal/prefetch"
 )
 
-// Alloc reserves an object of size bytes (1..MaxObjectSize) tagged with
+// Alloc reserves an allocation of size bytes (1..MaxAllocSize) tagged with
 // owner, and returns its handle and its bytes for the caller to fill. owner
 // is what Compact passes back to relocate, at most MaxOwner. Alloc fails
-// with ErrFull, changing nothing, when the object needs a page of memory
+// with ErrFull, changing nothing, when the allocation needs a page of memory
 // that the limit does not allow.
 func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 	if err := s.checkAlloc(size, owner); err != nil {
@@ -34,16 +34,16 @@ func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 	return h, mem[off : off+uint32(size) : off+uint32(size)], nil
 }
 
-// AllocBatch allocates objects as Alloc does, object i of sizes[i] bytes
+// AllocBatch makes allocations as Alloc does, allocation i of sizes[i] bytes
 // tagged with owners[i], in order, and stores their handles in handles (as
-// long as sizes); the caller fills them through Bytes. Runs of objects of
+// long as sizes); the caller fills them through Bytes. Runs of allocations of
 // one size class take the class's lock once: a batch of pages that
 // compress alike (as a program's pages often do) costs one lock, not one
 // each, which is what lets many writers store at once.
 //
-// reserved is the part of an earlier Reserve the objects draw on before
+// reserved is the part of an earlier Reserve the allocations draw on before
 // the memory limit is asked for more (staged pages reserved 4 KiB each and
-// are stored here). AllocBatch stops at the first object it cannot
+// are stored here). AllocBatch stops at the first allocation it cannot
 // allocate, and returns how many it did (the first n handles), the part of
 // reserved it did not use (still reserved, for the caller to use or
 // Unreserve), and the error.
@@ -81,8 +81,8 @@ func (s *Store) AllocBatch(sizes []int, owners []uint32, handles []Handle, reser
 
 func (s *Store) checkAlloc(size int, owner uint32) error {
 	switch {
-	case size < 1 || size > MaxObjectSize:
-		return fmt.Errorf("pagestore: object size %d out of range [1, %d]: %w", size, MaxObjectSize, syscall.EINVAL)
+	case size < 1 || size > MaxAllocSize:
+		return fmt.Errorf("pagestore: allocation size %d out of range [1, %d]: %w", size, MaxAllocSize, syscall.EINVAL)
 	case owner > MaxOwner:
 		return fmt.Errorf("pagestore: owner %#x above %#x: %w", owner, MaxOwner, syscall.EINVAL)
 	case s.closed.Load():
@@ -91,7 +91,7 @@ func (s *Store) checkAlloc(size int, owner uint32) error {
 	return nil
 }
 
-// allocLocked takes a cell of class ci for an object of size bytes and
+// allocLocked takes a cell of class ci for an allocation of size bytes and
 // returns it with its slab's memory; new slab memory draws on credit (see
 // hold). c.mu is held.
 func (s *Store) allocLocked(c *class, ci, size int, owner uint32, credit *int64) (Handle, []byte, uint32, error) {
@@ -101,7 +101,7 @@ func (s *Store) allocLocked(c *class, ci, size int, owner uint32, credit *int64)
 	}
 	setOwner(mem, cell, owner)
 	setDelta(mem, cell, byte(s.geo[ci].size-uint32(size)))
-	c.objects.Add(1)
+	c.allocations.Add(1)
 	c.bytes.Add(int64(size))
 	return handle(id, cell), mem, cell, nil
 }
@@ -128,9 +128,9 @@ func (s *Store) lookup(h Handle) (id uint32, r *slabRec, mem []byte, cell uint32
 	return id, r, arenas[r.arena][off : off+int(g.pages)*pageSize], cell, true
 }
 
-// Bytes returns the bytes of the object h, size long as given to Alloc (a
-// size beyond the object's class is clamped to it). They are valid until
-// the object is freed or relocated. Bytes checks only that h names a cell
+// Bytes returns the bytes of the allocation h, size long as given to Alloc (a
+// size beyond the allocation's class is clamped to it). They are valid until
+// the allocation is freed or relocated. Bytes checks only that h names a cell
 // of an existing slab, returning nil otherwise; it takes no lock.
 func (s *Store) Bytes(h Handle, size int) []byte {
 	_, r, mem, cell, ok := s.lookup(h)
@@ -145,7 +145,7 @@ func (s *Store) Bytes(h Handle, size int) []byte {
 
 // Prefetch asks the CPU for the cache line of h's tag, which Free(h)
 // reads and writes: a writer replacing h calls it before it compresses
-// the new page, so that the cache miss (the old object is cold, on a
+// the new page, so that the cache miss (the old allocation is cold, on a
 // random page) overlaps the compression. Any handle is accepted.
 func (s *Store) Prefetch(h Handle) {
 	if _, _, mem, cell, ok := s.lookup(h); ok {
@@ -153,12 +153,12 @@ func (s *Store) Prefetch(h Handle) {
 	}
 }
 
-// Free releases the object h. A handle that names no live object (never
-// allocated, already freed, or from another store) is detected, counted in
-// Stats.BadHandles and otherwise ignored; a stale handle whose cell holds
-// a new object frees that object. A slab left empty gives its pages back
-// to the kernel at once, except that each class keeps one that emptied
-// holding at most two pages (Compact releases it).
+// Free releases the allocation h. A handle that names no live allocation
+// (never allocated, already freed, or from another store) is detected,
+// counted in Stats.BadHandles and otherwise ignored; a stale handle whose
+// cell holds a new allocation frees that allocation. A slab left empty gives
+// its pages back to the kernel at once, except that each class keeps one that
+// emptied holding at most two pages (Compact releases it).
 func (s *Store) Free(h Handle) {
 	id, r, mem, cell, ok := s.lookup(h)
 	if !ok {
@@ -210,7 +210,7 @@ func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, cell uin
 	r.freeHead = uint16(cell + 1)
 	wasFull := uint32(r.live) == g.cells
 	r.live--
-	c.objects.Add(-1)
+	c.allocations.Add(-1)
 	c.bytes.Add(-int64(size))
 	switch r.state {
 	case slabActive:
@@ -269,7 +269,7 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 		if !grow {
 			return 0, nil, 0, ErrFull
 		}
-		// Spare making a slab that could not take even one object.
+		// Spare making a slab that could not take even one allocation.
 		if !s.fits(c, int64(pagesFor(cellAt(g, 1)))*pageSize-creditOf(credit)) {
 			return 0, nil, 0, ErrFull
 		}
@@ -538,11 +538,11 @@ func (s *Store) noteMax(used int64) {
 	}
 }
 
-// Reserve counts n bytes as held for objects the caller will store later
+// Reserve counts n bytes as held for allocations the caller will store later
 // (pages it keeps elsewhere meanwhile, such as staged ones): they count in
 // MemUsed and against the limit from now on, and Reserve fails with
 // ErrFull, changing nothing, when the limit does not allow them. The
-// objects are then allocated with AllocBatch, drawing on the reservation,
+// allocations are then made with AllocBatch, drawing on the reservation,
 // and what is left of it given back with Unreserve.
 func (s *Store) Reserve(n int64) error {
 	if n <= 0 {

@@ -1,4 +1,4 @@
-// Compaction: moving objects out of sparse slabs.
+// Compaction: moving allocations out of sparse slabs.
 
 package pagestore
 
@@ -7,32 +7,33 @@ import (
 	"sync"
 )
 
-// Compact moves live objects out of sparse slabs so that whole slabs go
-// back to the kernel, and returns how many objects it moved. It also
+// Compact moves live allocations out of sparse slabs so that whole slabs go
+// back to the kernel, and returns how many allocations it moved. It also
 // releases the slabs each class keeps cached after they emptied.
 //
-// For each object it moves, it copies the bytes to a new cell of the same
+// For each allocation it moves, it copies the bytes to a new cell of the same
 // class and then calls relocate(owner, old, new) holding no store lock:
 // relocate may call Alloc, Bytes and Free (but not Compact). If relocate
 // returns true, the owner now refers to new and Compact frees old; if it
 // returns false, the owner changed meanwhile and has freed or will free old
 // itself, and Compact frees new.
 //
-// The store cannot know when an object's bytes are final: an owner that
-// fills an object after Alloc returns may still be writing it when Compact
-// copies it. Such an owner must, in relocate, while it holds the lock that
-// orders its writes and reads and has checked that it still refers to old,
-// copy the bytes again: copy(s.Bytes(new, n), s.Bytes(old, n)). A slab being evacuated receives no new
-// objects and is released only when empty; one still holding objects whose
-// owners have not freed them yet is released by the last Free (and counted
-// in PagesCompacted then), or evacuated again by the next Compact.
+// The store cannot know when an allocation's bytes are final: an owner that
+// fills an allocation after Alloc returns may still be writing it when
+// Compact copies it. Such an owner must, in relocate, while it holds the lock
+// that orders its writes and reads and has checked that it still refers to
+// old, copy the bytes again: copy(s.Bytes(new, n), s.Bytes(old, n)). A slab
+// being evacuated receives no new allocations and is released only when
+// empty; one still holding allocations whose owners have not freed them yet
+// is released by the last Free (and counted in PagesCompacted then), or
+// evacuated again by the next Compact.
 func (s *Store) Compact(relocate func(owner uint32, old, new Handle) bool) (moved int) {
 	return s.compactor.run(relocate)
 }
 
 // compactor does Store.Compact's work, one run at a time. It owns the
 // list of slabs a run picks; the slabs themselves are guarded by their
-// classes' locks, taken and dropped around each object it moves.
+// classes' locks, taken and dropped around each allocation it moves.
 type compactor struct {
 	s       *Store
 	mu      sync.Mutex // one run at a time; guards scratch
@@ -81,7 +82,7 @@ func (cp *compactor) compactClass(ci int, relocate func(owner uint32, old, new H
 				c.mu.Unlock()
 				break
 			}
-			o := copyObject(c, g, mem, cell, nmem, ncell)
+			o := copyAllocation(c, g, mem, cell, nmem, ncell)
 			c.mu.Unlock()
 			if cp.relocateOne(relocate, o, handle(id, cell), handle(nid, ncell)) {
 				moved++
@@ -112,10 +113,10 @@ func (cp *compactor) compactClass(ci int, relocate func(owner uint32, old, new H
 	return moved
 }
 
-// compactTail packs the objects of slab id, which the others cannot take
+// compactTail packs the allocations of slab id, which the others cannot take
 // whole, into the bottom of the slab and gives back the pages above them.
-// Working down from its top object, it moves each object into a free cell
-// of another slab while there is one, then into the lowest free cell of
+// Working down from its top allocation, it moves each allocation into a free
+// cell of another slab while there is one, then into the lowest free cell of
 // this one. Meanwhile the slab is marked evacuating, so nothing but this
 // takes its free cells; its free list is rebuilt at the end.
 func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owner uint32, old, new Handle) bool) (moved int) {
@@ -151,7 +152,7 @@ func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owne
 			ncell = lo
 			r.live++
 		}
-		o := copyObject(c, g, mem, cell, nmem, ncell)
+		o := copyAllocation(c, g, mem, cell, nmem, ncell)
 		c.mu.Unlock()
 		if cp.relocateOne(relocate, o, handle(id, cell), handle(nid, ncell)) {
 			moved++
@@ -162,7 +163,7 @@ func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owne
 	c.mu.Unlock()
 	// Without the class lock, so that writers of this class do not wait
 	// on the system call. The slab is still evacuating, on no list, so
-	// nothing grows into these pages meanwhile; Free of its objects still
+	// nothing grows into these pages meanwhile; Free of its allocations still
 	// works.
 	if len(above) > 0 {
 		if err := s.releasePages(r, above); err != nil {
@@ -182,7 +183,7 @@ func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owne
 	return moved
 }
 
-// trim lowers slab r's mark to just above its top object, stops counting
+// trim lowers slab r's mark to just above its top allocation, stops counting
 // the pages above that as held, and rebuilds its free list lowest cell
 // first. It returns those pages, for the caller to give back once it has
 // released c.mu, which is held.
@@ -214,16 +215,16 @@ func (cp *compactor) trim(r *slabRec, g *geometry) (above []byte) {
 	return above
 }
 
-// copyObject copies the object in cell of mem, with its tag, into the
+// copyAllocation copies the allocation in cell of mem, with its tag, into the
 // cell ncell of nmem, which the caller has taken, and returns its owner.
 // c.mu is held.
-func copyObject(c *class, g *geometry, mem []byte, cell uint32, nmem []byte, ncell uint32) uint32 {
+func copyAllocation(c *class, g *geometry, mem []byte, cell uint32, nmem []byte, ncell uint32) uint32 {
 	o, d := owner(mem, cell), delta(mem, cell)
 	setOwner(nmem, ncell, o)
 	setDelta(nmem, ncell, d)
 	n := g.size - uint32(d)
 	copy(nmem[cellAt(g, ncell):][:n], mem[cellAt(g, cell):][:n])
-	c.objects.Add(1)
+	c.allocations.Add(1)
 	c.bytes.Add(int64(n))
 	return o
 }
@@ -241,7 +242,7 @@ func (cp *compactor) relocateOne(relocate func(owner uint32, old, new Handle) bo
 
 // pickSources chooses the slabs of a class to evacuate and marks them so:
 // draining ones left from an earlier Compact, then the sparsest active ones
-// for as long as the others have free cells for all their objects. c.mu is
+// for as long as the others have free cells for all their allocations. c.mu is
 // held; the result lives in cp.scratch.
 func (cp *compactor) pickSources(c *class, g *geometry) []uint32 {
 	s := cp.s
@@ -283,7 +284,7 @@ func (cp *compactor) pickSources(c *class, g *geometry) []uint32 {
 }
 
 // pickTail chooses for compactTail the sparsest active slab that would
-// hold fewer pages with its objects packed at its bottom, and marks it
+// hold fewer pages with its allocations packed at its bottom, and marks it
 // evacuating. c.mu is held.
 func (cp *compactor) pickTail(c *class, g *geometry) uint32 {
 	s := cp.s

@@ -11,15 +11,15 @@ import (
 )
 
 // Recovery takes over a store from its files after the process that
-// wrote them died. The objects the store holds are whatever its owner
+// wrote them died. The allocations the store holds are whatever its owner
 // still references: the caller names each with Keep, and Done rebuilds
-// the store around them, giving back the memory of every object not named
+// the store around them, giving back the memory of every allocation not named
 // (allocated but never referenced, or being freed, when the writer died).
 //
 // Of what the files hold, Recover trusts only what was written once and
 // sealed: each slab's arena, page and class. Everything else (lists,
 // counts, free lists) is rebuilt, so a writer killed halfway through any
-// change leaves nothing to misread. Keep checks each object's tag against
+// change leaves nothing to misread. Keep checks each allocation's tag against
 // the owner and size the caller names. Until Done, nothing in the files
 // changes: a Recovery given up with Close leaves them as they were, to be
 // examined or tried again.
@@ -35,7 +35,7 @@ type Recovery struct {
 }
 
 // Recover maps the store in cfg.Files, written by an earlier store with
-// the same ArenaSize, for the caller to name its objects. Files of
+// the same ArenaSize, for the caller to name its allocations. Files of
 // another layout fail with ErrLayout.
 func Recover(cfg Config) (*Recovery, error) {
 	if cfg.Files == nil {
@@ -106,8 +106,8 @@ func (rc *Recovery) load() error {
 	return nil
 }
 
-// Keep names a live object: handle h, tagged with owner o, of size bytes,
-// as the caller recorded it when the object was stored. It fails, changing
+// Keep names a live allocation: handle h, tagged with owner o, of size bytes,
+// as the caller recorded it when the allocation was stored. It fails, changing
 // nothing, when the store disagrees: no such cell, another owner or size
 // in its tag, or named before.
 func (rc *Recovery) Keep(h Handle, o uint32, size int) error {
@@ -134,7 +134,7 @@ func (rc *Recovery) Keep(h Handle, o uint32, size int) error {
 	return nil
 }
 
-// Done rebuilds the store around the objects kept, gives back the memory
+// Done rebuilds the store around the allocations kept, gives back the memory
 // of everything else, and returns the store, running.
 func (rc *Recovery) Done() (*Store, error) {
 	s := rc.s
@@ -155,7 +155,7 @@ func (rc *Recovery) Done() (*Store, error) {
 		for cell := int(r.bump) - 1; cell >= 0; cell-- {
 			bit := uint64(rc.first[id]) + uint64(cell)
 			if rc.kept[bit/64]&(1<<(bit%64)) != 0 {
-				c.objects.Add(1)
+				c.allocations.Add(1)
 				c.bytes.Add(int64(g.size) - int64(delta(mem, uint32(cell))))
 				continue
 			}
@@ -194,11 +194,11 @@ func (rc *Recovery) Done() (*Store, error) {
 // as they were.
 func (rc *Recovery) Close() error { return rc.s.Close() }
 
-// Bytes is Store.Bytes on the store being recovered: an object's bytes,
-// for a caller that reads what it must Keep next from an object it kept.
+// Bytes is Store.Bytes on the store being recovered: an allocation's bytes,
+// for a caller that reads what it must Keep next from an allocation it kept.
 func (rc *Recovery) Bytes(h Handle, size int) []byte { return rc.s.Bytes(h, size) }
 
-// Kept counts the objects named so far.
+// Kept counts the allocations named so far.
 func (rc *Recovery) Kept() int {
 	n := 0
 	for _, w := range rc.kept {

@@ -13,15 +13,15 @@ const (
 	// slabEmpty holds no memory and waits on its class's empty stack, or
 	// in the prefaulter's queue for its pages to go back.
 	slabEmpty slabState = iota
-	// slabActive takes new objects while it has free cells.
+	// slabActive takes new allocations while it has free cells.
 	slabActive
-	// slabEvacuating is having its objects moved out by Compact.
+	// slabEvacuating is having its allocations moved out by Compact.
 	slabEvacuating
-	// slabDraining was evacuated except for objects whose owners are
+	// slabDraining was evacuated except for allocations whose owners are
 	// freeing them; it is released when the last one goes.
 	slabDraining
 	// slabCold is active, but its free space is all in pages it gave
-	// back (cold): off the partial list until one of its objects is
+	// back (cold): off the partial list until one of its allocations is
 	// freed.
 	slabCold
 )
@@ -33,7 +33,7 @@ const (
 // The records live in the store's slab file (Files.Slabs), off the Go
 // heap, so that another process can adopt the store: Recover trusts
 // only arena, page and class, written once with sealed last, and
-// rebuilds the rest from the objects its caller still references.
+// rebuilds the rest from the allocations its caller still references.
 type slabRec struct {
 	arena    uint32
 	page     uint32 // first page of the slab within its arena
@@ -72,7 +72,7 @@ func setOwner(mem []byte, cell, o uint32) { binary.LittleEndian.PutUint32(mem[ta
 
 func isFree(owner uint32) bool { return owner >= freeTag }
 
-// delta is how many bytes the cell's object is short of the class size.
+// delta is how many bytes the cell's allocation is short of the class size.
 func delta(mem []byte, cell uint32) byte { return mem[tagSize*cell+4] }
 
 func setDelta(mem []byte, cell uint32, d byte) { mem[tagSize*cell+4] = d }
