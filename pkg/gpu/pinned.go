@@ -34,7 +34,7 @@ type pinnedMemory struct {
 //
 // Because CompressBatch then writes b.Out by DMA, a batch that fails with
 // a deadline error may still have b.Out written by the device until its
-// slot is released; pkg/route gives the device shadow outputs (NewOutputs)
+// bay is released; pkg/route gives the device shadow outputs (NewOutputs)
 // for that reason.
 func (pm *pinnedMemory) NewBatch(capacity int) (*codec.Batch, error) {
 	pageBytes := capacity * codec.PageSize
