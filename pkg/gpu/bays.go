@@ -1,4 +1,4 @@
-// The bays: a stream and its buffers each, taken and given back (quarantined while the device may still write).
+// The bays: a stream and its buffers each, taken and given back (quarantined while the GPU may still write).
 
 package gpu
 
@@ -13,7 +13,7 @@ import (
 // bay is one batch in flight: a stream and its buffers.
 type bay struct {
 	stream stream
-	// Device buffers: input pages (also the decompressed output), the
+	// GPU buffers: input pages (also the decompressed output), the
 	// per-page encoding scratch, the packed output, and meta: the packed
 	// size (word 0, padded to 16 bytes), then offsets, lengths and
 	// decode status, maxPages words each.
@@ -42,7 +42,7 @@ func (g *Backend) BayBytes() int64 {
 
 // bounce returns s's bounce buffer, pinned, making it on first use: for a
 // batch whose memory is not pinned memory of this backend (a caller's
-// own buffers), which the device cannot reach by DMA. The caller holds s.
+// own buffers), which the GPU cannot reach by DMA. The caller holds s.
 func (g *Backend) bounce(s *bay) ([]byte, error) {
 	if s.hBounce == nil {
 		b, err := g.dr.hostAlloc(g.cfg.MaxBatchPages * codec.PageSize)
@@ -73,7 +73,7 @@ func (g *Backend) acquire(ctx context.Context) (*bay, error) {
 
 // release returns a bay to the pool once its stream has no work left. A
 // bay whose batch was abandoned (deadline, error) stays quarantined until
-// the device is done with it, so nothing the device still writes can reach
+// the GPU is done with it, so nothing the GPU still writes can reach
 // memory that a later batch or the CPU fallback uses.
 func (g *Backend) release(s *bay) {
 	if s.pending == nil && g.dr.streamQuery(s.stream) == nil {

@@ -20,7 +20,7 @@ func bytesOf(u []uint32) []byte {
 }
 
 // checkBatch checks that b's buffers hold its pages, before any of them
-// goes to the device.
+// goes to the GPU.
 func checkBatch(b *codec.Batch) error {
 	n := b.N
 	switch {
@@ -36,7 +36,7 @@ func checkBatch(b *codec.Batch) error {
 // packed at the start of b.Out (16-byte aligned offsets); b.Pages is only
 // read. A batch larger than MaxBatchPages is split into bay-sized parts
 // that run concurrently, each packed at the start of its part of b.Out.
-// When it returns an error the device may still be working on a
+// When it returns an error the GPU may still be working on a
 // quarantined bay; see NewBatch for what that means for b.Out.
 //
 // Objects of several pages (b.Objects) are compressed as one LZ4 block
@@ -118,7 +118,7 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 	if err := g.run(ctx, b, b.N, launch, codec.MaxObjectPages*codec.PageSize, "object", notSmaller); err != nil {
 		return err
 	}
-	// Trust nothing the device returned until it is checked: an object
+	// Trust nothing the GPU returned until it is checked: an object
 	// within its pages' outputs, nothing for pages within an object.
 	for i, p := range b.Objects[:b.N] {
 		if l := b.Lens[i]; (p == 0 && l != 0) || (p > 0 && l >= uint32(p)*codec.PageSize) {
@@ -129,7 +129,7 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 }
 
 // keepNotSmaller gives each of the first n results of bay s that has no
-// length the offset codec.GroupNotSmaller where the device reported that
+// length the offset codec.GroupNotSmaller where the GPU reported that
 // (results drops offsets of length 0).
 func (g *Backend) keepNotSmaller(s *bay, n int, offsets, lens []uint32) {
 	for i, o := range g.metaHost(s, metaOffsets, n) {
@@ -140,7 +140,7 @@ func (g *Backend) keepNotSmaller(s *bay, n int, offsets, lens []uint32) {
 }
 
 // launchObjects queues on s the compression of the objects of its n pages
-// (objects[i] pages from page i on, 0 within one), already on the device:
+// (objects[i] pages from page i on, 0 within one), already on the GPU:
 // their sizes go up in the offsets, where the kernels read them before
 // the last writes its results.
 func (g *Backend) launchObjects(s *bay, objects []uint8) error {
@@ -241,7 +241,7 @@ func (g *Backend) compress(ctx context.Context, s *bay, pages []byte, n, results
 // them to offsets and lens (offset 0 where the length is).
 func (g *Backend) results(s *bay, n, limit, total int, what string, offsets, lens []uint32) error {
 	offs, ls := g.metaHost(s, metaOffsets, n), g.metaHost(s, metaLens, n)
-	// Trust nothing the device returned until it is checked.
+	// Trust nothing the GPU returned until it is checked.
 	for i := range n {
 		l, o := ls[i], offs[i]
 		if l >= uint32(limit) || (l > 0 && (o%16 != 0 || uint64(o)+uint64(l) > uint64(total))) {

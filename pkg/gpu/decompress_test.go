@@ -64,7 +64,7 @@ func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 	}
 	defer g.release(s)
 	// Decoded pages come down by DMA straight into b.Pages when it is
-	// pinned and every page is compressed (the device has no copy of a
+	// pinned and every page is compressed (the GPU has no copy of a
 	// raw page to write back); otherwise through the bay's buffer.
 	direct := g.ownsPinned(b.Pages)
 	for i := 0; i < n && direct; i++ {

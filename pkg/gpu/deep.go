@@ -17,10 +17,10 @@ const (
 	// deepFramePages is ZD_FRAME_PAGES in kernels/zstd_deep.cu: the pages
 	// of a frame.
 	deepFramePages = 4
-	// deepScratchBytes is ZD_SCRATCH: a frame's scratch on the device.
+	// deepScratchBytes is ZD_SCRATCH: a frame's scratch on the GPU.
 	deepScratchBytes = 320 << 10
 	// deepMaxGroups is the most groups a launch takes: the dense tier's
-	// batch, 128 frames, 40 MiB of scratch on the device.
+	// batch, 128 frames, 40 MiB of scratch on the GPU.
 	deepMaxGroups = 32
 )
 
@@ -127,7 +127,7 @@ func (d *DeepGroups) FramePages() int { return deepFramePages }
 
 // CompressGroups implements codec.GroupCompressor. The frames are packed
 // at the start of b.Out (16-byte aligned offsets). When it returns an
-// error the device may still be working, and may still write b.Out.
+// error the GPU may still be working, and may still write b.Out.
 func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
 	g := d.g
 	packed, err := checkGroups(b, lz4Offsets, lz4Lens, d.MaxGroups())

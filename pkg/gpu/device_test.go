@@ -378,7 +378,7 @@ func TestGPUFaultInjection(t *testing.T) {
 
 // TestGPUHangQuarantine keeps a bay's stream really busy past the
 // watchdog: the batch is redone on the CPU, the bay stays out of use until
-// the device finishes, and later batches run on the GPU again.
+// the GPU finishes, and later batches run on the GPU again.
 func TestGPUHangQuarantine(t *testing.T) {
 	pages := batchtest.Pages(256, 13)
 	c := testConfig(t)

@@ -6,10 +6,10 @@
 // wrapping ErrUnavailable and the caller uses the CPU codec. cgo is confined
 // to this package.
 //
-// A Backend owns a few bays, each with a stream and device and pinned host
+// A Backend owns a few bays, each with a stream, GPU memory and pinned host
 // buffers allocated once at Open. Concurrent CompressBatch calls take
 // different bays, so one batch's upload, another's kernel and a third's
-// download overlap. The kernel packs the compressed pages on the device, so
+// download overlap. The kernel packs the compressed pages on the GPU, so
 // only their bytes and a small array of offsets and lengths come back.
 //
 // The Backend never decides between the GPU and the CPU: pkg/route does,
@@ -31,7 +31,7 @@ import (
 )
 
 // ErrUnavailable is wrapped by every error of Open: no libcuda, no device,
-// or a device that cannot be set up. The caller then runs on the CPU.
+// or a GPU that cannot be set up. The caller then runs on the CPU.
 var ErrUnavailable = errors.New("gpu: unavailable")
 
 // errClosed reports use of a closed Backend.
@@ -95,7 +95,7 @@ func modules(algorithm string, ptx []byte) [][]byte {
 
 // Config selects and sizes the GPU backend.
 type Config struct {
-	// Device is the CUDA device index (--gpu-device).
+	// Device is the GPU index, CUDA's device ordinal (--gpu-device).
 	Device int
 	// Bays is the number of batches in flight (default 8). A batch holds
 	// its bay for about twice its kernel time (two round trips), so
@@ -183,7 +183,7 @@ const (
 	metaStatus
 )
 
-// metaOn is meta area k of bay s on the device.
+// metaOn is meta area k of bay s on the GPU.
 func (g *Backend) metaOn(s *bay, k int) devicePtr {
 	return s.dMeta + devicePtr(4*(metaHeaderWords+k*g.cfg.MaxBatchPages))
 }
@@ -218,7 +218,7 @@ type Backend struct {
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close
 
-	pinnedMemory // NewBatch, NewOutputs, RegisterPages: the host memory the device reaches
+	pinnedMemory // NewBatch, NewOutputs, RegisterPages: the host memory the GPU reaches
 
 	mu      sync.Mutex
 	deep    *DeepGroups // made by DeepGroups, once
@@ -321,7 +321,7 @@ func (g *Backend) setup(ptx []byte) error {
 }
 
 // teardown frees what setup and NewBatch made. Only call it when no work
-// is on the device.
+// is on the GPU.
 func (g *Backend) teardown() error {
 	var errs []error
 	for _, s := range g.bays {
@@ -352,7 +352,7 @@ func (g *Backend) teardown() error {
 }
 
 // Close waits (up to 10s) for batches in flight, then frees every buffer.
-// Batches made by NewBatch must not be used afterwards. If the device does
+// Batches made by NewBatch must not be used afterwards. If the GPU does
 // not finish in time, nothing is freed: it might still write into any of
 // the buffers.
 func (g *Backend) Close() error {
@@ -378,7 +378,7 @@ func (g *Backend) Close() error {
 // Name implements codec.BatchCompressor.
 func (*Backend) Name() string { return "gpu" }
 
-// Info describes the device.
+// Info describes the GPU.
 func (g *Backend) Info() DeviceInfo { return g.info }
 
 // MaxBatchPages is the largest batch CompressBatch takes.

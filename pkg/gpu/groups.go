@@ -22,7 +22,7 @@ func (g *Backend) FramePages() int { return codec.GroupPages }
 
 // CompressGroups implements codec.GroupCompressor. The frames are packed
 // at the start of b.Out (16-byte aligned offsets). When it returns an
-// error the device may still be working on a quarantined bay, and may
+// error the GPU may still be working on a quarantined bay, and may
 // still write b.Out.
 func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
 	packed, err := checkGroups(b, lz4Offsets, lz4Lens, g.MaxGroups())
@@ -83,8 +83,8 @@ func checkGroups(b *codec.Batch, lz4Offsets, lz4Lens []uint32, maxGroups int) (p
 
 // decodeLZ4 queues on s the decoding of the LZ4 blocks in packed (page i's
 // at offsets[i], lens[i] bytes; none where 0) into their pages of the
-// batch on the device, and the decoder's status of each page back to
-// s.hMeta. The packed blocks go up to the device's packed output, which
+// batch on the GPU, and the decoder's status of each page back to
+// s.hMeta. The packed blocks go up to the GPU's packed output, which
 // the kernels of groups write only after.
 func (g *Backend) decodeLZ4(s *bay, packed []byte, offsets, lens []uint32) error {
 	dr, n := g.dr, len(lens)
@@ -111,7 +111,7 @@ func (g *Backend) decodeLZ4(s *bay, packed []byte, offsets, lens []uint32) error
 }
 
 // launchGroups queues the kernels of groups on s for its n pages, already
-// on the device: gz_zstd_encode_blocks a warp a page, the others a warp a
+// on the GPU: gz_zstd_encode_blocks a warp a page, the others a warp a
 // group.
 func (g *Backend) launchGroups(s *bay, n int) error {
 	offs, lens := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens)
