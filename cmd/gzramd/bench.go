@@ -290,7 +290,7 @@ func openBenchBackend(cfg *benchConfig, name string) (codec.BatchCompressor, cod
 		if name == "gpu-zstd" {
 			algorithm = "zstd"
 		}
-		g, err := gpu.Open(gpu.Config{Device: cfg.gpuDevice, Slots: cfg.inFlight, MaxBatchPages: cfg.batchPages,
+		g, err := gpu.Open(gpu.Config{Device: cfg.gpuDevice, Bays: cfg.inFlight, MaxBatchPages: cfg.batchPages,
 			Algorithm: algorithm, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			return nil, nil, nil, err
@@ -613,7 +613,7 @@ func (p *progress) done() {
 // one is usable with auto, never with cpu; nil for none.
 func devAccelerator(cfg *benchConfig, log *slog.Logger) (*gpu.Backend, error) {
 	g, _, err := serving.OpenBackend("--device-backend", cfg.devBackend, func() (*gpu.Backend, error) {
-		return gpu.Open(gpu.Config{Device: cfg.gpuDevice, Slots: cfg.inFlight, MaxBatchPages: cfg.batchPages,
+		return gpu.Open(gpu.Config{Device: cfg.gpuDevice, Bays: cfg.inFlight, MaxBatchPages: cfg.batchPages,
 			Algorithm: cfg.devAlg, WorkQueues: serving.GPUWorkQueues(cfg.devAlg), Logger: log})
 	})
 	return g, err

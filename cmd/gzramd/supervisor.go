@@ -71,7 +71,7 @@ func hardenSupervisor(ctx context.Context, cfg *serving.Config, log *slog.Logger
 	// flusher, and every process it starts one from its first
 	// instruction (the flag is inherited, so they need no re-exec of
 	// their own). Otherwise a fork after a death, in direct reclaim,
-	// writes swap to the very device that waits for the next serving
+	// writes swap to the very kernel device that waits for the next serving
 	// process: a guest swapping onto gzramd hung so, the supervisor in
 	// clone() (test/e2e survive, kills 1-3 s apart).
 	var reexecErr error
@@ -154,7 +154,7 @@ func childEnv() []string {
 // real-time from its first instruction (the policy is inherited across
 // fork and exec), so its start-up may allocate below the min watermark,
 // where everyone else's reclaim is stuck on swap writes to that very
-// device; so may the supervisor, which locks the state's pages then (its
+// kernel device; so may the supervisor, which locks the state's pages then (its
 // page tables). Without it, a guest swapping onto gzramd hung at the
 // first kill, the new process and the supervisor in direct reclaim
 // (test/e2e survive).

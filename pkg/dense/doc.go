@@ -42,5 +42,5 @@
 //
 // The files: tier.go the Tier, its ages and counters; run.go the
 // recompressor's loop on the CPU; frames.go the frames' layout; gpu.go
-// the GPU's batch; device.go the interface to the device.
+// the GPU's batch; table.go the interface to the device.
 package dense

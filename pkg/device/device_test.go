@@ -449,7 +449,7 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 func checkSettled(t *testing.T, f *fixture, objects int64) {
 	t.Helper()
 	ss := f.store.Stats()
-	if ss.Objects != objects || ss.Reserved != 0 || ss.BadHandles != 0 {
+	if ss.Allocations != objects || ss.Reserved != 0 || ss.BadHandles != 0 {
 		t.Fatalf("store %+v: want %d objects (the table's), nothing reserved, no bad handles", ss, objects)
 	}
 	st, rs := f.dev.Stats(), f.router.Stats()
@@ -699,7 +699,7 @@ func TestCloseCommitsStagedPages(t *testing.T) {
 		t.Fatalf("Close left %d of 48 staged pages uncompressed", 48-n)
 	}
 	// Committed, not freed: the objects stay in the store's files.
-	if st := store.Stats(); st.Objects != 48 || st.Reserved != 0 || st.BadHandles != 0 {
+	if st := store.Stats(); st.Allocations != 48 || st.Reserved != 0 || st.BadHandles != 0 {
 		t.Fatalf("store after Close: %+v", st)
 	}
 	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; time.Sleep(time.Millisecond) {

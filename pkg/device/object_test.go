@@ -119,8 +119,8 @@ func checkStore(t *testing.T, d *Device, store *pagestore.Store) {
 			fills++
 		}
 	}
-	if want := st.StoredPages - st.PackedPages + st.PackedChunks + fills; ss.Objects != want || ss.BadHandles != 0 {
-		t.Fatalf("store holds %d objects (%d bad frees), the table names %d", ss.Objects, ss.BadHandles, want)
+	if want := st.StoredPages - st.PackedPages + st.PackedChunks + fills; ss.Allocations != want || ss.BadHandles != 0 {
+		t.Fatalf("store holds %d objects (%d bad frees), the table names %d", ss.Allocations, ss.BadHandles, want)
 	}
 }
 
@@ -392,8 +392,8 @@ func TestStagedWritesMakeObjects(t *testing.T) {
 	if err := f.dev.Trim(ctx, 0, pages*pageSize); err != nil {
 		t.Fatal(err)
 	}
-	if st, ss := f.dev.Stats(), f.store.Stats(); st.PackedObjects != 0 || ss.Objects != 0 {
-		t.Errorf("trimmed: %d objects, %d in the store", st.PackedObjects, ss.Objects)
+	if st, ss := f.dev.Stats(), f.store.Stats(); st.PackedObjects != 0 || ss.Allocations != 0 {
+		t.Errorf("trimmed: %d objects, %d in the store", st.PackedObjects, ss.Allocations)
 	}
 }
 

@@ -39,12 +39,12 @@ func TestZeroLengthWriteChangesNothing(t *testing.T) {
 	// The write may be staged: its commit must not be counted as the
 	// zero-length write's (a newcomer's make test failed so, 1 in ~300).
 	f.settle(t)
-	before := f.store.Stats().Objects
+	before := f.store.Stats().Allocations
 	if err := f.dev.WriteAt(context.Background(), nil, 100, false); err != nil {
 		t.Fatal(err)
 	}
 	f.settle(t)
-	if after := f.store.Stats().Objects; after != before {
+	if after := f.store.Stats().Allocations; after != before {
 		t.Fatalf("a zero-length write changed the objects stored: %d -> %d", before, after)
 	}
 }

@@ -43,11 +43,11 @@ func TestBenchReport(t *testing.T) {
 
 	// End to end, GPU compression.
 	fmt.Fprintf(&rep, "### End to end: pinned host pages → packed compressed pages in host memory\n\n")
-	fmt.Fprintf(&rep, "| path | slots | batch pages | goroutines | GB/s (input) | batches |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&rep, "| path | bays | batch pages | goroutines | GB/s (input) | batches |\n|---|---|---|---|---|---|\n")
 	type e2eCase struct {
-		slots, batch, workers int
-		fallback              bool
-		decompress            bool
+		bays, batch, workers int
+		fallback             bool
+		decompress           bool
 	}
 	cases := []e2eCase{
 		{4, 1024, 8, false, false},
@@ -59,7 +59,7 @@ func TestBenchReport(t *testing.T) {
 		{8, 1024, 16, false, true},
 	}
 	for _, c := range cases {
-		gbs, batches := e2e(t, pages, c.slots, c.batch, c.workers, c.fallback, c.decompress)
+		gbs, batches := e2e(t, pages, c.bays, c.batch, c.workers, c.fallback, c.decompress)
 		path := "GPU compress (Backend)"
 		if c.fallback {
 			path = "GPU compress via the router (shadow outputs, watchdog)"
@@ -67,7 +67,7 @@ func TestBenchReport(t *testing.T) {
 		if c.decompress {
 			path = "GPU decompress (DecompressBatch, output GB/s)"
 		}
-		fmt.Fprintf(&rep, "| %s | %d | %d | %d | %.1f | %d |\n", path, c.slots, c.batch, c.workers, gbs, batches)
+		fmt.Fprintf(&rep, "| %s | %d | %d | %d | %.1f | %d |\n", path, c.bays, c.batch, c.workers, gbs, batches)
 	}
 	cpuGBs := cpuThroughput(t, pages)
 	fmt.Fprintf(&rep, "| CPU LZ4 (codec.CPUBatch, %d workers) | - | 1024 | %d | %.1f | - |\n\n",
@@ -169,9 +169,9 @@ func cpuPerCall(runs int, f func()) time.Duration {
 
 // e2e runs workers goroutines, each cycling through 4 batches of
 // pre-loaded pinned pages, for about 2 seconds; it returns GB/s of pages.
-func e2e(t *testing.T, pages []byte, slots, batch, workers int, fallback, decompress bool) (float64, int64) {
+func e2e(t *testing.T, pages []byte, bays, batch, workers int, fallback, decompress bool) (float64, int64) {
 	c := testConfig(t)
-	c.Slots, c.MaxBatchPages = slots, batch
+	c.Bays, c.MaxBatchPages = bays, batch
 	g, err := open(c, testPTX(t), nil)
 	if err != nil {
 		t.Fatal(err)

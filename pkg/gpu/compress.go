@@ -20,7 +20,7 @@ func bytesOf(u []uint32) []byte {
 }
 
 // checkBatch checks that b's buffers hold its pages, before any of them
-// goes to the device.
+// goes to the GPU.
 func checkBatch(b *codec.Batch) error {
 	n := b.N
 	switch {
@@ -34,10 +34,10 @@ func checkBatch(b *codec.Batch) error {
 
 // CompressBatch implements codec.BatchCompressor. The compressed pages are
 // packed at the start of b.Out (16-byte aligned offsets); b.Pages is only
-// read. A batch larger than MaxBatchPages is split into slot-sized parts
+// read. A batch larger than MaxBatchPages is split into bay-sized parts
 // that run concurrently, each packed at the start of its part of b.Out.
-// When it returns an error the device may still be working on a
-// quarantined slot; see NewBatch for what that means for b.Out.
+// When it returns an error the GPU may still be working on a
+// quarantined bay; see NewBatch for what that means for b.Out.
 //
 // Objects of several pages (b.Objects) are compressed as one LZ4 block
 // or one zstd frame (of a block a page) each, as the backend's pages are;
@@ -63,7 +63,7 @@ func (g *Backend) CompressBatch(ctx context.Context, b *codec.Batch) error {
 	})
 }
 
-// split calls f on b whole when it fits a slot, else on views of b of up
+// split calls f on b whole when it fits a bay, else on views of b of up
 // to MaxBatchPages pages (Out sliced alike), concurrently, none cutting
 // an object; first is the index of a part's first page in b.
 func (g *Backend) split(b *codec.Batch, f func(part *codec.Batch, first int) error) error {
@@ -113,12 +113,12 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 	if b.Objects == nil {
 		return g.run(ctx, b, b.N, g.launch, codec.PageSize, "page", nil)
 	}
-	launch := func(s *slot, n int) error { return g.launchObjects(s, b.Objects[:n]) }
-	notSmaller := func(s *slot) { g.keepNotSmaller(s, b.N, b.Offsets, b.Lens) }
+	launch := func(s *bay, n int) error { return g.launchObjects(s, b.Objects[:n]) }
+	notSmaller := func(s *bay) { g.keepNotSmaller(s, b.N, b.Offsets, b.Lens) }
 	if err := g.run(ctx, b, b.N, launch, codec.MaxObjectPages*codec.PageSize, "object", notSmaller); err != nil {
 		return err
 	}
-	// Trust nothing the device returned until it is checked: an object
+	// Trust nothing the GPU returned until it is checked: an object
 	// within its pages' outputs, nothing for pages within an object.
 	for i, p := range b.Objects[:b.N] {
 		if l := b.Lens[i]; (p == 0 && l != 0) || (p > 0 && l >= uint32(p)*codec.PageSize) {
@@ -128,10 +128,10 @@ func (g *Backend) compressPart(ctx context.Context, b *codec.Batch) error {
 	return nil
 }
 
-// keepNotSmaller gives each of the first n results of slot s that has no
-// length the offset codec.GroupNotSmaller where the device reported that
+// keepNotSmaller gives each of the first n results of bay s that has no
+// length the offset codec.GroupNotSmaller where the GPU reported that
 // (results drops offsets of length 0).
-func (g *Backend) keepNotSmaller(s *slot, n int, offsets, lens []uint32) {
+func (g *Backend) keepNotSmaller(s *bay, n int, offsets, lens []uint32) {
 	for i, o := range g.metaHost(s, metaOffsets, n) {
 		if lens[i] == 0 && o == codec.GroupNotSmaller {
 			offsets[i] = o
@@ -140,10 +140,10 @@ func (g *Backend) keepNotSmaller(s *slot, n int, offsets, lens []uint32) {
 }
 
 // launchObjects queues on s the compression of the objects of its n pages
-// (objects[i] pages from page i on, 0 within one), already on the device:
+// (objects[i] pages from page i on, 0 within one), already on the GPU:
 // their sizes go up in the offsets, where the kernels read them before
 // the last writes its results.
-func (g *Backend) launchObjects(s *slot, objects []uint8) error {
+func (g *Backend) launchObjects(s *bay, objects []uint8) error {
 	n := len(objects)
 	dOffs, dLens := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens)
 	hOffs := g.metaHost(s, metaOffsets, n)
@@ -163,11 +163,11 @@ func (g *Backend) launchObjects(s *slot, objects []uint8) error {
 	return nil
 }
 
-// run compresses b's pages on a slot with the kernels launch queues, and
+// run compresses b's pages on a bay with the kernels launch queues, and
 // gives b its results first ones: pages or groups, each shorter than
-// limit; then after, when not nil, runs with the slot still held.
-func (g *Backend) run(ctx context.Context, b *codec.Batch, results int, launch func(*slot, int) error, limit int, what string,
-	after func(*slot)) error {
+// limit; then after, when not nil, runs with the bay still held.
+func (g *Backend) run(ctx context.Context, b *codec.Batch, results int, launch func(*bay, int) error, limit int, what string,
+	after func(*bay)) error {
 	s, err := g.acquire(ctx)
 	if err != nil {
 		return err
@@ -196,11 +196,11 @@ func (g *Backend) run(ctx context.Context, b *codec.Batch, results int, launch f
 	return nil
 }
 
-// compress runs one batch on slot s: n pages up, the kernels launch
+// compress runs one batch on bay s: n pages up, the kernels launch
 // queues, and the packed bytes back into dst (pinned memory), with the
 // offsets and lengths of the first results pages or groups in s.hMeta. It
 // returns the packed size.
-func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n, results int, launch func(*slot, int) error, dst []byte) (int, error) {
+func (g *Backend) compress(ctx context.Context, s *bay, pages []byte, n, results int, launch func(*bay, int) error, dst []byte) (int, error) {
 	dr := g.dr
 	if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {
 		return 0, err
@@ -236,12 +236,12 @@ func (g *Backend) compress(ctx context.Context, s *slot, pages []byte, n, result
 	return total, nil
 }
 
-// results checks the offsets and lengths of the first n results of slot
+// results checks the offsets and lengths of the first n results of bay
 // s, each shorter than limit, against the packed size total, and copies
 // them to offsets and lens (offset 0 where the length is).
-func (g *Backend) results(s *slot, n, limit, total int, what string, offsets, lens []uint32) error {
+func (g *Backend) results(s *bay, n, limit, total int, what string, offsets, lens []uint32) error {
 	offs, ls := g.metaHost(s, metaOffsets, n), g.metaHost(s, metaLens, n)
-	// Trust nothing the device returned until it is checked.
+	// Trust nothing the GPU returned until it is checked.
 	for i := range n {
 		l, o := ls[i], offs[i]
 		if l >= uint32(limit) || (l > 0 && (o%16 != 0 || uint64(o)+uint64(l) > uint64(total))) {
@@ -261,7 +261,7 @@ func (g *Backend) results(s *slot, n, limit, total int, what string, offsets, le
 
 // launch queues the batch's kernels on s for its n pages, already on the
 // device.
-func (g *Backend) launch(s *slot, n int) error {
+func (g *Backend) launch(s *bay, n int) error {
 	offs, lens := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens)
 	for _, k := range g.kernels {
 		grid := (n + k.pagesPerBlock - 1) / k.pagesPerBlock

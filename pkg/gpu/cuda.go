@@ -381,7 +381,7 @@ func (dr *driver) loadModule(ptx []byte) (module, error) {
 	return m, dr.check("cuModuleLoadData", C.gz_module_load(dr.d, dr.ctx, &m, img))
 }
 
-// link compiles the PTX modules for the device into one image.
+// link compiles the PTX modules for the GPU into one image.
 func (dr *driver) link(ptx ...[]byte) ([]byte, error) {
 	n := len(ptx)
 	if n == 0 {

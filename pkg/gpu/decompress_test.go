@@ -17,7 +17,7 @@ import (
 // with length 0 (stored raw) are left untouched. Malformed pages make it
 // return an error wrapping codec.ErrCorrupt; the other pages are decoded,
 // and the content of the malformed ones is undefined. A batch larger than
-// MaxBatchPages is decoded in slot-sized parts, concurrently; each part's
+// MaxBatchPages is decoded in bay-sized parts, concurrently; each part's
 // compressed bytes must span at most MaxBatchPages pages of b.Out (as they
 // do when CompressBatch or the CPU codec wrote them).
 func (g *Backend) DecompressBatch(ctx context.Context, b *codec.Batch) error {
@@ -56,7 +56,7 @@ func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 		return nil // every page is raw
 	}
 	if hi-lo > g.cfg.MaxBatchPages*codec.PageSize {
-		return fmt.Errorf("gpu: compressed pages span %d bytes, more than a slot holds", hi-lo)
+		return fmt.Errorf("gpu: compressed pages span %d bytes, more than a bay holds", hi-lo)
 	}
 	s, err := g.acquire(ctx)
 	if err != nil {
@@ -64,8 +64,8 @@ func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 	}
 	defer g.release(s)
 	// Decoded pages come down by DMA straight into b.Pages when it is
-	// pinned and every page is compressed (the device has no copy of a
-	// raw page to write back); otherwise through the slot's buffer.
+	// pinned and every page is compressed (the GPU has no copy of a
+	// raw page to write back); otherwise through the bay's buffer.
 	direct := g.ownsPinned(b.Pages)
 	for i := 0; i < n && direct; i++ {
 		direct = b.Lens[i] != 0
@@ -106,7 +106,7 @@ func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 // decompress runs one decode batch on s (decodeLZ4, the offsets made
 // relative to packed, which starts at base): the decoded pages land in dst
 // (pinned memory), and the returned per-page status in s.hMeta.
-func (g *Backend) decompress(ctx context.Context, s *slot, packed []byte, base uint32, offsets, lens []uint32, dst []byte) ([]uint32, error) {
+func (g *Backend) decompress(ctx context.Context, s *bay, packed []byte, base uint32, offsets, lens []uint32, dst []byte) ([]uint32, error) {
 	n := len(lens)
 	rel := make([]uint32, n)
 	for i, o := range offsets {

@@ -17,10 +17,10 @@ const (
 	// deepFramePages is ZD_FRAME_PAGES in kernels/zstd_deep.cu: the pages
 	// of a frame.
 	deepFramePages = 4
-	// deepScratchBytes is ZD_SCRATCH: a frame's scratch on the device.
+	// deepScratchBytes is ZD_SCRATCH: a frame's scratch on the GPU.
 	deepScratchBytes = 320 << 10
 	// deepMaxGroups is the most groups a launch takes: the dense tier's
-	// batch, 128 frames, 40 MiB of scratch on the device.
+	// batch, 128 frames, 40 MiB of scratch on the GPU.
 	deepMaxGroups = 32
 )
 
@@ -29,7 +29,7 @@ const (
 // (kernels/zstd_deep.cu) that comes within 2 % of libzstd level 19's
 // ratio on the same frames: the effort the CPU cannot afford, on pages
 // that have gone idle, while the GPU is otherwise idle. It shares the
-// Backend's slots, LZ4 decoder and batches; its scratch is its own, for
+// Backend's bays, LZ4 decoder and batches; its scratch is its own, for
 // one launch at a time. The daemon's dense tier takes it where its kernel
 // loads (bench/results/dense-deep-gpu-h100-2026-12-06.md).
 type DeepGroups struct {
@@ -127,7 +127,7 @@ func (d *DeepGroups) FramePages() int { return deepFramePages }
 
 // CompressGroups implements codec.GroupCompressor. The frames are packed
 // at the start of b.Out (16-byte aligned offsets). When it returns an
-// error the device may still be working, and may still write b.Out.
+// error the GPU may still be working, and may still write b.Out.
 func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
 	g := d.g
 	packed, err := checkGroups(b, lz4Offsets, lz4Lens, d.MaxGroups())
@@ -186,7 +186,7 @@ func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offs
 // (packed bytes of b.Out), gz_zstd_deep a warp a frame, and the frames
 // coming back into dst, and waits for them. It returns the frames' packed
 // bytes.
-func (d *DeepGroups) launch(ctx context.Context, s *slot, b *codec.Batch, packed int, lz4Offsets, lz4Lens []uint32, dst []byte) (int, error) {
+func (d *DeepGroups) launch(ctx context.Context, s *bay, b *codec.Batch, packed int, lz4Offsets, lz4Lens []uint32, dst []byte) (int, error) {
 	dr, n := d.g.dr, b.N
 	frames := n / deepFramePages
 	if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {

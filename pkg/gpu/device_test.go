@@ -122,7 +122,7 @@ func edgePages(n int) []byte {
 }
 
 // roundTrip compresses pages (any count) on the GPU in batches of up to
-// the slot size and checks each page both ways: GPU → CPU decoder and GPU
+// the bay size and checks each page both ways: GPU → CPU decoder and GPU
 // decoder of the GPU output and of the CPU codec's output. It returns the stored
 // bytes (compressed, or a page when raw) of the GPU and of the CPU codec.
 func roundTrip(t *testing.T, g *Backend, pages []byte) (gpuStored, cpuStored int) {
@@ -362,7 +362,7 @@ func TestGPUFaultInjection(t *testing.T) {
 		t.Run(string(p), func(t *testing.T) {
 			plan := NewFaultPlan(map[FaultPoint][]int{p: {2}})
 			c := testConfig(t)
-			c.Slots = 2
+			c.Bays = 2
 			g := openWrapped(t, c, wrapFaults(plan, 0))
 			r := newRouter(t, g, route.Config{MinBackoff: time.Millisecond})
 			runOneFault(t, g, r, pages, func(b *codec.Batch) { verify(t, b, pages) })
@@ -376,13 +376,13 @@ func TestGPUFaultInjection(t *testing.T) {
 	})
 }
 
-// TestGPUHangQuarantine keeps a slot's stream really busy past the
-// watchdog: the batch is redone on the CPU, the slot stays out of use until
-// the device finishes, and later batches run on the GPU again.
+// TestGPUHangQuarantine keeps a bay's stream really busy past the
+// watchdog: the batch is redone on the CPU, the bay stays out of use until
+// the GPU finishes, and later batches run on the GPU again.
 func TestGPUHangQuarantine(t *testing.T) {
 	pages := batchtest.Pages(256, 13)
 	c := testConfig(t)
-	c.Slots = 2
+	c.Bays = 2
 	g := openWrapped(t, c, wrapFaults(NewFaultPlan(map[FaultPoint][]int{FaultHang: {1}}), 400*time.Millisecond))
 	r := newRouter(t, g, route.Config{Watchdog: 50 * time.Millisecond, MinBackoff: time.Millisecond})
 	b, _ := g.NewBatch(256)
@@ -396,14 +396,14 @@ func TestGPUHangQuarantine(t *testing.T) {
 	}
 	verify(t, b, pages)
 	snapshot := append([]byte(nil), b.Out...)
-	// While the hung slot is quarantined the other one serves batches.
+	// While the hung bay is quarantined the other one serves batches.
 	time.Sleep(2 * time.Millisecond)
 	b2, _ := g.NewBatch(256)
 	copy(b2.Pages, pages)
 	b2.N = 256
 	r.CompressBatch(b2)
 	verify(t, b2, pages)
-	// After the hang, both slots work again and the first batch's results
+	// After the hang, both bays work again and the first batch's results
 	// were never overwritten.
 	time.Sleep(600 * time.Millisecond)
 	var wg sync.WaitGroup
@@ -464,12 +464,12 @@ func newRouter(t *testing.T, g *Backend, c route.Config) *route.Router {
 	return r
 }
 
-// TestGPUOversizeBatch gives the backend batches larger than a slot: they
-// are split into slot-sized parts, compressed and decoded concurrently.
+// TestGPUOversizeBatch gives the backend batches larger than a bay: they
+// are split into bay-sized parts, compressed and decoded concurrently.
 func TestGPUOversizeBatch(t *testing.T) {
 	c := testConfig(t)
 	c.MaxBatchPages = 100
-	c.Slots = 3
+	c.Bays = 3
 	g := openGPU(t, c)
 	pages := append(batchtest.Pages(300, 14), edgePages(50)...)
 	b := batchtest.BatchOf(pages)
@@ -509,11 +509,11 @@ func TestGPUOversizeBatch(t *testing.T) {
 	}
 }
 
-// TestGPUCloseReleasesWaiters checks that a caller waiting for a slot is
+// TestGPUCloseReleasesWaiters checks that a caller waiting for a bay is
 // released by Close instead of blocking forever.
 func TestGPUCloseReleasesWaiters(t *testing.T) {
 	c := testConfig(t)
-	c.Slots = 1
+	c.Bays = 1
 	g, err := open(c, testPTX(t), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -535,7 +535,7 @@ func TestGPUCloseReleasesWaiters(t *testing.T) {
 			t.Fatalf("waiter got %v, want errClosed", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("a waiter for a slot was not released by Close")
+		t.Fatal("a waiter for a bay was not released by Close")
 	}
 	g.release(s)
 	if err := <-closed; err != nil {

@@ -22,7 +22,7 @@ const (
 	// FaultHang stalls a stream at a compression kernel's launch: the
 	// launch and everything queued after it on that stream reach the
 	// device only after the hang, so a watchdog deadline fires while the
-	// device still owns the slot and its copies land late.
+	// device still owns the bay and its copies land late.
 	FaultHang FaultPoint = "hang"
 )
 

@@ -6,10 +6,10 @@
 // wrapping ErrUnavailable and the caller uses the CPU codec. cgo is confined
 // to this package.
 //
-// A Backend owns a few slots, each with a stream and device and pinned host
+// A Backend owns a few bays, each with a stream, GPU memory and pinned host
 // buffers allocated once at Open. Concurrent CompressBatch calls take
-// different slots, so one batch's upload, another's kernel and a third's
-// download overlap. The kernel packs the compressed pages on the device, so
+// different bays, so one batch's upload, another's kernel and a third's
+// download overlap. The kernel packs the compressed pages on the GPU, so
 // only their bytes and a small array of offsets and lengths come back.
 //
 // The Backend never decides between the GPU and the CPU: pkg/route does,
@@ -31,7 +31,7 @@ import (
 )
 
 // ErrUnavailable is wrapped by every error of Open: no libcuda, no device,
-// or a device that cannot be set up. The caller then runs on the CPU.
+// or a GPU that cannot be set up. The caller then runs on the CPU.
 var ErrUnavailable = errors.New("gpu: unavailable")
 
 // errClosed reports use of a closed Backend.
@@ -95,13 +95,13 @@ func modules(algorithm string, ptx []byte) [][]byte {
 
 // Config selects and sizes the GPU backend.
 type Config struct {
-	// Device is the CUDA device index (--gpu-device).
+	// Device is the GPU index, CUDA's device ordinal (--gpu-device).
 	Device int
-	// Slots is the number of batches in flight (default 8). A batch holds
-	// its slot for about twice its kernel time (two round trips), so
-	// throughput needs several slots and as many concurrent callers.
-	Slots int
-	// MaxBatchPages is the largest batch a slot holds (default 1024).
+	// Bays is the number of batches in flight (default 8). A batch holds
+	// its bay for about twice its kernel time (two round trips), so
+	// throughput needs several bays and as many concurrent callers.
+	Bays int
+	// MaxBatchPages is the largest batch a bay holds (default 1024).
 	MaxBatchPages int
 	// Algorithm is the format the kernels write: "lz4" (the default: LZ4
 	// blocks) or "zstd" (zstd frames); either decodes on the CPU.
@@ -121,8 +121,8 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
-	if c.Slots == 0 {
-		c.Slots = 8
+	if c.Bays == 0 {
+		c.Bays = 8
 	}
 	if c.MaxBatchPages == 0 {
 		c.MaxBatchPages = 1024
@@ -140,8 +140,8 @@ func (c Config) validate() error {
 	switch {
 	case c.Device < 0:
 		return fmt.Errorf("gpu: device index %d is negative", c.Device)
-	case c.Slots < 1 || c.Slots > 64:
-		return fmt.Errorf("gpu: slots %d out of range 1..64", c.Slots)
+	case c.Bays < 1 || c.Bays > 64:
+		return fmt.Errorf("gpu: bays %d out of range 1..64", c.Bays)
 	case c.MaxBatchPages < 1 || c.MaxBatchPages > 1<<16:
 		return fmt.Errorf("gpu: max batch pages %d out of range 1..65536", c.MaxBatchPages)
 	case c.Algorithm != "lz4" && c.Algorithm != "zstd":
@@ -175,7 +175,7 @@ const (
 
 func metaWords(maxPages int) int { return metaHeaderWords + 3*maxPages }
 
-// A slot's meta, after its header: the offsets, the lengths and the decode
+// A bay's meta, after its header: the offsets, the lengths and the decode
 // status, MaxBatchPages words each.
 const (
 	metaOffsets = iota
@@ -183,14 +183,14 @@ const (
 	metaStatus
 )
 
-// metaOn is meta area k of slot s on the device.
-func (g *Backend) metaOn(s *slot, k int) devicePtr {
+// metaOn is meta area k of bay s on the GPU.
+func (g *Backend) metaOn(s *bay, k int) devicePtr {
 	return s.dMeta + devicePtr(4*(metaHeaderWords+k*g.cfg.MaxBatchPages))
 }
 
-// metaHost is the first n words of meta area k of slot s, in pinned host
+// metaHost is the first n words of meta area k of bay s, in pinned host
 // memory.
-func (g *Backend) metaHost(s *slot, k, n int) []uint32 {
+func (g *Backend) metaHost(s *bay, k, n int) []uint32 {
 	at := metaHeaderWords + k*g.cfg.MaxBatchPages
 	return s.hMeta[at : at+n]
 }
@@ -213,16 +213,16 @@ type Backend struct {
 	// (lz4ObjectWarps a block), zstdObjectKernels on a zstd one (a warp
 	// a block).
 	objects []kernel
-	slots   []*slot
-	free    chan *slot
+	bays    []*bay
+	free    chan *bay
 	closed  atomic.Bool
 	done    chan struct{} // closed by Close
 
-	pinnedMemory // NewBatch, NewOutputs, RegisterPages: the host memory the device reaches
+	pinnedMemory // NewBatch, NewOutputs, RegisterPages: the host memory the GPU reaches
 
 	mu      sync.Mutex
 	deep    *DeepGroups // made by DeepGroups, once
-	bounced int64       // bytes of the slots' bounce buffers
+	bounced int64       // bytes of the bays' bounce buffers
 }
 
 // Open loads libcuda, picks cfg.Device, loads the kernels and allocates
@@ -247,7 +247,7 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 	if wrap != nil {
 		api = wrap(dr)
 	}
-	g := &Backend{dr: api, info: info, cfg: cfg, log: cfg.Logger, free: make(chan *slot, cfg.Slots), done: make(chan struct{})}
+	g := &Backend{dr: api, info: info, cfg: cfg, log: cfg.Logger, free: make(chan *bay, cfg.Bays), done: make(chan struct{})}
 	g.pinnedMemory = pinnedMemory{dr: api, maxPages: cfg.MaxBatchPages, closed: &g.closed}
 	if err := g.setup(ptx); err != nil {
 		g.teardown()
@@ -258,7 +258,7 @@ func open(cfg Config, ptx []byte, wrap func(cuda) cuda) (*Backend, error) {
 		kernels = "compiled ahead"
 	}
 	g.log.Info("gpu: backend ready", "device", info.Name, "index", info.Index,
-		"sms", info.Multiprocessors, "slots", cfg.Slots, "max_batch_pages", cfg.MaxBatchPages,
+		"sms", info.Multiprocessors, "slots", cfg.Bays, "max_batch_pages", cfg.MaxBatchPages,
 		"kernels", kernels, "work_queues", g.info.WorkQueues)
 	return g, nil
 }
@@ -294,9 +294,9 @@ func (g *Backend) setup(ptx []byte) error {
 		return err
 	}
 	n := g.cfg.MaxBatchPages
-	for range g.cfg.Slots {
-		s := &slot{}
-		g.slots = append(g.slots, s)
+	for range g.cfg.Bays {
+		s := &bay{}
+		g.bays = append(g.bays, s)
 		if s.stream, err = g.dr.streamCreate(); err != nil {
 			return err
 		}
@@ -321,10 +321,10 @@ func (g *Backend) setup(ptx []byte) error {
 }
 
 // teardown frees what setup and NewBatch made. Only call it when no work
-// is on the device.
+// is on the GPU.
 func (g *Backend) teardown() error {
 	var errs []error
-	for _, s := range g.slots {
+	for _, s := range g.bays {
 		for _, d := range []devicePtr{s.dPages, s.dScratch, s.dPacked, s.dMeta} {
 			if d != 0 {
 				errs = append(errs, g.dr.memFree(d))
@@ -352,7 +352,7 @@ func (g *Backend) teardown() error {
 }
 
 // Close waits (up to 10s) for batches in flight, then frees every buffer.
-// Batches made by NewBatch must not be used afterwards. If the device does
+// Batches made by NewBatch must not be used afterwards. If the GPU does
 // not finish in time, nothing is freed: it might still write into any of
 // the buffers.
 func (g *Backend) Close() error {
@@ -361,7 +361,7 @@ func (g *Backend) Close() error {
 	}
 	close(g.done)
 	deadline := time.After(10 * time.Second)
-	for range g.slots {
+	for range g.bays {
 		select {
 		case <-g.free:
 		case <-deadline:
@@ -378,7 +378,7 @@ func (g *Backend) Close() error {
 // Name implements codec.BatchCompressor.
 func (*Backend) Name() string { return "gpu" }
 
-// Info describes the device.
+// Info describes the GPU.
 func (g *Backend) Info() DeviceInfo { return g.info }
 
 // MaxBatchPages is the largest batch CompressBatch takes.

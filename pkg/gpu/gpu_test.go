@@ -35,7 +35,7 @@ func TestOpenReportsUnavailable(t *testing.T) {
 }
 
 func TestOpenRejectsBadConfig(t *testing.T) {
-	for _, c := range []Config{{Device: -1}, {Slots: -1}, {MaxBatchPages: 1 << 20}} {
+	for _, c := range []Config{{Device: -1}, {Bays: -1}, {MaxBatchPages: 1 << 20}} {
 		c.Logger = quiet
 		if _, err := Open(c); err == nil || !errors.Is(err, ErrUnavailable) {
 			t.Errorf("Open(%+v) = %v, want an ErrUnavailable error", c, err)

@@ -9,7 +9,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
-// MaxGroups implements codec.GroupCompressor: as many groups as a slot's
+// MaxGroups implements codec.GroupCompressor: as many groups as a bay's
 // scratch holds (ZW_SCRATCH_PAGE a page).
 func (g *Backend) MaxGroups() int {
 	scratch := g.cfg.MaxBatchPages * batchKernels[g.cfg.Algorithm].scratchPages
@@ -22,7 +22,7 @@ func (g *Backend) FramePages() int { return codec.GroupPages }
 
 // CompressGroups implements codec.GroupCompressor. The frames are packed
 // at the start of b.Out (16-byte aligned offsets). When it returns an
-// error the device may still be working on a quarantined slot, and may
+// error the GPU may still be working on a quarantined bay, and may
 // still write b.Out.
 func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
 	packed, err := checkGroups(b, lz4Offsets, lz4Lens, g.MaxGroups())
@@ -32,14 +32,14 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 	n, groups := b.N, b.N/codec.GroupPages
 	launch := g.launchGroups
 	if packed > 0 {
-		launch = func(s *slot, n int) error {
+		launch = func(s *bay, n int) error {
 			if err := g.decodeLZ4(s, b.Out[:packed], lz4Offsets[:n], lz4Lens[:n]); err != nil {
 				return err
 			}
 			return g.launchGroups(s, n)
 		}
 	}
-	after := func(s *slot) {
+	after := func(s *bay) {
 		g.keepNotSmaller(s, groups, b.Offsets, b.Lens)
 		// A group with a page that did not decode is not compressed.
 		status := g.metaHost(s, metaStatus, n)
@@ -83,10 +83,10 @@ func checkGroups(b *codec.Batch, lz4Offsets, lz4Lens []uint32, maxGroups int) (p
 
 // decodeLZ4 queues on s the decoding of the LZ4 blocks in packed (page i's
 // at offsets[i], lens[i] bytes; none where 0) into their pages of the
-// batch on the device, and the decoder's status of each page back to
-// s.hMeta. The packed blocks go up to the device's packed output, which
+// batch on the GPU, and the decoder's status of each page back to
+// s.hMeta. The packed blocks go up to the GPU's packed output, which
 // the kernels of groups write only after.
-func (g *Backend) decodeLZ4(s *slot, packed []byte, offsets, lens []uint32) error {
+func (g *Backend) decodeLZ4(s *bay, packed []byte, offsets, lens []uint32) error {
 	dr, n := g.dr, len(lens)
 	dOffs, dLens, dStatus := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens), g.metaOn(s, metaStatus)
 	if err := dr.htod(s.dPacked, packed, s.stream); err != nil {
@@ -111,9 +111,9 @@ func (g *Backend) decodeLZ4(s *slot, packed []byte, offsets, lens []uint32) erro
 }
 
 // launchGroups queues the kernels of groups on s for its n pages, already
-// on the device: gz_zstd_encode_blocks a warp a page, the others a warp a
+// on the GPU: gz_zstd_encode_blocks a warp a page, the others a warp a
 // group.
-func (g *Backend) launchGroups(s *slot, n int) error {
+func (g *Backend) launchGroups(s *bay, n int) error {
 	offs, lens := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens)
 	for i, k := range g.groups {
 		grid := n / codec.GroupPages

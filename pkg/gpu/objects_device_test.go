@@ -91,7 +91,7 @@ func objectRoundTrip(t *testing.T, c codec.BatchCompressor, b *codec.Batch, page
 // TestGPUObjects: objects of 1, 4 and 16 pages and of mixed sizes, of
 // edge pages and of the corpus (or generated pages), decode to their
 // pages, on an LZ4 and a zstd backend; LZ4 objects of one page are
-// gz_lz4_compress's pages byte for byte; and a batch larger than a slot
+// gz_lz4_compress's pages byte for byte; and a batch larger than a bay
 // is split between objects.
 func TestGPUObjects(t *testing.T) {
 	data := testneeds.CorpusOr(t, "generated pages instead")
@@ -143,9 +143,9 @@ func gpuObjects(t *testing.T, data []byte, alg string) {
 			t.Errorf("objects of 16 pages stored %d bytes, pages alone %d", stored, pagesAlone)
 		}
 	}
-	// A batch of more pages than a slot takes, in parts that keep
+	// A batch of more pages than a bay takes, in parts that keep
 	// objects whole.
-	cfg := Config{Logger: quiet, MaxBatchPages: 40, Slots: 2}
+	cfg := Config{Logger: quiet, MaxBatchPages: 40, Bays: 2}
 	small := openGPU(t, cfg)
 	if alg == "zstd" {
 		small = openZstd(t, cfg)

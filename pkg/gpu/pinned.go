@@ -13,7 +13,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
-// pinnedMemory is the backend's pinned host memory, which the device
+// pinnedMemory is the backend's pinned host memory, which the GPU
 // reaches by DMA: the batches and output sets it made (NewBatch,
 // NewOutputs), which the backend's teardown frees, and the caller's
 // memory it pinned in place (RegisterPages), until unregistered.
@@ -33,8 +33,8 @@ type pinnedMemory struct {
 // compressed bytes come down by DMA with no staging copy.
 //
 // Because CompressBatch then writes b.Out by DMA, a batch that fails with
-// a deadline error may still have b.Out written by the device until its
-// slot is released; pkg/route gives the device shadow outputs (NewOutputs)
+// a deadline error may still have b.Out written by the GPU until its
+// bay is released; pkg/route gives the GPU shadow outputs (NewOutputs)
 // for that reason.
 func (pm *pinnedMemory) NewBatch(capacity int) (*codec.Batch, error) {
 	pageBytes := capacity * codec.PageSize
@@ -81,7 +81,7 @@ func (pm *pinnedMemory) UnregisterPages(mem []byte) error {
 }
 
 // NewOutputs returns sets batches of capacity pages with pinned outputs
-// and no pages, the shadow outputs pkg/route gives the device, so that a
+// and no pages, the shadow outputs pkg/route gives the GPU, so that a
 // late write by a batch it gave up on reaches no memory in use. They are
 // carved from one allocation: the driver hands out pinned memory in
 // pieces of 2 MiB, and 16 sets of 256 pages (1 MiB and 2 KiB each),
@@ -135,7 +135,7 @@ func (pm *pinnedMemory) ownsPinned(p []byte) bool {
 }
 
 // freePinned frees the memory NewBatch and NewOutputs made. Only call it
-// when no work is on the device.
+// when no work is on the GPU.
 func (pm *pinnedMemory) freePinned() error {
 	pm.mu.Lock()
 	defer pm.mu.Unlock()

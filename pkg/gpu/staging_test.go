@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestGPURegisteredStaging compresses pages that live where the device
+// TestGPURegisteredStaging compresses pages that live where the GPU
 // stages them: a memfd mapped shared and pinned with RegisterPages. It
 // also times one batch from there, from NewBatch's pinned memory and
 // from the Go heap, so that a run shows what registering buys.

@@ -28,7 +28,7 @@ type Monitor struct {
 }
 
 // OpenMonitor initializes NVML for the GPU with the given index. Without
-// libnvidia-ml or the device it returns an error wrapping ErrUnavailable.
+// libnvidia-ml or the GPU it returns an error wrapping ErrUnavailable.
 func OpenMonitor(index int) (*Monitor, error) {
 	if ret := nvml.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("%w: nvml: %s", ErrUnavailable, nvml.ErrorString(ret))
@@ -41,7 +41,7 @@ func OpenMonitor(index int) (*Monitor, error) {
 	return &Monitor{dev: dev}, nil
 }
 
-// Snapshot reads the current figures. A figure the device does not report
+// Snapshot reads the current figures. A figure the GPU does not report
 // is left zero; only a failure to read the name or memory is an error.
 func (m *Monitor) Snapshot() (Telemetry, error) {
 	m.mu.Lock()

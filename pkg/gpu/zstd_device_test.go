@@ -108,13 +108,13 @@ func storedBy(t *testing.T, c codec.Codec, pages []byte) (stored int) {
 
 // TestZstdBenchReport measures the zstd kernel (data on the GPU, median of
 // 10 launches over 1024-page batches), end to end (pinned pages in, packed
-// frames out, 8 slots, 16 goroutines) and CPU zstd -1 on every core, and
+// frames out, 8 bays, 16 goroutines) and CPU zstd -1 on every core, and
 // appends a markdown table to $GZRAMD_BENCH_OUT.
 func TestZstdBenchReport(t *testing.T) {
 	outPath := testneeds.Env(t, "GZRAMD_BENCH_OUT", "measures the zstd kernel against CPU zstd and appends a markdown table to that file; bench/gpu/zstd.sh sets it")
 	pages := testneeds.Corpus(t)
 	c := testConfig(t)
-	c.Slots, c.MaxBatchPages = 8, 1024
+	c.Bays, c.MaxBatchPages = 8, 1024
 	g := openZstd(t, c)
 	kernel := kernelGBs(t, g, pages)
 	e2eGBs := zstdEndToEnd(t, g, pages, 16)
@@ -127,7 +127,7 @@ func TestZstdBenchReport(t *testing.T) {
 	defer f.Close()
 	fmt.Fprintf(f, "\n### zstd on the GPU (corpus, 1024-page batches)\n\n| path | GB/s (input) |\n|---|---|\n")
 	fmt.Fprintf(f, "| zstd kernel, data on the GPU (median of 10) | %.1f |\n", kernel)
-	fmt.Fprintf(f, "| zstd end to end: pinned pages → packed frames (8 slots, 16 goroutines) | %.1f |\n", e2eGBs)
+	fmt.Fprintf(f, "| zstd end to end: pinned pages → packed frames (8 bays, 16 goroutines) | %.1f |\n", e2eGBs)
 	fmt.Fprintf(f, "| CPU zstd -1, %d goroutines | %.2f |\n", runtime.GOMAXPROCS(0), cpuGBs)
 	fmt.Fprintf(f, "| LZ4 kernel, data on the GPU (median of 10) | %.1f |\n", lzKernel)
 	t.Logf("zstd kernel %.1f GB/s, end to end %.1f GB/s, CPU zstd -1 %.2f GB/s; LZ4 kernel %.1f GB/s", kernel, e2eGBs, cpuGBs, lzKernel)
@@ -224,7 +224,7 @@ func TestGPUZstdFaultInjection(t *testing.T) {
 	for _, p := range []FaultPoint{FaultUpload, FaultKernel, FaultDownload, FaultSync} {
 		t.Run(string(p), func(t *testing.T) {
 			c := testConfig(t)
-			c.Slots, c.Algorithm = 2, "zstd"
+			c.Bays, c.Algorithm = 2, "zstd"
 			g := openPTX(t, c, zstdPTX(t), wrapFaults(NewFaultPlan(map[FaultPoint][]int{p: {2}}), 0))
 			r, err := route.New(route.Config{Accelerator: g, Codec: dec, Logger: quiet, MinBackoff: time.Millisecond,
 				BatchPages: 300, Outputs: 1, Shadows: 8, MinAcceleratorPages: 1})

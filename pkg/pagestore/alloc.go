@@ -1,4 +1,4 @@
-// Allocating and freeing objects: one at a time or in batches, slabs taken
+// Allocating and freeing: one at a time or in batches, slabs taken
 // and released, and the memory they hold against the limit.
 
 package pagestore
@@ -13,10 +13,10 @@ import (
 	"github.com/gzramd/gzramd/internal/prefetch"
 )
 
-// Alloc reserves an object of size bytes (1..MaxObjectSize) tagged with
+// Alloc reserves an allocation of size bytes (1..MaxAllocSize) tagged with
 // owner, and returns its handle and its bytes for the caller to fill. owner
 // is what Compact passes back to relocate, at most MaxOwner. Alloc fails
-// with ErrFull, changing nothing, when the object needs a page of memory
+// with ErrFull, changing nothing, when the allocation needs a page of memory
 // that the limit does not allow.
 func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 	if err := s.checkAlloc(size, owner); err != nil {
@@ -25,25 +25,25 @@ func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 	ci := classOf(size)
 	c, g := &s.classes[ci], &s.geo[ci]
 	c.mu.Lock()
-	h, mem, slot, err := s.allocLocked(c, ci, size, owner, nil)
+	h, mem, cell, err := s.allocLocked(c, ci, size, owner, nil)
 	c.mu.Unlock()
 	if err != nil {
 		return 0, nil, err
 	}
-	off := objectAt(g, slot)
+	off := cellAt(g, cell)
 	return h, mem[off : off+uint32(size) : off+uint32(size)], nil
 }
 
-// AllocBatch allocates objects as Alloc does, object i of sizes[i] bytes
+// AllocBatch makes allocations as Alloc does, allocation i of sizes[i] bytes
 // tagged with owners[i], in order, and stores their handles in handles (as
-// long as sizes); the caller fills them through Bytes. Runs of objects of
+// long as sizes); the caller fills them through Bytes. Runs of allocations of
 // one size class take the class's lock once: a batch of pages that
 // compress alike (as a program's pages often do) costs one lock, not one
 // each, which is what lets many writers store at once.
 //
-// reserved is the part of an earlier Reserve the objects draw on before
+// reserved is the part of an earlier Reserve the allocations draw on before
 // the memory limit is asked for more (staged pages reserved 4 KiB each and
-// are stored here). AllocBatch stops at the first object it cannot
+// are stored here). AllocBatch stops at the first allocation it cannot
 // allocate, and returns how many it did (the first n handles), the part of
 // reserved it did not use (still reserved, for the caller to use or
 // Unreserve), and the error.
@@ -81,8 +81,8 @@ func (s *Store) AllocBatch(sizes []int, owners []uint32, handles []Handle, reser
 
 func (s *Store) checkAlloc(size int, owner uint32) error {
 	switch {
-	case size < 1 || size > MaxObjectSize:
-		return fmt.Errorf("pagestore: object size %d out of range [1, %d]: %w", size, MaxObjectSize, syscall.EINVAL)
+	case size < 1 || size > MaxAllocSize:
+		return fmt.Errorf("pagestore: allocation size %d out of range [1, %d]: %w", size, MaxAllocSize, syscall.EINVAL)
 	case owner > MaxOwner:
 		return fmt.Errorf("pagestore: owner %#x above %#x: %w", owner, MaxOwner, syscall.EINVAL)
 	case s.closed.Load():
@@ -91,83 +91,83 @@ func (s *Store) checkAlloc(size int, owner uint32) error {
 	return nil
 }
 
-// allocLocked takes a slot of class ci for an object of size bytes and
+// allocLocked takes a cell of class ci for an allocation of size bytes and
 // returns it with its slab's memory; new slab memory draws on credit (see
 // hold). c.mu is held.
 func (s *Store) allocLocked(c *class, ci, size int, owner uint32, credit *int64) (Handle, []byte, uint32, error) {
-	id, mem, slot, err := s.take(c, ci, true, credit)
+	id, mem, cell, err := s.take(c, ci, true, credit)
 	if err != nil {
 		return 0, nil, 0, err
 	}
-	setOwner(mem, slot, owner)
-	setDelta(mem, slot, byte(s.geo[ci].size-uint32(size)))
-	c.objects.Add(1)
+	setOwner(mem, cell, owner)
+	setDelta(mem, cell, byte(s.geo[ci].size-uint32(size)))
+	c.allocations.Add(1)
 	c.bytes.Add(int64(size))
-	return handle(id, slot), mem, slot, nil
+	return handle(id, cell), mem, cell, nil
 }
 
-func handle(slab, slot uint32) Handle { return Handle(slab)<<slotBits | Handle(slot) }
+func handle(slab, cell uint32) Handle { return Handle(slab)<<cellBits | Handle(cell) }
 
-// lookup checks that h names a slot of an existing slab and returns the
-// slab and its memory. It does not say whether the slot is in use.
-func (s *Store) lookup(h Handle) (id uint32, r *slabRec, mem []byte, slot uint32, ok bool) {
-	if h>>slotBits >= Handle(s.nslabs.Load()) {
+// lookup checks that h names a cell of an existing slab and returns the
+// slab and its memory. It does not say whether the cell is in use.
+func (s *Store) lookup(h Handle) (id uint32, r *slabRec, mem []byte, cell uint32, ok bool) {
+	if h>>cellBits >= Handle(s.nslabs.Load()) {
 		return 0, nil, nil, 0, false
 	}
-	id, slot = uint32(h>>slotBits), uint32(h&slotMask)
+	id, cell = uint32(h>>cellBits), uint32(h&cellMask)
 	if id == 0 {
 		return 0, nil, nil, 0, false
 	}
 	r = s.rec(id)
 	g := &s.geo[r.class]
 	arenas := *s.arenas.Load()
-	if slot >= g.slots || int(r.arena) >= len(arenas) {
+	if cell >= g.cells || int(r.arena) >= len(arenas) {
 		return 0, nil, nil, 0, false
 	}
 	off := int(r.page) * pageSize
-	return id, r, arenas[r.arena][off : off+int(g.pages)*pageSize], slot, true
+	return id, r, arenas[r.arena][off : off+int(g.pages)*pageSize], cell, true
 }
 
-// Bytes returns the bytes of the object h, size long as given to Alloc (a
-// size beyond the object's class is clamped to it). They are valid until
-// the object is freed or relocated. Bytes checks only that h names a slot
+// Bytes returns the bytes of the allocation h, size long as given to Alloc (a
+// size beyond the allocation's class is clamped to it). They are valid until
+// the allocation is freed or relocated. Bytes checks only that h names a cell
 // of an existing slab, returning nil otherwise; it takes no lock.
 func (s *Store) Bytes(h Handle, size int) []byte {
-	_, r, mem, slot, ok := s.lookup(h)
+	_, r, mem, cell, ok := s.lookup(h)
 	if !ok {
 		return nil
 	}
 	g := &s.geo[r.class]
 	n := uint32(min(max(size, 0), int(g.size)))
-	off := objectAt(g, slot)
+	off := cellAt(g, cell)
 	return mem[off : off+n : off+n]
 }
 
 // Prefetch asks the CPU for the cache line of h's tag, which Free(h)
 // reads and writes: a writer replacing h calls it before it compresses
-// the new page, so that the cache miss (the old object is cold, on a
+// the new page, so that the cache miss (the old allocation is cold, on a
 // random page) overlaps the compression. Any handle is accepted.
 func (s *Store) Prefetch(h Handle) {
-	if _, _, mem, slot, ok := s.lookup(h); ok {
-		prefetch.Line(unsafe.Pointer(&mem[tagSize*slot]))
+	if _, _, mem, cell, ok := s.lookup(h); ok {
+		prefetch.Line(unsafe.Pointer(&mem[tagSize*cell]))
 	}
 }
 
-// Free releases the object h. A handle that names no live object (never
-// allocated, already freed, or from another store) is detected, counted in
-// Stats.BadHandles and otherwise ignored; a stale handle whose slot holds
-// a new object frees that object. A slab left empty gives its pages back
-// to the kernel at once, except that each class keeps one that emptied
-// holding at most two pages (Compact releases it).
+// Free releases the allocation h. A handle that names no live allocation
+// (never allocated, already freed, or from another store) is detected,
+// counted in Stats.BadHandles and otherwise ignored; a stale handle whose
+// cell holds a new allocation frees that allocation. A slab left empty gives
+// its pages back to the kernel at once, except that each class keeps one that
+// emptied holding at most two pages (Compact releases it).
 func (s *Store) Free(h Handle) {
-	id, r, mem, slot, ok := s.lookup(h)
+	id, r, mem, cell, ok := s.lookup(h)
 	if !ok {
 		s.badHandles.Add(1)
 		return
 	}
 	c := &s.classes[r.class]
 	c.mu.Lock()
-	s.freeLocked(c, id, r, mem, slot)
+	s.freeLocked(c, id, r, mem, cell)
 	c.mu.Unlock()
 }
 
@@ -179,7 +179,7 @@ func (s *Store) FreeBatch(handles []Handle) {
 		if h == 0 {
 			continue
 		}
-		id, r, mem, slot, ok := s.lookup(h)
+		id, r, mem, cell, ok := s.lookup(h)
 		if !ok {
 			s.badHandles.Add(1)
 			continue
@@ -191,26 +191,26 @@ func (s *Store) FreeBatch(handles []Handle) {
 			c.mu.Lock()
 			locked = c
 		}
-		s.freeLocked(locked, id, r, mem, slot)
+		s.freeLocked(locked, id, r, mem, cell)
 	}
 	if locked != nil {
 		locked.mu.Unlock()
 	}
 }
 
-// freeLocked frees slot of slab id, whose class's lock c.mu is held.
-func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uint32) {
+// freeLocked frees cell of slab id, whose class's lock c.mu is held.
+func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, cell uint32) {
 	g := &s.geo[r.class]
-	if r.state == slabEmpty || slot >= uint32(r.bump) || isFree(owner(mem, slot)) {
+	if r.state == slabEmpty || cell >= uint32(r.bump) || isFree(owner(mem, cell)) {
 		s.badHandles.Add(1)
 		return
 	}
-	size := g.size - uint32(delta(mem, slot))
-	setOwner(mem, slot, freeTag|uint32(r.freeHead))
-	r.freeHead = uint16(slot + 1)
-	wasFull := uint32(r.live) == g.slots
+	size := g.size - uint32(delta(mem, cell))
+	setOwner(mem, cell, freeTag|uint32(r.freeHead))
+	r.freeHead = uint16(cell + 1)
+	wasFull := uint32(r.live) == g.cells
 	r.live--
-	c.objects.Add(-1)
+	c.allocations.Add(-1)
 	c.bytes.Add(-int64(size))
 	switch r.state {
 	case slabActive:
@@ -260,17 +260,17 @@ func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, slot uin
 	}
 }
 
-// take hands out a free slot of class ci, from the most recently used slab
+// take hands out a free cell of class ci, from the most recently used slab
 // with room, making a slab when grow is set and none has room. c.mu is held.
-func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem []byte, slot uint32, err error) {
+func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem []byte, cell uint32, err error) {
 	g := &s.geo[ci]
 	id = c.partial
 	if id == 0 {
 		if !grow {
 			return 0, nil, 0, ErrFull
 		}
-		// Spare making a slab that could not take even one object.
-		if !s.fits(c, int64(pagesFor(objectAt(g, 1)))*pageSize-creditOf(credit)) {
+		// Spare making a slab that could not take even one allocation.
+		if !s.fits(c, int64(pagesFor(cellAt(g, 1)))*pageSize-creditOf(credit)) {
 			return 0, nil, 0, ErrFull
 		}
 		if id, err = s.newSlab(c, ci); err != nil {
@@ -279,10 +279,10 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 		s.push(&c.partial, id)
 	}
 	r := s.rec(id)
-	slot, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
+	cell, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
 	if errors.Is(err, errCold) {
 		// Its room is in pages it gave back: it waits, off the list,
-		// for a free slot, and a slab with resident room is taken.
+		// for a free cell, and a slab with resident room is taken.
 		s.unlink(&c.partial, id)
 		r.state = slabCold
 		return s.take(c, ci, grow, credit)
@@ -294,12 +294,12 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 			r.state = slabEmpty
 			c.empty = append(c.empty, id)
 		}
-		// The head slab needs a new page; another may have a free slot
+		// The head slab needs a new page; another may have a free cell
 		// in pages it already holds.
 		for id = c.partial; id != 0; id = r.next {
 			r = s.rec(id)
-			if r.freeHead != 0 || pagesFor(objectAt(g, uint32(r.bump)+1)) <= uint32(r.touched) {
-				slot, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
+			if r.freeHead != 0 || pagesFor(cellAt(g, uint32(r.bump)+1)) <= uint32(r.touched) {
+				cell, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
 				break
 			}
 		}
@@ -307,25 +307,25 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 			return 0, nil, 0, err
 		}
 	}
-	if uint32(r.live) == g.slots {
+	if uint32(r.live) == g.cells {
 		s.unlink(&c.partial, id)
 	}
-	return id, s.slabMem(r, g), slot, nil
+	return id, s.slabMem(r, g), cell, nil
 }
 
 // errCold is takeFrom's refusal to reach into a page the slab gave back.
 var errCold = errors.New("pagestore: the slab's next page was given back")
 
-// takeFrom hands out a slot of r: a freed one first, else the next never
+// takeFrom hands out a cell of r: a freed one first, else the next never
 // used one, reserving the page it reaches into.
 func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *int64) (uint32, error) {
-	var slot uint32
+	var cell uint32
 	if r.freeHead != 0 {
-		slot = uint32(r.freeHead - 1)
-		r.freeHead = uint16(owner(mem, slot) &^ freeTag)
+		cell = uint32(r.freeHead - 1)
+		r.freeHead = uint16(owner(mem, cell) &^ freeTag)
 	} else {
-		slot = uint32(r.bump)
-		need := pagesFor(objectAt(g, slot+1))
+		cell = uint32(r.bump)
+		need := pagesFor(cellAt(g, cell+1))
 		if need > uint32(r.touched) && r.cold && s.pf.prefault > 0 {
 			return 0, errCold
 		}
@@ -338,7 +338,7 @@ func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *
 		r.bump++
 	}
 	r.live++
-	return slot, nil
+	return cell, nil
 }
 
 func (m *mapping) slabMem(r *slabRec, g *geometry) []byte {
@@ -538,11 +538,11 @@ func (s *Store) noteMax(used int64) {
 	}
 }
 
-// Reserve counts n bytes as held for objects the caller will store later
+// Reserve counts n bytes as held for allocations the caller will store later
 // (pages it keeps elsewhere meanwhile, such as staged ones): they count in
 // MemUsed and against the limit from now on, and Reserve fails with
 // ErrFull, changing nothing, when the limit does not allow them. The
-// objects are then allocated with AllocBatch, drawing on the reservation,
+// allocations are then made with AllocBatch, drawing on the reservation,
 // and what is left of it given back with Unreserve.
 func (s *Store) Reserve(n int64) error {
 	if n <= 0 {

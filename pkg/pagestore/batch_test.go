@@ -9,11 +9,11 @@ import (
 )
 
 // TestAllocBatchRoundTrip stores batches mixing runs of one class with
-// scattered sizes, checks every object, and frees them in batches again.
+// scattered sizes, checks every allocation, and frees them in batches again.
 func TestAllocBatchRoundTrip(t *testing.T) {
 	s := newStore(t, Config{ArenaSize: 4 << 20})
 	r := rand.New(rand.NewPCG(3, 4))
-	var all []object
+	var all []allocation
 	seeds := map[Handle]uint64{}
 	for b := range 200 {
 		n := 1 + r.IntN(64)
@@ -24,9 +24,9 @@ func TestAllocBatchRoundTrip(t *testing.T) {
 			case b%3 == 0:
 				sizes[i] = 1700 + r.IntN(16) // one class, as fio's pages compress
 			case i%7 == 0:
-				sizes[i] = MaxObjectSize
+				sizes[i] = MaxAllocSize
 			default:
-				sizes[i] = 1 + r.IntN(MaxObjectSize)
+				sizes[i] = 1 + r.IntN(MaxAllocSize)
 			}
 			owners[i] = uint32(b*100 + i)
 		}
@@ -36,7 +36,7 @@ func TestAllocBatchRoundTrip(t *testing.T) {
 		}
 		for i, h := range handles {
 			if h == 0 {
-				t.Fatalf("batch %d: object %d has no handle", b, i)
+				t.Fatalf("batch %d: allocation %d has no handle", b, i)
 			}
 			if _, ok := seeds[h]; ok {
 				t.Fatalf("batch %d: handle %#x handed out twice", b, h)
@@ -44,7 +44,7 @@ func TestAllocBatchRoundTrip(t *testing.T) {
 			seed := uint64(b)<<32 | uint64(i)
 			seeds[h] = seed
 			fill(s.Bytes(h, sizes[i]), seed)
-			all = append(all, object{h, sizes[i]})
+			all = append(all, allocation{h, sizes[i]})
 		}
 	}
 	checkInvariants(t, s)
@@ -53,8 +53,8 @@ func TestAllocBatchRoundTrip(t *testing.T) {
 		check(t, s.Bytes(o.h, o.size), seeds[o.h], o.size)
 		want += int64(o.size)
 	}
-	if st := s.Stats(); st.Objects != int64(len(all)) || st.ComprDataSize != want {
-		t.Fatalf("stats %+v, want %d objects of %d bytes", st, len(all), want)
+	if st := s.Stats(); st.Allocations != int64(len(all)) || st.ComprDataSize != want {
+		t.Fatalf("stats %+v, want %d allocations of %d bytes", st, len(all), want)
 	}
 	// Free in batches with holes (zero handles are skipped).
 	r.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
@@ -72,12 +72,12 @@ func TestAllocBatchRoundTrip(t *testing.T) {
 }
 
 // TestAllocBatchStopsAtTheLimit: a batch that runs into the memory limit
-// part way stops there, with ENOSPC, its first objects allocated.
+// part way stops there, with ENOSPC, its first allocations made.
 func TestAllocBatchStopsAtTheLimit(t *testing.T) {
 	s := newStore(t, Config{MemLimit: 64 * pageSize})
 	sizes := make([]int, 200) // about 100 pages
 	for i := range sizes {
-		sizes[i] = 2000 + 16*(i%5) // several classes, 2 objects a page
+		sizes[i] = 2000 + 16*(i%5) // several classes, 2 allocations a page
 	}
 	owners := make([]uint32, len(sizes))
 	handles := make([]Handle, len(sizes))
@@ -90,8 +90,8 @@ func TestAllocBatchStopsAtTheLimit(t *testing.T) {
 			t.Fatalf("handle %d set %v with %d allocated", i, h != 0, n)
 		}
 	}
-	if st := s.Stats(); st.Objects != int64(n) || st.MemUsed > 64*pageSize {
-		t.Fatalf("after a batch stopped by the limit: %+v, want %d objects within the limit", st, n)
+	if st := s.Stats(); st.Allocations != int64(n) || st.MemUsed > 64*pageSize {
+		t.Fatalf("after a batch stopped by the limit: %+v, want %d allocations within the limit", st, n)
 	}
 	checkInvariants(t, s)
 	s.FreeBatch(handles[:n])
@@ -99,7 +99,7 @@ func TestAllocBatchStopsAtTheLimit(t *testing.T) {
 }
 
 // TestReserveCoversAllocations: reserved bytes count as used and against
-// the limit; objects drawing on them are stored even when the store is at
+// the limit; allocations drawing on them are stored even when the store is at
 // its limit, without going over it; what they do not use stays reserved
 // until Unreserve.
 func TestReserveCoversAllocations(t *testing.T) {
@@ -118,10 +118,10 @@ func TestReserveCoversAllocations(t *testing.T) {
 	if st := s.Stats(); st.MemUsed != pages*pageSize || st.Reserved != pages*pageSize {
 		t.Fatalf("after Reserve: %+v", st)
 	}
-	// Fill the rest of the limit with objects of their own.
+	// Fill the rest of the limit with allocations of their own.
 	var filler []Handle
 	for {
-		h, _, err := s.Alloc(MaxObjectSize, 1)
+		h, _, err := s.Alloc(MaxAllocSize, 1)
 		if errors.Is(err, ErrFull) {
 			break
 		}
@@ -223,7 +223,7 @@ func TestAllocBatchConcurrent(t *testing.T) {
 					want := make([]byte, size)
 					fill(want, seed)
 					if string(b) != string(want) {
-						t.Errorf("object %#x changed under other goroutines", h)
+						t.Errorf("allocation %#x changed under other goroutines", h)
 						return
 					}
 					delete(live, h)

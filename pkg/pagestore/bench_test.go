@@ -13,14 +13,14 @@ func benchSizes() []int {
 	for i := range sizes {
 		sizes[i] = 600 + rng.IntN(2600)
 		if i%16 == 0 {
-			sizes[i] = MaxObjectSize
+			sizes[i] = MaxAllocSize
 		}
 	}
 	return sizes
 }
 
 // BenchmarkAllocFree measures one Alloc plus one Free in steady state: each
-// goroutine keeps a ring of live objects and replaces the oldest one.
+// goroutine keeps a ring of live allocations and replaces the oldest one.
 func BenchmarkAllocFree(b *testing.B) {
 	s := newStore(b, Config{})
 	sizes := benchSizes()
@@ -32,16 +32,16 @@ func BenchmarkAllocFree(b *testing.B) {
 		// they do not go through the classes in lockstep.
 		i := int(goroutines.Add(1)) * 317
 		for pb.Next() {
-			slot := i & (len(ring) - 1)
-			if ring[slot] != 0 {
-				s.Free(ring[slot])
+			at := i & (len(ring) - 1)
+			if ring[at] != 0 {
+				s.Free(ring[at])
 			}
 			h, _, err := s.Alloc(sizes[i&(len(sizes)-1)], uint32(i))
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			ring[slot] = h
+			ring[at] = h
 			i++
 		}
 		for _, h := range ring {
@@ -74,8 +74,8 @@ func BenchmarkBytes(b *testing.B) {
 	})
 }
 
-// BenchmarkCompact measures moving objects out of fragmented slabs, per
-// object moved.
+// BenchmarkCompact measures moving allocations out of fragmented slabs, per
+// allocation moved.
 func BenchmarkCompact(b *testing.B) {
 	sizes := benchSizes()
 	const owners = 20000
@@ -94,11 +94,11 @@ func BenchmarkCompact(b *testing.B) {
 				b.Fatal(err)
 			}
 			fill(buf, uint64(o))
-			m.objs[o] = object{h: h}
+			m.allocs[o] = allocation{h: h}
 		}
-		for o := range m.objs {
+		for o := range m.allocs {
 			if rng.IntN(4) != 0 {
-				s.Free(m.objs[o].h)
+				s.Free(m.allocs[o].h)
 			}
 		}
 		b.StartTimer()
@@ -110,7 +110,7 @@ func BenchmarkCompact(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(moved, 1)), "ns/moved")
 }
 
-// BenchmarkAllocFreeLast allocates and frees a class's only object, which
+// BenchmarkAllocFreeLast allocates and frees a class's only allocation, which
 // would release and fault in its slab each time without the class's
 // cached slab.
 func BenchmarkAllocFreeLast(b *testing.B) {
@@ -126,10 +126,10 @@ func BenchmarkAllocFreeLast(b *testing.B) {
 	}
 }
 
-// BenchmarkOneClass measures storing and replacing objects that all fall
+// BenchmarkOneClass measures storing and replacing allocations that all fall
 // in one size class (fio's pages compress alike, and so do runs of a
 // program's pages) from every CPU at once: one Alloc and one Free per
-// object, against AllocBatch and FreeBatch over 32 objects (a 128 KiB
+// allocation, against AllocBatch and FreeBatch over 32 allocations (a 128 KiB
 // write), which take the class's lock once per batch.
 func BenchmarkOneClass(b *testing.B) {
 	const batch = 32
@@ -169,7 +169,7 @@ func BenchmarkOneClass(b *testing.B) {
 				}
 				s.FreeBatch(live)
 			})
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/object")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/allocation")
 		})
 	}
 }

@@ -2,28 +2,28 @@
 
 package pagestore
 
-// Objects are grouped in size classes 16 bytes apart, so an object wastes at
-// most 15 bytes to rounding (about 0.5% of a typical 1.7 KiB compressed
-// page). The last class holds raw 4096-byte pages.
+// Allocations are grouped in size classes 16 bytes apart, so an allocation
+// wastes at most 15 bytes to rounding (about 0.5% of a typical 1.7 KiB
+// compressed page). The last class holds raw 4096-byte pages.
 const (
-	// MaxObjectSize is the largest object Alloc accepts: one raw page.
-	MaxObjectSize = 4096
+	// MaxAllocSize is the largest allocation Alloc accepts: one raw page.
+	MaxAllocSize = 4096
 
 	pageSize   = 4096
 	classShift = 4
 	classStep  = 1 << classShift
-	numClasses = MaxObjectSize / classStep
+	numClasses = MaxAllocSize / classStep
 
-	// A handle is slab<<slotBits | slot; slab 0 is never used, so no
+	// A handle is slab<<cellBits | cell; slab 0 is never used, so no
 	// valid handle is 0.
-	slotBits = 12
-	maxSlots = 1 << slotBits
-	slotMask = maxSlots - 1
+	cellBits = 12
+	maxCells = 1 << cellBits
+	cellMask = maxCells - 1
 
-	// Each slot carries a 5-byte tag at the head of its slab: the owner
-	// (4 bytes) and how many bytes short of the class size the object is
-	// (1 byte), which is how Free knows the object's size. A free slot's
-	// owner field holds freeTag | the next free slot + 1 instead, so the
+	// Each cell carries a 5-byte tag at the head of its slab: the owner
+	// (4 bytes) and how many bytes short of the class size the allocation is
+	// (1 byte), which is how Free knows the allocation's size. A free cell's
+	// owner field holds freeTag | the next free cell + 1 instead, so the
 	// free list costs nothing and Alloc and Free touch one cache line of
 	// the slab.
 	tagSize = 5
@@ -38,17 +38,17 @@ const (
 	maxTailWaste = 200
 
 	// A slab that empties holding at most this many pages is kept for
-	// its class's next object (see class.cached).
+	// its class's next allocation (see class.cached).
 	maxCachedPages = 2
 )
 
-// geometry is a class's immutable layout: a slab is slots tags followed by
-// slots objects of size bytes, in pages pages.
+// geometry is a class's immutable layout: a slab is cells tags followed by
+// cells allocations of size bytes, in pages pages.
 type geometry struct {
-	size     uint32 // bytes per slot
-	slots    uint32
+	size     uint32 // bytes per cell
+	cells    uint32
 	pages    uint32
-	tagBytes uint32 // slots * tagSize: where objects start
+	tagBytes uint32 // cells * tagSize: where allocations start
 }
 
 func classOf(size int) int { return (size - 1) >> classShift }
@@ -59,14 +59,14 @@ func newGeometry(class int) geometry {
 	bestWaste := 1.0
 	for pages := 1; pages <= maxSlabPages; pages++ {
 		bytes := pages * pageSize
-		slots := min(bytes/(size+tagSize), maxSlots)
-		if slots == 0 {
+		cells := min(bytes/(size+tagSize), maxCells)
+		if cells == 0 {
 			continue
 		}
-		waste := float64(bytes-slots*(size+tagSize)) / float64(bytes)
+		waste := float64(bytes-cells*(size+tagSize)) / float64(bytes)
 		if waste < bestWaste {
 			bestWaste = waste
-			best = geometry{size: uint32(size), slots: uint32(slots), pages: uint32(pages), tagBytes: uint32(slots * tagSize)}
+			best = geometry{size: uint32(size), cells: uint32(cells), pages: uint32(pages), tagBytes: uint32(cells * tagSize)}
 		}
 		if waste*maxTailWaste <= 1 {
 			break

@@ -1,4 +1,4 @@
-// Compaction: moving objects out of sparse slabs.
+// Compaction: moving allocations out of sparse slabs.
 
 package pagestore
 
@@ -7,32 +7,33 @@ import (
 	"sync"
 )
 
-// Compact moves live objects out of sparse slabs so that whole slabs go
-// back to the kernel, and returns how many objects it moved. It also
+// Compact moves live allocations out of sparse slabs so that whole slabs go
+// back to the kernel, and returns how many allocations it moved. It also
 // releases the slabs each class keeps cached after they emptied.
 //
-// For each object it moves, it copies the bytes to a new slot of the same
+// For each allocation it moves, it copies the bytes to a new cell of the same
 // class and then calls relocate(owner, old, new) holding no store lock:
 // relocate may call Alloc, Bytes and Free (but not Compact). If relocate
 // returns true, the owner now refers to new and Compact frees old; if it
 // returns false, the owner changed meanwhile and has freed or will free old
 // itself, and Compact frees new.
 //
-// The store cannot know when an object's bytes are final: an owner that
-// fills an object after Alloc returns may still be writing it when Compact
-// copies it. Such an owner must, in relocate, while it holds the lock that
-// orders its writes and reads and has checked that it still refers to old,
-// copy the bytes again: copy(s.Bytes(new, n), s.Bytes(old, n)). A slab being evacuated receives no new
-// objects and is released only when empty; one still holding objects whose
-// owners have not freed them yet is released by the last Free (and counted
-// in PagesCompacted then), or evacuated again by the next Compact.
+// The store cannot know when an allocation's bytes are final: an owner that
+// fills an allocation after Alloc returns may still be writing it when
+// Compact copies it. Such an owner must, in relocate, while it holds the lock
+// that orders its writes and reads and has checked that it still refers to
+// old, copy the bytes again: copy(s.Bytes(new, n), s.Bytes(old, n)). A slab
+// being evacuated receives no new allocations and is released only when
+// empty; one still holding allocations whose owners have not freed them yet
+// is released by the last Free (and counted in PagesCompacted then), or
+// evacuated again by the next Compact.
 func (s *Store) Compact(relocate func(owner uint32, old, new Handle) bool) (moved int) {
 	return s.compactor.run(relocate)
 }
 
 // compactor does Store.Compact's work, one run at a time. It owns the
 // list of slabs a run picks; the slabs themselves are guarded by their
-// classes' locks, taken and dropped around each object it moves.
+// classes' locks, taken and dropped around each allocation it moves.
 type compactor struct {
 	s       *Store
 	mu      sync.Mutex // one run at a time; guards scratch
@@ -62,28 +63,28 @@ func (cp *compactor) compactClass(ci int, relocate func(owner uint32, old, new H
 	aborted := false
 	for _, id := range srcs {
 		r := s.rec(id)
-		for slot := uint32(0); !aborted; slot++ {
+		for cell := uint32(0); !aborted; cell++ {
 			c.mu.Lock()
-			if slot >= uint32(r.bump) {
+			if cell >= uint32(r.bump) {
 				c.mu.Unlock()
 				break
 			}
 			mem := s.slabMem(r, g)
-			if isFree(owner(mem, slot)) {
+			if isFree(owner(mem, cell)) {
 				c.mu.Unlock()
 				continue
 			}
 			// Destinations come only from slabs that already exist:
 			// growing the store to compact it would defeat the purpose.
-			nid, nmem, nslot, err := s.take(c, ci, false, nil)
+			nid, nmem, ncell, err := s.take(c, ci, false, nil)
 			if err != nil {
 				aborted = true
 				c.mu.Unlock()
 				break
 			}
-			o := copyObject(c, g, mem, slot, nmem, nslot)
+			o := copyAllocation(c, g, mem, cell, nmem, ncell)
 			c.mu.Unlock()
-			if cp.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
+			if cp.relocateOne(relocate, o, handle(id, cell), handle(nid, ncell)) {
 				moved++
 			}
 		}
@@ -112,12 +113,12 @@ func (cp *compactor) compactClass(ci int, relocate func(owner uint32, old, new H
 	return moved
 }
 
-// compactTail packs the objects of slab id, which the others cannot take
+// compactTail packs the allocations of slab id, which the others cannot take
 // whole, into the bottom of the slab and gives back the pages above them.
-// Working down from its top object, it moves each object into a free slot
-// of another slab while there is one, then into the lowest free slot of
+// Working down from its top allocation, it moves each allocation into a free
+// cell of another slab while there is one, then into the lowest free cell of
 // this one. Meanwhile the slab is marked evacuating, so nothing but this
-// takes its free slots; its free list is rebuilt at the end.
+// takes its free cells; its free list is rebuilt at the end.
 func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owner uint32, old, new Handle) bool) (moved int) {
 	s := cp.s
 	g, r := &s.geo[ci], s.rec(id)
@@ -126,34 +127,34 @@ func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owne
 	c.mu.Unlock()
 	lo, outside := uint32(0), true
 	for ; hi >= 0; hi-- {
-		slot := uint32(hi)
+		cell := uint32(hi)
 		c.mu.Lock()
 		mem := s.slabMem(r, g)
-		if isFree(owner(mem, slot)) {
+		if isFree(owner(mem, cell)) {
 			c.mu.Unlock()
 			continue
 		}
-		nid, nmem, nslot := id, mem, uint32(0)
+		nid, nmem, ncell := id, mem, uint32(0)
 		if outside {
 			var err error
-			if nid, nmem, nslot, err = s.take(c, ci, false, nil); err != nil {
+			if nid, nmem, ncell, err = s.take(c, ci, false, nil); err != nil {
 				nid, nmem, outside = id, mem, false
 			}
 		}
 		if !outside {
-			for lo < slot && !isFree(owner(mem, lo)) {
+			for lo < cell && !isFree(owner(mem, lo)) {
 				lo++
 			}
-			if lo >= slot {
+			if lo >= cell {
 				c.mu.Unlock()
 				break
 			}
-			nslot = lo
+			ncell = lo
 			r.live++
 		}
-		o := copyObject(c, g, mem, slot, nmem, nslot)
+		o := copyAllocation(c, g, mem, cell, nmem, ncell)
 		c.mu.Unlock()
-		if cp.relocateOne(relocate, o, handle(id, slot), handle(nid, nslot)) {
+		if cp.relocateOne(relocate, o, handle(id, cell), handle(nid, ncell)) {
 			moved++
 		}
 	}
@@ -162,7 +163,7 @@ func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owne
 	c.mu.Unlock()
 	// Without the class lock, so that writers of this class do not wait
 	// on the system call. The slab is still evacuating, on no list, so
-	// nothing grows into these pages meanwhile; Free of its objects still
+	// nothing grows into these pages meanwhile; Free of its allocations still
 	// works.
 	if len(above) > 0 {
 		if err := s.releasePages(r, above); err != nil {
@@ -176,14 +177,14 @@ func (cp *compactor) compactTail(c *class, ci int, id uint32, relocate func(owne
 		return moved
 	}
 	r.state = slabActive
-	if uint32(r.live) < g.slots {
+	if uint32(r.live) < g.cells {
 		s.push(&c.partial, id)
 	}
 	return moved
 }
 
-// trim lowers slab r's mark to just above its top object, stops counting
-// the pages above that as held, and rebuilds its free list lowest slot
+// trim lowers slab r's mark to just above its top allocation, stops counting
+// the pages above that as held, and rebuilds its free list lowest cell
 // first. It returns those pages, for the caller to give back once it has
 // released c.mu, which is held.
 func (cp *compactor) trim(r *slabRec, g *geometry) (above []byte) {
@@ -194,17 +195,17 @@ func (cp *compactor) trim(r *slabRec, g *geometry) (above []byte) {
 		top--
 	}
 	r.freeHead = 0
-	for slot := int(top) - 1; slot >= 0; slot-- {
-		if isFree(owner(mem, uint32(slot))) {
-			setOwner(mem, uint32(slot), freeTag|uint32(r.freeHead))
-			r.freeHead = uint16(slot + 1)
+	for cell := int(top) - 1; cell >= 0; cell-- {
+		if isFree(owner(mem, uint32(cell))) {
+			setOwner(mem, uint32(cell), freeTag|uint32(r.freeHead))
+			r.freeHead = uint16(cell + 1)
 		}
 	}
 	r.bump = uint16(top)
 	if top == 0 {
 		return nil // the caller releases the slab
 	}
-	keep := pagesFor(objectAt(g, top))
+	keep := pagesFor(cellAt(g, top))
 	if held := uint32(r.touched); keep < held {
 		above = mem[keep*pageSize : held*pageSize]
 		s.memUsed.Add(-int64(held-keep) * pageSize)
@@ -214,16 +215,16 @@ func (cp *compactor) trim(r *slabRec, g *geometry) (above []byte) {
 	return above
 }
 
-// copyObject copies the object in slot of mem, with its tag, into the
-// slot nslot of nmem, which the caller has taken, and returns its owner.
+// copyAllocation copies the allocation in cell of mem, with its tag, into the
+// cell ncell of nmem, which the caller has taken, and returns its owner.
 // c.mu is held.
-func copyObject(c *class, g *geometry, mem []byte, slot uint32, nmem []byte, nslot uint32) uint32 {
-	o, d := owner(mem, slot), delta(mem, slot)
-	setOwner(nmem, nslot, o)
-	setDelta(nmem, nslot, d)
+func copyAllocation(c *class, g *geometry, mem []byte, cell uint32, nmem []byte, ncell uint32) uint32 {
+	o, d := owner(mem, cell), delta(mem, cell)
+	setOwner(nmem, ncell, o)
+	setDelta(nmem, ncell, d)
 	n := g.size - uint32(d)
-	copy(nmem[objectAt(g, nslot):][:n], mem[objectAt(g, slot):][:n])
-	c.objects.Add(1)
+	copy(nmem[cellAt(g, ncell):][:n], mem[cellAt(g, cell):][:n])
+	c.allocations.Add(1)
 	c.bytes.Add(int64(n))
 	return o
 }
@@ -241,7 +242,7 @@ func (cp *compactor) relocateOne(relocate func(owner uint32, old, new Handle) bo
 
 // pickSources chooses the slabs of a class to evacuate and marks them so:
 // draining ones left from an earlier Compact, then the sparsest active ones
-// for as long as the others have free slots for all their objects. c.mu is
+// for as long as the others have free cells for all their allocations. c.mu is
 // held; the result lives in cp.scratch.
 func (cp *compactor) pickSources(c *class, g *geometry) []uint32 {
 	s := cp.s
@@ -255,14 +256,14 @@ func (cp *compactor) pickSources(c *class, g *geometry) []uint32 {
 	free := 0
 	for id := c.partial; id != 0; id = s.rec(id).next {
 		ids = append(ids, id)
-		free += int(g.slots) - int(s.rec(id).live)
+		free += int(g.cells) - int(s.rec(id).live)
 	}
 	active := ids[drained:]
 	slices.SortFunc(active, func(a, b uint32) int { return int(s.rec(a).live) - int(s.rec(b).live) })
 	chosen := drained
 	for _, id := range active {
 		live := int(s.rec(id).live)
-		room := free - (int(g.slots) - live) // free slots left if this one goes too
+		room := free - (int(g.cells) - live) // free cells left if this one goes too
 		if need+live > room {
 			break
 		}
@@ -283,14 +284,14 @@ func (cp *compactor) pickSources(c *class, g *geometry) []uint32 {
 }
 
 // pickTail chooses for compactTail the sparsest active slab that would
-// hold fewer pages with its objects packed at its bottom, and marks it
+// hold fewer pages with its allocations packed at its bottom, and marks it
 // evacuating. c.mu is held.
 func (cp *compactor) pickTail(c *class, g *geometry) uint32 {
 	s := cp.s
 	tail := uint32(0)
 	for id := c.partial; id != 0; id = s.rec(id).next {
 		r := s.rec(id)
-		if pagesFor(objectAt(g, uint32(r.live))) < uint32(r.touched) && (tail == 0 || r.live < s.rec(tail).live) {
+		if pagesFor(cellAt(g, uint32(r.live))) < uint32(r.touched) && (tail == 0 || r.live < s.rec(tail).live) {
 			tail = id
 		}
 	}

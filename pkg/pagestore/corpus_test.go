@@ -52,16 +52,16 @@ func TestCorpusRatio(t *testing.T) {
 	st := s.Stats()
 	codecRatio := orig / float64(sum)
 	effective := orig / float64(st.MemUsed)
-	t.Logf("%d pages: codec ratio %.4f, effective ratio %.4f (%.2f%% of the codec's); %d data bytes in %d bytes held; %.2f metadata bytes per object",
-		pages, codecRatio, effective, 100*effective/codecRatio, st.ComprDataSize, st.MemUsed, float64(st.MetadataBytes)/float64(st.Objects))
-	if st.ComprDataSize != sum || st.Objects != int64(pages) {
-		t.Fatalf("stats %+v, want %d objects of %d bytes", st, pages, sum)
+	t.Logf("%d pages: codec ratio %.4f, effective ratio %.4f (%.2f%% of the codec's); %d data bytes in %d bytes held; %.2f metadata bytes per allocation",
+		pages, codecRatio, effective, 100*effective/codecRatio, st.ComprDataSize, st.MemUsed, float64(st.MetadataBytes)/float64(st.Allocations))
+	if st.ComprDataSize != sum || st.Allocations != int64(pages) {
+		t.Fatalf("stats %+v, want %d allocations of %d bytes", st, pages, sum)
 	}
 	if effective < 0.95*codecRatio {
 		t.Errorf("effective ratio %.4f < 0.95 x codec ratio %.4f", effective, codecRatio)
 	}
-	if per := float64(st.MetadataBytes) / float64(st.Objects); per > 8 {
-		t.Errorf("%.2f metadata bytes per object, want <= 8", per)
+	if per := float64(st.MetadataBytes) / float64(st.Allocations); per > 8 {
+		t.Errorf("%.2f metadata bytes per allocation, want <= 8", per)
 	}
 	for i, h := range handles {
 		if string(s.Bytes(h, len(comp[i]))) != string(comp[i]) {
@@ -92,7 +92,7 @@ func TestCorpusRatio(t *testing.T) {
 	st = s.Stats()
 	orig = float64(kept * codec.PageSize)
 	codecRatio, effective = orig/float64(keptData), orig/float64(st.MemUsed)
-	t.Logf("half trimmed: %d bytes held before Compact, %d after (%d objects moved); codec ratio %.4f, effective %.4f (%.2f%%)",
+	t.Logf("half trimmed: %d bytes held before Compact, %d after (%d allocations moved); codec ratio %.4f, effective %.4f (%.2f%%)",
 		fragmented, st.MemUsed, moved, codecRatio, effective, 100*effective/codecRatio)
 	if effective < 0.9*codecRatio {
 		t.Errorf("after compaction, effective ratio %.4f < 0.9 x codec ratio %.4f", effective, codecRatio)

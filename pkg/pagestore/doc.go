@@ -1,7 +1,7 @@
-// Package pagestore keeps variable-sized compressed objects (up to one page)
+// Package pagestore keeps allocations of up to one page (compressed pages)
 // in slabs carved from large arenas outside the Go heap, so millions of
-// stored pages cost the garbage collector nothing. Objects are named by
-// integer handles that pack slab and slot.
+// stored pages cost the garbage collector nothing. Allocations are named by
+// integer handles that pack slab and cell.
 //
 // The arenas and the slab records live in two memfds (Files), mapped
 // shared: a process given them takes the store over with Recover, after
@@ -9,26 +9,27 @@
 //
 // # Layout
 //
-// Objects fall in 256 size classes 16 bytes apart; the last holds raw
+// Allocations fall in 256 size classes 16 bytes apart; the last holds raw
 // 4096-byte pages. A class's slabs are runs of 1 to 161 pages, the fewest
-// that leave at most 0.5% of the slab unused at its tail. A slab starts
-// with a 5-byte tag per slot (the owner that Compact reports, and how far
-// the object falls short of the class size, so that Free knows its size);
-// a free slot's tag holds the next free slot instead, so the free list
+// that leave at most 0.5% of the slab unused at its tail, cut into cells of
+// the class's size, one allocation each. A slab starts
+// with a 5-byte tag per cell (the owner that Compact reports, and how far
+// the allocation falls short of the class size, so that Free knows its size);
+// a free cell's tag holds the next free cell instead, so the free list
 // costs nothing. Each slab has a 32-byte record in the slab file.
-// Metadata per object is thus the 5-byte tag plus
+// Metadata per allocation is thus the 5-byte tag plus
 // a share of a slab record: 6 to 7 bytes for compressed pages.
 //
 // # Accounting
 //
 // Memory is counted as the kernel holds it: a slab's pages count from the
-// first object that reaches into them (untouched pages cost nothing), and
+// first allocation that reaches into them (untouched pages cost nothing), and
 // an empty slab's pages go back by punching a hole in the arena file, so
 // MemUsed is what zram calls mem_used_total and matches the resident
 // pages of the arenas. Arenas refuse transparent huge pages so that one
-// touched object does not fault in 2 MiB. The only memory held beyond the
-// objects' pages is one emptied slab of at most two pages per class, kept
-// so that a class whose last object comes and goes does not fault pages in
+// touched allocation does not fault in 2 MiB. The only memory held beyond the
+// allocations' pages is one emptied slab of at most two pages per class, kept
+// so that a class whose last allocation comes and goes does not fault pages in
 // and out each time; Compact and the memory limit take those back.
 //
 // The memory limit is checked whenever a slab reaches into a new page, so
@@ -36,22 +37,22 @@
 //
 // # Compaction
 //
-// Compact picks in each class the sparsest slabs whose objects fit in the
-// free slots of the others, stops new objects going into them, and moves
-// their objects out one at a time, asking the owner (through relocate,
+// Compact picks in each class the sparsest slabs whose allocations fit in the
+// free cells of the others, stops new allocations going into them, and moves
+// their allocations out one at a time, asking the owner (through relocate,
 // called with no lock held) to switch its reference. A slab is given back
-// once empty. Then the sparsest slab left is packed: its top objects move
-// into the others' free slots and its own lowest ones, and the pages above
+// once empty. Then the sparsest slab left is packed: its top allocations move
+// into the others' free cells and its own lowest ones, and the pages above
 // them go back. What remains free is about two pages per class, so after
 // trimming a random half of the shared corpus and compacting, the store
 // holds 97% of what the codec's ratio allows.
 //
 // With a prefaulter, the pages a trim gave back are cold: a writer
 // storing a swapped-out page must not fault them in again, so the slab
-// takes objects into its free slots only, and waits off the partial list
+// takes allocations into its free cells only, and waits off the partial list
 // when it has none.
 //
-// An owner that fills objects after Alloc returns, outside the lock it
-// takes in relocate, must copy the object again inside relocate (see
+// An owner that fills allocations after Alloc returns, outside the lock it
+// takes in relocate, must copy the allocation again inside relocate (see
 // Store.Compact).
 package pagestore

@@ -8,9 +8,9 @@ import (
 )
 
 // TestPrefaultKeepsPagesAheadAndContentsIntact: with Prefault set, pages
-// past the carve point are resident before any object reaches them, across
-// arena boundaries, and touching them never changes an object's bytes
-// (writers fill objects while the prefaulter runs).
+// past the carve point are resident before any allocation reaches them, across
+// arena boundaries, and touching them never changes an allocation's bytes
+// (writers fill allocations while the prefaulter runs).
 func TestPrefaultKeepsPagesAheadAndContentsIntact(t *testing.T) {
 	const arena = 4 << 20
 	s := newStore(t, Config{ArenaSize: arena, Prefault: 2 << 20})
@@ -19,21 +19,21 @@ func TestPrefaultKeepsPagesAheadAndContentsIntact(t *testing.T) {
 	// Fill well past two arenas from several goroutines.
 	const perWorker = 3000
 	var wg sync.WaitGroup
-	objs := make([][]object, 4)
-	for w := range objs {
+	allocs := make([][]allocation, 4)
+	for w := range allocs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(w), 1))
 			for i := range perWorker {
-				size := 1 + r.IntN(MaxObjectSize)
+				size := 1 + r.IntN(MaxAllocSize)
 				h, b, err := s.Alloc(size, uint32(w*perWorker+i))
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				fill(b, uint64(w*perWorker+i))
-				objs[w] = append(objs[w], object{h, size})
+				allocs[w] = append(allocs[w], allocation{h, size})
 			}
 		}()
 	}
@@ -41,7 +41,7 @@ func TestPrefaultKeepsPagesAheadAndContentsIntact(t *testing.T) {
 	if n := len(*s.arenas.Load()); n < 3 {
 		t.Fatalf("%d arenas used; the test meant to cross arena boundaries", n)
 	}
-	for w, list := range objs {
+	for w, list := range allocs {
 		for i, o := range list {
 			check(t, s.Bytes(o.h, o.size), uint64(w*perWorker+i), o.size)
 		}
@@ -59,16 +59,16 @@ func TestPrefaultKeepsPagesAheadAndContentsIntact(t *testing.T) {
 func TestPrefaultShrinksWhenQuiet(t *testing.T) {
 	const arena, prefault = 4 << 20, 2 << 20
 	s := newStore(t, Config{ArenaSize: arena, Prefault: prefault, PrefaultQuiet: time.Second})
-	var objs []object
+	var allocs []allocation
 	store := func(n int) {
 		for range n {
-			size := 1000 + len(objs)%3000
-			h, b, err := s.Alloc(size, uint32(len(objs)))
+			size := 1000 + len(allocs)%3000
+			h, b, err := s.Alloc(size, uint32(len(allocs)))
 			if err != nil {
 				t.Fatal(err)
 			}
-			fill(b, uint64(len(objs)))
-			objs = append(objs, object{h, size})
+			fill(b, uint64(len(allocs)))
+			allocs = append(allocs, allocation{h, size})
 		}
 	}
 	// Past the first arena, so that the pages ahead span the last one's
@@ -91,7 +91,7 @@ func TestPrefaultShrinksWhenQuiet(t *testing.T) {
 	if beyond != 0 {
 		t.Errorf("%d pages resident beyond the %d KiB held ahead, want none", beyond, prefault/2>>10)
 	}
-	for i, o := range objs {
+	for i, o := range allocs {
 		check(t, s.Bytes(o.h, o.size), uint64(i), o.size)
 	}
 	misses := s.Stats().PrefaultMisses
@@ -100,7 +100,7 @@ func TestPrefaultShrinksWhenQuiet(t *testing.T) {
 	if n := s.Stats().PrefaultMisses - misses; n != 0 {
 		t.Errorf("%d pages carved before they were faulted in after the shrink, want 0", n)
 	}
-	for i, o := range objs {
+	for i, o := range allocs {
 		check(t, s.Bytes(o.h, o.size), uint64(i), o.size)
 	}
 }
@@ -143,8 +143,8 @@ func TestPrefaultKeepsEmptiedSlabs(t *testing.T) {
 		s.Free(h)
 	}
 	st := s.Stats()
-	if st.Objects != 0 || st.MemUsed == 0 {
-		t.Fatalf("after freeing everything: %d objects, mem_used %d; want 0 objects and the slabs' memory kept", st.Objects, st.MemUsed)
+	if st.Allocations != 0 || st.MemUsed == 0 {
+		t.Fatalf("after freeing everything: %d allocations, mem_used %d; want 0 allocations and the slabs' memory kept", st.Allocations, st.MemUsed)
 	}
 	if rel := releasedSlabs(s); rel != 0 {
 		t.Fatalf("%d emptied slabs gave their pages back", rel)
@@ -220,7 +220,7 @@ func TestPrefaultKeepsAtMostPrefaultOfEmptiedSlabs(t *testing.T) {
 	}
 }
 
-// allocFilled stores n objects of size bytes, each filled from its index.
+// allocFilled stores n allocations of size bytes, each filled from its index.
 func allocFilled(t *testing.T, s *Store, n, size int) []Handle {
 	t.Helper()
 	hs := make([]Handle, n)
@@ -324,6 +324,6 @@ func TestPrefaulterWarmsAReleasedSlab(t *testing.T) {
 		t.Errorf("%d prefault misses taking the warm slab", got)
 	}
 	if id, _, _, _, _ := s.lookup(h); id != top {
-		t.Errorf("object in slab %d, want the warm slab %d", id, top)
+		t.Errorf("allocation in slab %d, want the warm slab %d", id, top)
 	}
 }

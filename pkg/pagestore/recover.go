@@ -11,31 +11,31 @@ import (
 )
 
 // Recovery takes over a store from its files after the process that
-// wrote them died. The objects the store holds are whatever its owner
+// wrote them died. The allocations the store holds are whatever its owner
 // still references: the caller names each with Keep, and Done rebuilds
-// the store around them, giving back the memory of every object not named
+// the store around them, giving back the memory of every allocation not named
 // (allocated but never referenced, or being freed, when the writer died).
 //
 // Of what the files hold, Recover trusts only what was written once and
 // sealed: each slab's arena, page and class. Everything else (lists,
 // counts, free lists) is rebuilt, so a writer killed halfway through any
-// change leaves nothing to misread. Keep checks each object's tag against
+// change leaves nothing to misread. Keep checks each allocation's tag against
 // the owner and size the caller names. Until Done, nothing in the files
 // changes: a Recovery given up with Close leaves them as they were, to be
 // examined or tried again.
 type Recovery struct {
 	s *Store
-	// kept marks the slots named by Keep: slab id's slots are bits
-	// [first[id], first[id]+slots) of kept.
+	// kept marks the cells named by Keep: slab id's cells are bits
+	// [first[id], first[id]+cells) of kept.
 	kept  []uint64
 	first []uint32
-	// live and bump count and bound slab id's kept slots; Done writes
+	// live and bump count and bound slab id's kept cells; Done writes
 	// them to the slab's record.
 	live, bump []uint16
 }
 
 // Recover maps the store in cfg.Files, written by an earlier store with
-// the same ArenaSize, for the caller to name its objects. Files of
+// the same ArenaSize, for the caller to name its allocations. Files of
 // another layout fail with ErrLayout.
 func Recover(cfg Config) (*Recovery, error) {
 	if cfg.Files == nil {
@@ -67,7 +67,7 @@ func (rc *Recovery) load() error {
 	arenaPages := uint32(s.arenaSize / pageSize)
 	id := uint32(1)
 	lastArena, lastEnd := -1, uint32(0)
-	var slots uint64
+	var cells uint64
 	rc.first = make([]uint32, 1, 1024)
 	for ; id < maxSlabs && atomic.LoadUint32(&s.recs[id].sealed) == recordSeal; id++ {
 		r := s.rec(id)
@@ -85,14 +85,14 @@ func (rc *Recovery) load() error {
 		} else if a == lastArena {
 			lastEnd = max(lastEnd, end)
 		}
-		rc.first = append(rc.first, uint32(slots))
-		slots += uint64(g.slots)
-		if slots > 1<<32-1 {
-			return fmt.Errorf("slab %d: more than 2^32 slots: %w", id, syscall.EUCLEAN)
+		rc.first = append(rc.first, uint32(cells))
+		cells += uint64(g.cells)
+		if cells > 1<<32-1 {
+			return fmt.Errorf("slab %d: more than 2^32 cells: %w", id, syscall.EUCLEAN)
 		}
 	}
 	s.nslabs.Store(id)
-	rc.kept = make([]uint64, (slots+63)/64)
+	rc.kept = make([]uint64, (cells+63)/64)
 	rc.live, rc.bump = make([]uint16, id), make([]uint16, id)
 	for k := 0; k <= lastArena; k++ {
 		mem, err := s.mapArena(k)
@@ -106,35 +106,35 @@ func (rc *Recovery) load() error {
 	return nil
 }
 
-// Keep names a live object: handle h, tagged with owner o, of size bytes,
-// as the caller recorded it when the object was stored. It fails, changing
-// nothing, when the store disagrees: no such slot, another owner or size
+// Keep names a live allocation: handle h, tagged with owner o, of size bytes,
+// as the caller recorded it when the allocation was stored. It fails, changing
+// nothing, when the store disagrees: no such cell, another owner or size
 // in its tag, or named before.
 func (rc *Recovery) Keep(h Handle, o uint32, size int) error {
 	s := rc.s
-	id, r, mem, slot, ok := s.lookup(h)
+	id, r, mem, cell, ok := s.lookup(h)
 	if !ok {
-		return fmt.Errorf("pagestore: recovering %#x (owner %d): no such slot: %w", h, o, syscall.EUCLEAN)
+		return fmt.Errorf("pagestore: recovering %#x (owner %d): no such cell: %w", h, o, syscall.EUCLEAN)
 	}
 	g := &s.geo[r.class]
-	tagOwner, d := owner(mem, slot), delta(mem, slot)
+	tagOwner, d := owner(mem, cell), delta(mem, cell)
 	switch {
 	case tagOwner != o:
 		return fmt.Errorf("pagestore: recovering %#x: tagged for owner %#x, not %d: %w", h, tagOwner, o, syscall.EUCLEAN)
 	case uint32(d) >= classStep || int(g.size)-int(d) != size:
 		return fmt.Errorf("pagestore: recovering %#x (owner %d): %d bytes in its tag, not %d: %w", h, o, int(g.size)-int(d), size, syscall.EUCLEAN)
 	}
-	bit := uint64(rc.first[id]) + uint64(slot)
+	bit := uint64(rc.first[id]) + uint64(cell)
 	if rc.kept[bit/64]&(1<<(bit%64)) != 0 {
 		return fmt.Errorf("pagestore: recovering %#x (owner %d): named twice: %w", h, o, syscall.EUCLEAN)
 	}
 	rc.kept[bit/64] |= 1 << (bit % 64)
 	rc.live[id]++
-	rc.bump[id] = max(rc.bump[id], uint16(slot+1))
+	rc.bump[id] = max(rc.bump[id], uint16(cell+1))
 	return nil
 }
 
-// Done rebuilds the store around the objects kept, gives back the memory
+// Done rebuilds the store around the allocations kept, gives back the memory
 // of everything else, and returns the store, running.
 func (rc *Recovery) Done() (*Store, error) {
 	s := rc.s
@@ -152,22 +152,22 @@ func (rc *Recovery) Done() (*Store, error) {
 			s.pushEmpty(c, id)
 			continue
 		}
-		for slot := int(r.bump) - 1; slot >= 0; slot-- {
-			bit := uint64(rc.first[id]) + uint64(slot)
+		for cell := int(r.bump) - 1; cell >= 0; cell-- {
+			bit := uint64(rc.first[id]) + uint64(cell)
 			if rc.kept[bit/64]&(1<<(bit%64)) != 0 {
-				c.objects.Add(1)
-				c.bytes.Add(int64(g.size) - int64(delta(mem, uint32(slot))))
+				c.allocations.Add(1)
+				c.bytes.Add(int64(g.size) - int64(delta(mem, uint32(cell))))
 				continue
 			}
-			setOwner(mem, uint32(slot), freeTag|uint32(r.freeHead))
-			r.freeHead = uint16(slot + 1)
+			setOwner(mem, uint32(cell), freeTag|uint32(r.freeHead))
+			r.freeHead = uint16(cell + 1)
 		}
-		r.touched = uint16(pagesFor(objectAt(g, uint32(r.bump))))
+		r.touched = uint16(pagesFor(cellAt(g, uint32(r.bump))))
 		if err := s.releasePages(r, mem[int(r.touched)*pageSize:]); err != nil {
 			return nil, fmt.Errorf("pagestore: recovering: %w", err)
 		}
 		s.memUsed.Add(int64(r.touched) * pageSize)
-		if uint32(r.live) < g.slots {
+		if uint32(r.live) < g.cells {
 			s.push(&c.partial, id)
 		}
 	}
@@ -194,11 +194,11 @@ func (rc *Recovery) Done() (*Store, error) {
 // as they were.
 func (rc *Recovery) Close() error { return rc.s.Close() }
 
-// Bytes is Store.Bytes on the store being recovered: an object's bytes,
-// for a caller that reads what it must Keep next from an object it kept.
+// Bytes is Store.Bytes on the store being recovered: an allocation's bytes,
+// for a caller that reads what it must Keep next from an allocation it kept.
 func (rc *Recovery) Bytes(h Handle, size int) []byte { return rc.s.Bytes(h, size) }
 
-// Kept counts the objects named so far.
+// Kept counts the allocations named so far.
 func (rc *Recovery) Kept() int {
 	n := 0
 	for _, w := range rc.kept {

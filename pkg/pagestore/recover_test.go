@@ -18,16 +18,16 @@ func newFiles(t *testing.T) *Files {
 	return &f
 }
 
-// recoverStore takes over the store in files, keeping m's objects.
+// recoverStore takes over the store in files, keeping m's allocations.
 func recoverStore(t *testing.T, cfg Config, m *model) *Store {
 	t.Helper()
 	rc, err := Recover(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			if err := rc.Keep(obj.h, uint32(o), obj.size); err != nil {
+	for o, al := range m.allocs {
+		if al.h != 0 {
+			if err := rc.Keep(al.h, uint32(o), al.size); err != nil {
 				rc.Close()
 				t.Fatal(err)
 			}
@@ -42,18 +42,18 @@ func recoverStore(t *testing.T, cfg Config, m *model) *Store {
 }
 
 // churn runs random allocations, frees and compactions on s against m,
-// and leaves some objects allocated that m does not know of, as a writer
+// and leaves some allocations that m does not know of, as a writer
 // killed between storing a page and committing it would.
 func churn(t *testing.T, s *Store, m *model, rng *rand.Rand, ops int) {
 	t.Helper()
 	for range ops {
-		o := uint32(rng.IntN(len(m.objs)))
-		if m.objs[o].h != 0 && rng.IntN(3) == 0 {
-			s.Free(m.objs[o].h)
-			m.objs[o] = object{}
+		o := uint32(rng.IntN(len(m.allocs)))
+		if m.allocs[o].h != 0 && rng.IntN(3) == 0 {
+			s.Free(m.allocs[o].h)
+			m.allocs[o] = allocation{}
 			continue
 		}
-		size := 1 + rng.IntN(MaxObjectSize)
+		size := 1 + rng.IntN(MaxAllocSize)
 		if rng.IntN(4) == 0 {
 			size = 1 + rng.IntN(64)
 		}
@@ -62,16 +62,16 @@ func churn(t *testing.T, s *Store, m *model, rng *rand.Rand, ops int) {
 			t.Fatal(err)
 		}
 		fill(b, uint64(o)<<20|uint64(size))
-		if old := m.objs[o].h; old != 0 {
+		if old := m.allocs[o].h; old != 0 {
 			s.Free(old)
 		}
-		m.objs[o] = object{h, size}
+		m.allocs[o] = allocation{h, size}
 		if rng.IntN(2000) == 0 {
 			s.Compact(m.relocate)
 		}
 	}
 	for range 50 {
-		if _, _, err := s.Alloc(1+rng.IntN(MaxObjectSize), uint32(rng.IntN(len(m.objs)))); err != nil {
+		if _, _, err := s.Alloc(1+rng.IntN(MaxAllocSize), uint32(rng.IntN(len(m.allocs)))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -80,21 +80,21 @@ func churn(t *testing.T, s *Store, m *model, rng *rand.Rand, ops int) {
 func checkModel(t *testing.T, s *Store, m *model) {
 	t.Helper()
 	n, bytes := 0, 0
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			check(t, s.Bytes(obj.h, obj.size), uint64(o)<<20|uint64(obj.size), obj.size)
-			n, bytes = n+1, bytes+obj.size
+	for o, al := range m.allocs {
+		if al.h != 0 {
+			check(t, s.Bytes(al.h, al.size), uint64(o)<<20|uint64(al.size), al.size)
+			n, bytes = n+1, bytes+al.size
 		}
 	}
 	st := s.Stats()
-	if st.Objects != int64(n) || st.ComprDataSize != int64(bytes) {
-		t.Fatalf("store counts %d objects of %d bytes, the model %d of %d", st.Objects, st.ComprDataSize, n, bytes)
+	if st.Allocations != int64(n) || st.ComprDataSize != int64(bytes) {
+		t.Fatalf("store counts %d allocations of %d bytes, the model %d of %d", st.Allocations, st.ComprDataSize, n, bytes)
 	}
 	checkInvariants(t, s)
 }
 
 // TestRecoverKeepsWhatItIsTold takes a store over three times, each after
-// churning it: every object named survives intact, every other one is
+// churning it: every allocation named survives intact, every other one is
 // gone, the counts and the memory held are what a store that never
 // stopped would have, and the recovered store goes on working.
 func TestRecoverKeepsWhatItIsTold(t *testing.T) {
@@ -120,7 +120,7 @@ func testRecover(t *testing.T, prefault int64) {
 		checkModel(t, s, m)
 		st := s.Stats()
 		res := resident(t, s)
-		t.Logf("round %d: %d objects, MemUsed %d pages, %d resident", round, st.Objects, st.MemUsed/pageSize, res)
+		t.Logf("round %d: %d allocations, MemUsed %d pages, %d resident", round, st.Allocations, st.MemUsed/pageSize, res)
 		if prefault == 0 && (res > st.MemUsed/pageSize || float64(res) < 0.97*float64(st.MemUsed/pageSize)) {
 			t.Fatalf("round %d: MemUsed %d pages, %d resident", round, st.MemUsed/pageSize, res)
 		}
@@ -130,9 +130,9 @@ func testRecover(t *testing.T, prefault int64) {
 	if prefault > 0 {
 		return // emptied slabs stay resident, which expectEmpty does not allow
 	}
-	for _, obj := range m.objs {
-		if obj.h != 0 {
-			s.Free(obj.h)
+	for _, al := range m.allocs {
+		if al.h != 0 {
+			s.Free(al.h)
 		}
 	}
 	expectEmpty(t, s)
@@ -167,11 +167,11 @@ func TestRecoverRefuses(t *testing.T) {
 		owner uint32
 		size  int
 	}{
-		{h + 1, 7, 100},       // a slot never used
+		{h + 1, 7, 100},       // a cell never used
 		{h, 8, 100},           // another owner
 		{h, 7, 99},            // another size
 		{1 << 40, 7, 100},     // no such slab
-		{h &^ slotMask, 7, 0}, // slot 0 of its slab is h itself: size 0
+		{h &^ cellMask, 7, 0}, // cell 0 of its slab is h itself: size 0
 	} {
 		if err := rc.Keep(bad.h, bad.owner, bad.size); !errors.Is(err, syscall.EUCLEAN) {
 			t.Errorf("Keep(%#x, %d, %d): %v, want EUCLEAN", bad.h, bad.owner, bad.size, err)
@@ -186,7 +186,7 @@ func TestRecoverRefuses(t *testing.T) {
 	// Given up: the files are as they were, for another try.
 	rc.Close()
 	m := newModel(8)
-	m.objs[7] = object{h, 100}
+	m.allocs[7] = allocation{h, 100}
 	s = recoverStore(t, cfg, m)
 	check(t, s.Bytes(h, 100), 7, 100)
 	s.Close()

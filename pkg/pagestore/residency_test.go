@@ -46,7 +46,7 @@ func resident(t *testing.T, s *Store) int64 {
 }
 
 // touchedPages is what the kernel holds at least for the store's slabs when
-// every object handed out was written: the tags in use and the objects.
+// every allocation handed out was written: the tags in use and the allocations.
 func touchedPages(s *Store) int64 {
 	var n int64
 	for id := uint32(1); id < s.nslabs.Load(); id++ {
@@ -57,7 +57,7 @@ func touchedPages(s *Store) int64 {
 		g := &s.geo[r.class]
 		tags := pagesFor(tagSize * uint32(r.bump))
 		first := g.tagBytes / pageSize
-		end := pagesFor(objectAt(g, uint32(r.bump)))
+		end := pagesFor(cellAt(g, uint32(r.bump)))
 		n += int64(end-first) + int64(min(tags, first))
 	}
 	return n
@@ -72,13 +72,13 @@ func TestMemUsedIsResident(t *testing.T) {
 	const owners = 20000
 	m := newModel(owners)
 	for o := range uint32(owners) {
-		size := 1 + rng.IntN(MaxObjectSize)
+		size := 1 + rng.IntN(MaxAllocSize)
 		h, b, err := s.Alloc(size, o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		fill(b, uint64(o))
-		m.objs[o] = object{h, size}
+		m.allocs[o] = allocation{h, size}
 	}
 	checkResidency := func(when string) {
 		t.Helper()
@@ -93,19 +93,19 @@ func TestMemUsedIsResident(t *testing.T) {
 		}
 	}
 	checkResidency("stored")
-	for o := range m.objs {
+	for o := range m.allocs {
 		if rng.IntN(10) < 8 {
-			s.Free(m.objs[o].h)
-			m.objs[o] = object{}
+			s.Free(m.allocs[o].h)
+			m.allocs[o] = allocation{}
 		}
 	}
 	checkResidency("freed 80%")
 	s.Compact(m.relocate)
 	checkResidency("compacted")
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
-			s.Free(obj.h)
+	for o, al := range m.allocs {
+		if al.h != 0 {
+			check(t, s.Bytes(al.h, al.size), uint64(o), al.size)
+			s.Free(al.h)
 		}
 	}
 	expectEmpty(t, s)
@@ -118,11 +118,11 @@ func TestMemUsedIsResident(t *testing.T) {
 // daemon's memory.
 func TestReleaseLocked(t *testing.T) {
 	s := newStore(t, Config{ArenaSize: 1 << 20})
-	h, _, err := s.Alloc(MaxObjectSize, 1)
+	h, _, err := s.Alloc(MaxAllocSize, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := s.rec(uint32(h >> slotBits))
+	r := s.rec(uint32(h >> cellBits))
 	mem := (*s.arenas.Load())[r.arena]
 	if err := unix.Mlock(mem[:64<<10]); err != nil {
 		testneeds.MlockRefused(t, err, "mlock of the pages")
@@ -165,7 +165,7 @@ func TestRandomOps(t *testing.T) {
 		o := uint32(rng.IntN(owners))
 		switch op := rng.IntN(100); {
 		case op < 55:
-			size := 1 + rng.IntN(MaxObjectSize)
+			size := 1 + rng.IntN(MaxAllocSize)
 			if rng.IntN(4) == 0 {
 				size = 1 + rng.IntN(64)
 			}
@@ -177,26 +177,26 @@ func TestRandomOps(t *testing.T) {
 				continue
 			}
 			fill(b, uint64(o))
-			if old := m.objs[o].h; old != 0 {
+			if old := m.allocs[o].h; old != 0 {
 				s.Free(old)
 				stale = append(stale, old)
 			}
-			m.objs[o] = object{h, size}
+			m.allocs[o] = allocation{h, size}
 		case op < 85:
-			if h := m.objs[o].h; h != 0 {
-				check(t, s.Bytes(h, m.objs[o].size), uint64(o), m.objs[o].size)
+			if h := m.allocs[o].h; h != 0 {
+				check(t, s.Bytes(h, m.allocs[o].size), uint64(o), m.allocs[o].size)
 				s.Free(h)
 				stale = append(stale, h)
-				m.objs[o] = object{}
+				m.allocs[o] = allocation{}
 			}
 		case op < 88:
-			// A stale handle may name a slot reused since; free it only
+			// A stale handle may name a cell reused since; free it only
 			// when nobody holds that handle now.
 			if len(stale) > 0 {
 				h := stale[rng.IntN(len(stale))]
 				inUse := false
-				for _, obj := range m.objs {
-					inUse = inUse || obj.h == h
+				for _, al := range m.allocs {
+					inUse = inUse || al.h == h
 				}
 				if !inUse {
 					s.Free(h)
@@ -204,10 +204,10 @@ func TestRandomOps(t *testing.T) {
 			}
 		case op < 90:
 			s.Compact(func(owner uint32, old, new Handle) bool {
-				if rng.IntN(5) == 0 && m.objs[owner].h == old {
+				if rng.IntN(5) == 0 && m.allocs[owner].h == old {
 					// The owner rewrote its page meanwhile.
 					s.Free(old)
-					m.objs[owner] = object{}
+					m.allocs[owner] = allocation{}
 					return false
 				}
 				return m.relocate(owner, old, new)

@@ -1,4 +1,4 @@
-// Slab records, slot tags and the class lists.
+// Slab records, cell tags and the class lists.
 
 package pagestore
 
@@ -13,15 +13,15 @@ const (
 	// slabEmpty holds no memory and waits on its class's empty stack, or
 	// in the prefaulter's queue for its pages to go back.
 	slabEmpty slabState = iota
-	// slabActive takes new objects while it has free slots.
+	// slabActive takes new allocations while it has free cells.
 	slabActive
-	// slabEvacuating is having its objects moved out by Compact.
+	// slabEvacuating is having its allocations moved out by Compact.
 	slabEvacuating
-	// slabDraining was evacuated except for objects whose owners are
+	// slabDraining was evacuated except for allocations whose owners are
 	// freeing them; it is released when the last one goes.
 	slabDraining
 	// slabCold is active, but its free space is all in pages it gave
-	// back (cold): off the partial list until one of its objects is
+	// back (cold): off the partial list until one of its allocations is
 	// freed.
 	slabCold
 )
@@ -33,16 +33,16 @@ const (
 // The records live in the store's slab file (Files.Slabs), off the Go
 // heap, so that another process can adopt the store: Recover trusts
 // only arena, page and class, written once with sealed last, and
-// rebuilds the rest from the objects its caller still references.
+// rebuilds the rest from the allocations its caller still references.
 type slabRec struct {
 	arena    uint32
 	page     uint32 // first page of the slab within its arena
 	prev     uint32 // links in the class's partial or draining list; 0 ends it
 	next     uint32
 	class    uint16
-	bump     uint16 // slots [0, bump) have been handed out at least once
+	bump     uint16 // cells [0, bump) have been handed out at least once
 	live     uint16
-	freeHead uint16 // first free slot below bump, plus one; 0 if none
+	freeHead uint16 // first free cell below bump, plus one; 0 if none
 	touched  uint16 // pages counted in MemUsed: [0, touched) of the slab
 	state    slabState
 	// cold marks a slab whose pages from touched up were given back: an
@@ -64,20 +64,20 @@ const (
 
 func (m *mapping) rec(id uint32) *slabRec { return &m.recs[id] }
 
-// Slot tags at the head of a slab, tagSize bytes each: owner, then delta.
+// Cell tags at the head of a slab, tagSize bytes each: owner, then delta.
 
-func owner(mem []byte, slot uint32) uint32 { return binary.LittleEndian.Uint32(mem[tagSize*slot:]) }
+func owner(mem []byte, cell uint32) uint32 { return binary.LittleEndian.Uint32(mem[tagSize*cell:]) }
 
-func setOwner(mem []byte, slot, o uint32) { binary.LittleEndian.PutUint32(mem[tagSize*slot:], o) }
+func setOwner(mem []byte, cell, o uint32) { binary.LittleEndian.PutUint32(mem[tagSize*cell:], o) }
 
 func isFree(owner uint32) bool { return owner >= freeTag }
 
-// delta is how many bytes the slot's object is short of the class size.
-func delta(mem []byte, slot uint32) byte { return mem[tagSize*slot+4] }
+// delta is how many bytes the cell's allocation is short of the class size.
+func delta(mem []byte, cell uint32) byte { return mem[tagSize*cell+4] }
 
-func setDelta(mem []byte, slot uint32, d byte) { mem[tagSize*slot+4] = d }
+func setDelta(mem []byte, cell uint32, d byte) { mem[tagSize*cell+4] = d }
 
-func objectAt(g *geometry, slot uint32) uint32 { return g.tagBytes + slot*g.size }
+func cellAt(g *geometry, cell uint32) uint32 { return g.tagBytes + cell*g.size }
 
 // push puts slab id at the head of the list at head.
 func (m *mapping) push(head *uint32, id uint32) {

@@ -11,15 +11,15 @@ import (
 	"time"
 )
 
-// Handle names a stored object. 0 is never a valid handle. Handles are
+// Handle names a stored allocation. 0 is never a valid handle. Handles are
 // below 1<<HandleBits: a slab number shifted left by 12 bits, or'ed with a
-// slot.
+// cell.
 type Handle uint64
 
 // HandleBits bounds handles: a page table entry keeps one in that many bits.
 const HandleBits = 36
 
-var _ [1<<HandleBits - maxSlabs<<slotBits]byte // every handle fits
+var _ [1<<HandleBits - maxSlabs<<cellBits]byte // every handle fits
 
 var (
 	// ErrFull reports that storing would exceed the memory limit.
@@ -64,18 +64,18 @@ const DefaultPrefaultQuiet = 5 * time.Second
 // Stats are the store's counters, with kernel zram's meanings where zram
 // has the same figure.
 type Stats struct {
-	ComprDataSize  int64 // sum of live objects' sizes (compr_data_size)
+	ComprDataSize  int64 // sum of live allocations' sizes (compr_data_size)
 	MemUsed        int64 // bytes of slab memory held, and Reserved (mem_used_total)
-	Reserved       int64 // bytes counted by Reserve for objects not yet stored
+	Reserved       int64 // bytes counted by Reserve for allocations not yet stored
 	MemUsedMax     int64 // high-water mark of MemUsed (mem_used_max)
 	MemLimit       int64 // 0 = unlimited (mem_limit)
-	Objects        int64 // live objects
+	Allocations    int64 // live allocations
 	PagesCompacted int64 // 4 KiB pages given back by compaction, cumulative (pages_compacted)
-	// MetadataBytes is what the store spends to keep track of objects:
-	// each live object's 5-byte tag (owner and exact size, held inside the
+	// MetadataBytes is what the store spends to keep track of allocations:
+	// each live allocation's 5-byte tag (owner and exact size, held inside the
 	// slabs and so also part of MemUsed) plus the slab records.
 	MetadataBytes int64
-	// BadHandles counts Free calls with a handle that names no live object.
+	// BadHandles counts Free calls with a handle that names no live allocation.
 	BadHandles int64
 	// ReleaseErrors counts failures to give an empty slab's pages back to
 	// the kernel (the pages stay mapped and are reused).
@@ -87,7 +87,7 @@ type Stats struct {
 	PrefaultMisses int64
 }
 
-// Store keeps objects of 1..4096 bytes in slabs outside the Go heap.
+// Store keeps allocations of 1..4096 bytes in slabs outside the Go heap.
 //
 // Alloc, Bytes, Free and Compact are safe for concurrent use; each size
 // class has its own lock, and the only lock shared by all classes is taken
@@ -128,17 +128,17 @@ type Store struct {
 // locks never share a cache line.
 type class struct {
 	mu       sync.Mutex
-	partial  uint32 // active slabs with a free slot
+	partial  uint32 // active slabs with a free cell
 	draining uint32
 	empty    []uint32 // slabs of this class holding no memory, for reuse
 	// cached is a slab that emptied while small and kept its pages, so
-	// that a class whose last object comes and goes does not pay for
+	// that a class whose last allocation comes and goes does not pay for
 	// madvise, a TLB shootdown and page faults each time. Compact, Close
 	// and a limit that would fail an Alloc release it.
-	cached  uint32
-	objects atomic.Int64
-	bytes   atomic.Int64
-	_       [64]byte
+	cached      uint32
+	allocations atomic.Int64
+	bytes       atomic.Int64
+	_           [64]byte
 }
 
 // New creates an empty store. It maps its slab records, and no other
@@ -218,7 +218,7 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// SetMemLimit changes the memory limit; 0 means unlimited. Objects already
+// SetMemLimit changes the memory limit; 0 means unlimited. Allocations already
 // stored are kept even when they exceed a lowered limit, as in zram.
 func (s *Store) SetMemLimit(n int64) { s.memLimit.Store(max(n, 0)) }
 
@@ -239,9 +239,9 @@ func (s *Store) Stats() Stats {
 		PrefaultMisses: s.prefaultMisses.Load(),
 	}
 	for i := range s.classes {
-		st.Objects += s.classes[i].objects.Load()
+		st.Allocations += s.classes[i].allocations.Load()
 		st.ComprDataSize += s.classes[i].bytes.Load()
 	}
-	st.MetadataBytes = st.Objects*tagSize + int64(s.nslabs.Load())*slabRecSize
+	st.MetadataBytes = st.Allocations*tagSize + int64(s.nslabs.Load())*slabRecSize
 	return st
 }

@@ -22,12 +22,12 @@ func fill(b []byte, seed uint64) {
 func check(t *testing.T, b []byte, seed uint64, size int) {
 	t.Helper()
 	if len(b) != size {
-		t.Fatalf("object %d: %d bytes, want %d", seed, len(b), size)
+		t.Fatalf("allocation %d: %d bytes, want %d", seed, len(b), size)
 	}
 	want := make([]byte, size)
 	fill(want, seed)
 	if string(b) != string(want) {
-		t.Fatalf("object %d (%d bytes): content differs", seed, size)
+		t.Fatalf("allocation %d (%d bytes): content differs", seed, size)
 	}
 }
 
@@ -35,7 +35,7 @@ func check(t *testing.T, b []byte, seed uint64, size int) {
 // Nothing else may use the store meanwhile.
 func checkInvariants(t *testing.T, s *Store) {
 	t.Helper()
-	var held, objects, bytes int64
+	var held, allocations, bytes int64
 	for ci := range s.classes {
 		c, g := &s.classes[ci], &s.geo[ci]
 		inPartial := map[uint32]bool{}
@@ -46,7 +46,7 @@ func checkInvariants(t *testing.T, s *Store) {
 		for id := c.draining; id != 0; id = s.rec(id).next {
 			inDraining[id] = true
 		}
-		var classObjects, classBytes int64
+		var classAllocs, classBytes int64
 		for id := uint32(1); id < s.nslabs.Load(); id++ {
 			r := s.rec(id)
 			if int(r.class) != ci {
@@ -55,22 +55,22 @@ func checkInvariants(t *testing.T, s *Store) {
 			held += int64(r.touched) * pageSize
 			if r.state == slabEmpty {
 				if (r.touched != 0 && id != c.cached) || r.touched > maxCachedPages || r.live != 0 || r.bump != 0 || r.freeHead != 0 {
-					t.Fatalf("empty slab %d holds %d pages, %d objects", id, r.touched, r.live)
+					t.Fatalf("empty slab %d holds %d pages, %d allocations", id, r.touched, r.live)
 				}
 				continue
 			}
 			mem := s.slabMem(r, g)
 			live := 0
-			for slot := uint32(0); slot < uint32(r.bump); slot++ {
-				if !isFree(owner(mem, slot)) {
+			for cell := uint32(0); cell < uint32(r.bump); cell++ {
+				if !isFree(owner(mem, cell)) {
 					live++
-					classBytes += int64(g.size - uint32(delta(mem, slot)))
+					classBytes += int64(g.size - uint32(delta(mem, cell)))
 				}
 			}
 			free := 0
 			for f := r.freeHead; f != 0; f = uint16(owner(mem, uint32(f-1)) &^ freeTag) {
 				if !isFree(owner(mem, uint32(f-1))) {
-					t.Fatalf("slab %d: free list holds live slot %d", id, f-1)
+					t.Fatalf("slab %d: free list holds live cell %d", id, f-1)
 				}
 				if free++; free > int(r.bump) {
 					t.Fatalf("slab %d: free list loops", id)
@@ -83,13 +83,13 @@ func checkInvariants(t *testing.T, s *Store) {
 				t.Fatalf("slab %d (state %d) is empty but holds %d pages", id, r.state, r.touched)
 			}
 			// A reused cached slab may hold pages its mark has not reached.
-			if want := pagesFor(objectAt(g, uint32(r.bump))); uint32(r.touched) != want && (r.touched < uint16(want) || r.touched > maxCachedPages) {
+			if want := pagesFor(cellAt(g, uint32(r.bump))); uint32(r.touched) != want && (r.touched < uint16(want) || r.touched > maxCachedPages) {
 				t.Fatalf("slab %d: %d pages counted, %d reached", id, r.touched, want)
 			}
 			switch r.state {
 			case slabActive:
-				if inPartial[id] != (uint32(r.live) < g.slots) {
-					t.Fatalf("slab %d: %d of %d slots live, in partial list: %v", id, r.live, g.slots, inPartial[id])
+				if inPartial[id] != (uint32(r.live) < g.cells) {
+					t.Fatalf("slab %d: %d of %d cells live, in partial list: %v", id, r.live, g.cells, inPartial[id])
 				}
 			case slabCold:
 				if inPartial[id] || !r.cold {
@@ -102,17 +102,17 @@ func checkInvariants(t *testing.T, s *Store) {
 			default:
 				t.Fatalf("slab %d in state %d outside Compact", id, r.state)
 			}
-			classObjects += int64(live)
+			classAllocs += int64(live)
 		}
-		if classObjects != c.objects.Load() || classBytes != c.bytes.Load() {
-			t.Fatalf("class %d: %d objects of %d bytes, counters say %d of %d", ci, classObjects, classBytes, c.objects.Load(), c.bytes.Load())
+		if classAllocs != c.allocations.Load() || classBytes != c.bytes.Load() {
+			t.Fatalf("class %d: %d allocations of %d bytes, counters say %d of %d", ci, classAllocs, classBytes, c.allocations.Load(), c.bytes.Load())
 		}
-		objects += classObjects
+		allocations += classAllocs
 		bytes += classBytes
 	}
 	st := s.Stats()
-	if held != st.MemUsed || objects != st.Objects || bytes != st.ComprDataSize {
-		t.Fatalf("walk: %d bytes held, %d objects, %d data bytes; stats %+v", held, objects, bytes, st)
+	if held != st.MemUsed || allocations != st.Allocations || bytes != st.ComprDataSize {
+		t.Fatalf("walk: %d bytes held, %d allocations, %d data bytes; stats %+v", held, allocations, bytes, st)
 	}
 	if st.MemUsedMax < st.MemUsed || (st.MemLimit > 0 && st.MemUsed > st.MemLimit && st.MemUsed > 0) {
 		// Only Alloc grows MemUsed, always within the limit; a lowered
@@ -123,17 +123,17 @@ func checkInvariants(t *testing.T, s *Store) {
 	}
 }
 
-// expectEmpty checks a store whose objects were all freed: it holds only
+// expectEmpty checks a store whose allocations were all freed: it holds only
 // the classes' cached slabs, and Compact gives those back.
 func expectEmpty(t *testing.T, s *Store) {
 	t.Helper()
 	checkInvariants(t, s)
 	st := s.Stats()
-	if st.Objects != 0 || st.ComprDataSize != 0 || st.MemUsed > numClasses*maxCachedPages*pageSize {
+	if st.Allocations != 0 || st.ComprDataSize != 0 || st.MemUsed > numClasses*maxCachedPages*pageSize {
 		t.Fatalf("after freeing everything: %+v", st)
 	}
 	if moved := s.Compact(func(uint32, Handle, Handle) bool { t.Fatal("relocate called on an empty store"); return false }); moved != 0 {
-		t.Fatalf("Compact moved %d objects of an empty store", moved)
+		t.Fatalf("Compact moved %d allocations of an empty store", moved)
 	}
 	if st := s.Stats(); st.MemUsed != 0 {
 		t.Fatalf("after Compact of an empty store, MemUsed %d", st.MemUsed)
@@ -155,7 +155,7 @@ func newStore(t testing.TB, cfg Config) *Store {
 	return s
 }
 
-type object struct {
+type allocation struct {
 	h    Handle
 	size int
 }
@@ -167,12 +167,12 @@ func TestRoundTrip(t *testing.T) {
 		n = 4000
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	objs := map[uint64]object{}
+	allocs := map[uint64]allocation{}
 	var next uint64
 	alloc := func() {
-		size := 1 + rng.IntN(MaxObjectSize)
+		size := 1 + rng.IntN(MaxAllocSize)
 		if rng.IntN(8) == 0 {
-			size = MaxObjectSize
+			size = MaxAllocSize
 		}
 		h, b, err := s.Alloc(size, uint32(next))
 		if err != nil {
@@ -182,21 +182,21 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("handle %#x out of range", h)
 		}
 		fill(b, next)
-		objs[next] = object{h, size}
+		allocs[next] = allocation{h, size}
 		next++
 	}
 	for range n {
 		alloc()
 	}
 	checkInvariants(t, s)
-	for k, o := range objs {
+	for k, o := range allocs {
 		check(t, s.Bytes(o.h, o.size), k, o.size)
 	}
 	// Free about half, refill, and check everything again.
-	for k, o := range objs {
+	for k, o := range allocs {
 		if rng.IntN(2) == 0 {
 			s.Free(o.h)
-			delete(objs, k)
+			delete(allocs, k)
 		}
 	}
 	checkInvariants(t, s)
@@ -204,17 +204,17 @@ func TestRoundTrip(t *testing.T) {
 		alloc()
 	}
 	checkInvariants(t, s)
-	for k, o := range objs {
+	for k, o := range allocs {
 		check(t, s.Bytes(o.h, o.size), k, o.size)
 	}
 	var sum int64
-	for _, o := range objs {
+	for _, o := range allocs {
 		sum += int64(o.size)
 	}
-	if st := s.Stats(); st.Objects != int64(len(objs)) || st.ComprDataSize != sum || st.MemUsed < sum {
-		t.Fatalf("stats %+v, want %d objects of %d bytes", st, len(objs), sum)
+	if st := s.Stats(); st.Allocations != int64(len(allocs)) || st.ComprDataSize != sum || st.MemUsed < sum {
+		t.Fatalf("stats %+v, want %d allocations of %d bytes", st, len(allocs), sum)
 	}
-	for _, o := range objs {
+	for _, o := range allocs {
 		s.Free(o.h)
 	}
 	checkInvariants(t, s)
@@ -230,7 +230,7 @@ func TestRoundTrip(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	s := newStore(t, Config{})
-	for _, size := range []int{-1, 0, MaxObjectSize + 1, 1 << 40} {
+	for _, size := range []int{-1, 0, MaxAllocSize + 1, 1 << 40} {
 		if _, _, err := s.Alloc(size, 1); !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("Alloc(%d): %v, want EINVAL", size, err)
 		}
@@ -250,9 +250,9 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(b, 7)
-	bad := []Handle{0, 1, h + 1, h + slotMask, h + 1<<slotBits, 1 << 47, ^Handle(0)}
+	bad := []Handle{0, 1, h + 1, h + cellMask, h + 1<<cellBits, 1 << 47, ^Handle(0)}
 	for _, x := range bad {
-		if b := s.Bytes(x, 10); b != nil && x>>slotBits != h>>slotBits {
+		if b := s.Bytes(x, 10); b != nil && x>>cellBits != h>>cellBits {
 			t.Errorf("Bytes(%#x) = %d bytes, want nil", x, len(b))
 		}
 		s.Free(x)
@@ -269,7 +269,7 @@ func TestBadInput(t *testing.T) {
 	check(t, s.Bytes(h, 100), 7, 100)
 	s.Free(h)
 	s.Free(h) // double free
-	if got := s.Stats(); got.BadHandles != int64(len(bad))+1 || got.Objects != 0 {
+	if got := s.Stats(); got.BadHandles != int64(len(bad))+1 || got.Allocations != 0 {
 		t.Errorf("after double free: %+v", got)
 	}
 	checkInvariants(t, s)
@@ -295,22 +295,22 @@ func TestMemLimit(t *testing.T) {
 	const limit = 256 << 10
 	s := newStore(t, Config{MemLimit: limit, ArenaSize: 1})
 	rng := rand.New(rand.NewPCG(3, 4))
-	var objs []object
+	var allocs []allocation
 	var full error
 	for i := 0; full == nil; i++ {
-		size := 1 + rng.IntN(MaxObjectSize)
+		size := 1 + rng.IntN(MaxAllocSize)
 		before := s.Stats()
 		h, b, err := s.Alloc(size, uint32(i))
 		if err != nil {
 			after := s.Stats()
-			if after.MemUsed > before.MemUsed || after.Objects != before.Objects || after.ComprDataSize != before.ComprDataSize || after.MemUsedMax != before.MemUsedMax {
+			if after.MemUsed > before.MemUsed || after.Allocations != before.Allocations || after.ComprDataSize != before.ComprDataSize || after.MemUsedMax != before.MemUsedMax {
 				t.Fatalf("failed Alloc changed stats: %+v -> %+v", before, after)
 			}
 			full = err
 			break
 		}
 		fill(b, uint64(i))
-		objs = append(objs, object{h, size})
+		allocs = append(allocs, allocation{h, size})
 	}
 	if !errors.Is(full, ErrFull) || !errors.Is(full, syscall.ENOSPC) {
 		t.Fatalf("Alloc past the limit: %v, want ErrFull/ENOSPC", full)
@@ -323,21 +323,21 @@ func TestMemLimit(t *testing.T) {
 		t.Fatalf("full at %d bytes of %d", st.MemUsed, limit)
 	}
 	checkInvariants(t, s)
-	// Small objects still fit in slabs' held pages; a big one needs more.
+	// Small allocations still fit in slabs' held pages; a big one needs more.
 	s.SetMemLimit(limit * 2)
-	if _, _, err := s.Alloc(MaxObjectSize, 1); err != nil {
+	if _, _, err := s.Alloc(MaxAllocSize, 1); err != nil {
 		t.Fatalf("after raising the limit: %v", err)
 	}
 	s.SetMemLimit(0)
 	for i := range 200 {
-		if _, _, err := s.Alloc(MaxObjectSize, uint32(i)); err != nil {
+		if _, _, err := s.Alloc(MaxAllocSize, uint32(i)); err != nil {
 			t.Fatalf("unlimited: %v", err)
 		}
 	}
 	if st := s.Stats(); st.MemUsed <= 2*limit || st.MemLimit != 0 {
 		t.Fatalf("unlimited store did not grow: %+v", st)
 	}
-	for i, o := range objs {
+	for i, o := range allocs {
 		check(t, s.Bytes(o.h, o.size), uint64(i), o.size)
 	}
 	checkInvariants(t, s)
@@ -345,45 +345,45 @@ func TestMemLimit(t *testing.T) {
 
 // model is the test's page table: owner -> handle, as the device keeps it.
 type model struct {
-	mu   []sync.Mutex // per owner, like the device's page locks
-	objs []object     // objs[owner]; h == 0 means none
-	// copyFrom, when set, is the store whose objects relocate copies
-	// under the owner's lock: needed when objects are filled after Alloc
+	mu     []sync.Mutex // per owner, like the device's page locks
+	allocs []allocation // allocs[owner]; h == 0 means none
+	// copyFrom, when set, is the store whose allocations relocate copies
+	// under the owner's lock: needed when allocations are filled after Alloc
 	// returns while Compact runs (see Compact).
 	copyFrom *Store
 }
 
-// drain checks every object the model holds, frees it, and checks the
+// drain checks every allocation the model holds, frees it, and checks the
 // store ends empty and consistent.
 func (m *model) drain(t *testing.T, s *Store) {
 	t.Helper()
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
-			s.Free(obj.h)
+	for o, al := range m.allocs {
+		if al.h != 0 {
+			check(t, s.Bytes(al.h, al.size), uint64(o), al.size)
+			s.Free(al.h)
 		}
 	}
 	checkInvariants(t, s)
 	expectEmpty(t, s)
 }
 
-func newModel(n int) *model { return &model{mu: make([]sync.Mutex, n), objs: make([]object, n)} }
+func newModel(n int) *model { return &model{mu: make([]sync.Mutex, n), allocs: make([]allocation, n)} }
 
 func (m *model) relocate(owner uint32, old, new Handle) bool {
 	m.mu[owner].Lock()
 	defer m.mu[owner].Unlock()
-	if m.objs[owner].h != old {
+	if m.allocs[owner].h != old {
 		return false
 	}
 	if s := m.copyFrom; s != nil {
-		n := m.objs[owner].size
+		n := m.allocs[owner].size
 		copy(s.Bytes(new, n), s.Bytes(old, n))
 	}
-	m.objs[owner].h = new
+	m.allocs[owner].h = new
 	return true
 }
 
-// allocRandom stores an object of 200 to 3199 bytes for owner o, filled
+// allocRandom stores an allocation of 200 to 3199 bytes for owner o, filled
 // from o, and records it in m.
 func allocRandom(t *testing.T, s *Store, m *model, rng *rand.Rand, o uint32) {
 	t.Helper()
@@ -393,16 +393,16 @@ func allocRandom(t *testing.T, s *Store, m *model, rng *rand.Rand, o uint32) {
 		t.Fatal(err)
 	}
 	fill(b, uint64(o))
-	m.objs[o] = object{h, size}
+	m.allocs[o] = allocation{h, size}
 }
 
 // freeMost fragments the store: it frees 85% of the first n owners'
-// objects at random.
+// allocations at random.
 func freeMost(s *Store, m *model, rng *rand.Rand, n int) {
 	for o := range n {
 		if rng.IntN(100) < 85 {
-			s.Free(m.objs[o].h)
-			m.objs[o] = object{}
+			s.Free(m.allocs[o].h)
+			m.allocs[o] = allocation{}
 		}
 	}
 }
@@ -420,7 +420,7 @@ func TestCompact(t *testing.T) {
 	before := s.Stats()
 	moved := s.Compact(m.relocate)
 	after := s.Stats()
-	t.Logf("moved %d objects; MemUsed %d -> %d bytes for %d data bytes; %d pages compacted",
+	t.Logf("moved %d allocations; MemUsed %d -> %d bytes for %d data bytes; %d pages compacted",
 		moved, before.MemUsed, after.MemUsed, after.ComprDataSize, after.PagesCompacted)
 	if moved == 0 || after.PagesCompacted == 0 {
 		t.Fatalf("nothing compacted: moved %d, %+v", moved, after)
@@ -428,7 +428,7 @@ func TestCompact(t *testing.T) {
 	if after.MemUsed*3 > before.MemUsed*2 {
 		t.Fatalf("MemUsed only dropped from %d to %d", before.MemUsed, after.MemUsed)
 	}
-	if after.Objects != before.Objects || after.ComprDataSize != before.ComprDataSize {
+	if after.Allocations != before.Allocations || after.ComprDataSize != before.ComprDataSize {
 		t.Fatalf("compaction changed the data: %+v -> %+v", before, after)
 	}
 	// Destinations may have reached into a few more pages, and Compact
@@ -436,20 +436,20 @@ func TestCompact(t *testing.T) {
 	if got := (before.MemUsed - after.MemUsed) / pageSize; got > after.PagesCompacted+numClasses*maxCachedPages || got < after.PagesCompacted*9/10 {
 		t.Fatalf("MemUsed dropped by %d pages, PagesCompacted %d", got, after.PagesCompacted)
 	}
-	// What compaction leaves is the objects rounded up to their class, their
-	// tags, slab tails, and about two part-filled pages per class.
+	// What compaction leaves is the allocations rounded up to their class,
+	// their tags, slab tails, and about two part-filled pages per class.
 	classes := 0
 	for ci := range s.classes {
-		if s.classes[ci].objects.Load() > 0 {
+		if s.classes[ci].allocations.Load() > 0 {
 			classes++
 		}
 	}
-	allowed := after.ComprDataSize + after.Objects*(classStep+tagSize) + after.ComprDataSize/maxTailWaste + int64(classes)*2*pageSize
+	allowed := after.ComprDataSize + after.Allocations*(classStep+tagSize) + after.ComprDataSize/maxTailWaste + int64(classes)*2*pageSize
 	if after.MemUsed > allowed {
 		t.Fatalf("after compaction %d bytes held for %d data bytes in %d classes, want <= %d", after.MemUsed, after.ComprDataSize, classes, allowed)
 	}
 	// What compaction leaves free in held memory is less than one slab's
-	// slots per class.
+	// cells per class.
 	for ci := range s.classes {
 		g := &s.geo[ci]
 		free := 0
@@ -458,22 +458,22 @@ func TestCompact(t *testing.T) {
 				free += int(r.bump) - int(r.live)
 			}
 		}
-		if free >= int(g.slots) {
-			t.Fatalf("class %d: %d free slots below the slabs' marks after compaction, slab has %d", ci, free, g.slots)
+		if free >= int(g.cells) {
+			t.Fatalf("class %d: %d free cells below the slabs' marks after compaction, slab has %d", ci, free, g.cells)
 		}
 	}
 	checkInvariants(t, s)
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
+	for o, al := range m.allocs {
+		if al.h != 0 {
+			check(t, s.Bytes(al.h, al.size), uint64(o), al.size)
 		}
 	}
 	if again := s.Compact(m.relocate); again > moved/10 {
-		t.Fatalf("second Compact moved %d objects after the first moved %d", again, moved)
+		t.Fatalf("second Compact moved %d allocations after the first moved %d", again, moved)
 	}
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			s.Free(obj.h)
+	for o, al := range m.allocs {
+		if al.h != 0 {
+			s.Free(al.h)
 		}
 		_ = o
 	}
@@ -481,11 +481,11 @@ func TestCompact(t *testing.T) {
 	expectEmpty(t, s)
 }
 
-// TestCompactTrimmedSlabsStayCold: with a prefaulter, the pages Compact
-// trims off a slab are never reached into again by a writer (they were
-// given back, so a writer storing a swapped-out page would fault them in):
-// the trimmed slabs take objects into their free slots only, new objects
-// go to slabs with resident room, and every object survives.
+// TestCompactTrimmedSlabsStayCold: with a prefaulter, the pages Compact trims
+// off a slab are never reached into again by a writer (they were given back,
+// so a writer storing a swapped-out page would fault them in): the trimmed
+// slabs take allocations into their free cells only, new allocations go to
+// slabs with resident room, and every allocation survives.
 func TestCompactTrimmedSlabsStayCold(t *testing.T) {
 	s := newStore(t, Config{Prefault: 4 << 20})
 	const owners = 30000
@@ -516,16 +516,16 @@ func TestCompactTrimmedSlabsStayCold(t *testing.T) {
 		}
 	}
 	checkInvariants(t, s)
-	for o, obj := range m.objs {
-		if obj.h != 0 {
-			check(t, s.Bytes(obj.h, obj.size), uint64(o), obj.size)
+	for o, al := range m.allocs {
+		if al.h != 0 {
+			check(t, s.Bytes(al.h, al.size), uint64(o), al.size)
 		}
 	}
 }
 
 // TestCompactRefused has the owner change while relocating: the new copy
 // must be freed by Compact and the old one by the owner, and a slab left
-// with such objects drains when they go.
+// with such allocations drains when they go.
 func TestCompactRefused(t *testing.T) {
 	s := newStore(t, Config{})
 	const owners = 4000
@@ -536,19 +536,19 @@ func TestCompactRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		fill(b, uint64(o))
-		m.objs[o] = object{h, 1000}
+		m.allocs[o] = allocation{h, 1000}
 	}
-	for o := range m.objs {
+	for o := range m.allocs {
 		if o%5 != 0 {
-			s.Free(m.objs[o].h)
-			m.objs[o] = object{}
+			s.Free(m.allocs[o].h)
+			m.allocs[o] = allocation{}
 		}
 	}
 	var refused []Handle
 	moved := s.Compact(func(owner uint32, old, new Handle) bool {
 		if owner%3 == 0 {
 			// The page was rewritten meanwhile; its writer frees old later.
-			m.objs[owner] = object{}
+			m.allocs[owner] = allocation{}
 			refused = append(refused, old)
 			return false
 		}
@@ -574,23 +574,23 @@ func TestCompactRefused(t *testing.T) {
 	checkInvariants(t, s)
 	for id := uint32(1); id < s.nslabs.Load(); id++ {
 		if s.rec(id).state == slabDraining {
-			t.Fatalf("slab %d still draining after its last objects were freed", id)
+			t.Fatalf("slab %d still draining after its last allocations were freed", id)
 		}
 	}
 	if s.Stats().PagesCompacted <= compacted {
 		t.Fatalf("drained slabs not counted as compacted: %d pages before, %d after", compacted, s.Stats().PagesCompacted)
 	}
 	st := s.Stats()
-	if st.Objects != int64(moved) {
+	if st.Allocations != int64(moved) {
 		// Every survivor was moved (its owner%3 != 0), the rest are gone.
 		n := 0
-		for _, o := range m.objs {
+		for _, o := range m.allocs {
 			if o.h != 0 {
 				n++
 			}
 		}
-		if st.Objects != int64(n) {
-			t.Fatalf("%d objects stored, model has %d", st.Objects, n)
+		if st.Allocations != int64(n) {
+			t.Fatalf("%d allocations stored, model has %d", st.Allocations, n)
 		}
 	}
 	m.drain(t, s)
@@ -604,7 +604,7 @@ func TestCompactConcurrent(t *testing.T) {
 		ops = 20000
 	}
 	m := newModel(owners)
-	m.copyFrom = s // the workers fill objects after Alloc, as the device does
+	m.copyFrom = s // the workers fill allocations after Alloc, as the device does
 	var wg sync.WaitGroup
 	errs := make(chan error, workers+1)
 	stop := make(chan struct{})
@@ -615,7 +615,7 @@ func TestCompactConcurrent(t *testing.T) {
 			for range ops {
 				o := uint32(rng.IntN(owners))
 				m.mu[o].Lock()
-				cur := m.objs[o]
+				cur := m.allocs[o]
 				switch {
 				case cur.h != 0 && rng.IntN(3) == 0:
 					want := make([]byte, cur.size)
@@ -625,9 +625,9 @@ func TestCompactConcurrent(t *testing.T) {
 					}
 				case cur.h != 0 && rng.IntN(2) == 0:
 					s.Free(cur.h)
-					m.objs[o] = object{}
+					m.allocs[o] = allocation{}
 				default:
-					size := 1 + rng.IntN(MaxObjectSize)
+					size := 1 + rng.IntN(MaxAllocSize)
 					h, b, err := s.Alloc(size, o)
 					if err != nil {
 						errs <- err
@@ -638,7 +638,7 @@ func TestCompactConcurrent(t *testing.T) {
 					if cur.h != 0 {
 						s.Free(cur.h)
 					}
-					m.objs[o] = object{h, size}
+					m.allocs[o] = allocation{h, size}
 				}
 				m.mu[o].Unlock()
 				seq++
@@ -665,13 +665,13 @@ func TestCompactConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	t.Logf("%d compactions moved %d objects", compactions, moved)
+	t.Logf("%d compactions moved %d allocations", compactions, moved)
 	moved += s.Compact(m.relocate)
 	checkInvariants(t, s)
 	m.drain(t, s)
 }
 
-func TestMetadataPerObject(t *testing.T) {
+func TestMetadataPerAllocation(t *testing.T) {
 	s := newStore(t, Config{})
 	rng := rand.New(rand.NewPCG(7, 8))
 	const n = 50000
@@ -682,10 +682,10 @@ func TestMetadataPerObject(t *testing.T) {
 		}
 	}
 	st := s.Stats()
-	per := float64(st.MetadataBytes) / float64(st.Objects)
-	t.Logf("%.2f metadata bytes per object (%d slab records)", per, s.nslabs.Load()-1)
+	per := float64(st.MetadataBytes) / float64(st.Allocations)
+	t.Logf("%.2f metadata bytes per allocation (%d slab records)", per, s.nslabs.Load()-1)
 	if per > 8 {
-		t.Fatalf("%.2f metadata bytes per object, want <= 8", per)
+		t.Fatalf("%.2f metadata bytes per allocation, want <= 8", per)
 	}
 	if st.MetadataBytes < n*tagSize {
 		t.Fatalf("MetadataBytes %d misses the tags", st.MetadataBytes)
@@ -700,11 +700,11 @@ func TestGeometry(t *testing.T) {
 	for ci := range numClasses {
 		g := newGeometry(ci)
 		largest = max(largest, g.pages)
-		if g.slots == 0 || g.slots > maxSlots || g.pages > maxSlabPages {
+		if g.cells == 0 || g.cells > maxCells || g.pages > maxSlabPages {
 			t.Fatalf("class %d: %+v", ci, g)
 		}
 		bytes := g.pages * pageSize
-		if used := g.slots * (g.size + tagSize); used > bytes || (bytes-used)*100 > bytes {
+		if used := g.cells * (g.size + tagSize); used > bytes || (bytes-used)*100 > bytes {
 			t.Fatalf("class %d: %d of %d slab bytes used", ci, used, bytes)
 		}
 		if g.size < 2 {
@@ -714,12 +714,12 @@ func TestGeometry(t *testing.T) {
 	if largest != 161 {
 		t.Errorf("largest slab has %d pages, the package doc says 161", largest)
 	}
-	if classOf(1) != 0 || classOf(16) != 0 || classOf(17) != 1 || classOf(MaxObjectSize) != numClasses-1 {
+	if classOf(1) != 0 || classOf(16) != 0 || classOf(17) != 1 || classOf(MaxAllocSize) != numClasses-1 {
 		t.Fatal("classOf")
 	}
 }
 
-// TestCachedSlabs checks the slab each class keeps when its last object
+// TestCachedSlabs checks the slab each class keeps when its last allocation
 // goes: it is reused without growing MemUsed and yields to the limit.
 func TestCachedSlabs(t *testing.T) {
 	const limit = 32 * pageSize
@@ -731,7 +731,7 @@ func TestCachedSlabs(t *testing.T) {
 		}
 		fill(b, uint64(i))
 		s.Free(h)
-		if st := s.Stats(); st.MemUsed != pageSize || st.Objects != 0 {
+		if st := s.Stats(); st.MemUsed != pageSize || st.Allocations != 0 {
 			t.Fatalf("round %d: %+v", i, st)
 		}
 	}
@@ -744,17 +744,17 @@ func TestCachedSlabs(t *testing.T) {
 		s.Free(h)
 	}
 	checkInvariants(t, s)
-	if st := s.Stats(); st.Objects != 0 || st.MemUsed != limit {
+	if st := s.Stats(); st.Allocations != 0 || st.MemUsed != limit {
 		t.Fatalf("cached slabs: %+v", st)
 	}
 	// A class with no cached slab still gets memory: the others give way.
-	h, b, err := s.Alloc(MaxObjectSize, 2)
+	h, b, err := s.Alloc(MaxAllocSize, 2)
 	if err != nil {
 		t.Fatalf("Alloc with the limit held by cached slabs: %v", err)
 	}
 	fill(b, 2)
 	checkInvariants(t, s)
-	check(t, s.Bytes(h, MaxObjectSize), 2, MaxObjectSize)
+	check(t, s.Bytes(h, MaxAllocSize), 2, MaxAllocSize)
 	s.Free(h)
 	expectEmpty(t, s)
 }

@@ -79,8 +79,8 @@ func TestOpenChecksTheHeader(t *testing.T) {
 	p.Close()
 }
 
-// TestTakeoverRefusesACorruptTable: a page table that names slots
-// outside the arenas, objects of another page or size, or states no device
+// TestTakeoverRefusesACorruptTable: a page table that names cells
+// outside the arenas, allocations of another page or size, or states no device
 // writes is refused with ErrCorrupt, and neither the table nor the arenas
 // change; once the table is right again the state is taken over whole.
 func TestTakeoverRefusesACorruptTable(t *testing.T) {
@@ -107,8 +107,8 @@ func TestTakeoverRefusesACorruptTable(t *testing.T) {
 		name  string
 		entry uint64
 	}{
-		{"a slot outside the arenas", good | handleBits},
-		{"another page's object", table[2]},
+		{"a cell outside the arenas", good | handleBits},
+		{"another page's allocation", table[2]},
 		{"another size", good + 1<<48},
 		{"a state no device writes", good&^(7<<61) | 7<<61},
 	} {

@@ -221,7 +221,7 @@ func testTakeoverAfterKill(t *testing.T, objectPages int, dense bool) {
 			t.Fatal(err)
 		}
 		ds, ss := p.Device.Stats(), p.Store.Stats()
-		if ss.Objects != ds.StoredPages-ds.PackedPages+ds.PackedChunks+fills(t, p, model) || ss.Reserved != 0 || ss.BadHandles != 0 {
+		if ss.Allocations != ds.StoredPages-ds.PackedPages+ds.PackedChunks+fills(t, p, model) || ss.Reserved != 0 || ss.BadHandles != 0 {
 			t.Fatalf("round %d: store %+v for device %+v", round, ss, ds)
 		}
 		if objectPages > 1 && ds.PackedObjects == 0 {

@@ -175,13 +175,13 @@ func setUpAccelerator(cfg *Config, died time.Time, kernels kernelImage, opened f
 func openAccelerator(c gpuSetup, log *slog.Logger) (*accelerator, error) {
 	a := &accelerator{}
 	g, unused, err := OpenBackend("--backend", c.backend, func() (*gpu.Backend, error) {
-		g, err := gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
+		g, err := gpu.Open(gpu.Config{Device: c.device, Bays: c.inFlight, MaxBatchPages: c.batchPages,
 			Algorithm: c.algorithm, Image: c.kernels.image, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
 		if err != nil && c.kernels.image != nil {
 			// An image the driver refuses (a driver upgraded since)
 			// costs the JIT compiler in this process, not the GPU.
 			log.Warn("the GPU refused the kernels compiled ahead; compiling them here", "err", err)
-			g, err = gpu.Open(gpu.Config{Device: c.device, Slots: c.inFlight, MaxBatchPages: c.batchPages,
+			g, err = gpu.Open(gpu.Config{Device: c.device, Bays: c.inFlight, MaxBatchPages: c.batchPages,
 				Algorithm: c.algorithm, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
 		}
 		return g, err

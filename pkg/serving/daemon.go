@@ -49,7 +49,7 @@ type daemon struct {
 	// start is what the supervisor told this process (the zero value
 	// without one): start.DiedAt is when the last serving process died.
 	// takeovers counts them over the state's life, pause how long the
-	// device went without a server then (set once this one serves).
+	// kernel device went without a server then (set once this one serves).
 	start     supervise.Started
 	takeovers uint64
 	pause     atomic.Int64
@@ -67,7 +67,7 @@ type daemon struct {
 	reserve  *swapsafe.HeapReserve // topped up before serving swap
 	lockHeap bool                  // mlockall took, so the heap is kept locked too
 	gpuSetup gpuSetup              // how the GPU opens, for openLate
-	// kernel is the device attached by us (--device); /status reads it
+	// kernel is the NBD kernel device we attached (--device); /status reads it
 	// from the HTTP server's goroutines.
 	kernel atomic.Pointer[nbddev.Device]
 	// ublk is the kernel device with --transport ublk instead, created
@@ -79,7 +79,7 @@ type daemon struct {
 	ublkRequests *metrics.Ublk
 	swapOn       bool // we ran swapon on the kernel device (kernelPath)
 	// stopKeeping stops replacing the kernel's closed connections
-	// (keepConnected), before the device is detached.
+	// (keepConnected), before the kernel device is detached.
 	stopKeeping func()
 	// handover is the socket to the supervisor for the live connections
 	// at an upgrade (nil without one); adopt are the connections the
@@ -403,8 +403,8 @@ var errHandOver = ExitStatus(supervise.ExitHandedOver)
 // handOver stops serving at a request boundary for the next serving
 // process: the requests in flight are answered, and the live connections
 // go to the supervisor, for the next one (the kernel device keeps its
-// sockets and sees nothing; without a handover socket they close, and the
-// device waits for the next process to reconnect it). Swap stays on. What
+// sockets and sees nothing; without a handover socket they close, and it
+// waits for the next process to reconnect it). Swap stays on. What
 // is staged is committed as the data path closes (run's deferred close).
 func (d *daemon) handOver() {
 	_ = d.notify.Notify("RELOADING=1\nSTATUS=handing over to the next serving process")
@@ -553,7 +553,7 @@ func maxConnections(cfg *Config) int {
 // ownConn reports whether nc is the kernel device's: dialed by this
 // process (SO_PEERCRED, as the tracker recorded at accept), or handed over
 // as the kernel's at an upgrade. Those never count against
-// --max-connections, so no client can starve the device of them.
+// --max-connections, so no client can starve the kernel device of them.
 func (d *daemon) ownConn(nc net.Conn) bool {
 	return d.tracker.PeerOf(nc) == os.Getpid()
 }

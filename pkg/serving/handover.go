@@ -18,7 +18,7 @@ import (
 )
 
 // handedConn is one connection as the handover socket carries it: a flag
-// byte (the kernel's: dialed by a serving process to attach the device),
+// byte (the kernel's: dialed by a serving process to attach the kernel device),
 // the export's name with its length before it, and the bytes read from
 // the socket beyond the last request.
 type handedConn struct {

@@ -22,7 +22,7 @@ func (rp reporter) holdings() []swapsafe.Holding {
 	d := rp.d
 	hs := d.pipe.Holdings()
 	if g, _, _ := d.accel.current(); g != nil {
-		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: g.SlotBytes(),
+		hs = append(hs, swapsafe.Holding{Name: "gpu-slots", Bytes: g.BayBytes(),
 			Why: "each GPU stream's metadata (the offsets and lengths the device writes back), pinned (--batch-inflight)"})
 	}
 	if n := connBuffers(d.cfg); n > 0 {

@@ -127,8 +127,8 @@ var errServedThere = errors.New("another daemon is already serving there")
 
 // retryListen returns listen's listener. In a process that takes the
 // device over after a death, it tries again while the address is taken,
-// for up to takeoverListenWait: failing would leave the device without a
-// server for another start.
+// for up to takeoverListenWait: failing would leave the kernel device
+// without a server for another start.
 func (ls *listeners) retryListen(listen func() (net.Listener, error)) (net.Listener, error) {
 	start := time.Now()
 	wait := time.Millisecond

@@ -138,8 +138,8 @@ func (d *daemon) listenForSuccessor(st *pipeline.State) {
 
 // waitGone waits for process pid to exit. An exited process not yet
 // reaped counts as gone: its parent, once the supervisor died, is init,
-// which may itself be waiting for a page from the very device this
-// process is about to serve.
+// which may itself be waiting for a page from the very kernel device
+// this process is about to serve.
 func waitGone(pid int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {

@@ -21,8 +21,8 @@ type Status struct {
 	// serving process when it dies; 0 without one (--supervise=false).
 	SupervisorPID int `json:"supervisor_pid,omitempty"`
 	// Takeovers counts serving processes that took the state over from
-	// one that died; LastTakeoverPause is how long the device went
-	// unserved then (0 if unknown); LostPages are pages a takeover could
+	// one that died; LastTakeoverPause is how long the kernel
+	// device went unserved then (0 if unknown); LostPages are pages a takeover could
 	// not trust, which read as I/O errors until rewritten.
 	Takeovers         uint64  `json:"takeovers"`
 	LastTakeoverPause float64 `json:"last_takeover_pause_seconds,omitempty"`

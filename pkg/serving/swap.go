@@ -16,7 +16,7 @@ import (
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
-// parseDevice accepts /dev/nbdN, nbdN or "auto" (any free device).
+// parseDevice accepts /dev/nbdN, nbdN or "auto" (any free kernel device).
 func ParseDevice(s string) (index int, err error) {
 	if s == "auto" {
 		return -1, nil
@@ -104,7 +104,7 @@ func (d *daemon) attach(ctx context.Context) error {
 
 // reattach takes over the kernel device a serving process before this one
 // attached, if one waits for this export. It reports false, and no
-// error, when none does: the device was never attached, or was detached.
+// error, when none does: it was never attached, or was detached.
 func (d *daemon) reattach(ctx context.Context, opts nbddev.Options) (bool, error) {
 	opts.Index = nbddev.AnyIndex // the one whose backend is this export, whatever --device says
 	start := time.Now()
@@ -146,7 +146,7 @@ func (d *daemon) takeOver(ctx context.Context, kd *nbddev.Device, msg string, st
 		d.topUpHeap()
 	case d.cfg.Swap:
 		// The process before this one died before swapon: nothing is
-		// swapped there yet, and the device is checked as a fresh one is.
+		// swapped there yet, and the kernel device is checked as a fresh one is.
 		if err := d.makeSwap(ctx, kd.Path, int64(kd.Size), 4*d.cfg.KernelConns); err != nil {
 			return err
 		}
@@ -211,7 +211,7 @@ func (d *daemon) kernelPath() string {
 // keepConnected replaces the kernel's connections that close while this
 // process serves: the kernel shuts a connection down when a request on it
 // outlasts the request timeout (and may shut down a socket it has just
-// taken, see pkg/nbd's reconnect.go), and a device with no connection left
+// taken, see pkg/nbd's reconnect.go), and a kernel device with no connection
 // fails its I/O once the dead-connection timeout passes. The kernel's
 // connections are the ones this process dialed itself, which only a Unix
 // socket tells (the peer's pid).

@@ -26,7 +26,7 @@ const (
 // ResolveTransport decides the kernel device's transport from
 // --transport, and why where it was not asked for by name. auto is ublk
 // where probe (ublk.Probe on the control device, in the daemon) passes and
-// the device need not survive the serving process (--supervise=false),
+// the kernel device need not survive the serving process (--supervise=false),
 // else nbd: the ublk takeover is new, and auto keeps the supervised
 // daemon on the one the survive scenarios have long proved. Without a kernel
 // device (--device, --swap) there is nothing to decide (nbd, the

@@ -1,5 +1,6 @@
 // Package nbddev is the kernel's side of NBD: it attaches an export to
-// /dev/nbdN and keeps it attached across its server's deaths. Attach dials
+// /dev/nbdN and keeps it attached across its server's deaths. The device
+// here is that kernel device, never the page table (pkg/device). Attach dials
 // the server, negotiates each socket with the client side of the
 // handshake (nbd.Dial), and hands the sockets to the kernel with generic
 // netlink (NBD_CMD_CONNECT), or the ioctl interface where netlink is

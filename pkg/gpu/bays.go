@@ -1,4 +1,4 @@
-// The slots: a stream and its buffers each, taken and given back (quarantined while the device may still write).
+// The bays: a stream and its buffers each, taken and given back (quarantined while the GPU may still write).
 
 package gpu
 
@@ -10,10 +10,10 @@ import (
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
-// slot is one batch in flight: a stream and its buffers.
-type slot struct {
+// bay is one batch in flight: a stream and its buffers.
+type bay struct {
 	stream stream
-	// Device buffers: input pages (also the decompressed output), the
+	// GPU buffers: input pages (also the decompressed output), the
 	// per-page encoding scratch, the packed output, and meta: the packed
 	// size (word 0, padded to 16 bytes), then offsets, lengths and
 	// decode status, maxPages words each.
@@ -30,11 +30,11 @@ type slot struct {
 	pending chan error
 }
 
-// SlotBytes is the pinned host memory the slots hold: the metadata of
+// BayBytes is the pinned host memory the bays hold: the metadata of
 // each, and the bounce buffers made so far.
-func (g *Backend) SlotBytes() int64 {
+func (g *Backend) BayBytes() int64 {
 	n := g.cfg.MaxBatchPages
-	total := int64(g.cfg.Slots) * 4 * int64(metaWords(n))
+	total := int64(g.cfg.Bays) * 4 * int64(metaWords(n))
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return total + g.bounced
@@ -42,8 +42,8 @@ func (g *Backend) SlotBytes() int64 {
 
 // bounce returns s's bounce buffer, pinned, making it on first use: for a
 // batch whose memory is not pinned memory of this backend (a caller's
-// own buffers), which the device cannot reach by DMA. The caller holds s.
-func (g *Backend) bounce(s *slot) ([]byte, error) {
+// own buffers), which the GPU cannot reach by DMA. The caller holds s.
+func (g *Backend) bounce(s *bay) ([]byte, error) {
 	if s.hBounce == nil {
 		b, err := g.dr.hostAlloc(g.cfg.MaxBatchPages * codec.PageSize)
 		if err != nil {
@@ -57,7 +57,7 @@ func (g *Backend) bounce(s *slot) ([]byte, error) {
 	return s.hBounce, nil
 }
 
-func (g *Backend) acquire(ctx context.Context) (*slot, error) {
+func (g *Backend) acquire(ctx context.Context) (*bay, error) {
 	if g.closed.Load() {
 		return nil, errClosed
 	}
@@ -67,15 +67,15 @@ func (g *Backend) acquire(ctx context.Context) (*slot, error) {
 	case <-g.done:
 		return nil, errClosed
 	case <-ctx.Done():
-		return nil, fmt.Errorf("gpu: waiting for a free slot: %w", ctx.Err())
+		return nil, fmt.Errorf("gpu: waiting for a free bay: %w", ctx.Err())
 	}
 }
 
-// release returns a slot to the pool once its stream has no work left. A
-// slot whose batch was abandoned (deadline, error) stays quarantined until
-// the device is done with it, so nothing the device still writes can reach
+// release returns a bay to the pool once its stream has no work left. A
+// bay whose batch was abandoned (deadline, error) stays quarantined until
+// the GPU is done with it, so nothing the GPU still writes can reach
 // memory that a later batch or the CPU fallback uses.
-func (g *Backend) release(s *slot) {
+func (g *Backend) release(s *bay) {
 	if s.pending == nil && g.dr.streamQuery(s.stream) == nil {
 		g.free <- s
 		return
@@ -87,15 +87,15 @@ func (g *Backend) release(s *slot) {
 			s.pending = nil
 		}
 		err := g.dr.streamSync(s.stream)
-		g.log.Warn("gpu: quarantined slot released", "held", time.Since(start), "stream_error", err)
+		g.log.Warn("gpu: quarantined bay released", "held", time.Since(start), "stream_error", err)
 		g.free <- s
 	}()
 }
 
-// wait blocks until the slot's stream finishes or ctx ends. In the latter
+// wait blocks until the bay's stream finishes or ctx ends. In the latter
 // case the synchronization goes on in the background (s.pending) and the
-// slot must be released, which quarantines it.
-func (g *Backend) wait(ctx context.Context, s *slot) error {
+// bay must be released, which quarantines it.
+func (g *Backend) wait(ctx context.Context, s *bay) error {
 	if ctx.Done() == nil {
 		return g.dr.streamSync(s.stream)
 	}
