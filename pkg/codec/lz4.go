@@ -63,7 +63,7 @@ type LZ4 struct {
 	// kernel is short of memory, and a fresh allocation there would
 	// fault. A nil context (NewLZ4 could not allocate) makes the
 	// compressor use one on the C stack.
-	ctxs *slots[*C.gz_lz4_ctx]
+	ctxs *contextPool[*C.gz_lz4_ctx]
 	held int64 // their bytes
 }
 
@@ -75,13 +75,13 @@ func NewLZ4() *LZ4 {
 	block := C.gz_lz4_new_ctxs(C.int(n))
 	if block == nil {
 		// Out of memory at start: compress with a context on the C stack.
-		return &LZ4{ctxs: newSlots(make([]*C.gz_lz4_ctx, n))}
+		return &LZ4{ctxs: newContextPool(make([]*C.gz_lz4_ctx, n))}
 	}
 	all, ctxs := unsafe.Slice(block, n), make([]*C.gz_lz4_ctx, n)
 	for i := range all {
 		ctxs[i] = &all[i]
 	}
-	c := &LZ4{held: int64(n) * C.sizeof_gz_lz4_ctx, ctxs: newSlots(ctxs)}
+	c := &LZ4{held: int64(n) * C.sizeof_gz_lz4_ctx, ctxs: newContextPool(ctxs)}
 	runtime.AddCleanup(c, func(b unsafe.Pointer) { C.free(b) }, unsafe.Pointer(block))
 	return c
 }

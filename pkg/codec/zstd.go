@@ -114,7 +114,7 @@ type Zstd struct {
 	// ctxs are the compression and decompression contexts, all made in
 	// memory NewZstd allocated and wrote: a swap device must not
 	// allocate (or fault) while the kernel reclaims.
-	ctxs *slots[C.gz_zstd_ctx]
+	ctxs *contextPool[C.gz_zstd_ctx]
 	// objects compress inputs of several pages (HoldObjects); nil: none.
 	objects chan *ZstdObjects
 	held    int64 // the bytes of all of them
@@ -158,7 +158,7 @@ func NewZstd(level int) (*Zstd, error) {
 	if block == nil {
 		return nil, fmt.Errorf("codec: no memory for libzstd's contexts (%d bytes)", size)
 	}
-	z := &Zstd{level: level, held: int64(size), ctxs: newSlots(made)}
+	z := &Zstd{level: level, held: int64(size), ctxs: newContextPool(made)}
 	runtime.AddCleanup(z, func(b unsafe.Pointer) { C.free(b) }, block)
 	// Each context must take a page both ways: a level whose contexts
 	// need more than the estimate would otherwise store every page raw.
@@ -180,7 +180,7 @@ func NewZstd(level int) (*Zstd, error) {
 // contexts made and written ahead as Zstd's are, without Zstd's
 // compression contexts: for devices that compress with another codec.
 type ZstdDecoder struct {
-	ctxs *slots[C.gz_zstd_ctx]
+	ctxs *contextPool[C.gz_zstd_ctx]
 	held int64
 }
 
@@ -193,7 +193,7 @@ func NewZstdDecoder(n int) (*ZstdDecoder, error) {
 	if block == nil {
 		return nil, fmt.Errorf("codec: no memory for libzstd's decompression contexts (%d bytes)", size)
 	}
-	z := &ZstdDecoder{held: int64(size), ctxs: newSlots(made)}
+	z := &ZstdDecoder{held: int64(size), ctxs: newContextPool(made)}
 	runtime.AddCleanup(z, func(b unsafe.Pointer) { C.free(b) }, block)
 	return z, nil
 }
