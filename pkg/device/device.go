@@ -431,7 +431,7 @@ func (d *Device) Flush(context.Context) error { return nil }
 
 // Compact moves objects out of sparse slabs so whole slabs go back to the
 // OS, and returns how many it moved.
-func (d *Device) Compact() int { return compactor{d}.compact() }
+func (d *Device) Compact() int { return d.compactor().compact() }
 
 // Stats are zram's statistics for the device (see zram.rst) plus error
 // counters and the staging area's. Staged pages count as held raw: 4 KiB
