@@ -166,7 +166,7 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		return b
 	})
 	d.bufs.Fill()
-	d.inline = newInliner(d)
+	d.inline = newInliner(cfg, &d.pageTable, &d.obj)
 	if err := d.obj.init(cfg); err != nil {
 		return nil, err
 	}
