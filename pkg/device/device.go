@@ -97,7 +97,6 @@ type Device struct {
 	inline    inliner // writes compressed in their own goroutine, and their scratch
 
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
-	closing                                          atomic.Bool
 }
 
 // MaxSize is the largest device: the store tags objects with 32-bit page
@@ -111,7 +110,7 @@ func New(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.stager, err = newStager(d); err != nil {
+	if d.stager, err = newStager(d.cfg, &d.pageTable, &d.obj, d.staging, d.writeFilled); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -197,9 +196,8 @@ func (d *Device) holdObjects() {
 // store's objects, for Recover; the device's own go with it. The device
 // must not be used afterwards.
 func (d *Device) Close() error {
-	d.closing.Store(true)
 	if d.stager != nil {
-		d.stager.area.Close()
+		d.stager.close()
 	}
 	return d.unmap()
 }

@@ -57,7 +57,7 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 		return nil, nil, r.rep, err
 	}
 	r.storeStaged(store)
-	if d.stager, err = newStager(d); err != nil {
+	if d.stager, err = newStager(d.cfg, &d.pageTable, &d.obj, d.staging, d.writeFilled); err != nil {
 		d.Close()
 		store.Close()
 		return nil, nil, r.rep, err
