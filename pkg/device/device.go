@@ -170,7 +170,7 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		return nil, err
 	}
 	if cfg.Dense.After != 0 {
-		d.denseSide = newDenseSide(d)
+		d.denseSide = newDenseSide(&d.pageTable, &d.obj, d.load)
 		if d.dense, err = dense.New(cfg.Dense, d.pages, cfg.Codec.Name() == "lz4", d.denseSide, d.log); err != nil {
 			return nil, err
 		}
@@ -230,7 +230,7 @@ func (d *Device) Held() Held {
 		h.Staging = int64(sc.Batches) * int64(sc.BatchPages) * pageSize
 	}
 	if d.dense != nil {
-		h.Dense = d.denseSide.held()
+		h.Dense = d.dense.HeldBytes() + d.denseSide.held()
 	}
 	h.Dense += zstd
 	return h
