@@ -13,15 +13,19 @@
 // Partial writes, trims and write-zeroes read, modify and write their page
 // under the page's lock.
 //
-// Device keeps the page table (table.go: the entries, mapped from their
-// file, their locks and counts, and replacing one; entry.go: what an entry
-// says), reads and writes (device.go, write.go). Its other
-// jobs are types of their own, which reach the table through the device:
-// objects owns the format of the objects pages are stored in (object.go),
-// stager the write-behind, inliner the writes compressed in the writer's
-// goroutine, compactor compaction (compact.go), recovery the takeover of
-// a table a dead process left (recover.go), and denseSide the device as
-// the dense tier (pkg/dense) sees it (dense.go).
+// The page table (table.go) owns the entries, mapped from their file, the
+// stripe locks over them, their counts by state, and replacing an entry;
+// entry.go says what an entry holds. Device keeps the table, the files
+// (files.go), reads and writes (device.go, write.go). Its other jobs are
+// types of their own, given what they use, never the device: objects owns
+// the format of the objects pages are stored in (object.go), stager the
+// write-behind, inliner the writes compressed in the writer's goroutine,
+// compactor compaction (compact.go), recovery the takeover of a table a
+// dead process left (recover.go), and denseSide the device as the dense
+// tier (pkg/dense) sees it (dense.go). Those that change entries are given
+// the table and take its locks themselves, in the order their commits
+// need; where one needs an operation of the device's (writing a page,
+// reading one under its lock) it is given that function alone.
 package device
 
 import (
