@@ -5,8 +5,10 @@ package device
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
+	"github.com/gzramd/gzramd/pkg/dense"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
@@ -30,17 +32,29 @@ type CompactPolicy struct {
 // RunCompactor compacts the store whenever fragmentation passes the
 // policy's bounds, until ctx is done. Like zram, compaction is otherwise
 // only on request (Compact).
-func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) { compactor{d}.run(ctx, p) }
+func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) { d.compactor().run(ctx, p) }
 
 // compactor moves the store's objects out of sparse slabs (pagestore's
 // Compact) and points the page table at where they went, under the locks
 // of their pages' groups; run does so whenever fragmentation passes a
-// policy's bounds. The table and its locks are the device's.
-type compactor struct{ d *Device }
+// policy's bounds. It owns nothing, and is made for each call: it is
+// given the table, the store, the dense tier, whose recompressed groups
+// make compaction worth more, and the log.
+type compactor struct {
+	t     *pageTable
+	store *pagestore.Store
+	dense *dense.Tier // nil without the tier
+	log   *slog.Logger
+}
+
+// compactor is d's, made now: Recover gives the device the store it
+// rebuilt after open.
+func (d *Device) compactor() compactor {
+	return compactor{t: &d.pageTable, store: d.cfg.Store, dense: d.dense, log: d.log}
+}
 
 // run compacts until ctx is done (Device.RunCompactor).
 func (c compactor) run(ctx context.Context, p CompactPolicy) {
-	d := c.d
 	if p.Interval <= 0 {
 		p.Interval = 10 * time.Second
 	}
@@ -62,8 +76,8 @@ func (c compactor) run(ctx context.Context, p CompactPolicy) {
 			return
 		case <-t.C:
 		}
-		st := d.cfg.Store.Stats()
-		groups := d.dense.Stats().Groups
+		st := c.store.Stats()
+		groups := c.dense.Stats().Groups
 		limit, why := p.MaxOverhead, "fragmented"
 		if groups != compacted {
 			limit, why = p.AfterDense, "the dense tier recompressed groups"
@@ -77,54 +91,53 @@ func (c compactor) run(ctx context.Context, p CompactPolicy) {
 		start := time.Now()
 		moved := c.compact()
 		compacted = groups
-		after := d.cfg.Store.Stats()
-		d.log.Info("compacted the page store", "why", why, "moved", moved,
+		after := c.store.Stats()
+		c.log.Info("compacted the page store", "why", why, "moved", moved,
 			"mem_used_before", st.MemUsed, "mem_used_after", after.MemUsed, "took", time.Since(start).Round(time.Millisecond))
 	}
 }
 
 // compact moves objects out of sparse slabs (Device.Compact).
-func (c compactor) compact() int { return c.d.cfg.Store.Compact(c.relocate) }
+func (c compactor) compact() int { return c.store.Compact(c.relocate) }
 
 // relocate points the page table at new, where the store moved the object
 // old, tagged with owner, under the lock of owner's group.
 func (c compactor) relocate(owner uint32, old, new pagestore.Handle) bool {
-	d := c.d
-	if owner >= d.pages {
+	if owner >= c.t.pages {
 		return false
 	}
-	s := d.stripe(owner)
+	s := c.t.stripe(owner)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := d.table[owner]
+	e := c.t.table[owner]
 	if !e.hasObject() || e.handle() != old {
 		return c.relocatePart(owner, old, new)
 	}
 	// The store copied the object before this lock was held, possibly
 	// while a commit was still filling it; under the lock the committed
 	// bytes are final, so copy again.
-	copy(d.cfg.Store.Bytes(new, e.length()), d.cfg.Store.Bytes(old, e.length()))
-	d.table[owner] = objectEntry(e.state(), new, e.length())
+	copy(c.store.Bytes(new, e.length()), c.store.Bytes(old, e.length()))
+	c.t.table[owner] = objectEntry(e.state(), new, e.length())
 	return true
 }
 
 // relocatePart moves the chunk old of an object whose
 // first page is owner to new. The caller holds owner's group lock.
 func (c compactor) relocatePart(owner uint32, old, new pagestore.Handle) bool {
-	d := c.d
-	end := min(owner|(groupPages-1)+1, d.pages)
+	table := c.t.table
+	end := min(owner|(groupPages-1)+1, c.t.pages)
 	for i := owner; i < end; i++ {
-		e := d.table[i]
+		e := table[i]
 		if e.state() != statePart || i-uint32(e.partIndex()) != owner {
 			continue
 		}
-		first := d.cfg.Store.Bytes(e.handle(), e.length())
+		first := c.store.Bytes(e.handle(), e.length())
 		if e.handle() == old {
 			// As for a page's own object: copied again under the lock.
-			copy(d.cfg.Store.Bytes(new, e.length()), first)
+			copy(c.store.Bytes(new, e.length()), first)
 			for j := i; j < end; j++ {
-				if f := d.table[j]; f.state() == statePart && f.handle() == old {
-					d.table[j] = f.withHandle(new)
+				if f := table[j]; f.state() == statePart && f.handle() == old {
+					table[j] = f.withHandle(new)
 				}
 			}
 			return true
@@ -133,10 +146,10 @@ func (c compactor) relocatePart(owner uint32, old, new pagestore.Handle) bool {
 		if err != nil {
 			continue
 		}
-		for c := 1; c < l.chunks; c++ {
-			if chunkHandle(first, c) == old {
-				copy(d.cfg.Store.Bytes(new, l.chunkLen(c)), d.cfg.Store.Bytes(old, l.chunkLen(c)))
-				setChunkHandle(first, c, new)
+		for k := 1; k < l.chunks; k++ {
+			if chunkHandle(first, k) == old {
+				copy(c.store.Bytes(new, l.chunkLen(k)), c.store.Bytes(old, l.chunkLen(k)))
+				setChunkHandle(first, k, new)
 				return true
 			}
 		}

@@ -33,11 +33,18 @@ const (
 var _ [groupPages - dense.GroupPages]struct{} // the tier's groups are the device's
 var _ [dense.GroupPages - groupPages]struct{}
 
-// denseSide is the device as the dense tier sees it (dense.Device), and
+// denseSide is the device as the dense tier sees it (dense.Device): a
+// group snapshotted, and its frames committed if it is unchanged. It owns
 // the scratch of the tier's commits, used by the recompressor's goroutine
-// alone. The page table, its locks and the store stay the device's.
+// alone. It is given the page table, whose group locks it takes, the
+// objects, which it writes the frames as, through their store (Recover
+// points that at the store it rebuilds after the side is made), and the
+// device's read of a page under its lock (Device.load, a func), which its
+// snapshots decode pages with.
 type denseSide struct {
-	d       *Device
+	t       *pageTable
+	obj     *objects
+	load    func(idx uint32, dst []byte, sc *objectScratch, ahead int) error
 	sc      objectScratch
 	layouts [dense.MaxFrames]objectLayout
 	sizes   [maxDenseChunks]int
@@ -46,20 +53,19 @@ type denseSide struct {
 	frees   []pagestore.Handle
 }
 
-// newDenseSide makes d's side of the dense tier, its scratch written now,
-// not first by the recompressor.
-func newDenseSide(d *Device) *denseSide {
-	s := &denseSide{d: d, frees: make([]pagestore.Handle, 0, inlineFrees)}
+// newDenseSide makes the dense tier's side of the device whose table and
+// objects are t and obj, its scratch written now, not first by the
+// recompressor.
+func newDenseSide(t *pageTable, obj *objects, load func(uint32, []byte, *objectScratch, int) error) *denseSide {
+	s := &denseSide{t: t, obj: obj, load: load, frees: make([]pagestore.Handle, 0, inlineFrees)}
 	clear(s.sc.in[:])
 	clear(s.sc.out[:])
 	clear(s.frees[:cap(s.frees)])
 	return s
 }
 
-// held is the memory the dense tier holds, with the device's side.
-func (s *denseSide) held() int64 {
-	return s.d.dense.HeldBytes() + int64(len(s.sc.in)+len(s.sc.out))
-}
+// held is the memory of the side's scratch.
+func (s *denseSide) held() int64 { return int64(len(s.sc.in) + len(s.sc.out)) }
 
 // SetDenseGPU has the dense tier recompress on gc from now on, in batches
 // of its pinned memory (dense.Tier.SetGPU). It does nothing on a device
@@ -73,9 +79,8 @@ func (d *Device) RunDense(ctx context.Context) { d.dense.Run(ctx) }
 // Snapshot copies group g's entries and pages for the tier
 // (dense.Device), under the group's lock.
 func (s *denseSide) Snapshot(g uint32, pages int, snap *dense.Snapshot, raw []byte, lz4 *dense.LZ4Pages) (stored, before int, err error) {
-	d := s.d
 	lo := g << groupShift
-	st := d.stripe(lo)
+	st := s.t.stripe(lo)
 	st.mu.RLock()
 	if s.asDenseAsItGets(lo, pages) {
 		st.mu.RUnlock()
@@ -90,7 +95,6 @@ func (s *denseSide) Snapshot(g uint32, pages int, snap *dense.Snapshot, raw []by
 // Commit stores frames as group g's dense objects if the group is
 // unchanged since snap (dense.Device).
 func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame, before int, idle *atomic.Uint32, age uint32) (dense.Commit, int) {
-	d := s.d
 	lo := g << groupShift
 	total, chunks := 0, 0
 	for i, f := range frames {
@@ -111,27 +115,27 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 		return dense.Kept, 0
 	}
 	handles := s.handles[:chunks]
-	if k, _, err := d.cfg.Store.AllocBatch(s.sizes[:chunks], s.owners[:chunks], handles, 0); err != nil {
-		d.cfg.Store.FreeBatch(handles[:k])
+	if k, _, err := s.obj.store.AllocBatch(s.sizes[:chunks], s.owners[:chunks], handles, 0); err != nil {
+		s.obj.store.FreeBatch(handles[:k])
 		return dense.Full, 0 // tried again later
 	}
 	at := 0
 	for i, f := range frames {
-		d.obj.write(handles[at:], s.layouts[i], f.Pages, f.Data)
+		s.obj.write(handles[at:], s.layouts[i], f.Pages, f.Data)
 		at += s.layouts[i].chunks
 	}
-	st := d.stripe(lo)
+	st := s.t.stripe(lo)
 	st.mu.Lock()
 	// The idle age alone would not do: a writer marks the group accessed
 	// before it writes, and a write slow enough to span the snapshot
 	// leaves the age as the snapshot saw it.
 	changed := idle.Load() != age || st.writes != snap.Writes
 	for k, f := 0, frames[len(frames)-1]; k < f.First+f.Pages; k++ {
-		changed = changed || d.table[lo+uint32(k)] != entry(snap.Entries[k])
+		changed = changed || s.t.table[lo+uint32(k)] != entry(snap.Entries[k])
 	}
 	if changed {
 		st.mu.Unlock()
-		d.cfg.Store.FreeBatch(handles)
+		s.obj.store.FreeBatch(handles)
 		return dense.Raced, 0
 	}
 	at = 0
@@ -140,17 +144,17 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 		for k := range f.Pages {
 			if storedState(entry(snap.Entries[f.First+k])) {
 				e := partEntry(handles[at], k, f.Pages, l.chunkLen(0)) | denseBit
-				s.frees = d.obj.queueFree(s.frees, d.replaceLocked(lo+uint32(f.First+k), e))
+				s.frees = s.obj.queueFree(s.frees, s.t.replaceLocked(lo+uint32(f.First+k), e))
 			}
 		}
 		at += l.chunks
 	}
-	d.obj.packedObjects.Add(int64(len(frames)))
-	d.obj.packedChunks.Add(int64(chunks))
-	d.obj.denseObjects.Add(int64(len(frames)))
-	d.obj.denseBytes.Add(int64(total))
+	s.obj.packedObjects.Add(int64(len(frames)))
+	s.obj.packedChunks.Add(int64(chunks))
+	s.obj.denseObjects.Add(int64(len(frames)))
+	s.obj.denseBytes.Add(int64(total))
 	st.mu.Unlock()
-	d.cfg.Store.FreeBatch(s.frees)
+	s.obj.store.FreeBatch(s.frees)
 	s.frees = s.frees[:0]
 	return dense.Committed, total
 }
@@ -171,14 +175,13 @@ func storedState(e entry) bool {
 // stored pages (-1 if one is staged) and the bytes they take in the
 // store. The caller holds the group's lock.
 func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []byte, lz4 *dense.LZ4Pages) (stored, before int, err error) {
-	d := s.d
 	s.sc.decoded = 0
 	snap.Stored = 0
 	var seen [groupPages]pagestore.Handle
 	objects := 0
 	for k := range pages {
 		idx := lo + uint32(k)
-		e := d.table[idx]
+		e := s.t.table[idx]
 		snap.Entries[k] = uint64(e)
 		raw := out[k*pageSize : (k+1)*pageSize]
 		if lz4 != nil {
@@ -192,9 +195,9 @@ func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []b
 			continue
 		case e.state() == stateStored && lz4 != nil:
 			lz4.Offsets[k], lz4.Lens[k] = uint32(lz4.At), uint32(e.length())
-			lz4.At += copy(lz4.Packed[lz4.At:], d.cfg.Store.Bytes(e.handle(), e.length()))
+			lz4.At += copy(lz4.Packed[lz4.At:], s.obj.store.Bytes(e.handle(), e.length()))
 		default:
-			if err := d.load(idx, raw, &s.sc, pages-1-k); err != nil {
+			if err := s.load(idx, raw, &s.sc, pages-1-k); err != nil {
 				return 0, 0, err
 			}
 		}
@@ -211,7 +214,7 @@ func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []b
 		if !known {
 			seen[objects] = e.handle()
 			objects++
-			l, err := objectHeader(d.cfg.Store.Bytes(e.handle(), e.length()), e.partPages())
+			l, err := objectHeader(s.obj.store.Bytes(e.handle(), e.length()), e.partPages())
 			if err != nil {
 				return 0, 0, fmt.Errorf("page %d: %w", idx, err)
 			}
@@ -228,15 +231,14 @@ func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []b
 // 16), which recompressing would only make again, after decoding it. The
 // caller holds the group's lock.
 func (s *denseSide) asDenseAsItGets(lo uint32, pages int) bool {
-	d := s.d
 	var fast pagestore.Handle
 	inDense := false
 	for k := range pages {
-		e := d.table[lo+uint32(k)]
+		e := s.t.table[lo+uint32(k)]
 		switch {
 		case e.state() == statePart && e.dense():
 			inDense = true
-		case e.state() == statePart && d.obj.fast == streamZstd && (fast == 0 || e.handle() == fast):
+		case e.state() == statePart && s.obj.fast == streamZstd && (fast == 0 || e.handle() == fast):
 			fast = e.handle()
 		case e.state() == stateStaged || storedState(e):
 			return false

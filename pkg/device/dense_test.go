@@ -636,7 +636,7 @@ func TestDenseCommitSeesAnEntryRewrittenToItsOldBits(t *testing.T) {
 	if h != first.handle() {
 		t.Fatalf("the store gave %#x, not the slot %#x the first object left: the test sets up nothing", h, first.handle())
 	}
-	if !(compactor{d}).relocate(0, moved.handle(), h) {
+	if !d.compactor().relocate(0, moved.handle(), h) {
 		t.Fatal("relocate refused the move")
 	}
 	store.Free(moved.handle())

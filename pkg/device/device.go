@@ -13,15 +13,19 @@
 // Partial writes, trims and write-zeroes read, modify and write their page
 // under the page's lock.
 //
-// Device keeps the page table (entry.go: entries, and replacing one;
-// mapping maps it from its file, files.go), its locks, reads and writes
-// (device.go, write.go). Its other
-// jobs are types of their own, which reach the table through the device:
-// objects owns the format of the objects pages are stored in (object.go),
-// stager the write-behind, inliner the writes compressed in the writer's
-// goroutine, compactor compaction (compact.go), recovery the takeover of
-// a table a dead process left (recover.go), and denseSide the device as
-// the dense tier (pkg/dense) sees it (dense.go).
+// The page table (table.go) owns the entries, mapped from their file, the
+// stripe locks over them, their counts by state, and replacing an entry;
+// entry.go says what an entry holds. Device keeps the table, the files
+// (files.go), reads and writes (device.go, write.go). Its other jobs are
+// types of their own, given what they use, never the device: objects owns
+// the format of the objects pages are stored in (object.go), stager the
+// write-behind, inliner the writes compressed in the writer's goroutine,
+// compactor compaction (compact.go), recovery the takeover of a table a
+// dead process left (recover.go), and denseSide the device as the dense
+// tier (pkg/dense) sees it (dense.go). Those that change entries are given
+// the table and take its locks themselves, in the order their commits
+// need; where one needs an operation of the device's (writing a page,
+// reading one under its lock) it is given that function alone.
 package device
 
 import (
@@ -30,7 +34,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -80,43 +83,24 @@ type Config struct {
 // or two each) before they allocate.
 const pageBuffers = 64
 
-// nStripes trades lock memory for contention between unrelated pages.
-const nStripes = 1024
-
-type stripe struct {
-	mu sync.RWMutex
-	// writes counts the entries writers replaced under mu (swapLocked).
-	// The dense tier commits a group only where it did not change since
-	// the tier's snapshot: entries equal to those it saw prove nothing,
-	// as a write may have freed a page's object and the compactor moved
-	// the new one into the slot it left, making the same entry.
-	writes uint64
-	_      [32]byte // a stripe per cache line
-}
-
 // Device is safe for concurrent use.
 type Device struct {
-	cfg     Config
-	log     *slog.Logger
-	pages   uint32
-	mapping // the page table and the staging area, in their files
-	stripes []stripe
-	stager  *stager // nil without an accelerator
-	bufs    *freelist.List[*[pageSize]byte]
-	obj     objects     // the objects pages are stored in, and their format
-	dense   *dense.Tier // nil without the dense tier
+	cfg Config
+	log *slog.Logger
+	// pageTable is the entries, their locks and their counts (table.go);
+	// mapping the files, and the staging area mapped from its file.
+	pageTable
+	mapping
+	stager *stager // nil without an accelerator
+	bufs   *freelist.List[*[pageSize]byte]
+	obj    objects     // the objects pages are stored in, and their format
+	dense  *dense.Tier // nil without the dense tier
 	// denseSide is the device as the dense tier sees it, and the
 	// scratch of its commits (dense.go); nil without the tier.
 	denseSide *denseSide
-	// groupShift is log2 of the pages that share a stripe: 0, or that
-	// of groupPages where there may be objects of several pages. Set
-	// before the device is used.
-	groupShift uint
-	inline     inliner // writes compressed in their own goroutine, and their scratch
+	inline    inliner // writes compressed in their own goroutine, and their scratch
 
-	pageCounts                                       // the table's entries by state
 	failedReads, failedWrites, invalidIO, notifyFree atomic.Uint64
-	closing                                          atomic.Bool
 }
 
 // MaxSize is the largest device: the store tags objects with 32-bit page
@@ -130,7 +114,7 @@ func New(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.stager, err = newStager(d); err != nil {
+	if d.stager, err = newStager(d.cfg, &d.pageTable, &d.obj, d.staging, d.writeFilled); err != nil {
 		d.Close()
 		return nil, err
 	}
@@ -165,17 +149,16 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		cfg.Logger = slog.Default()
 	}
 	d := &Device{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		pages:   uint32(cfg.Size / pageSize),
-		stripes: make([]stripe, nStripes),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		pageTable: newPageTable(uint32(cfg.Size / pageSize)),
 	}
 	defer func() {
 		if err != nil {
 			d.unmap()
 		}
 	}()
-	if err := d.mapFiles(cfg, d.pages, fresh); err != nil {
+	if err := d.mapFiles(cfg, &d.pageTable, fresh); err != nil {
 		return nil, err
 	}
 	// Kept across collections (see freelist): partial-page requests take
@@ -186,12 +169,12 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 		return b
 	})
 	d.bufs.Fill()
-	d.inline = newInliner(d)
+	d.inline = newInliner(cfg, &d.pageTable, &d.obj)
 	if err := d.obj.init(cfg); err != nil {
 		return nil, err
 	}
 	if cfg.Dense.After != 0 {
-		d.denseSide = newDenseSide(d)
+		d.denseSide = newDenseSide(&d.pageTable, &d.obj, d.load)
 		if d.dense, err = dense.New(cfg.Dense, d.pages, cfg.Codec.Name() == "lz4", d.denseSide, d.log); err != nil {
 			return nil, err
 		}
@@ -208,7 +191,7 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 // holdObjects readies the device for objects of several pages: their
 // groups share a lock, and reads get the scratch they decode in.
 func (d *Device) holdObjects() {
-	d.groupShift = groupShift
+	d.holdGroups()
 	d.obj.holdScratch(d.cfg.ObjectPages > 1)
 }
 
@@ -217,12 +200,15 @@ func (d *Device) holdObjects() {
 // store's objects, for Recover; the device's own go with it. The device
 // must not be used afterwards.
 func (d *Device) Close() error {
-	d.closing.Store(true)
 	if d.stager != nil {
-		d.stager.area.Close()
+		d.stager.close()
 	}
 	return d.unmap()
 }
+
+// unmap undoes open's mappings: the staging area, then the table's
+// entries, then the files if the device made them.
+func (d *Device) unmap() error { return d.mapping.unmap(&d.pageTable) }
 
 // Held is the memory a device holds from the start, in bytes.
 type Held struct {
@@ -248,7 +234,7 @@ func (d *Device) Held() Held {
 		h.Staging = int64(sc.Batches) * int64(sc.BatchPages) * pageSize
 	}
 	if d.dense != nil {
-		h.Dense = d.denseSide.held()
+		h.Dense = d.dense.HeldBytes() + d.denseSide.held()
 	}
 	h.Dense += zstd
 	return h
@@ -256,11 +242,6 @@ func (d *Device) Held() Held {
 
 // Size implements blockdev.Backend.
 func (d *Device) Size() int64 { return d.cfg.Size }
-
-// stripe is the lock of page idx: of its group of groupPages pages where
-// the device may hold objects of several pages (object.go), of the page
-// alone otherwise, as unrelated writers then meet least.
-func (d *Device) stripe(idx uint32) *stripe { return &d.stripes[(idx>>d.groupShift)%nStripes] }
 
 func (d *Device) check(off, length int64) error {
 	if off < 0 || length < 0 || off > d.cfg.Size || length > d.cfg.Size-off {
@@ -336,41 +317,6 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 		d.failedReads.Add(1)
 	}
 	return err
-}
-
-// stripeHold holds one stripe's lock at a time, for a loop over pages in
-// order: pages of one group are visited under one hold of its lock.
-type stripeHold struct {
-	s    *stripe
-	read bool // read locks, not write locks
-}
-
-// lock holds s, releasing the stripe held before if it is another, and
-// reports whether it took s now.
-func (h *stripeHold) lock(s *stripe) bool {
-	if s == h.s {
-		return false
-	}
-	h.release()
-	h.s = s
-	if h.read {
-		s.mu.RLock()
-	} else {
-		s.mu.Lock()
-	}
-	return true
-}
-
-// release lets go of the stripe held, if any.
-func (h *stripeHold) release() {
-	switch {
-	case h.s == nil:
-	case h.read:
-		h.s.mu.RUnlock()
-	default:
-		h.s.mu.Unlock()
-	}
-	h.s = nil
 }
 
 // errNeedScratch is load's answer for a page of an object of several
@@ -487,7 +433,7 @@ func (d *Device) Flush(context.Context) error { return nil }
 
 // Compact moves objects out of sparse slabs so whole slabs go back to the
 // OS, and returns how many it moved.
-func (d *Device) Compact() int { return compactor{d}.compact() }
+func (d *Device) Compact() int { return d.compactor().compact() }
 
 // Stats are zram's statistics for the device (see zram.rst) plus error
 // counters and the staging area's. Staged pages count as held raw: 4 KiB

@@ -1,13 +1,8 @@
-// The page-table entry, one uint64 per page, and replacing one: the
-// counts by state kept, and what the old entry leaves to free.
+// The page-table entry, one uint64 per page: what it says of its page.
 
 package device
 
-import (
-	"sync/atomic"
-
-	"github.com/gzramd/gzramd/pkg/pagestore"
-)
+import "github.com/gzramd/gzramd/pkg/pagestore"
 
 // A page-table entry is one uint64:
 //
@@ -87,75 +82,4 @@ const zeroEntry = entry(stateSame << stateShift)
 
 func stagedEntry(page int) entry {
 	return entry(stateStaged<<stateShift | uint64(uint32(page)))
-}
-
-// pageCounts are the page table's entries counted by state, for Stats:
-// entries are counted as they change (Device.swapLocked).
-type pageCounts struct {
-	storedPages, samePages, hugePages, stagedPages atomic.Int64
-	lostPages                                      atomic.Int64
-	packedPages, densePages                        atomic.Int64 // of storedPages
-}
-
-func (c *pageCounts) count(e entry, delta int64) {
-	switch e.state() {
-	case stateSame, stateFill:
-		c.samePages.Add(delta)
-	case stateStored:
-		c.storedPages.Add(delta)
-	case statePart:
-		c.storedPages.Add(delta)
-		c.packedPages.Add(delta)
-		if e.dense() {
-			c.densePages.Add(delta)
-		}
-	case stateHuge:
-		c.storedPages.Add(delta)
-		c.hugePages.Add(delta)
-	case stateStaged:
-		c.stagedPages.Add(delta)
-	case stateLost:
-		c.lostPages.Add(delta)
-	}
-}
-
-// swapLocked replaces page idx's entry with a writer's, whose stripe s
-// is locked for writing, and keeps the counters; the caller frees what
-// the old entry leaves (released) once it has released the lock.
-func (d *Device) swapLocked(s *stripe, idx uint32, e entry) objectRef {
-	s.writes++
-	return d.replaceLocked(idx, e)
-}
-
-// replaceLocked is swapLocked for the dense tier's commit, which changes
-// what holds the group's pages, not what they hold: it counts no write.
-func (d *Device) replaceLocked(idx uint32, e entry) objectRef {
-	old := d.table[idx]
-	d.table[idx] = e
-	d.count(old, -1)
-	d.count(e, +1)
-	return d.released(idx, old)
-}
-
-// released returns what replacing page idx's entry old leaves to free: an
-// object of its own, or an object of several pages when no other page of
-// the group refers to it any more. The caller holds the group's lock.
-func (d *Device) released(idx uint32, old entry) objectRef {
-	switch {
-	case old.hasObject():
-		return objectRef(old.handle())
-	case old.state() != statePart:
-		return 0
-	}
-	h := old.handle()
-	lo := idx &^ (groupPages - 1)
-	for i := lo; i < min(lo+groupPages, d.pages); i++ {
-		if e := d.table[i]; e.state() == statePart && e.handle() == h {
-			return 0
-		}
-	}
-	if old.dense() {
-		return partRef | denseRef | objectRef(h)
-	}
-	return partRef | objectRef(h)
 }

@@ -5,7 +5,6 @@ package device
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -35,21 +34,22 @@ func NewFiles(name string) (Files, error) {
 // Close closes both files.
 func (f Files) Close() error { return memfd.CloseAll(f.Table, f.Staging) }
 
-// mapping is a device's memory in its files: the page table and the
-// staging area, mapped, and the files, which it closes if it made them.
+// mapping is a device's memory in its files: it owns the files, which it
+// closes if it made them, and the staging area mapped from its file. The
+// table's entries are the page table's (mapEntries); mapping has them
+// mapped and unmapped in their turn, after the files and before staging.
 type mapping struct {
 	files    Files
 	ownFiles bool
-	table    []entry // mapped from files.Table: no pointers, no GC scanning, faulted in
-	staging  []byte  // mapped from files.Staging: the staging area's memory
+	staging  []byte // mapped from files.Staging: the staging area's memory
 	// router has the staging area registered, for its accelerator.
 	router *route.Router
 }
 
-// mapFiles maps the table of a device of cfg, of pages pages, and its
+// mapFiles maps the entries of t, the table of a device of cfg, and its
 // staging area, making the files when cfg gives none; fresh says the
 // table must be empty.
-func (m *mapping) mapFiles(cfg Config, pages uint32, fresh bool) error {
+func (m *mapping) mapFiles(cfg Config, t *pageTable, fresh bool) error {
 	if cfg.Files != nil {
 		if cfg.Files.Table == nil || cfg.Files.Staging == nil {
 			return errors.New("device: Config.Files needs both files")
@@ -62,29 +62,9 @@ func (m *mapping) mapFiles(cfg Config, pages uint32, fresh bool) error {
 		}
 		m.files, m.ownFiles = files, true
 	}
-	size := int64(pages) * 8
-	have, err := m.files.Table.Size()
-	switch {
-	case err != nil:
-		return err
-	case fresh && have != 0:
-		return fmt.Errorf("device: new device on a table file of %d bytes, not empty (Recover adopts one)", have)
-	case !fresh && have != size:
-		return fmt.Errorf("device: table file of %d bytes for a device of %d pages (%d bytes)", have, pages, size)
-	}
-	if err := m.files.Table.Grow(size); err != nil {
+	if err := t.mapEntries(m.files.Table, fresh); err != nil {
 		return err
 	}
-	mem, err := m.files.Table.Map(0, int(size))
-	if err != nil {
-		return err
-	}
-	// The table is faulted in now, as zram allocates its own up front (8
-	// bytes per 4 KiB page, 0.2 % of the device): a swap-out that lands on
-	// a never-used part of the device must not fault in a page of table
-	// while the kernel is out of free memory.
-	memfd.Populate(mem)
-	m.table = unsafe.Slice((*entry)(unsafe.Pointer(&mem[0])), pages)
 	if sc := cfg.Staging; sc.Batches > 0 || !fresh {
 		n := int64(sc.Batches) * int64(sc.BatchPages) * pageSize
 		if have, err := m.files.Staging.Size(); err != nil {
@@ -98,9 +78,11 @@ func (m *mapping) mapFiles(cfg Config, pages uint32, fresh bool) error {
 		if err := m.files.Staging.Grow(n); err != nil {
 			return err
 		}
-		if m.staging, err = m.files.Staging.Map(0, int(n)); err != nil {
+		mem, err := m.files.Staging.Map(0, int(n))
+		if err != nil {
 			return err
 		}
+		m.staging = mem
 		if err := cfg.Router.RegisterPages(m.staging); err != nil {
 			unix.Munmap(m.staging)
 			m.staging = nil
@@ -112,7 +94,7 @@ func (m *mapping) mapFiles(cfg Config, pages uint32, fresh bool) error {
 }
 
 // unmap undoes mapFiles, and closes the files if it made them.
-func (m *mapping) unmap() error {
+func (m *mapping) unmap(t *pageTable) error {
 	var errs []error
 	if m.staging != nil {
 		if err := m.router.UnregisterPages(m.staging); err != nil {
@@ -123,11 +105,7 @@ func (m *mapping) unmap() error {
 		}
 		m.staging = nil
 	}
-	if m.table != nil {
-		mem := unsafe.Slice((*byte)(unsafe.Pointer(&m.table[0])), len(m.table)*8)
-		m.table = nil
-		errs = append(errs, unix.Munmap(mem))
-	}
+	errs = append(errs, t.unmapEntries())
 	if m.ownFiles {
 		errs = append(errs, m.files.Close())
 		m.ownFiles = false

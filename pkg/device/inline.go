@@ -8,6 +8,7 @@ import (
 
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/route"
 )
 
 // inlinePages bounds the pages a write compresses in its own goroutine at
@@ -22,22 +23,35 @@ const (
 // inliner stores whole pages that staging does not take, compressed in the
 // writer's goroutine: as objects of several pages where they compress well
 // together (Config.ObjectPages), else each on its own. It owns the scratch
-// such writes take, made with the device, which partial writes share; the
-// page table and its locks are the device's.
+// such writes take, made with the device, which partial writes share. It
+// is given the page table, whose locks it takes to commit, the objects,
+// through whose store it stores (Recover points that at the store it
+// rebuilds after the inliner is made), the router that compresses and
+// counts, and the codec and config values objects are compressed with.
 type inliner struct {
-	d *Device
+	t      *pageTable
+	obj    *objects
+	router *route.Router
+	codec  codec.Codec
+	// objectPages and hugeThreshold are Config's.
+	objectPages, hugeThreshold int
 	// writes are the scratch of writes compressed in their own
 	// goroutine: such a write waits for one rather than allocating fresh
 	// memory while the kernel waits for it.
 	writes chan *inlineWrite
 }
 
-// newInliner makes an inliner for d, with its scratch written.
-func newInliner(d *Device) inliner {
-	// More than can compress at once (one per thread running Go code).
-	in := inliner{d: d, writes: make(chan *inlineWrite, 2*runtime.GOMAXPROCS(0)+2)}
+// newInliner makes the inliner of a device of cfg, with its scratch
+// written.
+func newInliner(cfg Config, t *pageTable, obj *objects) inliner {
+	in := inliner{
+		t: t, obj: obj, router: cfg.Router, codec: cfg.Codec,
+		objectPages: cfg.ObjectPages, hugeThreshold: cfg.HugeThreshold,
+		// More than can compress at once (one per thread running Go code).
+		writes: make(chan *inlineWrite, 2*runtime.GOMAXPROCS(0)+2),
+	}
 	for range cap(in.writes) {
-		in.writes <- newInlineWrite(d.cfg.HugeThreshold - 1)
+		in.writes <- newInlineWrite(cfg.HugeThreshold - 1)
 	}
 	return in
 }
@@ -92,7 +106,7 @@ func newInlineWrite(limit int) *inlineWrite {
 // goroutine, stores them, and commits each. A write that the memory limit
 // refuses changes nothing.
 func (in *inliner) write(first uint32, pages []byte) error {
-	d := in.d
+	t, store := in.t, in.obj.store
 	w := <-in.writes
 	defer func() { in.writes <- w }()
 	n := len(pages) / pageSize
@@ -101,12 +115,12 @@ func (in *inliner) write(first uint32, pages []byte) error {
 	// now, to arrive while the pages compress.
 	for j := range n {
 		idx := first + uint32(j)
-		s := d.stripe(idx)
+		s := t.stripe(idx)
 		s.mu.RLock()
-		old := d.table[idx]
+		old := t.table[idx]
 		s.mu.RUnlock()
 		if old.hasObject() {
-			d.cfg.Store.Prefetch(old.handle())
+			store.Prefetch(old.handle())
 		}
 	}
 	b := w.batch
@@ -127,14 +141,14 @@ func (in *inliner) write(first uint32, pages []byte) error {
 			continue
 		}
 		for j := ob.at; j < ob.at+ob.pages; j++ {
-			w.states[m], w.data[m] = d.obj.alone(b, j, pages[j*pageSize:(j+1)*pageSize])
+			w.states[m], w.data[m] = in.obj.alone(b, j, pages[j*pageSize:(j+1)*pageSize])
 			w.sizes[m], w.owners[m] = len(w.data[m]), first+uint32(j)
 			m++
 		}
 	}
 	defer clear(w.data[:m]) // the request's buffer and the outputs are not the scratch's
-	if k, _, err := d.cfg.Store.AllocBatch(w.sizes[:m], w.owners[:m], w.handles[:m], 0); err != nil {
-		d.cfg.Store.FreeBatch(w.handles[:k])
+	if k, _, err := store.AllocBatch(w.sizes[:m], w.owners[:m], w.handles[:m], 0); err != nil {
+		store.FreeBatch(w.handles[:k])
 		return fmt.Errorf("device: storing pages %d-%d: %w", first, first+uint32(n)-1, err)
 	}
 	for o := range objs {
@@ -146,7 +160,7 @@ func (in *inliner) write(first uint32, pages []byte) error {
 		ob := &objs[o]
 		for j := ob.at; j < ob.at+ob.pages; j++ {
 			idx := first + uint32(j)
-			held.lock(d.stripe(idx))
+			held.lock(t.stripe(idx))
 			var e entry
 			if ob.layout.chunks > 0 {
 				e = partEntry(w.handles[ob.alloc], j-ob.at, ob.pages, ob.layout.chunkLen(0))
@@ -154,11 +168,11 @@ func (in *inliner) write(first uint32, pages []byte) error {
 				a := ob.alloc + j - ob.at
 				e = objectEntry(w.states[a], w.handles[a], w.sizes[a])
 			}
-			w.frees = d.obj.queueFree(w.frees, d.swapLocked(held.s, idx, e))
+			w.frees = in.obj.queueFree(w.frees, t.swapLocked(held.s, idx, e))
 		}
 	}
 	held.release()
-	d.cfg.Store.FreeBatch(w.frees)
+	store.FreeBatch(w.frees)
 	w.frees = w.frees[:0]
 	return nil
 }
@@ -168,11 +182,10 @@ func (in *inliner) write(first uint32, pages []byte) error {
 // well enough together, each page on its own otherwise. It returns the
 // objects in order.
 func (in *inliner) compress(w *inlineWrite, first uint32, n int) []inlineObject {
-	d := in.d
 	b := w.batch
-	per := d.cfg.ObjectPages
+	per := in.objectPages
 	if per <= 1 {
-		d.cfg.Router.CompressInline(b)
+		in.router.CompressInline(b)
 		w.objs[0] = inlineObject{pages: n}
 		return w.objs[:1]
 	}
@@ -184,13 +197,13 @@ func (in *inliner) compress(w *inlineWrite, first uint32, n int) []inlineObject 
 		ob := inlineObject{at: at, pages: m}
 		if m > 1 {
 			out := b.Out[at*pageSize : (at+m)*pageSize]
-			limit := min(len(out), m*d.cfg.HugeThreshold-1)
-			if l, ok := d.obj.keep(d.cfg.Codec.Compress(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]), m); ok {
+			limit := min(len(out), m*in.hugeThreshold-1)
+			if l, ok := in.obj.keep(in.codec.Compress(out[:limit], b.Pages[at*pageSize:(at+m)*pageSize]), m); ok {
 				ob.layout = l
 			}
 		}
 		if ob.layout.chunks > 0 {
-			d.cfg.Router.CountInline(m)
+			in.router.CountInline(m)
 		} else {
 			// Compressed page by page into the same outputs.
 			w.sub = codec.Batch{
@@ -198,7 +211,7 @@ func (in *inliner) compress(w *inlineWrite, first uint32, n int) []inlineObject 
 				Out: b.Out[at*pageSize : (at+m)*pageSize], Offsets: b.Offsets[at : at+m], Lens: b.Lens[at : at+m],
 				Limit: b.Limit,
 			}
-			d.cfg.Router.CompressInline(&w.sub)
+			in.router.CompressInline(&w.sub)
 			for j := at; j < at+m; j++ {
 				b.Offsets[j] += uint32(at * pageSize)
 			}
@@ -215,12 +228,11 @@ func (in *inliner) compress(w *inlineWrite, first uint32, n int) []inlineObject 
 // an object of several pages into its chunks, its header first; pages on
 // their own into theirs.
 func (in *inliner) fill(w *inlineWrite, ob *inlineObject) {
-	d := in.d
 	if l := ob.layout; l.chunks > 0 {
-		d.obj.fill(w.handles[ob.alloc:ob.alloc+l.chunks], l, ob.pages, w.batch.Out[ob.at*pageSize:][:l.stream])
+		in.obj.fill(w.handles[ob.alloc:ob.alloc+l.chunks], l, ob.pages, w.batch.Out[ob.at*pageSize:][:l.stream])
 		return
 	}
 	for a := ob.alloc; a < ob.alloc+ob.pages; a++ {
-		copy(d.cfg.Store.Bytes(w.handles[a], w.sizes[a]), w.data[a])
+		copy(in.obj.store.Bytes(w.handles[a], w.sizes[a]), w.data[a])
 	}
 }

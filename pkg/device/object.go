@@ -62,8 +62,10 @@ var _ [1<<groupShift - groupPages]struct{}
 
 // objects owns the format of the objects in the store (above): how a page
 // or a run of pages is kept, writing an object's chunks, decoding them in
-// the scratch reads take, freeing them, and their counts. Which pages are
-// in which object is the page table's, and stays the device's.
+// the scratch reads take, freeing them, and their counts. It is given the
+// store, the codec and the huge threshold. Which pages are in which object
+// is the page table's (pageTable), which says what a replaced entry leaves
+// for objects to free (objectRef).
 type objects struct {
 	store         *pagestore.Store // set by Recover once it has rebuilt it
 	codec         codec.Codec

@@ -52,9 +52,8 @@ func (d *Device) ReceiveWrite(off int64, length int) (blockdev.Receipt, bool) {
 
 // receive receives a write into staging slots (ReceiveWrite).
 func (s *stager) receive(off int64, length int) (blockdev.Receipt, bool) {
-	d := s.d
 	if length <= 0 || off%pageSize != 0 || length%pageSize != 0 ||
-		off < 0 || off > d.cfg.Size-int64(length) || !d.cfg.Router.Stage(length/pageSize) {
+		off < 0 || off > int64(s.t.pages)*pageSize-int64(length) || !s.router.Stage(length/pageSize) {
 		return nil, false
 	}
 	var r *received
@@ -64,7 +63,7 @@ func (s *stager) receive(off int64, length int) (blockdev.Receipt, bool) {
 		return nil, false
 	}
 	n := length / pageSize
-	if d.cfg.Store.Reserve(int64(n)*pageSize) != nil {
+	if s.store.Reserve(int64(n)*pageSize) != nil {
 		s.receipts <- r
 		return nil, false
 	}
@@ -84,7 +83,7 @@ func (s *stager) receive(off int64, length int) (blockdev.Receipt, bool) {
 		r.nsegs++
 		got += k
 	}
-	d.cfg.Router.Count(n) // a write declined is counted where it is written after
+	s.router.Count(n) // a write declined is counted where it is written after
 	return r, true
 }
 
@@ -98,14 +97,13 @@ func (d *Device) CompleteWrite(_ context.Context, rc blockdev.Receipt, _ bool) e
 
 // complete installs the pages of r (CompleteWrite).
 func (s *stager) complete(r *received) {
-	d := s.d
 	idx, staged := r.first, 0
 	for _, sg := range r.segs[:r.nsegs] {
 		b := sg.b
 		for i := sg.at; i < sg.at+sg.k; i++ {
 			// A same-filled page settles now, unless the store has no
 			// room for its word: it is staged like any other then.
-			if w, ok := fillWord(b.Page(i)); ok && d.writeFilled(idx, w) == nil {
+			if w, ok := fillWord(b.Page(i)); ok && s.writeFilled(idx, w) == nil {
 				b.Owners[i], b.Words[i] = unusedSlot, 0
 				s.unusedSlots.Add(1)
 			} else {
@@ -116,7 +114,7 @@ func (s *stager) complete(r *received) {
 		}
 		s.area.Done(b)
 	}
-	d.cfg.Store.Unreserve(int64(r.pages-staged) * pageSize)
+	s.store.Unreserve(int64(r.pages-staged) * pageSize)
 	s.stagedWrites.Add(uint64(staged))
 	s.receipts <- r
 }
@@ -126,7 +124,6 @@ func (d *Device) AbortWrite(rc blockdev.Receipt) { d.stager.abort(rc.(*received)
 
 // abort gives back the slots and the reservation of r, and r.
 func (s *stager) abort(r *received) {
-	d := s.d
 	for _, sg := range r.segs[:r.nsegs] {
 		for i := sg.at; i < sg.at+sg.k; i++ {
 			sg.b.Owners[i], sg.b.Words[i] = unusedSlot, 0
@@ -134,7 +131,7 @@ func (s *stager) abort(r *received) {
 		}
 		s.area.Done(sg.b)
 	}
-	d.cfg.Store.Unreserve(int64(r.pages) * pageSize)
+	s.store.Unreserve(int64(r.pages) * pageSize)
 	r.nsegs = 0
 	s.receipts <- r
 }
@@ -142,10 +139,9 @@ func (s *stager) abort(r *received) {
 // install points page idx at slot i of b, whose bytes are the
 // page's new content; the object it replaces is freed with the batch.
 func (s *stager) install(b *stage.Batch, i int, idx uint32) {
-	d := s.d
-	st := d.stripe(idx)
+	st := s.t.stripe(idx)
 	st.mu.Lock()
-	ref := d.swapLocked(st, idx, s.entryAt(b, i))
+	ref := s.t.swapLocked(st, idx, s.entryAt(b, i))
 	st.mu.Unlock()
 	b.Owners[i] = idx
 	b.Words[i] = uint64(ref)

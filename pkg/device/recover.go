@@ -5,6 +5,7 @@ package device
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
@@ -50,14 +51,15 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 	if err != nil {
 		return nil, nil, Recovered{}, err
 	}
-	r := &recovery{d: d, rc: rc}
-	store, err := r.adopt()
+	r := &recovery{t: &d.pageTable, obj: &d.obj, staging: d.staging, rc: rc, log: d.log}
+	store, err := r.adopt(d.holdObjects)
 	if err != nil {
 		d.unmap()
 		return nil, nil, r.rep, err
 	}
-	r.storeStaged(store)
-	if d.stager, err = newStager(d); err != nil {
+	d.cfg.Store = store
+	r.storeStaged(store, d.write)
+	if d.stager, err = newStager(d.cfg, &d.pageTable, &d.obj, d.staging, d.writeFilled); err != nil {
 		d.Close()
 		store.Close()
 		return nil, nil, r.rep, err
@@ -67,11 +69,19 @@ func Recover(cfg Config, rc *pagestore.Recovery) (*Device, *pagestore.Store, Rec
 
 // recovery is Recover's work on the table another process left: it checks
 // every entry against the store being recovered, names the objects they
-// keep to it, and stores the pages left staged. It lives for one Recover.
+// keep to it, and stores the pages left staged. It lives for one Recover
+// and owns what it finds (rep, aliases). It is given the page table, which
+// no other goroutine uses yet, the objects, whose format it checks and
+// which it points at the rebuilt store, the staging area, the store's
+// recovery and the log; the two device operations it needs once
+// (Device.holdObjects, Device.write) are passed to the steps that call them.
 type recovery struct {
-	d   *Device
-	rc  *pagestore.Recovery
-	rep Recovered
+	t       *pageTable
+	obj     *objects
+	staging []byte
+	rc      *pagestore.Recovery
+	log     *slog.Logger
+	rep     Recovered
 	// aliases are entries rewritten once every entry is known good
 	// (keepPart).
 	aliases []alias
@@ -81,15 +91,15 @@ type recovery struct {
 }
 
 // adopt checks every entry of the table, and once all are known good,
-// counts them, readies the device for the objects they name and rebuilds
-// the store around those (rc.Done). Until then only Keep's bookkeeping,
-// which Done alone writes back, changes.
-func (r *recovery) adopt() (*pagestore.Store, error) {
-	d := r.d
+// counts them, readies the device for the objects they name (holdObjects
+// where there are objects of several pages) and rebuilds the store around
+// those (rc.Done), which the objects are pointed at. Until then only
+// Keep's bookkeeping, which Done alone writes back, changes.
+func (r *recovery) adopt(holdObjects func()) (*pagestore.Store, error) {
 	var bad int
 	var firstBad error
-	for i := range d.table {
-		if err := r.check(uint32(i), d.table[i]); err != nil {
+	for i := range r.t.table {
+		if err := r.check(uint32(i), r.t.table[i]); err != nil {
 			if bad == 0 {
 				firstBad = fmt.Errorf("page %d: %w", i, err)
 			}
@@ -101,16 +111,16 @@ func (r *recovery) adopt() (*pagestore.Store, error) {
 			bad, firstBad, ErrCorrupt)
 	}
 	for _, a := range r.aliases {
-		d.table[a.idx] = a.to
+		r.t.table[a.idx] = a.to
 	}
-	for _, e := range d.table {
-		d.count(e, +1)
+	for _, e := range r.t.table {
+		r.t.count(e, +1)
 	}
-	if r.parts && d.obj.scratches == nil {
-		d.holdObjects()
+	if r.parts && r.obj.scratches == nil {
+		holdObjects()
 	}
 	if r.dense {
-		if err := d.obj.holdZstd(); err != nil {
+		if err := r.obj.holdZstd(); err != nil {
 			return nil, err
 		}
 	}
@@ -118,7 +128,7 @@ func (r *recovery) adopt() (*pagestore.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.cfg.Store, d.obj.store = store, store
+	r.obj.store = store
 	return store, nil
 }
 
@@ -137,7 +147,7 @@ func (r *recovery) check(idx uint32, e entry) error {
 		}
 		return r.rc.Keep(e.handle(), idx, e.length())
 	case stateStaged:
-		if n := len(r.d.staging) / pageSize; e.stagingPage() >= n {
+		if n := len(r.staging) / pageSize; e.stagingPage() >= n {
 			return fmt.Errorf("staging page %d of %d", e.stagingPage(), n)
 		}
 	case stateLost: // lost in an earlier takeover, until written again
@@ -151,21 +161,21 @@ func (r *recovery) check(idx uint32, e entry) error {
 	return nil
 }
 
-// storeStaged stores the pages left staged, as writes, whatever the
-// memory limit says: they were acknowledged, and the process that took
-// them would have. A page the store fails to take is lost.
-func (r *recovery) storeStaged(store *pagestore.Store) {
-	d := r.d
+// storeStaged stores the pages left staged with write (the device's), as
+// writes, whatever the memory limit says: they were acknowledged, and the
+// process that took them would have. A page the store fails to take is
+// lost.
+func (r *recovery) storeStaged(store *pagestore.Store, write func(p []byte, off int64) error) {
 	limit := store.Stats().MemLimit
 	store.SetMemLimit(0)
-	for i := range d.table {
-		idx, e := uint32(i), d.table[i]
+	for i := range r.t.table {
+		idx, e := uint32(i), r.t.table[i]
 		if e.state() != stateStaged {
 			continue
 		}
-		page := d.staging[e.stagingPage()*pageSize:][:pageSize]
-		if err := d.write(page, int64(idx)*pageSize); err != nil {
-			d.log.Error("device: a staged page could not be stored while taking the device over; it is lost",
+		page := r.staging[e.stagingPage()*pageSize:][:pageSize]
+		if err := write(page, int64(idx)*pageSize); err != nil {
+			r.log.Error("device: a staged page could not be stored while taking the device over; it is lost",
 				"page", idx, "err", err)
 			r.lose(idx, e)
 			continue
@@ -173,16 +183,15 @@ func (r *recovery) storeStaged(store *pagestore.Store) {
 		r.rep.Staged++
 	}
 	store.SetMemLimit(limit)
-	r.rep.Stored, r.rep.Same = d.storedPages.Load(), d.samePages.Load()
+	r.rep.Stored, r.rep.Same = r.t.storedPages.Load(), r.t.samePages.Load()
 }
 
 // lose marks page idx, whose entry is e, lost: it reads as EIO until
 // written again.
 func (r *recovery) lose(idx uint32, e entry) {
-	d := r.d
-	d.count(e, -1)
-	d.table[idx] = entry(stateLost << stateShift)
-	d.count(d.table[idx], +1)
+	r.t.count(e, -1)
+	r.t.table[idx] = entry(stateLost << stateShift)
+	r.t.count(r.t.table[idx], +1)
 	if r.rep.Lost == 0 {
 		r.rep.FirstLost = idx
 	}
@@ -230,7 +239,7 @@ type alias struct {
 // the later pages name is not kept: they are pointed at the other
 // (aliases, applied once every entry is known good).
 func (r *recovery) keepPart(idx uint32, e entry) error {
-	d, rc := r.d, r.rc
+	rc, table := r.rc, r.t.table
 	k, pages := e.partIndex(), e.partPages()
 	if pages < 2 || k >= pages || e.length() < headerFixed || e.length() > chunkSize {
 		return fmt.Errorf("page %d of an object of %d pages whose first chunk is %d bytes", k, pages, e.length())
@@ -241,7 +250,7 @@ func (r *recovery) keepPart(idx uint32, e entry) error {
 		return fmt.Errorf("page %d of an object of %d pages that would start in the group before", k, pages)
 	}
 	for i := lo; i < idx; i++ {
-		f := d.table[i]
+		f := table[i]
 		if f.state() != statePart || f.handle() != e.handle() {
 			continue
 		}
@@ -257,7 +266,7 @@ func (r *recovery) keepPart(idx uint32, e entry) error {
 	}
 	first := rc.Bytes(e.handle(), e.length())
 	for i := lo; i < idx; i++ {
-		f := d.table[i]
+		f := table[i]
 		if f.state() != statePart || f.handle() == e.handle() || f.partPages() != pages ||
 			f.length() != e.length() || i-uint32(f.partIndex()) != owner || f.dense() != e.dense() {
 			continue
@@ -270,7 +279,7 @@ func (r *recovery) keepPart(idx uint32, e entry) error {
 	if err := rc.Keep(e.handle(), owner, e.length()); err != nil {
 		return err
 	}
-	l, err := d.obj.header(first, e)
+	l, err := r.obj.header(first, e)
 	if err != nil {
 		return fmt.Errorf("object %#x: %w", e.handle(), err)
 	}
@@ -279,11 +288,11 @@ func (r *recovery) keepPart(idx uint32, e entry) error {
 			return err
 		}
 	}
-	d.obj.packedObjects.Add(1)
-	d.obj.packedChunks.Add(int64(l.chunks))
+	r.obj.packedObjects.Add(1)
+	r.obj.packedChunks.Add(int64(l.chunks))
 	if e.dense() {
-		d.obj.denseObjects.Add(1)
-		d.obj.denseBytes.Add(int64(l.total))
+		r.obj.denseObjects.Add(1)
+		r.obj.denseBytes.Add(int64(l.total))
 	}
 	return nil
 }

@@ -5,38 +5,59 @@ package device
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/gzramd/gzramd/pkg/codec"
 	"github.com/gzramd/gzramd/pkg/pagestore"
+	"github.com/gzramd/gzramd/pkg/route"
 	"github.com/gzramd/gzramd/pkg/stage"
 )
 
 // stager is the device's write-behind (pkg/stage's area): it stages runs
 // of pages, and writes received straight into its slots, and compresses
 // and commits each sealed batch, where a newer write of a page always
-// wins. It owns the area, the commits' scratch and the receipts; the page
-// table and its locks are the device's.
+// wins. It owns the area, the commits' scratch and the receipts. It is
+// given the page table, whose locks it takes to install and commit pages,
+// the objects and the store it commits them to, the router, which
+// compresses its batches, the device's way of writing a same-filled page
+// (Device.writeFilled: received pages that turn out so settle as written),
+// and Config's object pages.
 type stager struct {
-	d          *Device
+	t           *pageTable
+	obj         *objects
+	store       *pagestore.Store
+	router      *route.Router
+	log         *slog.Logger
+	writeFilled func(idx uint32, w uint64) error
+	objectPages int
+
 	area       *stage.Area
 	batchPages int
 	commits    []commitScratch // by batch
 	receipts   chan *received  // free ones, for writes received into staging
+	// closing tells a flush the store cannot take that no retry will
+	// come: the device is closing.
+	closing atomic.Bool
 
 	stagedWrites, commitRetries, unusedSlots atomic.Uint64
 }
 
-// newStager starts d's write-behind area, if d has one (nil otherwise).
-// Its memory is written first: nothing may be staged there then.
-func newStager(d *Device) (*stager, error) {
-	if d.cfg.Staging.Batches == 0 {
+// newStager starts the write-behind area of a device of cfg, in staging,
+// if cfg has one (nil otherwise). Its memory is written first: nothing
+// may be staged there then.
+func newStager(cfg Config, t *pageTable, obj *objects, staging []byte, writeFilled func(uint32, uint64) error) (*stager, error) {
+	if cfg.Staging.Batches == 0 {
 		return nil, nil
 	}
-	sc := d.cfg.Staging
-	sc.Limit = d.cfg.HugeThreshold - 1 // longer results are stored raw anyway
-	s := &stager{d: d, batchPages: sc.BatchPages, commits: make([]commitScratch, sc.Batches)}
+	sc := cfg.Staging
+	sc.Limit = cfg.HugeThreshold - 1 // longer results are stored raw anyway
+	s := &stager{
+		t: t, obj: obj, store: cfg.Store, router: cfg.Router, log: cfg.Logger,
+		writeFilled: writeFilled, objectPages: cfg.ObjectPages,
+		batchPages: sc.BatchPages, commits: make([]commitScratch, sc.Batches),
+	}
 	for i := range s.commits {
 		s.commits[i] = newCommitScratch(sc.BatchPages)
 	}
@@ -44,7 +65,7 @@ func newStager(d *Device) (*stager, error) {
 	for range maxReceived {
 		s.receipts <- new(received)
 	}
-	next := d.staging
+	next := staging
 	take := func(pages int) ([]byte, error) {
 		if len(next) < pages*pageSize {
 			return nil, fmt.Errorf("device: staging file holds no %d pages more", pages)
@@ -58,6 +79,12 @@ func newStager(d *Device) (*stager, error) {
 		return nil, fmt.Errorf("device: %w", err)
 	}
 	return s, nil
+}
+
+// close stops the area: a flush the store cannot take gives up.
+func (s *stager) close() {
+	s.closing.Store(true)
+	s.area.Close()
 }
 
 // entryAt is the entry of a page staged in slot i of b.
@@ -74,13 +101,12 @@ func (s *stager) entryAt(b *stage.Batch, i int) entry {
 // batch is committed, so that a staged write can always be stored later:
 // it is acknowledged already.
 func (s *stager) stageRun(first uint32, pages []byte) int {
-	d := s.d
 	n := len(pages) / pageSize
-	if d.cfg.Store.Reserve(int64(n)*pageSize) != nil {
+	if s.store.Reserve(int64(n)*pageSize) != nil {
 		return 0 // inline writes count exactly what they need
 	}
 	b, at, k := s.area.Take(n)
-	d.cfg.Store.Unreserve(int64(n-k) * pageSize)
+	s.store.Unreserve(int64(n-k) * pageSize)
 	if k == 0 {
 		return 0
 	}
@@ -107,13 +133,12 @@ func (s *stager) stageRun(first uint32, pages []byte) int {
 // committed stay staged and readable, and flush tries again until it can,
 // or the device closes: they are acknowledged.
 func (s *stager) flush(b *stage.Batch) {
-	d := s.d
 	cs := &s.commits[b.ID]
 	b.Objects = s.objectsOf(b, cs.objects)
 	defer func() { b.Objects = nil }()
-	d.cfg.Router.AttachOutputs(b.Batch)
-	defer d.cfg.Router.ReleaseOutputs(b.Batch)
-	d.cfg.Router.CompressBatch(b.Batch)
+	s.router.AttachOutputs(b.Batch)
+	defer s.router.ReleaseOutputs(b.Batch)
+	s.router.CompressBatch(b.Batch)
 	cs.done, cs.credit = 0, 0
 	for i := range b.N {
 		if b.Owners[i] != unusedSlot {
@@ -123,11 +148,11 @@ func (s *stager) flush(b *stage.Batch) {
 	for attempt := 0; ; attempt++ {
 		err := s.commit(b, cs)
 		if err == nil {
-			d.cfg.Store.Unreserve(cs.credit)
+			s.store.Unreserve(cs.credit)
 			return
 		}
-		if d.closing.Load() {
-			d.log.Error("device: closing with staged pages the store could not take; they are lost with the device",
+		if s.closing.Load() {
+			s.log.Error("device: closing with staged pages the store could not take; they are lost with the device",
 				"pages", b.N-cs.done, "err", err)
 			s.uncommitted(b, cs)
 			return
@@ -135,7 +160,7 @@ func (s *stager) flush(b *stage.Batch) {
 		s.commitRetries.Add(1)
 		wait := min(time.Millisecond<<min(attempt, 10), time.Second)
 		if attempt%10 == 0 {
-			d.log.Warn("device: the store cannot take staged pages now; they stay staged and readable, retrying",
+			s.log.Warn("device: the store cannot take staged pages now; they stay staged and readable, retrying",
 				"pages", b.N-cs.done, "attempt", attempt+1, "retry_in", wait, "err", err)
 		}
 		time.Sleep(wait)
@@ -147,8 +172,7 @@ func (s *stager) flush(b *stage.Batch) {
 // the device, within one span of Config.ObjectPages pages. It returns
 // nil where staged pages are kept alone (no Config.ObjectPages).
 func (s *stager) objectsOf(b *stage.Batch, objs []uint8) []uint8 {
-	d := s.d
-	per := uint32(d.cfg.ObjectPages)
+	per := uint32(s.objectPages)
 	if per <= 1 {
 		return nil
 	}
@@ -180,13 +204,12 @@ func (d *Device) Drain(ctx context.Context) error {
 
 // drain is Drain on a device that stages.
 func (s *stager) drain(ctx context.Context) error {
-	d := s.d
 	t := time.NewTicker(100 * time.Microsecond)
 	defer t.Stop()
-	for d.stagedPages.Load() != 0 || s.area.Stats().Busy != 0 {
+	for s.t.stagedPages.Load() != 0 || s.area.Stats().Busy != 0 {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("device: %d pages still staged: %w", d.stagedPages.Load(), ctx.Err())
+			return fmt.Errorf("device: %d pages still staged: %w", s.t.stagedPages.Load(), ctx.Err())
 		case <-t.C:
 		}
 	}
@@ -233,12 +256,11 @@ func newCommitScratch(pages int) commitScratch {
 // commit stores the pages of b from cs.done on and installs them, as far
 // as the store takes them.
 func (s *stager) commit(b *stage.Batch, cs *commitScratch) error {
-	d := s.d
 	u, m := 0, 0
 	for i := cs.done; i < b.N; {
 		un := commitUnit{slot: int32(i), pages: 1, alloc: int32(m)}
 		if p := int(objectPages(b.Batch, i)); p > 1 {
-			if l, ok := d.obj.keep(int(b.Lens[i]), p); ok {
+			if l, ok := s.obj.keep(int(b.Lens[i]), p); ok {
 				un.pages, un.chunks = uint8(p), uint8(l.chunks)
 				for c := range l.chunks {
 					cs.objs[m], cs.sizes[m], cs.owners[m] = nil, l.chunkLen(c), b.Owners[i]
@@ -259,7 +281,7 @@ func (s *stager) commit(b *stage.Batch, cs *commitScratch) error {
 		}
 		i++
 	}
-	k, credit, err := d.cfg.Store.AllocBatch(cs.sizes[:m], cs.owners[:m], cs.handles[:m], cs.credit)
+	k, credit, err := s.store.AllocBatch(cs.sizes[:m], cs.owners[:m], cs.handles[:m], cs.credit)
 	cs.credit = credit
 	whole := u
 	for j := range u {
@@ -267,7 +289,7 @@ func (s *stager) commit(b *stage.Batch, cs *commitScratch) error {
 			// An object the store gave some of its chunks: they go
 			// back, and it is tried again with the rest.
 			whole = j
-			d.cfg.Store.FreeBatch(cs.handles[un.alloc:k])
+			s.store.FreeBatch(cs.handles[un.alloc:k])
 			break
 		}
 	}
@@ -279,20 +301,20 @@ func (s *stager) commit(b *stage.Batch, cs *commitScratch) error {
 			continue
 		}
 		i, a := int(un.slot), int(un.alloc)
-		copy(d.cfg.Store.Bytes(cs.handles[a], cs.sizes[a]), cs.objs[a])
+		copy(s.store.Bytes(cs.handles[a], cs.sizes[a]), cs.objs[a])
 		idx := b.Owners[i]
-		st := d.stripe(idx)
+		st := s.t.stripe(idx)
 		st.mu.Lock()
-		if d.table[idx] == s.entryAt(b, i) {
-			d.swapLocked(st, idx, objectEntry(cs.states[a], cs.handles[a], cs.sizes[a])) // a staged entry leaves nothing
+		if s.t.table[idx] == s.entryAt(b, i) {
+			s.t.swapLocked(st, idx, objectEntry(cs.states[a], cs.handles[a], cs.sizes[a])) // a staged entry leaves nothing
 		} else {
 			cs.free = append(cs.free, cs.handles[a]) // written again since
 		}
 		st.mu.Unlock()
-		cs.free = d.obj.queueFree(cs.free, objectRef(b.Words[i]))
+		cs.free = s.obj.queueFree(cs.free, objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
-	d.cfg.Store.FreeBatch(cs.free)
+	s.store.FreeBatch(cs.free)
 	clear(cs.objs[:m]) // the batch's memory is not the scratch's
 	if whole < u {
 		cs.done = int(cs.units[whole].slot)
@@ -314,39 +336,37 @@ func objectPages(b *codec.Batch, i int) uint8 {
 // does; a page of an object of several pages that is not kept as one
 // (it did not compress well enough) is stored raw.
 func (s *stager) stagedPage(b *codec.Batch, i int) (state int, obj []byte) {
-	d := s.d
 	if objectPages(b, i) != 1 {
 		return stateHuge, b.Page(i)
 	}
-	return d.obj.alone(b, i, b.Page(i))
+	return s.obj.alone(b, i, b.Page(i))
 }
 
 // commitObject fills the chunks the store gave an object of several pages
 // of b and installs it for each of its pages still staged in its slot;
 // an object no page takes any more is freed.
 func (s *stager) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit) {
-	d := s.d
 	slot, pages := int(un.slot), int(un.pages)
 	stream := b.Compressed(slot)
-	l, _ := d.obj.keep(len(stream), pages) // as commit found it
+	l, _ := s.obj.keep(len(stream), pages) // as commit found it
 	hs := cs.handles[un.alloc : int(un.alloc)+l.chunks]
-	d.obj.fill(hs, l, pages, stream)
+	s.obj.fill(hs, l, pages, stream)
 	installed := 0
-	st := d.stripe(b.Owners[slot]) // an object's pages share their group's
+	st := s.t.stripe(b.Owners[slot]) // an object's pages share their group's
 	st.mu.Lock()
 	for j := range pages {
 		i := slot + j
-		if idx := b.Owners[i]; d.table[idx] == s.entryAt(b, i) {
-			d.swapLocked(st, idx, partEntry(hs[0], j, pages, l.chunkLen(0)))
+		if idx := b.Owners[i]; s.t.table[idx] == s.entryAt(b, i) {
+			s.t.swapLocked(st, idx, partEntry(hs[0], j, pages, l.chunkLen(0)))
 			installed++
 		}
 	}
 	st.mu.Unlock()
 	if installed == 0 {
-		cs.free = d.obj.queueFree(cs.free, partRef|objectRef(hs[0]))
+		cs.free = s.obj.queueFree(cs.free, partRef|objectRef(hs[0]))
 	}
 	for i := slot; i < slot+pages; i++ {
-		cs.free = d.obj.queueFree(cs.free, objectRef(b.Words[i]))
+		cs.free = s.obj.queueFree(cs.free, objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
 }
@@ -354,20 +374,19 @@ func (s *stager) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit)
 // uncommitted settles the pages of b the store never took, when the device
 // closes: their entries go empty and their reservations back.
 func (s *stager) uncommitted(b *stage.Batch, cs *commitScratch) {
-	d := s.d
 	for i := cs.done; i < b.N; i++ {
 		idx := b.Owners[i]
 		if idx == unusedSlot {
 			continue
 		}
-		st := d.stripe(idx)
+		st := s.t.stripe(idx)
 		st.mu.Lock()
-		if d.table[idx] == s.entryAt(b, i) {
-			d.swapLocked(st, idx, entry(stateEmpty))
+		if s.t.table[idx] == s.entryAt(b, i) {
+			s.t.swapLocked(st, idx, entry(stateEmpty))
 		}
 		st.mu.Unlock()
-		d.obj.free(objectRef(b.Words[i]))
+		s.obj.free(objectRef(b.Words[i]))
 		b.Words[i] = 0
 	}
-	d.cfg.Store.Unreserve(cs.credit)
+	s.store.Unreserve(cs.credit)
 }

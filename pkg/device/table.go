@@ -1,0 +1,209 @@
+// The page table: the entries, mapped from their file, the stripe locks
+// that order every change to them, and replacing one.
+
+package device
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gzramd/gzramd/internal/memfd"
+)
+
+// nStripes trades lock memory for contention between unrelated pages.
+const nStripes = 1024
+
+type stripe struct {
+	mu sync.RWMutex
+	// writes counts the entries writers replaced under mu (swapLocked).
+	// The dense tier commits a group only where it did not change since
+	// the tier's snapshot: entries equal to those it saw prove nothing,
+	// as a write may have freed a page's object and the compactor moved
+	// the new one into the slot it left, making the same entry.
+	writes uint64
+	_      [32]byte // a stripe per cache line
+}
+
+// pageTable is the device's pages: it owns their entries, mapped from the
+// table file (Files.Table) so that a process taking the device over finds
+// them, the stripe locks every reader and writer of an entry holds, and
+// the entries' counts by state. Replacing an entry says what the old one
+// leaves to free (released); freeing it is objects'. What an entry's
+// object holds, and where a page is read from, it does not know.
+//
+// Device embeds it; stager, inliner, compactor, recovery and denseSide are
+// given it, and take its locks themselves, as their commits' order needs.
+type pageTable struct {
+	table   []entry // mapped from Files.Table: no pointers, no GC scanning, faulted in
+	pages   uint32
+	stripes []stripe
+	// groupShift is log2 of the pages that share a stripe: 0, or that
+	// of groupPages where there may be objects of several pages. Set
+	// before the device is used.
+	groupShift uint
+	pageCounts
+}
+
+// newPageTable makes the table of a device of pages pages, its entries
+// not yet mapped (mapEntries).
+func newPageTable(pages uint32) pageTable {
+	return pageTable{pages: pages, stripes: make([]stripe, nStripes)}
+}
+
+// mapEntries maps the table's entries from f: empty when fresh, else
+// holding the table of a device of as many pages.
+func (t *pageTable) mapEntries(f *memfd.File, fresh bool) error {
+	size := int64(t.pages) * 8
+	have, err := f.Size()
+	switch {
+	case err != nil:
+		return err
+	case fresh && have != 0:
+		return fmt.Errorf("device: new device on a table file of %d bytes, not empty (Recover adopts one)", have)
+	case !fresh && have != size:
+		return fmt.Errorf("device: table file of %d bytes for a device of %d pages (%d bytes)", have, t.pages, size)
+	}
+	if err := f.Grow(size); err != nil {
+		return err
+	}
+	mem, err := f.Map(0, int(size))
+	if err != nil {
+		return err
+	}
+	// The table is faulted in now, as zram allocates its own up front (8
+	// bytes per 4 KiB page, 0.2 % of the device): a swap-out that lands on
+	// a never-used part of the device must not fault in a page of table
+	// while the kernel is out of free memory.
+	memfd.Populate(mem)
+	t.table = unsafe.Slice((*entry)(unsafe.Pointer(&mem[0])), t.pages)
+	return nil
+}
+
+// unmapEntries undoes mapEntries, if it mapped them.
+func (t *pageTable) unmapEntries() error {
+	if t.table == nil {
+		return nil
+	}
+	mem := unsafe.Slice((*byte)(unsafe.Pointer(&t.table[0])), len(t.table)*8)
+	t.table = nil
+	return unix.Munmap(mem)
+}
+
+// holdGroups has the pages of a group of groupPages share a stripe, as
+// the pages of an object of several pages must (object.go).
+func (t *pageTable) holdGroups() { t.groupShift = groupShift }
+
+// stripe is the lock of page idx: of its group of groupPages pages where
+// the device may hold objects of several pages (object.go), of the page
+// alone otherwise, as unrelated writers then meet least.
+func (t *pageTable) stripe(idx uint32) *stripe { return &t.stripes[(idx>>t.groupShift)%nStripes] }
+
+// swapLocked replaces page idx's entry with a writer's, whose stripe s
+// is locked for writing, and keeps the counters; the caller frees what
+// the old entry leaves (released) once it has released the lock.
+func (t *pageTable) swapLocked(s *stripe, idx uint32, e entry) objectRef {
+	s.writes++
+	return t.replaceLocked(idx, e)
+}
+
+// replaceLocked is swapLocked for the dense tier's commit, which changes
+// what holds the group's pages, not what they hold: it counts no write.
+func (t *pageTable) replaceLocked(idx uint32, e entry) objectRef {
+	old := t.table[idx]
+	t.table[idx] = e
+	t.count(old, -1)
+	t.count(e, +1)
+	return t.released(idx, old)
+}
+
+// released returns what replacing page idx's entry old leaves to free: an
+// object of its own, or an object of several pages when no other page of
+// the group refers to it any more. The caller holds the group's lock.
+func (t *pageTable) released(idx uint32, old entry) objectRef {
+	switch {
+	case old.hasObject():
+		return objectRef(old.handle())
+	case old.state() != statePart:
+		return 0
+	}
+	h := old.handle()
+	lo := idx &^ (groupPages - 1)
+	for i := lo; i < min(lo+groupPages, t.pages); i++ {
+		if e := t.table[i]; e.state() == statePart && e.handle() == h {
+			return 0
+		}
+	}
+	if old.dense() {
+		return partRef | denseRef | objectRef(h)
+	}
+	return partRef | objectRef(h)
+}
+
+// pageCounts are the page table's entries counted by state, for Stats:
+// entries are counted as they change (pageTable.replaceLocked).
+type pageCounts struct {
+	storedPages, samePages, hugePages, stagedPages atomic.Int64
+	lostPages                                      atomic.Int64
+	packedPages, densePages                        atomic.Int64 // of storedPages
+}
+
+func (c *pageCounts) count(e entry, delta int64) {
+	switch e.state() {
+	case stateSame, stateFill:
+		c.samePages.Add(delta)
+	case stateStored:
+		c.storedPages.Add(delta)
+	case statePart:
+		c.storedPages.Add(delta)
+		c.packedPages.Add(delta)
+		if e.dense() {
+			c.densePages.Add(delta)
+		}
+	case stateHuge:
+		c.storedPages.Add(delta)
+		c.hugePages.Add(delta)
+	case stateStaged:
+		c.stagedPages.Add(delta)
+	case stateLost:
+		c.lostPages.Add(delta)
+	}
+}
+
+// stripeHold holds one stripe's lock at a time, for a loop over pages in
+// order: pages of one group are visited under one hold of its lock.
+type stripeHold struct {
+	s    *stripe
+	read bool // read locks, not write locks
+}
+
+// lock holds s, releasing the stripe held before if it is another, and
+// reports whether it took s now.
+func (h *stripeHold) lock(s *stripe) bool {
+	if s == h.s {
+		return false
+	}
+	h.release()
+	h.s = s
+	if h.read {
+		s.mu.RLock()
+	} else {
+		s.mu.Lock()
+	}
+	return true
+}
+
+// release lets go of the stripe held, if any.
+func (h *stripeHold) release() {
+	switch {
+	case h.s == nil:
+	case h.read:
+		h.s.mu.RUnlock()
+	default:
+		h.s.mu.Unlock()
+	}
+	h.s = nil
+}
