@@ -1,4 +1,4 @@
-// Compaction: objects moved out of sparse slabs, and the background
+// Compaction: allocations moved out of sparse slabs, and the background
 // compactor's policy.
 
 package device
@@ -34,7 +34,7 @@ type CompactPolicy struct {
 // only on request (Compact).
 func (d *Device) RunCompactor(ctx context.Context, p CompactPolicy) { d.compactor().run(ctx, p) }
 
-// compactor moves the store's objects out of sparse slabs (pagestore's
+// compactor moves the store's allocations out of sparse slabs (pagestore's
 // Compact) and points the page table at where they went, under the locks
 // of their pages' groups; run does so whenever fragmentation passes a
 // policy's bounds. It owns nothing, and is made for each call: it is
@@ -97,11 +97,11 @@ func (c compactor) run(ctx context.Context, p CompactPolicy) {
 	}
 }
 
-// compact moves objects out of sparse slabs (Device.Compact).
+// compact moves allocations out of sparse slabs (Device.Compact).
 func (c compactor) compact() int { return c.store.Compact(c.relocate) }
 
-// relocate points the page table at new, where the store moved the object
-// old, tagged with owner, under the lock of owner's group.
+// relocate points the page table at new, where the store moved the
+// allocation old, tagged with owner, under the lock of owner's group.
 func (c compactor) relocate(owner uint32, old, new pagestore.Handle) bool {
 	if owner >= c.t.pages {
 		return false
@@ -110,14 +110,14 @@ func (c compactor) relocate(owner uint32, old, new pagestore.Handle) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := c.t.table[owner]
-	if !e.hasObject() || e.handle() != old {
+	if !e.hasAllocation() || e.handle() != old {
 		return c.relocatePart(owner, old, new)
 	}
-	// The store copied the object before this lock was held, possibly
+	// The store copied the allocation before this lock was held, possibly
 	// while a commit was still filling it; under the lock the committed
 	// bytes are final, so copy again.
 	copy(c.store.Bytes(new, e.length()), c.store.Bytes(old, e.length()))
-	c.t.table[owner] = objectEntry(e.state(), new, e.length())
+	c.t.table[owner] = handleEntry(e.state(), new, e.length())
 	return true
 }
 
@@ -133,7 +133,7 @@ func (c compactor) relocatePart(owner uint32, old, new pagestore.Handle) bool {
 		}
 		first := c.store.Bytes(e.handle(), e.length())
 		if e.handle() == old {
-			// As for a page's own object: copied again under the lock.
+			// As for a page's own allocation: copied again under the lock.
 			copy(c.store.Bytes(new, e.length()), first)
 			for j := i; j < end; j++ {
 				if f := table[j]; f.state() == statePart && f.handle() == old {

@@ -579,7 +579,7 @@ func TestCompactorFollowsTheDenseTier(t *testing.T) {
 
 // TestDenseCommitSeesAnEntryRewrittenToItsOldBits rewrites a page after
 // the dense tier took its group's snapshot, and then moves the new
-// object, as the compactor may, into the slot the old one left: the
+// allocation, as the compactor may, into the cell the old one left: the
 // page's entry is bit for bit what the snapshot saw, but its page is
 // not. The commit must see the write and leave the group alone. A writer
 // marks the group accessed before its write (WriteAt), so a write slow
@@ -634,7 +634,7 @@ func TestDenseCommitSeesAnEntryRewrittenToItsOldBits(t *testing.T) {
 		t.Fatal(err)
 	}
 	if h != first.handle() {
-		t.Fatalf("the store gave %#x, not the slot %#x the first object left: the test sets up nothing", h, first.handle())
+		t.Fatalf("the store gave %#x, not the cell %#x the first allocation left: the test sets up nothing", h, first.handle())
 	}
 	if !d.compactor().relocate(0, moved.handle(), h) {
 		t.Fatal("relocate refused the move")

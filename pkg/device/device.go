@@ -197,7 +197,7 @@ func (d *Device) holdObjects() {
 
 // Close compresses and commits what is staged and unmaps the device's
 // memory. The files, if the caller gave them, keep the table and the
-// store's objects, for Recover; the device's own go with it. The device
+// store's allocations, for Recover; the device's own go with it. The device
 // must not be used afterwards.
 func (d *Device) Close() error {
 	if d.stager != nil {
@@ -376,7 +376,7 @@ func (d *Device) fillEntry(idx uint32, w uint64) (entry, error) {
 		return 0, fmt.Errorf("device: storing the fill word of page %d: %w", idx, err)
 	}
 	binary.NativeEndian.PutUint64(b, w)
-	return objectEntry(stateFill, h, fillLength), nil
+	return handleEntry(stateFill, h, fillLength), nil
 }
 
 // discard sets every whole page of the range to e (empty or zero-filled)
@@ -465,8 +465,8 @@ type Stats struct {
 	StagedWrites, CommitRetries, UnusedSlots uint64
 	Staging                                  stage.Stats // zero without staging
 	// Objects of several pages (Config.ObjectPages): the pages in them
-	// (also in StoredPages), the objects, and the store objects (chunks
-	// of up to a page) that hold them.
+	// (also in StoredPages), the objects, and the chunks (allocations of
+	// up to a page in the store) that hold them.
 	PackedPages, PackedObjects, PackedChunks int64
 	// The dense tier (Config.Dense): its pages (also in PackedPages),
 	// objects (also in PackedObjects) and their bytes, and the

@@ -613,7 +613,7 @@ func TestLateCommitLoses(t *testing.T) {
 				t.Fatal("a late batch overwrote a newer write")
 			}
 			objects := int64(0)
-			if f.dev.table[0].hasObject() {
+			if f.dev.table[0].hasAllocation() {
 				objects = 1
 			}
 			checkSettled(t, f, objects)

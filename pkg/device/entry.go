@@ -16,7 +16,7 @@ import "github.com/gzramd/gzramd/pkg/pagestore"
 //
 // The table is the truth a process taking the device over (Recover)
 // rebuilds everything else from, so everything a page needs to be read
-// back is in its entry or in the store's objects.
+// back is in its entry or in the store's allocations.
 type entry uint64
 
 const (
@@ -49,7 +49,7 @@ const (
 func (e entry) state() int               { return int(e >> stateShift) }
 func (e entry) handle() pagestore.Handle { return pagestore.Handle(e & handleMask) }
 func (e entry) length() int              { return int(e>>lengthShift) & lengthMask }
-func (e entry) hasObject() bool {
+func (e entry) hasAllocation() bool {
 	st := e.state()
 	return st == stateStored || st == stateHuge || st == stateFill
 }
@@ -74,7 +74,7 @@ func (e entry) withHandle(h pagestore.Handle) entry {
 	return e&^handleMask | entry(h)&handleMask
 }
 
-func objectEntry(state int, h pagestore.Handle, n int) entry {
+func handleEntry(state int, h pagestore.Handle, n int) entry {
 	return entry(uint64(state)<<stateShift | uint64(n)<<lengthShift | uint64(h)&handleMask)
 }
 

@@ -119,7 +119,7 @@ func (in *inliner) write(first uint32, pages []byte) error {
 		s.mu.RLock()
 		old := t.table[idx]
 		s.mu.RUnlock()
-		if old.hasObject() {
+		if old.hasAllocation() {
 			store.Prefetch(old.handle())
 		}
 	}
@@ -166,7 +166,7 @@ func (in *inliner) write(first uint32, pages []byte) error {
 				e = partEntry(w.handles[ob.alloc], j-ob.at, ob.pages, ob.layout.chunkLen(0))
 			} else {
 				a := ob.alloc + j - ob.at
-				e = objectEntry(w.states[a], w.handles[a], w.sizes[a])
+				e = handleEntry(w.states[a], w.handles[a], w.sizes[a])
 			}
 			w.frees = in.obj.queueFree(w.frees, t.swapLocked(held.s, idx, e))
 		}

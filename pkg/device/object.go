@@ -65,7 +65,7 @@ var _ [1<<groupShift - groupPages]struct{}
 // the scratch reads take, freeing them, and their counts. It is given the
 // store, the codec and the huge threshold. Which pages are in which object
 // is the page table's (pageTable), which says what a replaced entry leaves
-// for objects to free (objectRef).
+// for objects to free (freeRef).
 type objects struct {
 	store         *pagestore.Store // set by Recover once it has rebuilt it
 	codec         codec.Codec
@@ -364,11 +364,11 @@ func (o *objects) decode(idx uint32, e entry, sc *objectScratch, upto int) ([]by
 	return out, nil
 }
 
-// objectRef is what an entry that was replaced leaves to free: the handle
-// of its object, with partRef set for an object of several pages (its
+// freeRef is what an entry that was replaced leaves to free: the handle
+// of its allocation in the store, with partRef set for an object of several pages (its
 // first chunk, which names the others), and denseRef for one of the dense
 // tier's. 0 is nothing.
-type objectRef uint64
+type freeRef uint64
 
 const (
 	partRef  = 1 << 63
@@ -378,7 +378,7 @@ const (
 // appendChunks appends the handles ref frees to hs. Once no entry refers
 // to an object, nothing changes it: the compactor finds no page to move
 // it for.
-func (o *objects) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore.Handle {
+func (o *objects) appendChunks(hs []pagestore.Handle, ref freeRef) []pagestore.Handle {
 	if ref == 0 {
 		return hs
 	}
@@ -402,7 +402,7 @@ func (o *objects) appendChunks(hs []pagestore.Handle, ref objectRef) []pagestore
 
 // queueFree appends what ref frees to hs, first freeing what hs holds
 // when it has no room left for an object's chunks: hs never grows.
-func (o *objects) queueFree(hs []pagestore.Handle, ref objectRef) []pagestore.Handle {
+func (o *objects) queueFree(hs []pagestore.Handle, ref freeRef) []pagestore.Handle {
 	if ref == 0 {
 		return hs
 	}
@@ -414,7 +414,7 @@ func (o *objects) queueFree(hs []pagestore.Handle, ref objectRef) []pagestore.Ha
 }
 
 // free frees what ref names.
-func (o *objects) free(ref objectRef) {
+func (o *objects) free(ref freeRef) {
 	switch {
 	case ref == 0:
 	case ref&partRef == 0:

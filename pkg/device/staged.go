@@ -306,12 +306,12 @@ func (s *stager) commit(b *stage.Batch, cs *commitScratch) error {
 		st := s.t.stripe(idx)
 		st.mu.Lock()
 		if s.t.table[idx] == s.entryAt(b, i) {
-			s.t.swapLocked(st, idx, objectEntry(cs.states[a], cs.handles[a], cs.sizes[a])) // a staged entry leaves nothing
+			s.t.swapLocked(st, idx, handleEntry(cs.states[a], cs.handles[a], cs.sizes[a])) // a staged entry leaves nothing
 		} else {
 			cs.free = append(cs.free, cs.handles[a]) // written again since
 		}
 		st.mu.Unlock()
-		cs.free = s.obj.queueFree(cs.free, objectRef(b.Words[i]))
+		cs.free = s.obj.queueFree(cs.free, freeRef(b.Words[i]))
 		b.Words[i] = 0
 	}
 	s.store.FreeBatch(cs.free)
@@ -363,10 +363,10 @@ func (s *stager) commitObject(b *stage.Batch, cs *commitScratch, un *commitUnit)
 	}
 	st.mu.Unlock()
 	if installed == 0 {
-		cs.free = s.obj.queueFree(cs.free, partRef|objectRef(hs[0]))
+		cs.free = s.obj.queueFree(cs.free, partRef|freeRef(hs[0]))
 	}
 	for i := slot; i < slot+pages; i++ {
-		cs.free = s.obj.queueFree(cs.free, objectRef(b.Words[i]))
+		cs.free = s.obj.queueFree(cs.free, freeRef(b.Words[i]))
 		b.Words[i] = 0
 	}
 }
@@ -385,7 +385,7 @@ func (s *stager) uncommitted(b *stage.Batch, cs *commitScratch) {
 			s.t.swapLocked(st, idx, entry(stateEmpty))
 		}
 		st.mu.Unlock()
-		s.obj.free(objectRef(b.Words[i]))
+		s.obj.free(freeRef(b.Words[i]))
 		b.Words[i] = 0
 	}
 	s.store.Unreserve(cs.credit)

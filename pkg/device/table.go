@@ -105,14 +105,14 @@ func (t *pageTable) stripe(idx uint32) *stripe { return &t.stripes[(idx>>t.group
 // swapLocked replaces page idx's entry with a writer's, whose stripe s
 // is locked for writing, and keeps the counters; the caller frees what
 // the old entry leaves (released) once it has released the lock.
-func (t *pageTable) swapLocked(s *stripe, idx uint32, e entry) objectRef {
+func (t *pageTable) swapLocked(s *stripe, idx uint32, e entry) freeRef {
 	s.writes++
 	return t.replaceLocked(idx, e)
 }
 
 // replaceLocked is swapLocked for the dense tier's commit, which changes
 // what holds the group's pages, not what they hold: it counts no write.
-func (t *pageTable) replaceLocked(idx uint32, e entry) objectRef {
+func (t *pageTable) replaceLocked(idx uint32, e entry) freeRef {
 	old := t.table[idx]
 	t.table[idx] = e
 	t.count(old, -1)
@@ -123,10 +123,10 @@ func (t *pageTable) replaceLocked(idx uint32, e entry) objectRef {
 // released returns what replacing page idx's entry old leaves to free: an
 // object of its own, or an object of several pages when no other page of
 // the group refers to it any more. The caller holds the group's lock.
-func (t *pageTable) released(idx uint32, old entry) objectRef {
+func (t *pageTable) released(idx uint32, old entry) freeRef {
 	switch {
-	case old.hasObject():
-		return objectRef(old.handle())
+	case old.hasAllocation():
+		return freeRef(old.handle())
 	case old.state() != statePart:
 		return 0
 	}
@@ -138,9 +138,9 @@ func (t *pageTable) released(idx uint32, old entry) objectRef {
 		}
 	}
 	if old.dense() {
-		return partRef | denseRef | objectRef(h)
+		return partRef | denseRef | freeRef(h)
 	}
-	return partRef | objectRef(h)
+	return partRef | freeRef(h)
 }
 
 // pageCounts are the page table's entries counted by state, for Stats:

@@ -139,7 +139,7 @@ func (d *Device) modify(idx uint32, fn func(page []byte)) error {
 			return fmt.Errorf("device: storing page %d: %w", idx, err)
 		}
 		copy(dst, obj)
-		e = objectEntry(state, h, len(obj))
+		e = handleEntry(state, h, len(obj))
 	}
 	ref := d.swapLocked(s, idx, e)
 	s.mu.Unlock()
