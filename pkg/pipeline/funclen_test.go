@@ -14,10 +14,42 @@ import (
 // past it, a function does several things, and its steps want names.
 const maxFuncLines = 80
 
+// maxMethods is the most methods a type may declare (issue 37): past it,
+// a type does several jobs, and each wants a type of its own.
+const maxMethods = 30
+
 // TestFunctionLength checks that no function outside tests, in any
 // package of the module, is longer than maxFuncLines, from its func
 // keyword to its closing brace.
 func TestFunctionLength(t *testing.T) {
+	eachFunc(t, func(pkg string, fd *ast.FuncDecl, fset *token.FileSet) {
+		lines := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
+		if lines > maxFuncLines {
+			t.Errorf("%s.%s (%s) is %d lines, beyond %d: split it into steps with names", pkg, funcName(fd), fset.Position(fd.Pos()), lines, maxFuncLines)
+		}
+	})
+}
+
+// TestMethodCount checks that no type outside tests declares more than
+// maxMethods methods.
+func TestMethodCount(t *testing.T) {
+	methods := map[string]int{}
+	eachFunc(t, func(pkg string, fd *ast.FuncDecl, _ *token.FileSet) {
+		if recv, _, ok := strings.Cut(funcName(fd), "."); ok && fd.Recv != nil {
+			methods[pkg+"."+recv]++
+		}
+	})
+	for typ, n := range methods {
+		if n > maxMethods {
+			t.Errorf("%s has %d methods, beyond %d: give its jobs types of their own", typ, n, maxMethods)
+		}
+	}
+}
+
+// eachFunc calls fn with every function with a body outside tests, in
+// every package of the module, and the package's directory.
+func eachFunc(t *testing.T, fn func(pkg string, fd *ast.FuncDecl, fset *token.FileSet)) {
+	t.Helper()
 	root := filepath.Join("..", "..")
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
@@ -39,14 +71,8 @@ func TestFunctionLength(t *testing.T) {
 		}
 		rel, _ := filepath.Rel(root, filepath.Dir(path))
 		for _, d := range f.Decls {
-			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Body == nil {
-				continue
-			}
-			lines := fset.Position(fd.End()).Line - fset.Position(fd.Pos()).Line + 1
-			name := filepath.ToSlash(rel) + "." + funcName(fd)
-			if lines > maxFuncLines {
-				t.Errorf("%s (%s) is %d lines, beyond %d: split it into steps with names", name, fset.Position(fd.Pos()), lines, maxFuncLines)
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				fn(filepath.ToSlash(rel), fd, fset)
 			}
 		}
 		return nil

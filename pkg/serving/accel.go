@@ -1,4 +1,5 @@
-// Opening the GPU for --backend, now or late, and its metrics.
+// Opening the GPU for --backend, now or late, its metrics, and what opening
+// it changes: real-time scheduling, the dense tier's recompressor.
 
 package serving
 
@@ -19,9 +20,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/gpu"
 	"github.com/gzramd/gzramd/pkg/metrics"
 	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // accelerator is what --backend resolves to: the GPU, or nothing (the CPU
@@ -321,4 +325,40 @@ func (a *accelerator) close(log *slog.Logger) {
 			log.Warn("closing the GPU", "err", err)
 		}
 	}
+}
+
+// gpuOpened is what opening the GPU changes beside the router: the CUDA
+// driver spins while it waits for the GPU unless its context could be made
+// to block (gpu.DeviceInfo.BlockingSync), and at real-time priority that
+// spinning would take whole CPUs from everything else.
+func gpuOpened(cfg *Config, info gpu.DeviceInfo, log *slog.Logger) {
+	if !cfg.Harden || !cfg.WantRealtime() || info.BlockingSync {
+		return
+	}
+	if err := swapsafe.DropRealtime(); err != nil {
+		log.Warn("dropping real-time scheduling for the GPU backend failed", "err", err)
+	} else {
+		log.Warn("real-time scheduling off: the GPU driver busy-waits, and must not do so at real-time priority")
+	}
+}
+
+// denseOnGPU has the dense tier recompress on g: with its high-effort
+// frames of 4 pages (gpu.DeepGroups) where their kernel loads, and with
+// the fast tier's frames of a group where it does not.
+func denseOnGPU(cfg *Config, dev *device.Device, g *gpu.Backend, log *slog.Logger) {
+	if cfg.DenseAfter == 0 {
+		return
+	}
+	var gc codec.GroupCompressor = g
+	kind := "fast"
+	if deep, err := g.DeepGroups(); err != nil {
+		log.Warn("the dense tier's high-effort kernel did not load: it recompresses with the fast tier's", "err", err)
+	} else {
+		gc, kind = deep, "deep"
+	}
+	if err := dev.SetDenseGPU(gc); err != nil {
+		log.Warn("the dense tier recompresses on the CPU", "err", err)
+		return
+	}
+	log.Info("the dense tier recompresses on the GPU", "kernel", kind, "groups_a_batch", gc.MaxGroups(), "frame_pages", gc.FramePages())
 }

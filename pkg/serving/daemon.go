@@ -70,14 +70,12 @@ type daemon struct {
 	// kernel is the NBD kernel device we attached (--device); /status reads it
 	// from the HTTP server's goroutines.
 	kernel atomic.Pointer[nbddev.Device]
-	// ublk is the kernel device with --transport ublk instead, created
-	// and served by this process; served is the backend both transports
-	// serve (the device, or a faults build's stand-in).
-	ublk   atomic.Pointer[ublkDevice]
+	// ublk serves the kernel device with --transport ublk instead,
+	// created and served by this process; served is the backend both
+	// transports serve (the device, or a faults build's stand-in).
+	ublk   ublkServer
 	served blockdev.Backend
-	// ublkRequests counts the ublk device's requests; nil over NBD.
-	ublkRequests *metrics.Ublk
-	swapOn       bool // we ran swapon on the kernel device (kernelPath)
+	swapOn bool // we ran swapon on the kernel device (kernelPath)
 	// stopKeeping stops replacing the kernel's closed connections
 	// (keepConnected), before the kernel device is detached.
 	stopKeeping func()
@@ -109,7 +107,7 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 			d.close()
 		}
 	}()
-	if d.accel, d.gpuSetup, err = setUpAccelerator(cfg, start.DiedAt, kernels, d.gpuOpened, log); err != nil {
+	if d.accel, d.gpuSetup, err = setUpAccelerator(cfg, start.DiedAt, kernels, func(info gpu.DeviceInfo) { gpuOpened(cfg, info, log) }, log); err != nil {
 		return nil, err
 	}
 	batchObs := metrics.NewBatches()
@@ -123,14 +121,15 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 	d.noteTakeover()
 	d.dev = d.pipe.Device
 	if g, _, _ := d.accel.current(); g != nil {
-		d.denseOnGPU(g)
+		denseOnGPU(cfg, d.dev, g, log)
 	}
 	nbdObs, err := d.newNBDServer()
 	if err != nil {
 		return nil, err
 	}
+	d.ublk = ublkServer{backend: d.served, ioFlusher: cfg.Harden, log: log}
 	if cfg.Transport == TransportUblk {
-		d.ublkRequests = metrics.NewUblk()
+		d.ublk.requests = metrics.NewUblk()
 	}
 	if d.reg, err = metrics.NewRegistry(d.collectors(nbdObs, batchObs)...); err != nil {
 		return nil, fmt.Errorf("registering metrics: %w", err)
@@ -226,46 +225,10 @@ func (d *daemon) collectors(nbdObs *metrics.NBD, batchObs *metrics.Batches) []pr
 	if d.trace != nil {
 		collectors = append(collectors, metrics.NewTrace(d.trace))
 	}
-	if d.ublkRequests != nil {
-		collectors = append(collectors, d.ublkRequests)
+	if d.ublk.requests != nil {
+		collectors = append(collectors, d.ublk.requests)
 	}
 	return collectors
-}
-
-// gpuOpened is what opening the GPU changes beside the router: the CUDA
-// driver spins while it waits for the GPU unless its context could be made
-// to block (gpu.DeviceInfo.BlockingSync), and at real-time priority that
-// spinning would take whole CPUs from everything else.
-func (d *daemon) gpuOpened(info gpu.DeviceInfo) {
-	if !d.cfg.Harden || !d.cfg.WantRealtime() || info.BlockingSync {
-		return
-	}
-	if err := swapsafe.DropRealtime(); err != nil {
-		d.log.Warn("dropping real-time scheduling for the GPU backend failed", "err", err)
-	} else {
-		d.log.Warn("real-time scheduling off: the GPU driver busy-waits, and must not do so at real-time priority")
-	}
-}
-
-// denseOnGPU has the dense tier recompress on g: with its high-effort
-// frames of 4 pages (gpu.DeepGroups) where their kernel loads, and with
-// the fast tier's frames of a group where it does not.
-func (d *daemon) denseOnGPU(g *gpu.Backend) {
-	if d.cfg.DenseAfter == 0 {
-		return
-	}
-	var gc codec.GroupCompressor = g
-	kind := "fast"
-	if deep, err := g.DeepGroups(); err != nil {
-		d.log.Warn("the dense tier's high-effort kernel did not load: it recompresses with the fast tier's", "err", err)
-	} else {
-		gc, kind = deep, "deep"
-	}
-	if err := d.dev.SetDenseGPU(gc); err != nil {
-		d.log.Warn("the dense tier recompresses on the CPU", "err", err)
-		return
-	}
-	d.log.Info("the dense tier recompresses on the GPU", "kernel", kind, "groups_a_batch", gc.MaxGroups(), "frame_pages", gc.FramePages())
 }
 
 // close releases what newDaemon and run built, in reverse order.
@@ -389,7 +352,9 @@ func (d *daemon) announceReady() {
 		d.log.Warn("serving again after the takeover", "pause", pause.Round(time.Millisecond), "takeovers", d.takeovers)
 	}
 	if d.accel.late != nil {
-		go d.accel.openLate(d.gpuSetup, d.gpuOpened, d.denseOnGPU, d.log)
+		go d.accel.openLate(d.gpuSetup,
+			func(info gpu.DeviceInfo) { gpuOpened(d.cfg, info, d.log) },
+			func(g *gpu.Backend) { denseOnGPU(d.cfg, d.dev, g, d.log) }, d.log)
 	}
 	if err := d.notify.Notify("READY=1\nSTATUS=serving " + d.cfg.Export); err != nil {
 		d.log.Warn("sd_notify READY=1 failed", "err", err)
@@ -414,7 +379,7 @@ func (d *daemon) handOver() {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d.leaveUblk()
+	d.ublk.leave()
 	if err := d.handOverConnections(ctx); err != nil {
 		d.log.Warn("handing the connections over did not finish cleanly; the kernel device reconnects to the next serving process", "err", err)
 	}

@@ -207,7 +207,7 @@ func (rp reporter) serveStatus(w http.ResponseWriter, _ *http.Request) {
 // attached reports whether the kernel device at path is served: an NBD
 // device with a server, or the ublk device while its queues serve.
 func (rp reporter) attached(path string) bool {
-	if u := rp.d.ublk.Load(); u != nil {
+	if u := rp.d.ublk.current(); u != nil {
 		select {
 		case <-u.stopped:
 			return false

@@ -202,7 +202,7 @@ func (d *daemon) kernelPath() string {
 	if kd := d.kernel.Load(); kd != nil {
 		return kd.Path
 	}
-	if u := d.ublk.Load(); u != nil {
+	if u := d.ublk.current(); u != nil {
 		return u.dev.Block
 	}
 	return ""
@@ -333,7 +333,7 @@ func (d *daemon) stop() {
 			d.log.Info("kernel device detached", "device", kd.Path)
 		}
 	}
-	d.stopUblk()
+	d.ublk.stop()
 	d.log.Info("stopping: waiting for requests in flight")
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

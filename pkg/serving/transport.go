@@ -57,18 +57,6 @@ func (c *Config) ResolveTransport(probe func() error) (transport, why string, er
 // ProbeUblk is the probe of ResolveTransport on this machine.
 func ProbeUblk() error { return ublk.Probe(ublk.DefaultControlPath) }
 
-// ublkDevice is the ublk device the daemon serves the kernel
-// (--transport ublk): ublk.Serve (or ublk.Recover, for one taken over)
-// runs until stop, then removes it, or leaves it to the next serving
-// process (ublk.ErrLeave).
-type ublkDevice struct {
-	dev     ublk.Device
-	ctx     context.Context // Serve's: done once stop was called
-	stop    context.CancelCauseFunc
-	stopped chan struct{} // closed once Serve returned, err set
-	err     error
-}
-
 // attachUblk serves the ublk device from the daemon's backend and makes it
 // swap (--swap). Under a supervisor the device outlives this process
 // (ublk.Config.Recoverable), tagged with the state's id: a serving process
@@ -77,70 +65,35 @@ type ublkDevice struct {
 // kernel held for it meanwhile included. Otherwise, or where no device
 // waits, it creates one.
 func (d *daemon) attachUblk(ctx context.Context) error {
-	// Not ctx: the device must outlive a cancelled start until stop has
-	// turned its swap off.
-	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	u := &ublkDevice{ctx: sctx, stop: cancel, stopped: make(chan struct{})}
-	ready := make(chan ublk.Device, 1)
-	tag, recoverable := d.ublkTag()
-	cfg := ublk.Config{
-		// Serving swap: its queues' allocations must not wait for the
-		// writes they would serve (the rest of swap safety is the
-		// process's, pkg/swapsafe, as for NBD).
-		IOFlusher:   d.cfg.Harden,
-		Recoverable: recoverable,
-		Tag:         tag,
-		Ready:       func(dev ublk.Device) { ready <- dev },
-	}
-	if d.ublkRequests != nil {
-		cfg.Observer = d.ublkRequests
-	}
 	start := time.Now()
+	tag, recoverable := d.ublkTag()
 	if !recoverable {
-		d.removeLeftUblk()
+		d.ublk.removeLeft()
 	}
-	id, taken := d.waitingUblk(tag, recoverable)
-	go func() {
-		if taken {
-			u.err = ublk.Recover(sctx, cfg, id, d.served)
-		} else {
-			u.err = ublk.Serve(sctx, cfg, d.served)
-		}
-		close(u.stopped)
-	}()
-	select {
-	case u.dev = <-ready:
-	case <-u.stopped:
-		cancel(nil)
-		if taken {
-			return fmt.Errorf("--transport ublk: taking over /dev/ublkb%d: %w", id, u.err)
-		}
-		return fmt.Errorf("--transport ublk: %w", u.err)
+	id, taken := 0, false
+	if d.recovered != nil && recoverable {
+		id, taken = d.ublk.waiting(tag)
 	}
-	d.ublk.Store(u)
-	go d.watchUblk(u)
+	dev, err := d.ublk.serve(ctx, tag, recoverable, id, taken)
+	if err != nil {
+		return err
+	}
 	took := time.Since(start).Round(time.Millisecond)
 	if taken {
-		return d.tookOverUblk(ctx, u.dev, took)
+		return d.tookOverUblk(ctx, dev, took)
 	}
-	d.log.Info("kernel device created", "transport", TransportUblk, "device", u.dev.Block, "queues", u.dev.Queues,
-		"depth", u.dev.Depth, "max_io_bytes", u.dev.MaxIOBytes, "survives_this_process", recoverable, "took", took)
+	d.log.Info("kernel device created", "transport", TransportUblk, "device", dev.Block, "queues", dev.Queues,
+		"depth", dev.Depth, "max_io_bytes", dev.MaxIOBytes, "survives_this_process", recoverable, "took", took)
 	if !recoverable {
 		d.log.Warn("the ublk device will not survive the serving process: what is swapped to it is lost if gzramd dies (no supervisor: --supervise=false)",
-			"device", u.dev.Block)
+			"device", dev.Block)
 	}
 	if !d.cfg.Swap {
 		d.topUpHeap()
 		return nil
 	}
-	return d.makeSwap(ctx, u.dev.Block, int64(d.cfg.Size), 4*u.dev.Queues)
+	return d.makeSwap(ctx, dev.Block, int64(d.cfg.Size), 4*dev.Queues)
 }
-
-// unsupervisedTag tags the ublk devices gzramd serves without a
-// supervisor ("gzramd"): a device one of them left when it died is
-// stopped by the driver and kept until deleted, and the next start
-// deletes it (removeLeftUblk).
-const unsupervisedTag = 0x646d61727a67
 
 // ublkTag is the tag of the ublk device, and whether the device is to
 // outlive this process: under a supervisor, which holds the state the
@@ -161,35 +114,6 @@ func (d *daemon) ublkTag() (uint64, bool) {
 	return tag, true
 }
 
-// removeLeftUblk deletes the ublk devices unsupervised gzramds left when
-// they died: stopped, their disks and swap gone with them, kept by the
-// driver until deleted.
-func (d *daemon) removeLeftUblk() {
-	ids, err := ublk.RemoveLeft("", unsupervisedTag)
-	for _, id := range ids {
-		d.log.Warn("removed a ublk device a gzramd left when it died without a supervisor (what was swapped there was lost then)",
-			"device", fmt.Sprintf("/dev/ublkb%d", id))
-	}
-	if err != nil {
-		d.log.Warn("removing ublk devices left by dead gzramds", "err", err)
-	}
-}
-
-// waitingUblk finds the ublk device a serving process before this one
-// left with the state this one took over, if one waits.
-func (d *daemon) waitingUblk(tag uint64, recoverable bool) (int, bool) {
-	if d.recovered == nil || !recoverable {
-		return 0, false
-	}
-	id, quiesced, err := ublk.Find("", tag)
-	if err != nil {
-		d.log.Warn("no ublk device waits for this state; creating one afresh", "why", err)
-		return 0, false
-	}
-	d.log.Info("taking over the ublk device the serving process before this one left", "device", fmt.Sprintf("/dev/ublkb%d", id), "quiesced", quiesced)
-	return id, true
-}
-
 // tookOverUblk makes dev, the ublk device of the serving process before
 // this one, this one's: swap on it is ours to turn off at stop.
 func (d *daemon) tookOverUblk(ctx context.Context, dev ublk.Device, took time.Duration) error {
@@ -207,48 +131,6 @@ func (d *daemon) tookOverUblk(ctx context.Context, dev ublk.Device, took time.Du
 		d.topUpHeap()
 	}
 	return nil
-}
-
-// watchUblk logs the ublk device's end if it comes before stop asked for
-// it: a queue failed, and the kernel device fails its I/O.
-func (d *daemon) watchUblk(u *ublkDevice) {
-	<-u.stopped
-	if u.ctx.Err() == nil {
-		d.log.Error("the ublk device stopped serving on its own: its I/O fails from now on", "device", u.dev.Block, "err", u.err)
-	}
-}
-
-// stopUblk stops and removes the ublk device, once swap on it is off.
-func (d *daemon) stopUblk() {
-	u := d.ublk.Load()
-	if u == nil {
-		return
-	}
-	u.stop(nil)
-	<-u.stopped
-	if u.err != nil {
-		d.log.Error("removing the ublk device", "device", u.dev.Block, "err", u.err)
-		return
-	}
-	d.log.Info("kernel device removed", "transport", TransportUblk, "device", u.dev.Block)
-}
-
-// leaveUblk leaves the ublk device to the next serving process at a
-// handover: the requests in hand are answered, and the kernel holds the
-// rest for the next, which takes the device over. Swap stays on.
-func (d *daemon) leaveUblk() {
-	u := d.ublk.Load()
-	if u == nil {
-		return
-	}
-	start := time.Now()
-	u.stop(ublk.ErrLeave)
-	<-u.stopped
-	if u.err != nil {
-		d.log.Error("leaving the ublk device to the next serving process", "device", u.dev.Block, "err", u.err)
-		return
-	}
-	d.log.Info("ublk device left to the next serving process", "device", u.dev.Block, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // transportInfo is gzramd_transport_info: constant 1, labelled with the
