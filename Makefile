@@ -12,7 +12,7 @@ LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_v
 	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
 TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-report test-unit test-race test-unit-all test-unit-nbd-inline test-unit-nbd-helpers test-race-all test-race-nbd-helpers vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging test-e2e test-survive test-systemd test-systemd-mutants ptx install clean charts
+.PHONY: all build run test test-report test-unit test-race test-unit-all test-unit-nbd-inline test-unit-nbd-helpers test-race-all test-race-nbd-helpers vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging bench-transports test-e2e test-survive test-systemd test-systemd-mutants ptx install clean charts
 
 all: build
 
@@ -133,6 +133,12 @@ bench-takeover:
 
 bench-e2e: build
 	./bench/e2e.sh
+
+# What each transport costs the real kernel (issue 38): zram, gzramd over
+# the kernel's NBD client and over ublk, in one 6.12 guest under QEMU
+# (bench/transports.sh; TRANSPORTS_* knobs in its header).
+bench-transports: build
+	./bench/transports.sh
 
 # The dense tier's trade: the corpus through NBD, the ratio and QD1 reads
 # before and after aging, against kernel zram (bench/aging.sh; zram needs root).

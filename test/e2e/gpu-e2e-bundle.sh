@@ -29,7 +29,14 @@
 # Environment: E2E_BUNDLE_GZRAMD (a gzramd binary to carry instead of the
 # build; empty: none, run.sh then needs GZRAMD), E2E_BUNDLE_OUT (default
 # .e2e/gpu-e2e/bundle.tar.xz), E2E_NO_DEPS=1 (do not run deps.sh),
-# E2E_BUNDLE_CHECK=0 (skip the probe boot).
+# E2E_BUNDLE_CHECK=0 (skip the probe boot), E2E_BUNDLE_TRANSPORTS=1 (also
+# what bench/transports.sh needs: Debian's 6.12 kernel, unless
+# E2E_KERNEL_META names one, and the guest's extra archive with a static
+# fio, zram's modules, the traces and the carried gzramd, 2 MiB more of
+# xz; then, on the GPU machine,
+#   E2E_BUNDLE=.e2e/gpu-e2e/bundle.tar.xz TRANSPORTS_OUT=$OUT/transports \
+#     bench/transports.sh 2>&1 | tee "$OUT/transports.log"
+# with the knobs its header lists).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 trap e2e_cleanup EXIT
@@ -107,6 +114,17 @@ carry_guest() {
 	gzip -dc "$INITRD" >"$B/$INITRD_FILE"
 }
 
+# carry_transports: bench/transports.sh's extra archive for the guest
+# (uncompressed: xz packs it with the rest), with the carried gzramd.
+carry_transports() {
+	TRANSPORTS_FILE=
+	[ "${E2E_BUNDLE_TRANSPORTS:-0}" = 1 ] || return 0
+	[ -n "$GZRAMD_FILE" ] || die "E2E_BUNDLE_TRANSPORTS=1 needs a gzramd in the bundle"
+	TRANSPORTS_FILE=initramfs/transports.cpio
+	GZRAMD=$B/$GZRAMD_FILE E2E_NO_DEPS=1 "$E2E_ROOT/bench/transports.sh" --layer "$B/$TRANSPORTS_FILE" ||
+		die "bench/transports.sh --layer failed"
+}
+
 # carry_gzramd: the daemon, run natively on the target (it needs only libc,
 # and the GPU's driver libraries are the target's). Built by the Makefile's
 # own rule, with -s -w added.
@@ -131,6 +149,8 @@ carry_gzramd() {
 }
 
 [ "${E2E_NO_DEPS:-0}" = 1 ] || "$E2E_DIR/deps.sh"
+# bench/transports.sh wants ublk_drv: Debian's 6.12.
+[ "${E2E_BUNDLE_TRANSPORTS:-0}" != 1 ] || export E2E_KERNEL_META=${E2E_KERNEL_META:-linux-image-6.12-amd64}
 mkdir -p "$E2E_CACHE"
 STAGE=$(mktemp -d "$E2E_CACHE/tmp.XXXXXX")
 E2E_TMPS+=("$STAGE")
@@ -139,10 +159,12 @@ mkdir -p "$B/bin" "$B/lib" "$B/real"
 carry_qemu
 carry_guest
 carry_gzramd
+carry_transports
 cat >"$B/bundle.env" <<EOF
 KVER=$KVER
 INITRD_FILE=$INITRD_FILE
 GZRAMD_FILE=$GZRAMD_FILE
+TRANSPORTS_FILE=$TRANSPORTS_FILE
 MADE='$(date -u +%Y-%m-%dT%H:%MZ)${GZRAMD_FILE:+, $("$GZ" version 2>/dev/null || echo "gzramd of unknown version")}'
 EOF
 (cd "$B" && find . -type f ! -name SHA256SUMS | sort | xargs sha256sum >SHA256SUMS)

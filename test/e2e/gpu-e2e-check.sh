@@ -13,14 +13,20 @@
 #   ./test/e2e/gpu-e2e-check.sh [BUNDLE]          host-1 host-2 (E2E_SCENARIOS)
 #   ./test/e2e/gpu-e2e-check.sh --probe [BUNDLE]  boot the guest to its probe
 #       line and stop (10-20 s under TCG; what gpu-e2e-bundle.sh runs last)
+#   ./test/e2e/gpu-e2e-check.sh --transports [BUNDLE]  bench/transports.sh
+#       from a bundle made with E2E_BUNDLE_TRANSPORTS=1 (its TRANSPORTS_*
+#       knobs pass through; fio hidden too)
 # BUNDLE: the .tar.xz or the unpacked e2e-bundle directory (default
 # .e2e/gpu-e2e/bundle.tar.xz).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-probe=0
+probe=0 transports=0
 if [ "${1:-}" = --probe ]; then
 	probe=1
+	shift
+elif [ "${1:-}" = --transports ]; then
+	transports=1
 	shift
 fi
 BUNDLE=$(realpath "${1:-$E2E_CACHE/gpu-e2e/bundle.tar.xz}")
@@ -34,6 +40,7 @@ if [ -z "${GPU_E2E_CHECK_WORK:-}" ]; then
 	status=0
 	args=()
 	[ "$probe" = 0 ] || args+=(--probe)
+	[ "$transports" = 0 ] || args+=(--transports)
 	GPU_E2E_CHECK_WORK=$work unshare --mount --propagation private "$0" "${args[@]}" "$BUNDLE" || status=$?
 	rm -rf "$work"
 	exit "$status"
@@ -63,7 +70,7 @@ hide() {
 	log "check: hid $n in $dir"
 }
 hide /usr/bin 'qemu-*' busybox gcc 'gcc-*' cc 'x86_64-linux-gnu-gcc*' cpio gzip 'zstd*' 'apt*' 'dpkg*' \
-	nbdkit nbdcopy nbdinfo
+	nbdkit nbdcopy nbdinfo fio
 hide /usr/sbin nbd-client depmod modprobe
 hide /usr/share qemu seabios
 hide /usr/lib ipxe
@@ -72,7 +79,7 @@ hide /usr/lib/x86_64-linux-gnu qemu 'libslirp.so*' 'libcapstone.so*' 'libpixman-
 
 # The hiding must work, or this check would pass on a machine that has
 # the files.
-for t in qemu-system-x86_64 busybox nbd-client gcc cpio gzip apt-get dpkg-deb depmod; do
+for t in qemu-system-x86_64 busybox nbd-client gcc cpio gzip apt-get dpkg-deb depmod fio zstd; do
 	! command -v "$t" >/dev/null || die "check: $t is still on PATH; cannot check"
 done
 for f in /usr/share/seabios/bios-256k.bin /usr/share/qemu/kvmvapic.bin /usr/lib/ipxe/qemu/efi-virtio.rom \
@@ -82,6 +89,9 @@ done
 log "check: Debian's QEMU, firmware, busybox, nbd-client, compilers and apt hidden"
 
 export E2E_CACHE=$work/cache # no cached kernel, initramfs or bundle
+if [ "$transports" = 1 ]; then
+	E2E_BUNDLE=$BUNDLE exec "$E2E_ROOT/bench/transports.sh"
+fi
 if [ "$probe" = 0 ]; then
 	E2E_BUNDLE=$BUNDLE E2E_GZRAMD_ARGS=${E2E_GZRAMD_ARGS:---backend cpu} exec "$E2E_DIR/run.sh"
 fi

@@ -154,6 +154,22 @@ if [ "$mode" = ublk ]; then
 	result PASS
 fi
 
+# transports: bench/transports.sh's comparison of the kernel's block
+# devices (issue 38): zram, gzramd over the kernel's NBD client and over
+# ublk, measured by /bin/transports-guest (bench/transports-guest.sh, in
+# the archive the bench appends, with fio, zram's modules and gzramd).
+if [ "$mode" = transports ]; then
+	for list in /etc/e2e-modules-ublk /etc/e2e-modules-zram; do
+		[ -s "$list" ] || fail "kernel $(uname -r): no modules in $list (bench/transports.sh wants 6.12)"
+		while read -r mod; do
+			insmod "$mod" || fail "insmod $mod"
+		done <"$list"
+	done
+	ip link set lo up
+	sh /bin/transports-guest || fail "transports: $(grep -o 'E2E-TRANSPORTS-FAIL.*' /tmp/transports.fail 2>/dev/null || echo 'see the console')"
+	result PASS
+fi
+
 ip link set lo up
 i=0
 until ip link set eth0 up 2>/dev/null; do
