@@ -16,8 +16,8 @@ func connBuffers(cfg *Config) int64 {
 }
 
 // holdings lists what the daemon holds ahead of need (docs/DESIGN.md,
-// "Swap safety"): the data path's, the GPU's, the NBD server's, and the
-// hardening's.
+// "Swap safety"): the data path's, the GPU's, the NBD server's, the ublk
+// device's, and the hardening's.
 func (rp reporter) holdings() []swapsafe.Holding {
 	d := rp.d
 	hs := d.pipe.Holdings()
@@ -28,6 +28,10 @@ func (rp reporter) holdings() []swapsafe.Holding {
 	if n := connBuffers(d.cfg); n > 0 {
 		hs = append(hs, swapsafe.Holding{Name: "nbd-buffers", Bytes: n,
 			Why: "payload buffers each NBD connection keeps resident, written at its handshake, and as many workers: per connection"})
+	}
+	if u := d.ublk.current(); u != nil {
+		hs = append(hs, swapsafe.Holding{Name: "ublk-buffers", Bytes: int64(u.dev.Queues) * int64(u.dev.MaxIOBytes),
+			Why: "each ublk queue's data buffer, written before it serves: a queue serves one request at a time"})
 	}
 	if d.reserve != nil {
 		why := "Go heap faulted in and kept, and locked with the rest of the heap by gzramd-heaplock"
