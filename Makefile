@@ -12,7 +12,7 @@ LZ4_ORACLE := $(shell printf '\043include <lz4.h>\nint main(void) { return LZ4_v
 	$(CC) -x c - -o /dev/null -l:liblz4.a >/dev/null 2>&1 && echo liblz4)
 TAGS      ?= $(LZ4_ORACLE)
 
-.PHONY: all build run test test-report test-unit test-race test-unit-all test-unit-nbd-inline test-unit-nbd-helpers test-race-all test-race-nbd-helpers vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging bench-transports test-e2e test-survive test-systemd test-systemd-mutants ptx install clean charts
+.PHONY: all build run test test-report test-unit test-race test-unit-all test-unit-nbd-inline test-unit-nbd-helpers test-race-all test-race-nbd-helpers vet lz4-oracle test-nodeps bench bench-footprint bench-e2e bench-takeover bench-aging bench-transports test-e2e test-survive test-systemd test-systemd-ublk test-systemd-mutants ptx install clean charts
 
 all: build
 
@@ -109,6 +109,12 @@ test-survive: build
 # swap, stop and reboot (test/e2e/README.md). Minutes, so not in test-e2e.
 test-systemd: build
 	./test/e2e/systemd.sh
+
+# The same with GZRAMD_TRANSPORT=ublk in the unit's env file, on Debian's
+# 6.12 kernel (ublk_drv): /dev/ublkbN as swap, crashes survived by ublk
+# user recovery.
+test-systemd-ublk: build
+	E2E_SYSTEMD_TRANSPORT=ublk ./test/e2e/systemd.sh
 
 # The same with each broken unit in test/e2e/systemd/mutants: each must fail
 # at the check its file names.

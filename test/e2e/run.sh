@@ -40,6 +40,8 @@
 #   systemd deploy/systemd/gzramd.service under a real systemd: a Debian
 #           guest with systemd as init (test/e2e/systemd.sh, its own
 #           runner). Slow, so not among the defaults (make test-systemd).
+#   systemd-ublk  the same with GZRAMD_TRANSPORT=ublk in the unit's env
+#           file, on 6.12 (make test-systemd-ublk).
 # Environment:
 #   E2E_SERVER=gzramd|nbdkit   the host-side server (default gzramd)
 #   E2E_EXPECT_FAIL=1          the server corrupts data on purpose (e.g.
@@ -116,7 +118,7 @@ T0=$SECONDS
 # ublk needs a kernel with ublk_drv and USER_COPY: Debian 12's 6.12, not
 # its default 6.1. Where the scenario runs and no kernel is named, that one
 # (for every scenario of the run).
-if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *" guest-ublk "* || " $SCENARIOS " == *" survive-ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
+if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *" guest-ublk "* || " $SCENARIOS " == *" survive-ublk "* || " $SCENARIOS " == *" systemd-ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
 	export E2E_KERNEL_META=linux-image-6.12-amd64
 	log "ublk: kernel $E2E_KERNEL_META"
 fi
@@ -627,14 +629,16 @@ for s in $SCENARIOS; do
 		fi
 		run_survive "$s"
 		;;
-	systemd)
+	systemd | systemd-ublk)
 		if [ "$EXPECT_FAIL" = 1 ]; then
-			log "systemd: skipped under E2E_EXPECT_FAIL"
+			log "$s: skipped under E2E_EXPECT_FAIL"
 			continue
 		fi
 		t=$SECONDS
-		"$E2E_DIR/systemd.sh" || die "systemd: see its output above"
-		passed+=("systemd:$((SECONDS - t))s")
+		transport=nbd
+		[ "$s" = systemd ] || transport=ublk
+		E2E_SYSTEMD_TRANSPORT=$transport "$E2E_DIR/systemd.sh" || die "$s: see its output above"
+		passed+=("$s:$((SECONDS - t))s")
 		;;
 	*) die "unknown scenario $s" ;;
 	esac

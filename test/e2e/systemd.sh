@@ -28,8 +28,14 @@
 #
 # Slow (minutes under TCG), so not among make test-e2e's default scenarios:
 #   make test-systemd          or     E2E_SCENARIOS=systemd ./test/e2e/run.sh
+#   make test-systemd-ublk     or     E2E_SCENARIOS=systemd-ublk ./test/e2e/run.sh
 #
 # Environment:
+#   E2E_SYSTEMD_TRANSPORT  nbd (the default) or ublk: the guest's env file
+#                        gets its GZRAMD_TRANSPORT=ublk line uncommented, the
+#                        guest boots Debian's 6.12 (E2E_KERNEL_META, unless
+#                        named) with ublk_drv, and the checks look for
+#                        /dev/ublkbN where they look for /dev/nbdN
 #   E2E_SYSTEMD_MEM, E2E_SYSTEMD_HOG_MIB  guest RAM (512M) and hog (640 MiB)
 #   E2E_SYSTEMD_HOLD_MIB, E2E_SYSTEMD_PUSH_MIB  the data held in swap across
 #                        the reboot (128) and the hog that pushes it there (320)
@@ -64,6 +70,7 @@ TIMEOUT=${E2E_SYSTEMD_TIMEOUT:-1800}
 EXPECT_FAIL=${E2E_SYSTEMD_EXPECT_FAIL:-}
 DROPIN=${E2E_SYSTEMD_DROPIN:-}
 GZRAMD=${GZRAMD:-}
+TRANSPORT=${E2E_SYSTEMD_TRANSPORT:-nbd}
 CHECKS=(install start hardening hog watchdog stop restart hold reload crash crash-supervisor reboot shutdown)
 # Beyond minbase: systemd as init, udev (the nbd device units), kmod
 # (modprobe@nbd.service), util-linux (mkswap, swapon, swapoff: gzramd runs
@@ -76,6 +83,18 @@ if [ -n "$DROPIN" ]; then
 	[ -n "$EXPECT_FAIL" ] || EXPECT_FAIL=$(sed -n 's/^# e2e-expect-fail: *//p' "$DROPIN")
 fi
 [ -z "$GZRAMD" ] || [ -x "$GZRAMD" ] || die "GZRAMD=$GZRAMD is not executable"
+case "$TRANSPORT" in
+nbd) ;;
+ublk)
+	# ublk_drv with USER_COPY: Debian 12's 6.12, not its default 6.1 (as
+	# run.sh's ublk scenarios).
+	if [ -z "${E2E_KERNEL_META:-}" ]; then
+		export E2E_KERNEL_META=linux-image-6.12-amd64
+		log "ublk: kernel $E2E_KERNEL_META"
+	fi
+	;;
+*) die "E2E_SYSTEMD_TRANSPORT must be nbd or ublk, not $TRANSPORT" ;;
+esac
 "$E2E_DIR/deps.sh" debootstrap=debootstrap mkfs.ext4=e2fsprogs
 
 # root_customise DIR: what the cached root gets once, after debootstrap.
@@ -139,7 +158,7 @@ initramfs_systemd() {
 	INITRD=$E2E_CACHE/initramfs/systemd-$KVER-$key.cpio.gz
 	[ -s "$INITRD" ] && return 0
 	log "building initramfs $INITRD"
-	rm -f "$E2E_CACHE"/initramfs/systemd-*.cpio.gz # older keys
+	rm -f "$E2E_CACHE"/initramfs/systemd-"$KVER"-*.cpio.gz # older keys (each kernel keeps its own)
 	root=$(mktemp -d "$E2E_CACHE/tmp.XXXXXX")
 	mkdir -p "$root"/{bin,etc,dev,proc,sys,newroot}
 	install -m 0755 /bin/busybox "$root/bin/busybox"
@@ -157,11 +176,14 @@ initramfs_systemd() {
 # image_build: this run's disk, $WORK/disk.img. The cached root is shared
 # by hard links (cp -al: everything added here is a new file, so nothing
 # writes through to the cache); gzramd goes in by `make install
-# DESTDIR=`, the README's first step; then the kernel's modules the root
-# loads (nbd, for the unit's modprobe@nbd.service) and the checks.
-# mkfs.ext4 -d turns the tree into the image: no loop mount.
+# DESTDIR=`, the README's first step (with E2E_SYSTEMD_TRANSPORT=ublk,
+# the env file's GZRAMD_TRANSPORT=ublk taken in, as a user would); then
+# the kernel's modules the root loads (nbd and, where the kernel has it,
+# ublk_drv, for the unit's modprobe@nbd.service and
+# modprobe@ublk_drv.service) and the checks. mkfs.ext4 -d turns the tree
+# into the image: no loop mount.
 image_build() {
-	local root=$WORK/root m
+	local root=$WORK/root m mods=(nbd)
 	cp -al "$SYSROOT" "$root"
 	make -C "$E2E_ROOT" --no-print-directory install DESTDIR="$root" >"$WORK/make-install.log" 2>&1 || {
 		cat "$WORK/make-install.log" >&2
@@ -171,9 +193,20 @@ image_build() {
 		log "installing $GZRAMD as /usr/local/bin/gzramd instead of the build"
 		install -m 0755 "$GZRAMD" "$root/usr/local/bin/gzramd"
 	fi
+	if [ "$TRANSPORT" = ublk ]; then
+		# The env file's commented line, as its comment tells a user.
+		sed -i 's/^#GZRAMD_TRANSPORT=ublk$/GZRAMD_TRANSPORT=ublk/' "$root/etc/gzramd/gzramd.env"
+		grep -qx GZRAMD_TRANSPORT=ublk "$root/etc/gzramd/gzramd.env" ||
+			die "deploy/systemd/gzramd.env has no '#GZRAMD_TRANSPORT=ublk' line to uncomment"
+	fi
+	if modprobe -C /dev/null -d "$KROOT" -S "$KVER" --show-depends ublk_drv >/dev/null 2>&1; then
+		mods+=(ublk_drv)
+	else
+		[ "$TRANSPORT" != ublk ] || die "kernel $KVER has no ublk_drv module (E2E_KERNEL_META=${E2E_KERNEL_META:-})"
+	fi
 	# The same modules as the initramfs too, so that the root's
 	# modules.dep knows what is already loaded.
-	modules_copy "$root" /tmp/e2e-modules nbd virtio_pci virtio_blk ext4
+	modules_copy "$root" /tmp/e2e-modules "${mods[@]}" virtio_pci virtio_blk ext4
 	rm -f "$root/tmp/e2e-modules"
 	for m in modules.order modules.builtin modules.builtin.modinfo; do
 		install -m 0644 "$KROOT/lib/modules/$KVER/$m" "$root/lib/modules/$KVER/$m"
@@ -209,30 +242,30 @@ root_fetch
 initramfs_systemd
 accel_pick
 image_build
-log "kernel $KVER, accel $ACCEL, Debian $SUITE with systemd $(chroot "$SYSROOT" systemctl --version | awk 'NR == 1 { print $2 }'), guest $GUEST_MEM RAM, hog $HOG_MIB MiB (setup $((SECONDS - T0)) s)"
+log "transport $TRANSPORT, kernel $KVER, accel $ACCEL, Debian $SUITE with systemd $(chroot "$SYSROOT" systemctl --version | awk 'NR == 1 { print $2 }'), guest $GUEST_MEM RAM, hog $HOG_MIB MiB (setup $((SECONDS - T0)) s)"
 
 CONSOLE=$WORK/console
 GUEST_INITRD=$INITRD
 QEMU_REBOOT=1
-qemu_cmd "$GUEST_MEM" 2 "root=/dev/vda e2e.hog=$HOG_MIB e2e.hold=$HOLD_MIB e2e.push=$PUSH_MIB e2e.seed=$RANDOM" \
+qemu_cmd "$GUEST_MEM" 2 "root=/dev/vda e2e.hog=$HOG_MIB e2e.hold=$HOLD_MIB e2e.push=$PUSH_MIB e2e.seed=$RANDOM e2e.transport=$TRANSPORT" \
 	-drive "file=$IMG,format=raw,if=virtio"
-log "systemd: booting (boot 1 installs and checks, then reboots; boot 2 checks)"
+log "systemd ($TRANSPORT): booting (boot 1 installs and checks, then reboots; boot 2 checks)"
 ok=0
 guest_run "$TIMEOUT" || ok=$?
 checks=$(grep -aE '^E2E-CHECK: ' "$CONSOLE" | tr -d '\r' || true)
 
 if [ -n "$EXPECT_FAIL" ]; then
-	[ "$ok" -ne 0 ] || die "systemd: E2E_SYSTEMD_EXPECT_FAIL=$EXPECT_FAIL, but every check passed"
+	[ "$ok" -ne 0 ] || die "systemd ($TRANSPORT): E2E_SYSTEMD_EXPECT_FAIL=$EXPECT_FAIL, but every check passed"
 	grep -q "^E2E-CHECK: FAIL $EXPECT_FAIL:" <<<"$checks" ||
-		die "systemd: expected check '$EXPECT_FAIL' to fail, got: $GUEST_VERDICT"
-	log "systemd: failed as expected at '$EXPECT_FAIL' ($GUEST_WALL s)"
+		die "systemd ($TRANSPORT): expected check '$EXPECT_FAIL' to fail, got: $GUEST_VERDICT"
+	log "systemd ($TRANSPORT): failed as expected at '$EXPECT_FAIL' ($GUEST_WALL s)"
 	exit 0
 fi
-[ "$ok" -eq 0 ] || die "systemd: $GUEST_VERDICT"
+[ "$ok" -eq 0 ] || die "systemd ($TRANSPORT): $GUEST_VERDICT"
 # A PASS verdict needs every check to have passed, in this run: a check
 # the guest skipped is a failure too.
 echo "$checks" >&2
 for c in "${CHECKS[@]}"; do
-	grep -q "^E2E-CHECK: PASS $c:" <<<"$checks" || die "systemd: check '$c' did not pass (or did not run)"
+	grep -q "^E2E-CHECK: PASS $c:" <<<"$checks" || die "systemd ($TRANSPORT): check '$c' did not pass (or did not run)"
 done
-log "systemd: PASS ($GUEST_WALL s in the guest, $((SECONDS - T0)) s in all)"
+log "systemd ($TRANSPORT): PASS ($GUEST_WALL s in the guest, $((SECONDS - T0)) s in all)"

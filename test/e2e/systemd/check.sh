@@ -15,7 +15,8 @@
 # status and journal); boot 2 ends it with "E2E-RESULT: PASS".
 # Parameters come on the kernel command line: e2e.hog=MIB (the hog),
 # e2e.hold=MIB and e2e.push=MIB (the holder and the hog that pushes it
-# into swap), e2e.seed=N.
+# into swap), e2e.seed=N, e2e.transport=nbd|ublk (what the env file asks
+# gzramd to serve the kernel device with: /dev/nbdN or /dev/ublkbN).
 set -euo pipefail
 
 UNIT=gzramd.service
@@ -26,13 +27,14 @@ STATE=/var/lib/gzramd-e2e # on disk: which boot this is
 RUN=/run/gzramd-e2e       # this boot's scratch files
 mkdir -p "$STATE" "$RUN"
 
-hog_mib=640 hold_mib=128 push_mib=320 seed=1
+hog_mib=640 hold_mib=128 push_mib=320 seed=1 transport=nbd
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.hog=*) hog_mib=${arg#*=} ;;
 	e2e.hold=*) hold_mib=${arg#*=} ;;
 	e2e.push=*) push_mib=${arg#*=} ;;
 	e2e.seed=*) seed=${arg#*=} ;;
+	e2e.transport=*) transport=${arg#*=} ;;
 	esac
 done
 
@@ -73,11 +75,21 @@ evidence() {
 }
 
 prop() { systemctl show -P "$1" "$UNIT"; }
-# nbd_swap: the NBD device that is active swap, if any (the guest has no
-# other swap).
+# The kernel device's name (nbdN or ublkbN), the kernel's word for its
+# driver in the log (KLOG), and what gzramd logs when a stop takes it
+# away (DETACHED): NBD's is detached from its export, ublk's removed.
+case "$transport" in
+nbd) KDEV='nbd[0-9]+' KLOG=nbd DETACHED='kernel device detached' ;;
+ublk) KDEV='ublkb[0-9]+' KLOG=ublk DETACHED='kernel device removed' ;;
+*) result "FAIL boot: e2e.transport=$transport is neither nbd nor ublk" ;;
+esac
+# kdev_swap: the kernel device (nbdN or ublkbN) that is active swap, if
+# any (the guest has no other swap).
 # /proc/swaps names it as seen from the mount namespace that turned it on:
 # once that (a unit's) is gone, "/nbd0" stands for /dev/nbd0.
-nbd_swap() { awk 'NR > 1 && $1 ~ "^(/dev)?/nbd[0-9]+$" { sub("^(/dev)?/", "/dev/", $1); print $1; exit }' /proc/swaps; }
+kdev_swap() { awk -v re="^(/dev)?/$KDEV\$" 'NR > 1 && $1 ~ re { sub("^(/dev)?/", "/dev/", $1); print $1; exit }' /proc/swaps; }
+# klog_lines: how many lines of the kernel log name the device's driver.
+klog_lines() { dmesg | grep -c "$KLOG" || true; }
 vmstat_get() { awk -v k="$1" '$1 == k { print $2 }' /proc/vmstat; }
 # now_us: CLOCK_MONOTONIC in µs, the clock of systemd's *Monotonic
 # timestamps (/proc/uptime counts suspend too; this guest never suspends).
@@ -113,17 +125,40 @@ gz_log_wait() {
 	done
 	return 1
 }
-# owner DEV: the process that connected /dev/nbdN, or "none". The kernel
-# records the thread that made the connection (a Go thread of gzramd's,
-# not its main thread): its thread group is the process.
+# owner DEV: the process that serves the kernel device, or "none".
+# NBD: the one that connected /dev/nbdN; the kernel records the thread that
+# made the connection (a Go thread of gzramd's, not its main thread): its
+# thread group is the process. ublk records no server in sysfs: the
+# process that has /dev/ublkbN's char device, /dev/ublkcN, open (only the
+# serving process opens it; the driver lets one at a time).
 owner() {
-	local tid
+	local tid fd
+	if [ "$transport" = ublk ]; then
+		fd=$(find /proc/[0-9]*/fd -lname "/dev/ublkc${1#/dev/ublkb}" -print -quit 2>/dev/null || true)
+		[ -n "$fd" ] || {
+			echo none
+			return
+		}
+		fd=${fd#/proc/}
+		echo "${fd%%/*}"
+		return
+	fi
 	tid=$(cat "/sys/block/${1#/dev/}/pid" 2>/dev/null) || {
 		echo none
 		return
 	}
 	awk '$1 == "Tgid:" { print $2 }' "/proc/$tid/status" 2>/dev/null || echo "gone:$tid"
 }
+# gone DEV: the stop took the kernel device away: NBD's is disconnected
+# (no pid), ublk's deleted (no /sys/block/ublkbN) and no process has its
+# char device open.
+gone() {
+	[ "$(owner "$1")" = none ] || return 1
+	[ "$transport" = nbd ] || [ ! -e "/sys/block/${1#/dev/}" ]
+}
+# gz_count INVOCATION PATTERN: how many of gzramd's lines in the unit's
+# run match.
+gz_count() { gz_log "$1" | grep -c -- "$2" || true; }
 
 # ppid PID: the parent of process PID.
 ppid() { awk '$1 == "PPid:" { print $2 }' "/proc/$1/status" 2>/dev/null; }
@@ -155,9 +190,16 @@ check_install() {
 		[ "$(stat -c %a "$path" 2>/dev/null)" = "$mode" ] || fail "install: $path missing or not mode $mode"
 	done
 	grep -qx 'GZRAMD_SWAP=true' /etc/gzramd/gzramd.env || fail "install: the env file does not say GZRAMD_SWAP=true"
-	[ -z "$(nbd_swap)" ] || fail "install: an nbd device is swap before gzramd was started"
+	# nbd: the env file as installed (no transport: the default);
+	# ublk: its commented GZRAMD_TRANSPORT=ublk line taken in.
+	if [ "$transport" = nbd ]; then
+		! grep -q '^GZRAMD_TRANSPORT=' /etc/gzramd/gzramd.env || fail "install: the env file sets $(grep '^GZRAMD_TRANSPORT=' /etc/gzramd/gzramd.env)"
+	else
+		grep -qx "GZRAMD_TRANSPORT=$transport" /etc/gzramd/gzramd.env || fail "install: the env file does not say GZRAMD_TRANSPORT=$transport"
+	fi
+	[ -z "$(kdev_swap)" ] || fail "install: a $KLOG device is swap before gzramd was started"
 	version=$(/usr/local/bin/gzramd version 2>&1)
-	pass "install: make install's files in place (${version%%$'\n'*})"
+	pass "install: make install's files in place, transport $transport (${version%%$'\n'*}; kernel $(uname -r))"
 }
 
 # The README's next two steps. `systemctl enable --now` returns when the
@@ -169,13 +211,15 @@ check_start() {
 	systemctl enable --now "$UNIT" || fail "start: systemctl enable --now gzramd failed (Result=$(prop Result))"
 	swaps=$(swapon --show=NAME --noheadings)
 	state=$(prop ActiveState)
-	dev=$(nbd_swap)
+	dev=$(kdev_swap)
 	[ "$state" = active ] || fail "start: systemctl enable --now returned with the unit $state"
-	[ -n "$dev" ] || fail "start: the unit is active but no nbd device is swap yet (swapon --show: '${swaps:-nothing}'): READY came before swapon"
+	[ -n "$dev" ] || fail "start: the unit is active but no $KLOG device is swap yet (swapon --show: '${swaps:-nothing}'): READY came before swapon"
 	# The supervisor (MainPID) runs the serving process, which connects
-	# the device.
+	# (NBD) or serves (ublk) the device.
 	pid=$(prop MainPID)
-	[ "$(ppid "$(owner "$dev")")" = "$pid" ] || fail "start: $dev is swap but its NBD connection is pid $(owner "$dev"), not the serving process under gzramd's supervisor $pid"
+	[ "$(ppid "$(owner "$dev")")" = "$pid" ] || fail "start: $dev is swap but its server is pid $(owner "$dev"), not the serving process under gzramd's supervisor $pid"
+	gz_log_wait "$(prop InvocationID)" "msg=\"gzramd ready\".* transport=$transport " ||
+		fail "start: gzramd did not log 'gzramd ready' with transport=$transport"
 	status=$(prop StatusText)
 	[ "$status" = "serving gzram0" ] || fail "start: STATUS is '$status', not what gzramd's READY=1 sends"
 	[ "$(systemctl is-enabled "$UNIT")" = enabled ] || fail "start: the unit is not enabled"
@@ -270,17 +314,17 @@ check_stop() {
 	# ExecMainCode 1 is CLD_EXITED: an exit, not a signal.
 	[ "$code" = 1 ] && [ "$status" = 0 ] || fail "stop: gzramd ended with code $code status $status, not exit 0"
 	! kill -0 "$pid" 2>/dev/null || fail "stop: gzramd (pid $pid) still runs"
-	[ "$(owner "$DEV")" = none ] || fail "stop: $DEV is still connected (pid $(owner "$DEV"))"
+	gone "$DEV" || fail "stop: $DEV is still there (served by $(owner "$DEV"))"
 	gz_log_wait "$inv" 'msg=stopped' || fail "stop: gzramd did not log 'stopped'"
 	log=$(gz_log "$inv")
 	grep -q 'msg="swap off"' <<<"$log" || fail "stop: gzramd did not log 'swap off'"
-	grep -q 'msg="kernel device detached"' <<<"$log" || fail "stop: gzramd did not log 'kernel device detached'"
-	pass "stop: systemctl stop took $((SECONDS - t0)) s; exit status 0, swapon --show empty, $DEV detached; gzramd logged: $(grep -oE 'msg="(turning swap off[^"]*|swap off|kernel device detached)"|msg=stopped' <<<"$log" | tr '\n' ' ')"
+	grep -q "msg=\"$DETACHED\"" <<<"$log" || fail "stop: gzramd did not log '$DETACHED'"
+	pass "stop: systemctl stop took $((SECONDS - t0)) s; exit status 0, swapon --show empty, $DEV gone; gzramd logged: $(grep -oE "msg=\"(turning swap off[^\"]*|swap off|$DETACHED)\"|msg=stopped" <<<"$log" | tr '\n' ' ')"
 }
 
 check_restart() {
 	systemctl start "$UNIT" || fail "restart: systemctl start failed"
-	DEV=$(nbd_swap)
+	DEV=$(kdev_swap)
 	[ -n "$DEV" ] || fail "restart: active, but no swap"
 	pass "restart: systemctl start made $DEV swap again"
 }
@@ -313,27 +357,36 @@ check_hold() {
 }
 
 # An upgrade with the holder's pages in swap: `systemctl reload` makes the
-# serving process hand its live connections to a new one (the binary at
-# the unit's path, the same here), which takes the data over. The kernel
-# must see nothing: no line of the nbd driver's about a connection, the
-# same device swap, the unit active all along under the same supervisor.
+# serving process hand the kernel device to a new one (the binary at the
+# unit's path, the same here), which takes the data over. NBD: the live
+# connections, passed at a request boundary; ublk: the device, left with
+# the requests in hand answered and recovered by the next (ublk user
+# recovery; the driver holds what comes meanwhile). The kernel must see
+# nothing: no line of the driver's, the same device swap, the unit active
+# all along under the same supervisor.
 check_reload() {
-	local main inv serving before after log
+	local main inv serving before after log kept
 	main=$(prop MainPID) inv=$(prop InvocationID) serving=$(serving_pid)
-	before=$(dmesg | grep -c nbd || true)
+	before=$(klog_lines)
+	kept='msg="kernel device kept its connections'
+	[ "$transport" = nbd ] || kept='msg="kernel device taken over: .* transport=ublk '
 	systemctl reload "$UNIT" || fail "reload: systemctl reload failed"
-	gz_log_wait_for 60 "$inv" 'msg="kernel device kept its connections' ||
-		fail "reload: no serving process took the connections over within 60 s"
+	gz_log_wait_for 60 "$inv" "$kept" ||
+		fail "reload: no serving process took the kernel device over within 60 s"
 	log=$(gz_log "$inv")
 	grep -q 'msg="took the device over from the serving process before this one, which handed it over' <<<"$log" ||
 		fail "reload: the next serving process did not take the data over as an upgrade"
-	after=$(dmesg | grep -c nbd || true)
-	[ "$after" = "$before" ] || fail "reload: the kernel logged about its nbd connections: $(dmesg | grep nbd | tail -n $((after - before)) | head -3)"
+	[ "$transport" = nbd ] || grep -q 'msg="ublk device left to the next serving process"' <<<"$log" ||
+		fail "reload: the serving process did not leave the ublk device to the next"
+	after=$(klog_lines)
+	[ "$after" = "$before" ] || fail "reload: the kernel logged about its $KLOG device: $(dmesg | grep "$KLOG" | tail -n $((after - before)) | head -3)"
 	[ "$(prop MainPID)" = "$main" ] && [ "$(prop ActiveState)" = active ] ||
 		fail "reload: the unit is $(prop ActiveState) with MainPID $(prop MainPID) (was $main)"
 	[ "$(serving_pid)" != "$serving" ] || fail "reload: still the serving process $serving"
-	[ "$(nbd_swap)" = "$DEV" ] || fail "reload: $DEV is no longer swap"
-	pass "reload: the serving process $serving handed over to $(serving_pid) ($(grep -o 'msg="handed over[^"]*" took=[^ ]*' <<<"$log" | tail -1 | sed 's/.*took=//')); no nbd line in the kernel log, $DEV still swap"
+	# (NBD's sysfs pid stays the thread that first connected, gone now.)
+	[ "$transport" = nbd ] || [ "$(ppid "$(owner "$DEV")")" = "$main" ] || fail "reload: $DEV is served by $(owner "$DEV"), not the new serving process"
+	[ "$(kdev_swap)" = "$DEV" ] || fail "reload: $DEV is no longer swap"
+	pass "reload: the serving process $serving handed over to $(serving_pid) ($(grep -o 'msg="handed over[^"]*" took=[^ ]*' <<<"$log" | tail -1 | sed 's/.*took=//')); no $KLOG line in the kernel log, $DEV still swap"
 }
 
 # Crashes with the holder's pages in swap: the serving process killed
@@ -349,27 +402,31 @@ check_crash() {
 	[ -n "$serving" ] || fail "crash: no serving process under gzramd's supervisor $main"
 	step "crash: SIGKILL the serving process $serving (supervisor $main)"
 	# The reload before took over too: count this one's lines.
-	local n0
-	n0=$(gz_log "$inv" | grep -c 'msg="serving again after the takeover"' || true)
+	# (Over ublk the upgrade's takeover logs 'kernel device taken over'
+	# too: count this one's.)
+	local n0 k0
+	n0=$(gz_count "$inv" 'msg="serving again after the takeover"')
+	k0=$(gz_count "$inv" 'msg="kernel device taken over')
 	kill -KILL "$serving"
 	for i in $(seq 120); do
-		[ "$(gz_log "$inv" | grep -c 'msg="serving again after the takeover"' || true)" -gt "$n0" ] && break
+		[ "$(gz_count "$inv" 'msg="serving again after the takeover"')" -gt "$n0" ] && break
 		sleep 0.5
 	done
-	[ "$(gz_log "$inv" | grep -c 'msg="serving again after the takeover"' || true)" -gt "$n0" ] ||
+	[ "$(gz_count "$inv" 'msg="serving again after the takeover"')" -gt "$n0" ] ||
 		fail "crash: no serving process took over within 60 s of the kill"
 	log=$(gz_log "$inv")
-	grep -q 'msg="kernel device taken over' <<<"$log" || fail "crash: the next serving process did not take the kernel device over"
+	[ "$(grep -c 'msg="kernel device taken over' <<<"$log")" -gt "$k0" ] || fail "crash: the next serving process did not take the kernel device over"
 	[ "$(prop MainPID)" = "$main" ] && [ "$(prop ActiveState)" = active ] ||
 		fail "crash: the unit is $(prop ActiveState) with MainPID $(prop MainPID) after the serving process died (was $main)"
-	[ "$(nbd_swap)" = "$DEV" ] || fail "crash: $DEV is no longer swap after the takeover"
+	[ "$transport" = nbd ] || [ "$(ppid "$(owner "$DEV")")" = "$main" ] || fail "crash: $DEV is served by $(owner "$DEV"), not the next serving process"
+	[ "$(kdev_swap)" = "$DEV" ] || fail "crash: $DEV is no longer swap after the takeover"
 	pause1=$(grep -o 'msg="serving again after the takeover" pause=[^ ]*' <<<"$log" | tail -1 | sed 's/.*pause=//')
 	pass "crash: the serving process killed; serving process $(serving_pid) took over under the same supervisor after $pause1, $DEV still swap"
 
 	step "crash: SIGKILL the supervisor $main"
 	t0=$SECONDS
 	serving=$(serving_pid)
-	before=$(dmesg | grep -c nbd || true)
+	before=$(klog_lines)
 	# This boot's earlier errors are not this check's: a stop's detach
 	# leaves the kernel's partition scan reading a disconnected device.
 	errs=$(io_errors | wc -l)
@@ -389,14 +446,21 @@ check_crash() {
 	grep -q 'msg="the orphaned serving process handed over and exited"' <<<"$log" ||
 		fail "crash-supervisor: the new serving process did not take over from the old one, which served on"
 	grep -q 'msg="took the device over from a serving process' <<<"$log" || fail "crash-supervisor: the restarted unit started with an empty device"
-	grep -q 'msg="kernel device kept its connections' <<<"$log" || fail "crash-supervisor: the kernel device's connections were not handed over"
+	# NBD: the orphan's connections passed to the new serving process;
+	# ublk: the device it left, recovered by the new one.
+	if [ "$transport" = nbd ]; then
+		grep -q 'msg="kernel device kept its connections' <<<"$log" || fail "crash-supervisor: the kernel device's connections were not handed over"
+	else
+		grep -q 'msg="kernel device taken over: .* transport=ublk ' <<<"$log" || fail "crash-supervisor: the new serving process did not take the ublk device over"
+	fi
 	! kill -0 "$serving" 2>/dev/null || fail "crash-supervisor: the old serving process $serving still runs"
-	[ "$(nbd_swap)" = "$DEV" ] || fail "crash-supervisor: $DEV is no longer swap after the restart"
+	[ "$transport" = nbd ] || [ "$(ppid "$(owner "$DEV")")" = "$(prop MainPID)" ] || fail "crash-supervisor: $DEV is served by $(owner "$DEV"), not the new serving process"
+	[ "$(kdev_swap)" = "$DEV" ] || fail "crash-supervisor: $DEV is no longer swap after the restart"
 	new_errs=$(io_errors | tail -n +$((errs + 1)))
 	[ -z "$new_errs" ] || fail "crash-supervisor: the kernel logged I/O errors: $(head -3 <<<"$new_errs")"
-	after=$(dmesg | grep -c nbd || true)
-	[ "$after" = "$before" ] || fail "crash-supervisor: the kernel logged about its nbd connections: $(dmesg | grep nbd | tail -n $((after - before)) | head -3)"
-	pass "crash-supervisor: the supervisor killed; its serving process $serving served on while systemd restarted the unit (supervisor $(prop MainPID), active in $((SECONDS - t0)) s), then handed its connections to the new serving process $(serving_pid), which took the state from the file descriptor store; no nbd or I/O error line in the kernel log; $(swapon --show=NAME,USED --noheadings)"
+	after=$(klog_lines)
+	[ "$after" = "$before" ] || fail "crash-supervisor: the kernel logged about its $KLOG device: $(dmesg | grep "$KLOG" | tail -n $((after - before)) | head -3)"
+	pass "crash-supervisor: the supervisor killed; its serving process $serving served on while systemd restarted the unit (supervisor $(prop MainPID), active in $((SECONDS - t0)) s), then handed $DEV to the new serving process $(serving_pid), which took the state from the file descriptor store; no $KLOG or I/O error line in the kernel log; $(swapon --show=NAME,USED --noheadings)"
 }
 
 boot1() {
@@ -431,8 +495,8 @@ check_reboot() {
 		sleep 1
 	done
 	[ "$state" = active ] || fail "reboot: the unit is $state after boot"
-	dev=$(nbd_swap)
-	[ -n "$dev" ] || fail "reboot: the unit is active but no nbd device is swap"
+	dev=$(kdev_swap)
+	[ -n "$dev" ] || fail "reboot: the unit is active but no $KLOG device is swap"
 	[ "$(ppid "$(owner "$dev")")" = "$(prop MainPID)" ] || fail "reboot: $dev is not gzramd's"
 	me=$(systemctl show -P ExecMainStartTimestampMonotonic gzramd-e2e.service)
 	enter=$(prop ActiveEnterTimestampMonotonic)
@@ -448,7 +512,7 @@ check_shutdown() {
 	log=$(journalctl -q -b -1 -u "$UNIT" -o cat --no-pager | awk '/msg="gzramd ready"/ { buf = "" } { buf = buf $0 "\n" } END { printf "%s", buf }')
 	[ -n "$log" ] || fail "shutdown: no journal of boot 1"
 	grep -q 'msg="swap off"' <<<"$log" || fail "shutdown: gzramd did not log 'swap off' when boot 1 shut down"
-	grep -q 'msg="kernel device detached"' <<<"$log" || fail "shutdown: no 'kernel device detached' at boot 1's shutdown"
+	grep -q "msg=\"$DETACHED\"" <<<"$log" || fail "shutdown: no '$DETACHED' at boot 1's shutdown"
 	grep -q 'msg=stopped' <<<"$log" || fail "shutdown: no 'stopped' at boot 1's shutdown"
 	! grep -qE 'refusing to stop|Failed with result|level=ERROR' <<<"$log" || fail "shutdown: $(grep -m1 -E 'refusing to stop|Failed with result|level=ERROR' <<<"$log")"
 	# systemd 248 and later say "Deactivated successfully", 247 "Succeeded".
@@ -459,7 +523,7 @@ check_shutdown() {
 	grep -q '^HOG-PASS' <<<"$both" || fail "shutdown: the holder did not verify its data at the reboot: $(grep -E '^(HOG-|hog: )' <<<"$both" | tail -3)"
 	awk '/msg=stopped/ { stopped = NR } /^hog: SIGTERM/ { term = NR } END { exit !(stopped && term > stopped) }' <<<"$both" ||
 		fail "shutdown: the holder was stopped before gzramd was"
-	pass "shutdown: at systemctl reboot gzramd turned swap off with $((used >> 20)) MiB in it, detached and exited 0, then the holder verified its $hold_mib MiB; gzramd logged: $(grep -oE 'msg="(swap off|kernel device detached)"|msg=stopped|Deactivated successfully|Succeeded\.' <<<"$log" | tr '\n' ' ')"
+	pass "shutdown: at systemctl reboot gzramd turned swap off with $((used >> 20)) MiB in it, detached and exited 0, then the holder verified its $hold_mib MiB; gzramd logged: $(grep -oE "msg=\"(swap off|$DETACHED)\"|msg=stopped|Deactivated successfully|Succeeded\\." <<<"$log" | tr '\n' ' ')"
 }
 
 boot2() {
