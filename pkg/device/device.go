@@ -13,9 +13,9 @@
 // Partial writes, trims and write-zeroes read, modify and write their page
 // under the page's lock.
 //
-// The page table (table.go) owns the entries, mapped from their file, the
-// stripe locks over them, their counts by state, and replacing an entry;
-// entry.go says what an entry holds. Device keeps the table, the files
+// The page table (table.go) owns the entries (and says what one holds),
+// mapped from their file, the stripe locks over them, their counts by
+// state, and replacing an entry. Device keeps the table, the files
 // (files.go), reads and writes (device.go, write.go). Its other jobs are
 // types of their own, given what they use, never the device: objects owns
 // the format of the objects pages are stored in (object.go), stager the

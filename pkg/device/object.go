@@ -26,7 +26,7 @@ import (
 // first chunk that begins with a header naming the others, then the
 // others. Every chunk is tagged with the object's first page (the owner
 // Compact reports). Each page's entry names the first chunk, the page's
-// place in the object and the object's pages (entry.go). The object's
+// place in the object and the object's pages (table.go). The object's
 // stream is one standard LZ4 block: any LZ4 decoder reads it once its
 // chunks are put end to end.
 //

@@ -85,7 +85,11 @@ func (d *daemon) attachUblk(ctx context.Context) error {
 	d.log.Info("kernel device created", "transport", TransportUblk, "device", dev.Block, "queues", dev.Queues,
 		"depth", dev.Depth, "max_io_bytes", dev.MaxIOBytes, "survives_this_process", recoverable, "took", took)
 	if !recoverable {
-		d.log.Warn("the ublk device will not survive the serving process: what is swapped to it is lost if gzramd dies (no supervisor: --supervise=false)",
+		why := "no supervisor: --supervise=false"
+		if d.cfg.KernelDeadTimeout < 0 {
+			why = "--kernel-dead-timeout -1s"
+		}
+		d.log.Warn("the ublk device will not survive the serving process: what is swapped to it is lost if gzramd dies ("+why+")",
 			"device", dev.Block)
 	}
 	if !d.cfg.Swap {
@@ -97,9 +101,12 @@ func (d *daemon) attachUblk(ctx context.Context) error {
 
 // ublkTag is the tag of the ublk device, and whether the device is to
 // outlive this process: under a supervisor, which holds the state the
-// next serving process takes over, the state's id names it.
+// next serving process takes over, the state's id names it. With
+// --kernel-dead-timeout -1s the device is to fail its I/O as soon as its
+// server dies, as an NBD device does: it is made without recovery, and
+// tagged as an unsupervised one's, for the next start to remove.
 func (d *daemon) ublkTag() (uint64, bool) {
-	if !d.start.Serving || d.state == nil {
+	if !d.start.Serving || d.state == nil || d.cfg.KernelDeadTimeout < 0 {
 		return unsupervisedTag, false
 	}
 	info, err := d.state.Info()

@@ -27,7 +27,8 @@
 #           build losing a page at each takeover, must fail
 #           (survive-mutant.sh); survive-ublk: survive-fast over ublk
 #           (--transport ublk, a 6.12 guest): each takeover is ublk user
-#           recovery. E2E_SURVIVE_ARGS adds gzramd flags.
+#           recovery; survive-control-ublk, survive-mutant-ublk: the
+#           control and the mutant over ublk. E2E_SURVIVE_ARGS adds gzramd flags.
 #   guest-ublk gzramd inside a 6.12 guest as in guest, over ublk:
 #           `gzramd serve --swap --transport ublk --supervise=false`
 #           creates /dev/ublkbN, mkswaps and swapons it; /status and the
@@ -118,7 +119,7 @@ T0=$SECONDS
 # ublk needs a kernel with ublk_drv and USER_COPY: Debian 12's 6.12, not
 # its default 6.1. Where the scenario runs and no kernel is named, that one
 # (for every scenario of the run).
-if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *" guest-ublk "* || " $SCENARIOS " == *" survive-ublk "* || " $SCENARIOS " == *" systemd-ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
+if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *"-ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
 	export E2E_KERNEL_META=linux-image-6.12-amd64
 	log "ublk: kernel $E2E_KERNEL_META"
 fi
@@ -409,36 +410,40 @@ run_guest_ublk() {
 # it passes only when the guest fails for that reason.
 run_survive() {
 	local name=$1 kills maxk kmin kmax every earlymax hog limit args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu} upgrades=0 uevery=0 transport=
-	local denv=${E2E_SURVIVE_DAEMON_ENV:-}
+	local denv=${E2E_SURVIVE_DAEMON_ENV:-} base=$name
+	# survive-ublk is survive-fast over ublk, and survive-control-ublk and
+	# survive-mutant-ublk the control and the mutant: the kernel device
+	# served over ublk (--transport ublk), taken over by ublk user
+	# recovery, on the 6.12 kernel.
 	case "$name" in
+	survive-ublk) base=survive-fast transport=" e2e.transport=ublk" ;;
+	*-ublk) base=${name%-ublk} transport=" e2e.transport=ublk" ;;
+	esac
+	case "$base" in
 	survive)
 		kills=${E2E_SURVIVE_KILLS:-20} kmin=${E2E_SURVIVE_MIN_S:-2} kmax=${E2E_SURVIVE_MAX_S:-6}
 		every=${E2E_SURVIVE_EARLY_EVERY:-5} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-1500}
 		upgrades=${E2E_SURVIVE_UPGRADES:-2} uevery=10
 		;;
-	survive-fast | survive-zstd | survive-objects | survive-dense | survive-mutant | survive-ublk)
+	survive-fast | survive-zstd | survive-objects | survive-dense | survive-mutant)
 		kills=${E2E_SURVIVE_KILLS:-3} kmin=${E2E_SURVIVE_MIN_S:-3} kmax=${E2E_SURVIVE_MAX_S:-8}
 		every=${E2E_SURVIVE_EARLY_EVERY:-2} hog=${E2E_SURVIVE_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}}
 		limit=${E2E_SURVIVE_TIMEOUT:-900}
 		upgrades=${E2E_SURVIVE_UPGRADES:-1} uevery=1000
 		# survive-zstd: survive-fast with libzstd's codec (CPU backend),
 		# the swapped-out clusters in zstd objects of up to 4 pages.
-		[ "$name" != survive-zstd ] || args=$args,--algorithm,zstd,--object-pages,4
+		[ "$base" != survive-zstd ] || args=$args,--algorithm,zstd,--object-pages,4
 		# survive-objects: the swapped-out clusters kept in objects of
 		# up to 8 pages, which takeovers must keep whole.
-		[ "$name" != survive-objects ] || args=$args,--object-pages,8
+		[ "$base" != survive-objects ] || args=$args,--object-pages,8
 		# survive-dense: groups of swapped-out pages idle for a second
 		# recompressed into the dense tier while the kills come.
-		[ "$name" != survive-dense ] || args=$args,--dense-after,1s,--dense-cpu,0.5
-		# survive-ublk: survive-fast with the kernel device served over
-		# ublk (--transport ublk), taken over by ublk user recovery, on
-		# the 6.12 kernel.
-		[ "$name" != survive-ublk ] || transport=" e2e.transport=ublk"
+		[ "$base" != survive-dense ] || args=$args,--dense-after,1s,--dense-cpu,0.5
 		# survive-mutant: survive-fast with a gzramd that loses a page at
 		# each takeover from a dead process (a -tags faults build:
 		# survive-mutant.sh); it passes only if the run fails for it.
-		[ "$name" != survive-mutant ] ||
+		[ "$base" != survive-mutant ] ||
 			denv=${denv:+$denv,}${E2E_SURVIVE_MUTANT_ENV:-GZRAMD_FAULT_LOSE_PAGE_ON_TAKEOVER=1}
 		;;
 	survive-control)
@@ -507,7 +512,7 @@ run_survive() {
 	# || true: a guest that failed before any of these lines must reach
 	# its verdict below, not end the runner silently (set -e, pipefail).
 	grep -aE '^(hog: |HOG-|E2E-SWAP|E2E-KILL|E2E-UPGRADE|E2E-SURVIVE|E2E-DMESG|E2E-STACK)|msg="fault: ' "$CONSOLE" | tr -d '\r' >&2 || true
-	if [ "$name" = survive-control ]; then
+	if [ "$base" = survive-control ]; then
 		# The device must have failed I/O when its server died: the guest
 		# fails on the kernel's I/O errors or a hog that lost data (or the
 		# kernel kills init, whose pages it could not read back).
@@ -527,7 +532,7 @@ run_survive() {
 	fi
 	local sok=0
 	python3 "$E2E_DIR/survive.py" "$CONSOLE" "$kills" "$every" "$upgrades" >&2 || sok=1
-	if [ "$name" = survive-mutant ]; then
+	if [ "$base" = survive-mutant ]; then
 		# The fault must have fired, and the run must have failed for the
 		# page it lost: the hog found wrong words (or, where the page was
 		# init's own, the kernel killed init, or the guest saw lost pages,
@@ -622,7 +627,7 @@ for s in $SCENARIOS; do
 		;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
 	guest-ublk) [ "$SERVER" = gzramd ] && run_guest_ublk ;;
-	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-dense | survive-mutant | survive-ublk)
+	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-dense | survive-mutant | survive-ublk | survive-control-ublk | survive-mutant-ublk)
 		if [ "$EXPECT_FAIL" = 1 ]; then
 			log "$s: skipped under E2E_EXPECT_FAIL"
 			continue

@@ -19,5 +19,6 @@ if [ -z "${GZRAMD:-}" ]; then
 	(cd "$root" && go build -tags faults -o .e2e/gzramd-faults ./cmd/gzramd)
 	export GZRAMD=$root/.e2e/gzramd-faults
 fi
-export E2E_SCENARIOS=survive-mutant
+# With the argument ublk, over ublk: survive-mutant-ublk, in a 6.12 guest.
+export E2E_SCENARIOS=survive-mutant${1:+-$1}
 exec "$(dirname "$0")/run.sh"
