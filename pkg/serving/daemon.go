@@ -150,7 +150,7 @@ func (d *daemon) openPipeline(batchObs *metrics.Batches) (err error) {
 		ArenaSize:     storeArenaSize,
 		HugeThreshold: cfg.HugeThreshold, ObjectPages: cfg.ObjectPages,
 		Dense:       device.DenseConfig{After: cfg.DenseAfter, CPU: cfg.DenseCPU, Level: cfg.DenseLevel},
-		Accelerator: d.accel.routeAccelerator(), MinAcceleratorPages: cfg.GPUMinPages,
+		Accelerator: standInGPU(d.accel.routeAccelerator()), MinAcceleratorPages: cfg.GPUMinPages,
 		StagingBytes: int64(cfg.Staging), StagingWait: cfg.StagingWait, BatchPages: cfg.BatchPages,
 		BatchDeadline: cfg.BatchDeadline, BatchWorkers: cfg.BatchInFlight,
 		Observer: batchObs, Logger: d.log,

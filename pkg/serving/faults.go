@@ -15,8 +15,23 @@ import (
 
 	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/device"
+	"github.com/gzramd/gzramd/pkg/route"
+	"github.com/gzramd/gzramd/pkg/route/routetest"
 	"github.com/gzramd/gzramd/pkg/swapctl"
 )
+
+// standInGPU is the router's accelerator: a, or where there is none and
+// GZRAMD_FAULT_STAND_IN_GPU=1, routetest's stand-in for a GPU, which
+// compresses LZ4 with the CPU codec (so only with --algorithm lz4). Writes
+// are then staged and received straight into staging slots by either
+// transport, as with a GPU, on a machine without one: the e2e scenario
+// guest-ublk-staged.
+func standInGPU(a route.Accelerator) route.Accelerator {
+	if a == nil && os.Getenv("GZRAMD_FAULT_STAND_IN_GPU") == "1" {
+		return routetest.NewAccelerator()
+	}
+	return a
+}
 
 // withFaults applies the GZRAMD_FAULT_* variables: reads that corrupt
 // pages (GZRAMD_FAULT_CORRUPT_READS=1), a page lost by a serving process

@@ -119,7 +119,7 @@ T0=$SECONDS
 # ublk needs a kernel with ublk_drv and USER_COPY: Debian 12's 6.12, not
 # its default 6.1. Where the scenario runs and no kernel is named, that one
 # (for every scenario of the run).
-if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *"-ublk "* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
+if [[ " $SCENARIOS " == *" ublk "* || " $SCENARIOS " == *"-ublk "* || " $SCENARIOS " == *"-ublk-"* ]] && [ -z "${E2E_KERNEL_META:-}" ] && [ -z "${E2E_BUNDLE:-}" ]; then
 	export E2E_KERNEL_META=linux-image-6.12-amd64
 	log "ublk: kernel $E2E_KERNEL_META"
 fi
@@ -387,19 +387,35 @@ run_guest() {
 # run_guest_ublk: gzramd inside the guest as in run_guest, serving its
 # swap through ublk (init.sh's daemon mode with e2e.transport=ublk), on a
 # ramfs root as the ublk scenario: gzramd's own files never go to swap.
-run_guest_ublk() {
-	[ "$EXPECT_FAIL" = 1 ] && { log "guest-ublk: skipped under E2E_EXPECT_FAIL"; return; }
-	CONSOLE=$WORK/guest-ublk.console
-	GUEST_INITRD=$WORK/guest-ublk.cpio.gz
-	initramfs_with_gzramd "$GZRAMD" "$GUEST_INITRD"
-	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-320M}" 2 "e2e.mode=daemon e2e.transport=ublk e2e.size=$SIZE e2e.minfree=${E2E_GUEST_MIN_FREE_KB:-16384} e2e.hog=${E2E_GUEST_UBLK_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu} rootfstype=ramfs"
-	log "guest-ublk: booting ($ACCEL, kernel $KVER, gzramd serve --swap --transport ublk inside the guest)"
-	guest_run "${E2E_GUEST_TIMEOUT:-$((2 * TIMEOUT))}" || die "guest-ublk: $GUEST_VERDICT"
+run_guest_ublk() { # [staged]
+	local name=guest-ublk gz=$GZRAMD env=
+	[ "$EXPECT_FAIL" = 1 ] && { log "$name: skipped under E2E_EXPECT_FAIL"; return; }
+	if [ "${1:-}" = staged ]; then
+		# guest-ublk-staged: writes staged as with a GPU, by routetest's
+		# stand-in (a -tags faults build, GZRAMD_FAULT_STAND_IN_GPU=1), and
+		# received by the ublk queues straight into the staging slots.
+		name=guest-ublk-staged env=" e2e.daemon_env=GZRAMD_FAULT_STAND_IN_GPU=1"
+		gz=${E2E_FAULTS_GZRAMD:-$WORK/gzramd-faults}
+		[ -n "${E2E_FAULTS_GZRAMD:-}" ] || (cd "$E2E_ROOT" && go build -tags faults -o "$gz" ./cmd/gzramd) ||
+			die "$name: building a -tags faults gzramd (or name one: E2E_FAULTS_GZRAMD)"
+	fi
+	CONSOLE=$WORK/$name.console
+	GUEST_INITRD=$WORK/$name.cpio.gz
+	initramfs_with_gzramd "$gz" "$GUEST_INITRD"
+	qemu_cmd "${E2E_GUEST_DAEMON_MEM:-320M}" 2 "e2e.mode=daemon e2e.transport=ublk e2e.size=$SIZE e2e.minfree=${E2E_GUEST_MIN_FREE_KB:-16384} e2e.hog=${E2E_GUEST_UBLK_HOG_MIB:-${E2E_GUEST_HOG_MIB:-416}} e2e.seed=$RANDOM e2e.daemon_args=${E2E_GUEST_DAEMON_ARGS:---backend,cpu}${env} rootfstype=ramfs"
+	log "$name: booting ($ACCEL, kernel $KVER, gzramd serve --swap --transport ublk inside the guest${env:+;${env# e2e.daemon_env=}})"
+	guest_run "${E2E_GUEST_TIMEOUT:-$((2 * TIMEOUT))}" || die "$name: $GUEST_VERDICT"
 	grep -aE '^(hog: |HOG-PASS|E2E-SWAP|E2E-TRANSPORT)' "$CONSOLE" | tr -d '\r' >&2
-	grep -aq '^E2E-TRANSPORT device=/dev/ublkb' "$CONSOLE" || die "guest-ublk: swap was not on a ublk device"
-	MPORT= metrics_check ublk || die "guest-ublk: metrics do not show the traffic"
-	log "guest-ublk: PASS ($GUEST_WALL s)"
-	passed+=("guest-ublk:${GUEST_WALL}s")
+	grep -aq '^E2E-TRANSPORT device=/dev/ublkb' "$CONSOLE" || die "$name: swap was not on a ublk device"
+	MPORT= metrics_check ublk || die "$name: metrics do not show the traffic"
+	if [ -n "$env" ]; then
+		local staged
+		staged=$(grep -aoE '^E2E-METRIC peak gzramd_staged_pages_total [0-9.e+]+' "$CONSOLE" | awk '{ print $4 }' | tail -1)
+		log "$name: ${staged:-no} pages staged by the peak (gzramd_staged_pages_total)"
+		awk -v n="${staged:-0}" 'BEGIN { exit !(n > 0) }' || die "$name: no write was staged: the stand-in GPU did not take them"
+	fi
+	log "$name: PASS ($GUEST_WALL s)"
+	passed+=("$name:${GUEST_WALL}s")
 }
 
 # run_survive NAME: gzramd serves the guest's swap as in `guest` while the
@@ -627,6 +643,7 @@ for s in $SCENARIOS; do
 		;;
 	guest) [ "$SERVER" = gzramd ] && run_guest ;;
 	guest-ublk) [ "$SERVER" = gzramd ] && run_guest_ublk ;;
+	guest-ublk-staged) [ "$SERVER" = gzramd ] && run_guest_ublk staged ;;
 	survive | survive-fast | survive-control | survive-zstd | survive-objects | survive-dense | survive-mutant | survive-ublk | survive-control-ublk | survive-mutant-ublk)
 		if [ "$EXPECT_FAIL" = 1 ]; then
 			log "$s: skipped under E2E_EXPECT_FAIL"
