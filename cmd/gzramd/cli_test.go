@@ -35,6 +35,8 @@ func TestBadFlagsFailWithOneLine(t *testing.T) {
 		{"record-trace missing directory", nil, []string{"--record-trace", "/nonexistent/gzramd/trace"}, "--record-trace"},
 		{"object-pages", nil, []string{"--object-pages", "3"}, "--object-pages"},
 		{"transport", nil, []string{"--transport", "virtio"}, "--transport"},
+		{"ublk-depth", nil, []string{"--ublk-depth", "0"}, "--ublk-depth"},
+		{"ublk-depth too deep", nil, []string{"--ublk-depth", "4097"}, "--ublk-depth"},
 		{"transport ublk without a device", nil, []string{"--transport", "ublk", "--supervise=false"}, "--transport"},
 		{"transport ublk with an nbd device", nil, []string{"--transport", "ublk", "--supervise=false", "--device", "/dev/nbd0"}, "--device"},
 		{"unknown flag", nil, []string{"--sise", "1GiB"}, "--sise"},

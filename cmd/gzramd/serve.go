@@ -156,6 +156,7 @@ func kernelFlags(f *pflag.FlagSet, cfg *serving.Config) {
 	f.BoolVar(&cfg.Swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
 	f.IntVar(&cfg.SwapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
 	f.IntVar(&cfg.KernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
+	f.IntVar(&cfg.UblkDepth, "ublk-depth", 64, "with --transport ublk: requests each of the device's queues (one per CPU, at most 4) holds at once, 1-4096; the kernel waits for a free one beyond it. Each costs 8 bytes of the driver's descriptors, not memory of gzramd's: a queue serves one request at a time")
 	f.IntVar(&cfg.MaxConns, "max-connections", 8, "NBD connections open at once from clients other than the kernel device (nbdinfo, nbdcopy, fio, nbd-client run by hand), handshakes included; 0 for no limit. Each one holds memory (with --harden, its payload buffers, about 4MiB, written and locked), so without a limit any user who may connect can make the daemon that serves the machine's swap lock memory until the machine runs out. 8 leaves room for nbdcopy's 4 connections and a few tools beside, in about 36MiB. A connection past it is closed at once, logged with its client (the peer's address over TCP, its user on the Unix socket; a line per client per 10s at most) and counted in gzramd_nbd_connections_refused_total. The kernel device's own connections (--kernel-connections, reconnects, those taken over at an upgrade or after a crash) never count and are never refused: gzramd dials them itself, which the Unix socket tells (SO_PEERCRED). Over TCP nothing tells them apart: with --device and no --socket the limit grows by --kernel-connections, and other clients may take those places")
 	f.DurationVar(&cfg.KernelTimeout, "kernel-timeout", 0, "the kernel's per-request timeout for --device (whole seconds; 0: "+nbddev.DefaultTimeout.String()+"): a request in flight when the serving process dies is sent again to the next one after this long, and a request slower than this costs its connection (gzramd replaces it)")
 	f.DurationVar(&cfg.KernelDeadTimeout, "kernel-dead-timeout", nbddev.DefaultDeadConnTimeout, "how long the kernel device holds its I/O while no serving process is connected (after a crash, until the supervisor's next one takes over) before failing it; -1s fails it at once, losing what is swapped there (over ublk: the device holds it with no limit, or with -1s is made without recovery)")
@@ -320,6 +321,8 @@ func validateKernel(c *serving.Config) error {
 		return fmt.Errorf("invalid --swap-priority %d: want -1 (the kernel's default) to 32767", c.SwapPriority)
 	case c.KernelConns < 1 || c.KernelConns > 16:
 		return fmt.Errorf("invalid --kernel-connections %d: want 1 to 16", c.KernelConns)
+	case c.UblkDepth < 1 || c.UblkDepth > serving.MaxUblkDepth:
+		return fmt.Errorf("invalid --ublk-depth %d: want 1 to %d", c.UblkDepth, serving.MaxUblkDepth)
 	case c.MaxConns < 0 || c.MaxConns > 65536:
 		return fmt.Errorf("invalid --max-connections %d: want 1 to 65536, or 0 for no limit", c.MaxConns)
 	case c.KernelTimeout < 0 || c.KernelTimeout%time.Second != 0:

@@ -44,10 +44,13 @@ type Config struct {
 	Device string
 	// Transport is how the kernel device is served: "nbd" or "ublk" once
 	// resolved (ResolveTransport), "auto" before.
-	Transport     string
-	Swap          bool
-	SwapPriority  int
-	KernelConns   int
+	Transport    string
+	Swap         bool
+	SwapPriority int
+	KernelConns  int
+	// UblkDepth is how many requests each ublk queue holds at once
+	// (0: ublk's default).
+	UblkDepth     int
 	MaxConns      int
 	KernelTimeout time.Duration
 	// kernelDeadTimeout: how long the kernel device holds its I/O while

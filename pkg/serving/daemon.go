@@ -127,7 +127,7 @@ func newDaemon(cfg *Config, version string, st *pipeline.State, start supervise.
 	if err != nil {
 		return nil, err
 	}
-	d.ublk = ublkServer{backend: d.served, ioFlusher: cfg.Harden, log: log}
+	d.ublk = ublkServer{backend: d.served, depth: cfg.UblkDepth, ioFlusher: cfg.Harden, log: log}
 	if cfg.Transport == TransportUblk {
 		d.ublk.requests = metrics.NewUblk()
 	}

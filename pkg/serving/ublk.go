@@ -29,11 +29,12 @@ type ublkDevice struct {
 // ublkServer owns the daemon's ublk device, from its creation or
 // takeover (serve) to its removal (stop) or its handing to the next
 // serving process (leave); /status and the metrics read it meanwhile
-// (current). It is given the backend both transports serve, whether its
-// queues are the kernel's IO flushers (--harden), the counter of its
-// requests and the log.
+// (current). It is given the backend both transports serve, its queues'
+// depth and whether they are the kernel's IO flushers (--harden), the
+// counter of its requests and the log.
 type ublkServer struct {
 	backend   blockdev.Backend
+	depth     int // each queue's (--ublk-depth; 0: ublk's default)
 	ioFlusher bool
 	requests  *metrics.Ublk // nil: not counted
 	log       *slog.Logger
@@ -55,6 +56,7 @@ func (s *ublkServer) serve(ctx context.Context, tag uint64, recoverable bool, id
 		// Serving swap: its queues' allocations must not wait for the
 		// writes they would serve (the rest of swap safety is the
 		// process's, pkg/swapsafe, as for NBD).
+		Depth:       s.depth,
 		IOFlusher:   s.ioFlusher,
 		Recoverable: recoverable,
 		Tag:         tag,
@@ -84,6 +86,9 @@ func (s *ublkServer) serve(ctx context.Context, tag uint64, recoverable bool, id
 	go s.watch(u)
 	return u.dev, nil
 }
+
+// MaxUblkDepth is the most requests a ublk queue may hold (--ublk-depth).
+const MaxUblkDepth = ublk.MaxQueueDepth
 
 // unsupervisedTag tags the ublk devices gzramd serves without a
 // supervisor ("gzramd"): a device one of them left when it died is
