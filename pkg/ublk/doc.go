@@ -42,6 +42,11 @@
 // must not shrink a queue's stack. Each of these was a hang in the e2e
 // guest before it was done (test/e2e/README.md, ublk).
 //
+// The driver marks a swap request (UBLK_IO_F_SWAP, the kernel's REQ_SWAP).
+// The queues serve every request as one: nothing allocated, nothing
+// waited for that reclaim could hold, so the flag asks nothing more of
+// them, and a device that is not swap loses nothing by it.
+//
 // # What it needs
 //
 // Linux 6.5 or later with ublk_drv loaded (modprobe ublk_drv): USER_COPY
