@@ -152,7 +152,7 @@ func compressionFlags(f *pflag.FlagSet, cfg *serving.Config) {
 // on it, and the connections of other clients.
 func kernelFlags(f *pflag.FlagSet, cfg *serving.Config) {
 	f.StringVar(&cfg.Device, "device", "", "attach this kernel device to the export: /dev/nbdN, or auto for any free one (needs root and the nbd module); with --transport ublk only auto (the driver numbers /dev/ublkbN)")
-	f.StringVar(&cfg.Transport, "transport", serving.TransportNBD, "how the kernel device (--device, --swap) is served: nbd (attach /dev/nbdN to the export through the nbd module), ublk (create /dev/ublkbN and serve it through ublk_drv, no socket: Linux 6.5+, root, modprobe ublk_drv) or auto (ublk where /dev/ublk-control opens and --supervise is off, else nbd). Under the supervisor a ublk device outlives a dead or upgraded serving process and the next takes it over (ublk user recovery), as an NBD device does; without it (--supervise=false) the device goes with the process. nbd stays the default while ublk's takeover is new. The NBD socket and TCP export serve alongside either way")
+	f.StringVar(&cfg.Transport, "transport", serving.TransportNBD, "how the kernel device (--device, --swap) is served: nbd (attach /dev/nbdN to the export through the nbd module), ublk (create /dev/ublkbN and serve it through ublk_drv, no socket: Linux 6.5+, root, modprobe ublk_drv) or auto (ublk where /dev/ublk-control opens, else nbd). Under the supervisor a ublk device outlives a dead or upgraded serving process and the next takes it over (ublk user recovery), as an NBD device does; without it (--supervise=false) the device goes with the process. nbd stays the default while ublk's takeover is new. The NBD socket and TCP export serve alongside either way")
 	f.BoolVar(&cfg.Swap, "swap", false, "make the device swap: attach --device (auto if unset), mkswap, swapon --discard; swapoff and detach on stop")
 	f.IntVar(&cfg.SwapPriority, "swap-priority", 100, "swap priority for --swap (-1 for the kernel's default); above disk swap so it fills first")
 	f.IntVar(&cfg.KernelConns, "kernel-connections", 1, "sockets the kernel device spreads requests over (1-16)")
@@ -210,8 +210,8 @@ creates /dev/ublkbN itself (Linux 6.5+, root, modprobe ublk_drv) and
 --swap makes it swap as above. Under the supervisor the device outlives
 a serving process that dies or is upgraded: the kernel holds its requests
 until the next serving process takes it over. Not the default yet: that
-takeover is new. --transport auto picks ublk where it is usable and
---supervise is off, else nbd.
+takeover is new. --transport auto picks ublk where it is usable, else
+nbd.
 
 Connect the kernel by hand (then start gzramd with --realtime on) with
   nbd-client -unix /run/gzramd/gzramd.sock /dev/nbd0 -N gzram0 -b 4096 -swap

@@ -42,8 +42,8 @@ func TestValidateTransport(t *testing.T) {
 	}
 }
 
-// TestResolveTransport: auto takes ublk only where the probe passes and
-// nothing needs a takeover; an explicit ublk that the probe fails stops
+// TestResolveTransport: auto takes ublk where the probe passes, supervised
+// or not; an explicit ublk that the probe fails stops
 // with the probe's words; nbd never probes.
 func TestResolveTransport(t *testing.T) {
 	noDriver := func() error { return ublk.ErrNoDriver }
@@ -58,7 +58,8 @@ func TestResolveTransport(t *testing.T) {
 	}{
 		{"nbd", serving.Config{Transport: "nbd", Swap: true}, mustNot, "nbd", "", nil},
 		{"auto without a kernel device", serving.Config{Transport: "auto"}, mustNot, "nbd", "no kernel device", nil},
-		{"auto supervised", serving.Config{Transport: "auto", Swap: true, Supervise: true}, mustNot, "nbd", "auto keeps NBD", nil},
+		{"auto supervised", serving.Config{Transport: "auto", Swap: true, Supervise: true}, ok, "ublk", "transport: ublk", nil},
+		{"auto supervised without the driver", serving.Config{Transport: "auto", Swap: true, Supervise: true}, noDriver, "nbd", "modprobe ublk_drv", nil},
 		{"auto without the driver", serving.Config{Transport: "auto", Swap: true}, noDriver, "nbd", "modprobe ublk_drv", nil},
 		{"auto with the driver", serving.Config{Transport: "auto", Device: "auto"}, ok, "ublk", "transport: ublk", nil},
 		{"auto with the driver and --swap", serving.Config{Transport: "auto", Swap: true}, ok, "ublk", "transport: ublk", nil},

@@ -25,10 +25,9 @@ const (
 
 // ResolveTransport decides the kernel device's transport from
 // --transport, and why where it was not asked for by name. auto is ublk
-// where probe (ublk.Probe on the control device, in the daemon) passes and
-// the kernel device need not survive the serving process (--supervise=false),
-// else nbd: the ublk takeover is new, and auto keeps the supervised
-// daemon on the one the survive scenarios have long proved. Without a kernel
+// where probe (ublk.Probe on the control device, in the daemon) passes,
+// supervised or not (a supervised ublk device is taken over by ublk user
+// recovery, as the survive-ublk scenarios prove), else nbd. Without a kernel
 // device (--device, --swap) there is nothing to decide (nbd, the
 // export's), nor with --device /dev/nbdN. An explicit ublk that probe
 // fails is an error saying what is missing.
@@ -45,13 +44,11 @@ func (c *Config) ResolveTransport(probe func() error) (transport, why string, er
 		return TransportUblk, "", nil
 	case c.Device != "auto" && !(c.Device == "" && c.Swap):
 		return TransportNBD, "--device " + c.Device + " names an NBD device", nil
-	case c.Supervise:
-		return TransportNBD, "under the supervisor auto keeps NBD, whose takeover has the longer record; --transport ublk asks for ublk's", nil
 	}
 	if err := probe(); err != nil {
 		return TransportNBD, "ublk is not usable here: " + err.Error(), nil
 	}
-	return TransportUblk, "/dev/ublk-control opens and --supervise is off", nil
+	return TransportUblk, "/dev/ublk-control opens", nil
 }
 
 // ProbeUblk is the probe of ResolveTransport on this machine.

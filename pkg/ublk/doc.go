@@ -87,7 +87,7 @@
 // # Wiring it into the daemon (issue 38)
 //
 // Done: --transport nbd|ublk|auto picks the kernel device's transport
-// (auto: ublk where Probe passes and --supervise is off), logged, shown by
+// (auto: ublk where Probe passes), logged, shown by
 // gzramd status and as gzramd_transport_info; with ublk the serving
 // process serves the device (pkg/device, as over NBD) with Serve,
 // IOFlusher on, makes it swap and removes it at stop. Left:
