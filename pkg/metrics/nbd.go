@@ -25,11 +25,7 @@ type NBD struct{ r requests }
 
 // NewNBD returns an NBD observer with every counter at zero.
 func NewNBD() *NBD {
-	names := make([]string, len(commands))
-	for i, c := range commands {
-		names[i] = c.String()
-	}
-	return &NBD{r: newRequests("gzramd_nbd", names, requestsHelp{
+	return &NBD{r: newRequests("gzramd_nbd", labels(commands[:]), requestsHelp{
 		requests: "NBD requests completed, by command.",
 		bytes:    "Bytes named by the length field of completed NBD requests, by command.",
 		errors:   "NBD requests answered with an error, by command and error code.",

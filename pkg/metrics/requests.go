@@ -3,6 +3,7 @@
 package metrics
 
 import (
+	"fmt"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,6 +46,15 @@ type requests struct {
 	names []string // the commands' label values, "unknown" last
 
 	requestsDesc, bytesDesc, errorsDesc, latencyDesc *prometheus.Desc
+}
+
+// labels are cmds' label values, as they name themselves.
+func labels[C fmt.Stringer](cmds []C) []string {
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.String()
+	}
+	return names
 }
 
 // requestsHelp is the help of a transport's four request families.

@@ -26,11 +26,7 @@ type Ublk struct{ r requests }
 
 // NewUblk returns a ublk observer with every counter at zero.
 func NewUblk() *Ublk {
-	names := make([]string, len(ublkOps))
-	for i, op := range ublkOps {
-		names[i] = op.String()
-	}
-	return &Ublk{r: newRequests("gzramd_ublk", names, requestsHelp{
+	return &Ublk{r: newRequests("gzramd_ublk", labels(ublkOps[:]), requestsHelp{
 		requests: "ublk requests served, by command.",
 		bytes:    "Bytes of served ublk requests, by command.",
 		errors:   "ublk requests answered with an error, by command and error code.",
