@@ -144,9 +144,14 @@ if [ "$mode" = ublk ]; then
 	[ -n "$ublk_run" ] || grep -q -- '--- PASS: TestBlockDevice' /tmp/ublk.out || fail "TestBlockDevice did not pass"
 	if [ -n "$ublk_hog" ]; then
 		# A process of its own: it locks its memory, which would lock
-		# the heaps the tests before it left too.
+		# the heaps the tests before it left too. GODEBUG as gzramd sets
+		# it for itself (pkg/ublk's doc, Serving swap): a garbage
+		# collection that shrank a queue's stack would have the next
+		# request grow it, allocating while it serves swap (a CI run
+		# hung so on 2026-12-06: the hog and kswapd in D, the queue
+		# asleep).
 		step "ublk: TestSwap: hog $ublk_hog MiB"
-		UBLK_SWAP_HOG_MIB=$ublk_hog /bin/ublk.test -test.v -test.count=1 -test.run TestSwap -test.timeout 500s 2>&1 |
+		GODEBUG=gcshrinkstackoff=1 UBLK_SWAP_HOG_MIB=$ublk_hog /bin/ublk.test -test.v -test.count=1 -test.run TestSwap -test.timeout 500s 2>&1 |
 			prefix_to /tmp/ublk-swap.out
 		grep -q -- '--- PASS: TestSwap' /tmp/ublk-swap.out || fail "TestSwap did not pass"
 		grep -q '^E2E-UBLK HOG-PASS' /tmp/ublk-swap.out || fail "the hog did not pass"
