@@ -7,7 +7,8 @@
 # --algorithm lz4|zstd, lz4 when not named, on a Unix socket, fio's nbd
 # engine), zram[-ALGORITHM] (/dev/zram0 with lz4 or the algorithm named,
 # fio's libaio engine with O_DIRECT; needs root), nbdkit (its memory plugin,
-# fio's nbd engine).
+# fio's nbd engine; nbdkit@tcp and nbdkit@tls on loopback TCP, the latter
+# with --tls=require and the certificates below).
 #
 # A gzramd target may end in +NAME, a variant for A/B runs: its binary is
 # $GZRAMD_NAME and its flags $GZRAMD_ARGS_NAME where set (gzramd_variant).
@@ -170,15 +171,39 @@ target_start() {
 		BENCH_WHY="did not come up in 30 s"
 		return 1
 		;;
-	nbdkit)
+	nbdkit | nbdkit@*)
 		command -v nbdkit >/dev/null || { BENCH_WHY="nbdkit missing"; return 1; }
-		sock=$WORK/$target.sock
-		BENCH_URI="nbd+unix:///$BENCH_EXPORT?socket=$sock"
+		local listen
+		case "$target" in
+		nbdkit)
+			sock=$WORK/$target.sock
+			BENCH_URI="nbd+unix:///$BENCH_EXPORT?socket=$sock"
+			listen=(-U "$sock")
+			;;
+		nbdkit@tcp | nbdkit@tls)
+			# The same client and loopback as gzramd's @tcp and @tls, so
+			# that a ratio of nbdkit's (GnuTLS, no compression) tells
+			# what the client and TLS cost whatever the server.
+			local port
+			port=$(bench_free_port)
+			BENCH_URI="nbd://127.0.0.1:$port/$BENCH_EXPORT"
+			listen=(-i 127.0.0.1 -p "$port")
+			if [ "$target" = nbdkit@tls ]; then
+				bench_tls_certs
+				listen+=(--tls=require --tls-certificates="$WORK/tls")
+				BENCH_URI="nbds://127.0.0.1:$port/$BENCH_EXPORT?tls-verify-peer=false"
+			fi
+			;;
+		*)
+			BENCH_WHY="unknown transport ${target#nbdkit} (unix, tcp or tls)"
+			return 1
+			;;
+		esac
 		# nbdkit writes its pid file once it accepts connections; its
 		# socket appears at bind, before it listens, and stays after it
 		# exits.
-		rm -f "$sock" "$WORK/$target.pid"
-		nbdkit -f -P "$WORK/$target.pid" -U "$sock" "${E2E_NBDKIT_MEMORY:-memory}" "$BENCH_SIZE" >"$WORK/$target.log" 2>&1 &
+		rm -f "${sock:-}" "$WORK/$target.pid"
+		nbdkit -f -P "$WORK/$target.pid" "${listen[@]}" "${E2E_NBDKIT_MEMORY:-memory}" "$BENCH_SIZE" >"$WORK/$target.log" 2>&1 &
 		BENCH_PID=$!
 		BENCH_PIDS+=("$BENCH_PID")
 		for _ in $(seq 100); do

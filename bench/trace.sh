@@ -35,6 +35,9 @@
 #                   gzramd-cpu@tls/gzramd-cpu@tcp unless TRACE_TARGETS and
 #                   TRACE_PAIRS say otherwise (bench/lib.sh: a target's @tcp
 #                   or @tls; throwaway certificates made with openssl)
+#   TRACE_THREADS   1: also the busiest threads of each run, by
+#                   bench/threads.py (whose thread sets the pace: a
+#                   client's at 100 % while the server's are not)
 #   GZRAMD, GZRAMD_ARGS, E2E_NBDKIT_MEMORY: as for bench/lib.sh
 # Tools come from PATH: fio (with its nbd engine), nbdkit, python3, and
 # zstd or xz for a compressed trace; on a machine without packages, from
@@ -147,6 +150,11 @@ for round in $(seq "$ROUNDS"); do
 			# trace's.
 			redirect=()
 			case "$target" in zram | zram-*) redirect=(--replay_redirect=/dev/zram0) ;; esac
+			watch=""
+			if [ "${TRACE_THREADS:-0}" = 1 ]; then
+				python3 "$ROOT/bench/threads.py" watch "$WORK/threads.now" &
+				watch=$!
+			fi
 			t0=$(machine_cpu_ticks) p0=0
 			[ -z "$BENCH_METRICS" ] || p0=$(gzramd_metric process_cpu_seconds_total)
 			target_fio "$target" replay --read_iolog="$WORK/replay.iolog" --replay_no_stall=1 "${redirect[@]}" \
@@ -161,8 +169,12 @@ for round in $(seq "$ROUNDS"); do
 			echo "$(fio_summary "$WORK/$target.$jobs.json" "$t0" "$t1" 1 1) $(fio_process_cpu "$WORK/$target.$jobs.json" "$p0" "$p1")" |
 				sed "s/^/$target $jobs $round /" >>"$WORK/rows"
 			bench_log "$(tail -1 "$WORK/rows")"
+			if [ -n "$watch" ]; then
+				kill -TERM "$watch" && wait "$watch" || true
+				{ echo "$target, $jobs jobs, round $round: $(cat "$WORK/threads.now")"; echo; } >>"$WORK/threads"
+			fi
 			case "$target" in
-			*@tls)
+			gzramd-*@tls)
 				# What the client and gzramd agreed on, for the report.
 				grep -ho 'tls="[^"]*" cipher=[A-Z0-9_]*' "$WORK/$target.log" | sort -u | sed "s/^/$target: /" >>"$WORK/ciphers"
 				;;
@@ -200,6 +212,14 @@ awk '{ $1 = "jobs-" $2 " " $1; $2 = ""; print }' "$WORK/rows" >"$WORK/cases"
 	echo
 	bench_ratio_table "$WORK/cases" $PAIRS
 	[ ! -s "$WORK/skipped.txt" ] || { echo; cat "$WORK/skipped.txt"; }
+	if [ -s "$WORK/threads" ]; then
+		echo
+		echo "The busiest threads of each run (bench/threads.py):"
+		echo
+		echo '```'
+		cat "$WORK/threads"
+		echo '```'
+	fi
 	if [ "$ROUNDS" != 1 ]; then
 		echo
 		echo "Every round (target, jobs, round, MB/s, IOPS, CPU-s/GB, p50 µs, p99 µs, gzramd's CPU-s/GB):"
@@ -210,5 +230,5 @@ awk '{ $1 = "jobs-" $2 " " $1; $2 = ""; print }' "$WORK/rows" >"$WORK/cases"
 	fi
 	echo
 	bench_machine
-	echo "Command: ${TRACE_TLS:+TRACE_TLS=$TRACE_TLS }TRACE_TARGETS=\"$TARGETS\" TRACE_ROUNDS=$ROUNDS TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh${1:+ $1}"
+	echo "Command: ${TRACE_TLS:+TRACE_TLS=$TRACE_TLS }${TRACE_THREADS:+TRACE_THREADS=$TRACE_THREADS }TRACE_TARGETS=\"$TARGETS\" TRACE_ROUNDS=$ROUNDS TRACE_JOBS=\"$JOBS\" TRACE_IODEPTH=$IODEPTH TRACE_REPEAT=$REPEAT bench/trace.sh${1:+ $1}"
 } | tee "${TRACE_OUT:-/dev/null}"
