@@ -29,10 +29,11 @@
 //
 // # Serving swap
 //
-// A queue's buffers are mapped and written to before it serves, and its
-// goroutine's stack grown (stackBytes), so that serving a request
-// allocates nothing and faults on nothing of the queue's own
-// (TestServeAllocatesNothing): with the device as swap, a page allocated
+// A queue's buffers are mapped and written to before it serves, its
+// goroutine's stack grown (stackBytes) and its thread's signal stack made
+// resident (the runtime's preemption signal writes its frame there:
+// TestSignalStackResident), so that serving a request allocates nothing
+// and faults on nothing of the queue's own (TestServeAllocatesNothing): with the device as swap, a page allocated
 // while serving may have to be reclaimed by writing to the device itself.
 // Config.IOFlusher makes each queue's thread an IO flusher. The caller
 // must do the rest, as gzramd does for NBD: lock its memory

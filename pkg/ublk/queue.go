@@ -51,6 +51,9 @@ func descAreaOffset(q uint16) int64 {
 // recovery, the time from START_USER_RECOVERY to the last fetch is all
 // that a death must not interrupt (see Recover).
 func (q *queue) prepare() error {
+	if err := signalStackResident(); err != nil {
+		return fmt.Errorf("ublk: queue %d: %w", q.id, err)
+	}
 	var err error
 	if q.ioFlusher {
 		// Per thread: this one's allocations must not wait on I/O,
