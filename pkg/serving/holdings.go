@@ -30,8 +30,8 @@ func (rp reporter) holdings() []swapsafe.Holding {
 			Why: "payload buffers each NBD connection keeps resident, written at its handshake, and as many workers: per connection"})
 	}
 	if u := d.ublk.current(); u != nil {
-		hs = append(hs, swapsafe.Holding{Name: "ublk-buffers", Bytes: int64(u.dev.Queues) * int64(u.dev.Depth) * int64(u.dev.MaxIOBytes),
-			Why: "each ublk queue's data buffers, one per tag, written before it serves"})
+		hs = append(hs, swapsafe.Holding{Name: "ublk-buffers", Bytes: int64(u.dev.Queues) * int64(u.dev.MaxIOBytes),
+			Why: "each ublk queue's data buffer, written before it serves: a queue serves one request at a time"})
 	}
 	if d.reserve != nil {
 		why := "Go heap faulted in and kept, and locked with the rest of the heap by gzramd-heaplock"

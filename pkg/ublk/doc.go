@@ -18,7 +18,7 @@
 //
 // Data moves by USER_COPY: the queue's thread preads a write's data from
 // /dev/ublkcN, and pwrites a read's, at the position the driver gives the
-// request's queue and tag, into and out of a buffer of its own per tag. A
+// request's queue and tag, into and out of the queue's buffer. A
 // backend that is a blockdev.WriteReceiver (the device, with a GPU) has
 // a write's data read straight into the memory it gives (staging slots),
 // as the NBD server reads a payload.

@@ -15,9 +15,12 @@ import (
 const stopData = 1 << 32
 
 // queue serves one of the device's hardware queues: a ring of its own,
-// the tags' descriptors mapped from /dev/ublkcN and a buffer per tag,
-// all set up before its first fetch and kept to the end, so that serving
-// a request allocates nothing.
+// the tags' descriptors mapped from /dev/ublkcN and a data buffer, all
+// set up before its first fetch and kept to the end, so that serving a
+// request allocates nothing. One buffer serves every tag: the queue's
+// thread serves its requests one after another, and each request's data
+// is copied in and out (USER_COPY) before the next is served, so no
+// request keeps the buffer past its commit.
 type queue struct {
 	id    uint16
 	depth int
@@ -29,7 +32,7 @@ type queue struct {
 
 	ring  *uring.Ring
 	descs []byte // the driver's descriptor area (read-only)
-	bufs  []byte // depth buffers of maxIO bytes, anonymous memory
+	buf   []byte // maxIO bytes of anonymous memory, every tag's in turn
 }
 
 // descAreaSize is the length of one queue's descriptor area, which the
@@ -66,11 +69,11 @@ func (q *queue) prepare() error {
 	if err != nil {
 		return fmt.Errorf("ublk: queue %d: %w", q.id, err)
 	}
-	q.bufs, err = unix.Mmap(-1, 0, q.depth*q.maxIO, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	q.buf, err = unix.Mmap(-1, 0, q.maxIO, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
-		return fmt.Errorf("ublk: queue %d: buffers: %w", q.id, err)
+		return fmt.Errorf("ublk: queue %d: buffer: %w", q.id, err)
 	}
-	prefault(q.bufs)
+	prefault(q.buf)
 	return nil
 }
 
@@ -107,22 +110,17 @@ func (q *queue) close() {
 	if q.ring != nil {
 		q.ring.Close()
 	}
-	for _, m := range [][]byte{q.descs, q.bufs} {
+	for _, m := range [][]byte{q.descs, q.buf} {
 		if m != nil {
 			_ = unix.Munmap(m)
 		}
 	}
-	q.ring, q.descs, q.bufs = nil, nil, nil
+	q.ring, q.descs, q.buf = nil, nil, nil
 }
 
 // desc is tag's descriptor as the driver last wrote it.
 func (q *queue) desc(tag uint16) ioDesc {
 	return *(*ioDesc)(unsafe.Pointer(&q.descs[int(tag)*ioDescSize]))
-}
-
-func (q *queue) buf(tag uint16) []byte {
-	off := int(tag) * q.maxIO
-	return q.bufs[off : off+q.maxIO : off+q.maxIO]
 }
 
 // prepIO fills the next entry with FETCH_REQ or COMMIT_AND_FETCH_REQ for
@@ -183,7 +181,7 @@ func (q *queue) serve() error {
 			tag := uint16(c.UserData)
 			switch {
 			case c.Res == ioResOK && int(tag) < q.depth:
-				res := q.h.serve(tag, q.desc(tag), q.buf(tag))
+				res := q.h.serve(tag, q.desc(tag), q.buf)
 				if err := q.prepIO(ioCommitAndFetchReq, tag, res); err != nil && ioErr == nil {
 					ioErr = err
 				}

@@ -24,8 +24,8 @@ type Config struct {
 	// at most MaxQueueDepth).
 	Depth int
 	// MaxIOBytes is the most one request carries (default 128 KiB, a
-	// multiple of 4096, at most MaxIOBytes); each tag has a buffer of
-	// this size.
+	// multiple of 4096, at most MaxIOBytes); each queue has a buffer
+	// of this size.
 	MaxIOBytes int
 	// ControlPath is the control device (default DefaultControlPath).
 	ControlPath string
