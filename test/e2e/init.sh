@@ -147,9 +147,10 @@ if [ "$mode" = ublk ]; then
 		# the heaps the tests before it left too. GODEBUG as gzramd sets
 		# it for itself (pkg/ublk's doc, Serving swap): a garbage
 		# collection that shrank a queue's stack would have the next
-		# request grow it, allocating while it serves swap (a CI run
-		# hung so on 2026-12-06: the hog and kswapd in D, the queue
-		# asleep).
+		# request grow it, allocating while it serves swap. (The CI run
+		# that hung here on 2026-12-06, the hog and kswapd in D, was the
+		# queue thread's signal stack faulting: pkg/ublk's
+		# signalStackResident.)
 		step "ublk: TestSwap: hog $ublk_hog MiB"
 		GODEBUG=gcshrinkstackoff=1 UBLK_SWAP_HOG_MIB=$ublk_hog /bin/ublk.test -test.v -test.count=1 -test.run TestSwap -test.timeout 500s 2>&1 |
 			prefix_to /tmp/ublk-swap.out
