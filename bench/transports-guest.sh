@@ -131,6 +131,11 @@ footprint() {
 	emit "T-FOOT $1 $2 $rss $pss $n $t $anon $file $lck $((g1 - g0)) $(echo "$c0 $c1" | awk '{ h = NF / 2; for (i = 1; i <= h; i++) if (i <= 3 || i >= 6 && i <= 8) b += $(i + h) - $i; print b }') $idle_s"
 	say "$1: gzramd idle: RSS $rss kB, PSS $pss kB (anonymous $anon, file $file, locked $lck), $n process(es), $t threads; $((g1 - g0)) ticks of its CPU in $idle_s s"
 	grep -o 'msg="kernel device created".*' "$glog" | sed 's/^/E2E-GZRAMD /'
+	# Where the resident memory is: every mapping of 1 MiB or more.
+	for p in $(gz_pids); do
+		awk -v kind="$1" '$1 ~ /^[0-9a-f]+-[0-9a-f]+$/ { range = $1; name = NF >= 6 ? $6 : "[anon]" }
+			$1 == "Rss:" && $2 >= 1024 { printf "E2E-GZRAMD %s: mapping %s %s: %d kB resident\n", kind, range, name, $2 }' /proc/"$p"/smaps
+	done
 	[ "$1" != ublk ] || emit "T-UBLK $(grep -o 'queues=[0-9]* depth=[0-9]* max_io_bytes=[0-9]*' "$glog" | head -n 1)"
 }
 

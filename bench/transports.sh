@@ -222,7 +222,12 @@ accel_pick
 CONSOLE=$WORK/transports.console
 SERIAL=$WORK/transports.results
 GUEST_INITRD=$WORK/guest.cpio
-cat "$INITRD" "$LAYER" >"$GUEST_INITRD"
+# The kernel reads an uncompressed cpio after a compressed one only from a
+# 4-byte boundary: the base is padded to one, or the layer goes unread
+# whenever the base's length happens not to be a multiple of 4.
+cp "$INITRD" "$GUEST_INITRD"
+truncate -s %4 "$GUEST_INITRD"
+cat "$LAYER" >>"$GUEST_INITRD"
 
 # The traces' counts, from the archive (the guest's copy), and every
 # device's size: the largest extent, in whole MiB, at least 64 and the
