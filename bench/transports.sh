@@ -196,12 +196,7 @@ done
 [[ $GARGS != *" "* ]] || die "TRANSPORTS_GZRAMD_ARGS: comma-separated, no spaces"
 
 mkdir -p "$E2E_CACHE" "$OUTDIR"
-WORK=$(mktemp -d /tmp/gzramd-transports.XXXXXX)
-if [ "${E2E_KEEP:-0}" = 1 ]; then
-	log "keeping the console and the results in $WORK"
-else
-	E2E_TMPS+=("$WORK")
-fi
+e2e_workdir /tmp/gzramd-transports.XXXXXX "the console and the results"
 T0=$SECONDS
 if [ -n "${E2E_BUNDLE:-}" ]; then
 	bundle_open

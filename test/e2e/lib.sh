@@ -29,6 +29,18 @@ e2e_cleanup() {
 	[ ${#E2E_TMPS[@]} -eq 0 ] || rm -rf "${E2E_TMPS[@]}"
 }
 
+# e2e_workdir TEMPLATE WHAT: sets WORK to a new directory (mktemp -d
+# TEMPLATE) for a run's WHAT: kept, and said so, with E2E_KEEP=1; removed
+# at exit otherwise.
+e2e_workdir() {
+	WORK=$(mktemp -d "$1")
+	if [ "${E2E_KEEP:-0}" = 1 ]; then
+		log "keeping $2 in $WORK"
+	else
+		E2E_TMPS+=("$WORK")
+	fi
+}
+
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }

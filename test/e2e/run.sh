@@ -109,12 +109,7 @@ nbdkit) ;;
 esac
 
 mkdir -p "$E2E_CACHE"
-WORK=$(mktemp -d /tmp/gzramd-e2e.XXXXXX)
-if [ "${E2E_KEEP:-0}" = 1 ]; then
-	log "keeping consoles and logs in $WORK"
-else
-	E2E_TMPS+=("$WORK")
-fi
+e2e_workdir /tmp/gzramd-e2e.XXXXXX "consoles and logs"
 T0=$SECONDS
 # ublk needs a kernel with ublk_drv and USER_COPY: Debian 12's 6.12, not
 # its default 6.1. Where the scenario runs and no kernel is named, that one

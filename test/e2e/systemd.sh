@@ -230,12 +230,8 @@ image_build() {
 }
 
 mkdir -p "$E2E_CACHE"
-WORK=$(mktemp -d "$E2E_CACHE/tmp.XXXXXX") # beside the cached root: cp -al
-if [ "${E2E_KEEP:-0}" = 1 ]; then
-	log "keeping the console, image and logs in $WORK"
-else
-	E2E_TMPS+=("$WORK")
-fi
+# Beside the cached root: cp -al.
+e2e_workdir "$E2E_CACHE/tmp.XXXXXX" "the console, image and logs"
 T0=$SECONDS
 kernel_fetch
 root_fetch
