@@ -126,3 +126,26 @@ func TestExtents(t *testing.T) {
 		t.Fatalf("extents (first page, pages) %v, want %v", got, want)
 	}
 }
+
+// Populate over a page past the file's end leaves it alone: touching it
+// would be a SIGBUS, and the test binary would die of it.
+func TestPopulatePastTheEnd(t *testing.T) {
+	m, err := Create("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	page := unix.Getpagesize()
+	if err := m.Grow(int64(page)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := m.Map(0, 4*page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(a)
+	Populate(a)
+	if got := residentPages(t, a[:page]); got != 1 {
+		t.Errorf("%d pages resident within the file, want 1", got)
+	}
+}
