@@ -33,8 +33,9 @@
 // goroutine's stack grown (stackBytes) and its thread's signal stack made
 // resident (the runtime's preemption signal writes its frame there:
 // TestSignalStackResident), so that serving a request allocates nothing
-// and faults on nothing of the queue's own (TestServeAllocatesNothing): with the device as swap, a page allocated
-// while serving may have to be reclaimed by writing to the device itself.
+// and faults on nothing of the queue's own (TestServeAllocatesNothing):
+// with the device as swap, a page allocated while serving may have to be
+// reclaimed by writing to the device itself.
 // Config.IOFlusher makes each queue's thread an IO flusher. The caller
 // must do the rest, as gzramd does for NBD: lock its memory
 // (mlockall(MCL_CURRENT|MCL_FUTURE|MCL_ONFAULT); MAP_POPULATE does nothing
