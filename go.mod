@@ -6,6 +6,7 @@ require (
 	github.com/DataDog/zstd v1.5.7
 	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/klauspost/compress v1.20.3
+	github.com/pierrec/lz4/v4 v4.1.33
 	github.com/pojntfx/go-nbd v0.3.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3

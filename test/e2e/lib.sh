@@ -325,6 +325,21 @@ served_since_last_kill() {
 		END { exit !served }' "$1"
 }
 
+# guest_stacks CONSOLE: the stacks in CONSOLE's sysrq dumps of the tasks
+# a hang is about: those blocked (state D), and the threads of gzramd, of
+# the ublk and nbd test servers and the swap hog, their io_uring workers
+# and the kernel's nbd and ublk workers.
+guest_stacks() {
+	tr -d '\r' <"$1" | sed -E 's/^\[ *[0-9.]+\] ?//' | awk '
+		/^task:/ {
+			name = $1; sub(/^task:/, "", name)
+			keep = ($2 == "state:D") || name ~ /^(gzramd|ublk|nbd|hog|iou-)/ ||
+				(name ~ /^kworker.*(ublk|nbd)/ && $2 != "state:I")
+		}
+		/^task:|^Call Trace:|^ *<\/?(TASK|IRQ)>|^ +(\? )?[A-Za-z_0-9.]+\+0x|^(Code|R[A-Z0-9][A-Z0-9]?): / { if (keep) print; next }
+		{ keep = 0 }'
+}
+
 # guest_run TIMEOUT: boots $QEMU and watches $CONSOLE until a verdict, a
 # panic, QEMU exiting, or TIMEOUT seconds. Returns 0 only on
 # "E2E-RESULT: PASS"; prints the console's tail on anything else.
@@ -386,6 +401,12 @@ guest_run() {
 	# scrolled past the first failure.
 	echo "---- gzramd warnings and errors, kernel nbd and I/O messages (first 60) ----" >&2
 	grep -aE 'level=(WARN|ERROR)|nbd|I/O error|Read-error|Write-error|blocked for more' "$CONSOLE" | tr -d '\r' | head -n 60 >&2 || true
+	if [ "${verdict#timeout}" != "$verdict" ]; then
+		# The console's tail is sysrq t's last tasks: print the stacks a
+		# hang is read from first (CI shows only the end of its output).
+		echo "---- blocked tasks (sysrq w) and the stacks of gzramd's, ublk's and nbd's threads (sysrq t) ----" >&2
+		guest_stacks "$CONSOLE" | head -n 400 >&2 || true
+	fi
 	echo "---- guest console (tail) ----" >&2
 	tail -n 40 "$CONSOLE" | tr -d '\r' >&2
 	echo "---- end of console; verdict: $verdict" >&2
