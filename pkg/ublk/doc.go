@@ -72,6 +72,25 @@
 // fails (TestRecoverAfterKill, in the 6.12 guest: a write the dead
 // server held is sent again, a read sent with no server waits).
 //
+// Linux 6.12's driver has two hazards here, both met in survive-ublk,
+// which kills serving processes inside their takeovers:
+//
+//   - It says a device is quiesced, and takes START_USER_RECOVERY, before
+//     its quiesce work has cancelled the dead server's fetches; fetches
+//     sent in between are cancelled too, and the queues stop with the
+//     device live (its I/O failed, then its disk was deleted). Recover
+//     sleeps 50 ms once the device is quiesced, off the CPU that this
+//     process's realtime threads would keep from the work.
+//   - A recovering server that dies with some queues ready and others not
+//     leaves a device whose next START_USER_RECOVERY puts a NULL task
+//     (ublk_queue_reinit: a WARN, then an oops). Every queue fetches at one
+//     signal, each in one submission, so the window is microseconds; the
+//     descriptors are mapped only after, since the driver lets only the
+//     process that mapped them map them again until the next START: a
+//     server that dies after START and before any queue fetched leaves a
+//     device the next recovers (START then fails EINVAL, and the fetches
+//     and END_USER_RECOVERY are taken as they are).
+//
 // # What it does not do yet
 //
 //   - Serve the requests of one queue concurrently: a queue's thread runs

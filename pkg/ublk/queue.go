@@ -77,11 +77,16 @@ func (q *queue) prepare() error {
 	return nil
 }
 
-// attach maps the queue's descriptors from the char device h serves
-// through.
-func (q *queue) attach(h handler) error {
+// attach has the queue serve through h's char device.
+func (q *queue) attach(h handler) {
 	q.h = h
 	q.h.q = q.id
+}
+
+// mapDescs maps the queue's descriptors from its char device. The
+// driver writes a request's descriptor before its fetch completes, so
+// they are read only after.
+func (q *queue) mapDescs() error {
 	var err error
 	q.descs, err = unix.Mmap(q.h.data, descAreaOffset(q.id), descAreaSize(q.depth), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {

@@ -19,6 +19,15 @@ import (
 // which its exit does.
 const recoverWait = 10 * time.Second
 
+// quiesceSettle is how long Recover lets the driver finish quiescing a
+// device before it sends START_USER_RECOVERY. Linux 6.12's driver says a
+// device is quiesced (and takes START) before its work item has
+// cancelled the old server's fetches; fetches this process sends in
+// between are cancelled with them, and its queues stop with the device
+// live. The work is an ordinary kernel thread, which this process's
+// realtime threads may keep off the CPU: sleeping lets it run.
+const quiesceSettle = 50 * time.Millisecond
+
 // Recover serves device id again: a device created Recoverable whose
 // server died, or left it without stopping it. The driver holds the
 // device's requests meanwhile, and requeues those the dead server had
@@ -35,10 +44,13 @@ const recoverWait = 10 * time.Second
 //
 // What a death must not interrupt is short: the queues set up their rings
 // and buffers first, and only then does Recover send START_USER_RECOVERY,
-// open /dev/ublkcN and fetch. A recovering server that dies after its
-// START and before its last fetch leaves, on Linux 6.12, a device whose
-// next recovery may be refused (a queue half fetched, or the descriptors
-// already mapped by the dead process); its error says so.
+// open /dev/ublkcN and have every queue fetch at once, each in one
+// submission; they map their descriptors after. A recovering server that
+// dies after its START and before any queue fetched leaves a device the
+// next takes over. One that dies while some of its queues are ready and
+// others not leaves, on Linux 6.12, a device the next START oopses on
+// (ublk_queue_reinit puts the not-ready queue's NULL daemon): the queues'
+// fetches are microseconds apart to make that unlikely, not impossible.
 func Recover(ctx context.Context, cfg Config, id int, backend blockdev.Backend) (err error) {
 	if cfg.ControlPath == "" {
 		cfg.ControlPath = DefaultControlPath
@@ -55,6 +67,7 @@ func Recover(ctx context.Context, cfg Config, id int, backend blockdev.Backend) 
 	if err != nil {
 		return err
 	}
+	time.Sleep(quiesceSettle)
 	dev := deviceOf(info)
 	if err := dev.check(); err != nil {
 		return err

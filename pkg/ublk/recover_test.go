@@ -147,16 +147,53 @@ func recoverChild() {
 	fail(errors.Join(errors.New("Serve returned"), Serve(context.Background(), cfg, b)))
 }
 
+// startChild begins the recovery of device GZRAMD_UBLK_RECOVER_ID, as
+// Recover does up to its queues' fetches (START_USER_RECOVERY, the char
+// device opened), says "started" and waits to be killed.
+func startChild() {
+	fail := func(err error) {
+		os.Stderr.WriteString("start child: " + err.Error() + "\n")
+		os.Exit(2)
+	}
+	id, err := strconv.Atoi(os.Getenv("GZRAMD_UBLK_RECOVER_ID"))
+	if err != nil {
+		fail(err)
+	}
+	ctl, err := openControl(DefaultControlPath)
+	if err != nil {
+		fail(err)
+	}
+	if _, err := quiescedDevice(ctl, uint32(id)); err != nil {
+		fail(err)
+	}
+	if err := startRecovery(ctl, uint32(id)); err != nil {
+		fail(err)
+	}
+	char, err := openChar(fmt.Sprintf("/dev/ublkc%d", id))
+	if err != nil {
+		fail(err)
+	}
+	defer char.Close()
+	os.Stdout.WriteString("started\n")
+	time.Sleep(time.Hour)
+}
+
 // TestRecoverAfterKill serves a Recoverable device from another process
 // (this binary run again) over a memfd both map, writes through it, and
 // kills that process while it holds a write; a read sent then waits.
 // Recover, here, serves the device again from the same memfd: the held
 // write is sent again and succeeds, the waiting read gets its data, and
 // everything written before reads back. No request fails, which for swap
-// is no process killed.
+// is no process killed. Between the kill and Recover, another process
+// begins a recovery and is killed before its queues fetch: Recover takes
+// the device from there.
 func TestRecoverAfterKill(t *testing.T) {
-	if os.Getenv(recoverChildEnv) == "1" {
+	switch os.Getenv(recoverChildEnv) {
+	case "1":
 		recoverChild()
+		return
+	case "start":
+		startChild()
 		return
 	}
 	needDriver(t)
@@ -238,6 +275,26 @@ func TestRecoverAfterKill(t *testing.T) {
 		t.Fatalf("the held write returned %v with no server, want it held", err)
 	case <-time.After(200 * time.Millisecond):
 	}
+
+	// A recovery that dies after its START_USER_RECOVERY and before its
+	// queues fetched does not keep the device from the next.
+	half := exec.Command(os.Args[0], "-test.run=^TestRecoverAfterKill$")
+	half.Env = append(os.Environ(), recoverChildEnv+"=start", "GZRAMD_UBLK_RECOVER_ID="+strconv.Itoa(id))
+	half.Stderr = os.Stderr
+	hr, err := half.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := half.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(hr).ReadString('\n'); err != nil || line != "started\n" {
+		half.Process.Kill()
+		half.Wait()
+		t.Fatalf("the recovery begun in another process: %q, %v", line, err)
+	}
+	half.Process.Kill()
+	half.Wait()
 
 	if found, quiesced, err := Find("", recoverTag); err != nil || found != id {
 		t.Fatalf("Find(%#x): device %d (quiesced %v), %v; want %d", recoverTag, found, quiesced, err, id)

@@ -234,7 +234,13 @@ func serveDevice(ctx context.Context, ctl *control, dev Device, cfg Config, back
 		}
 	}()
 	qs.attach(newHandler(context.WithoutCancel(ctx), backend, cfg.Observer, int(char.Fd())))
-	if err := qs.waitFetched(); err != nil {
+	ferr := qs.waitFetched()
+	// Only now, every queue ready, are the descriptors mapped: the
+	// driver lets only the process that mapped them first map them
+	// until the next START_USER_RECOVERY, so a recovering server that
+	// died before its queues were ready must not have mapped them.
+	qs.mapDescs()
+	if err := errors.Join(ferr, qs.waitMapped()); err != nil {
 		return false, errors.Join(err, qs.stop())
 	}
 	if err := live(ctl, dev); err != nil {
@@ -282,12 +288,16 @@ func start(ctl *control, dev Device) error {
 // queues are a device's queues, each run by a goroutine on a thread of
 // its own.
 type queues struct {
-	stopFd   int          // eventfd every queue polls: written to stop them
-	prepared chan error   // one a queue, once it has set up its own
-	handlers chan handler // the char device's handler, for each queue; closed: give up
-	fetched  chan error   // one a queue, once it has fetched every tag
-	done     chan error   // one a queue, once it has stopped
-	running  int          // queues not yet stopped
+	stopFd   int           // eventfd every queue polls: written to stop them
+	prepared chan error    // one a queue, once it has set up its own
+	attached chan struct{} // closed once handler is set, or given up on (handler.data < 0)
+	handler  handler       // the char device's handler, every queue's
+	fetched  chan error    // one a queue, once it has fetched every tag
+	toMap    chan struct{} // closed once every queue has fetched, or failed to
+	mapped   chan error    // one a queue that fetched, once it has mapped its descriptors
+	done     chan error    // one a queue, once it has stopped
+	running  int           // queues not yet stopped
+	fetching int           // queues that fetched: as many send on mapped
 }
 
 func startQueues(dev Device, ioFlusher bool) (*queues, error) {
@@ -295,8 +305,9 @@ func startQueues(dev Device, ioFlusher bool) (*queues, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ublk: stop eventfd: %w", err)
 	}
-	qs := &queues{stopFd: stopFd, prepared: make(chan error, dev.Queues), handlers: make(chan handler, dev.Queues),
-		fetched: make(chan error, dev.Queues), done: make(chan error, dev.Queues), running: dev.Queues}
+	qs := &queues{stopFd: stopFd, prepared: make(chan error, dev.Queues), attached: make(chan struct{}),
+		fetched: make(chan error, dev.Queues), toMap: make(chan struct{}), mapped: make(chan error, dev.Queues),
+		done: make(chan error, dev.Queues), running: dev.Queues, handler: handler{data: -1}}
 	for i := range dev.Queues {
 		q := &queue{id: uint16(i), depth: dev.Depth, maxIO: dev.MaxIOBytes, stop: stopFd, ioFlusher: ioFlusher}
 		go osthread.Run(fmt.Sprintf("ublk%d-q%d", dev.ID, i), func() { qs.run(q) })
@@ -304,22 +315,31 @@ func startQueues(dev Device, ioFlusher bool) (*queues, error) {
 	return qs, nil
 }
 
-// run is one queue's life: set up, attach, fetch, serve, close.
+// run is one queue's life: set up, fetch, map its descriptors, serve,
+// close.
 func (qs *queues) run(q *queue) {
 	growStack(stackBytes)
 	err := q.prepare()
 	qs.prepared <- err
-	h, ok := <-qs.handlers
+	// Every queue fetches at the one signal, and in one submission: a
+	// recovering server that dies while some of its queues are ready and
+	// others not leaves Linux 6.12's driver a device that its next
+	// START_USER_RECOVERY oopses on (see Recover).
+	<-qs.attached
 	switch {
 	case err != nil:
-	case !ok:
+	case qs.handler.data < 0:
 		err = errGaveUp
 	default:
-		if err = q.attach(h); err == nil {
-			err = q.fetchAll()
-		}
+		q.attach(qs.handler)
+		err = q.fetchAll()
 	}
 	qs.fetched <- err
+	if err == nil {
+		<-qs.toMap
+		err = q.mapDescs()
+		qs.mapped <- err
+	}
 	if err == nil {
 		err = q.serve()
 	}
@@ -346,16 +366,15 @@ func (qs *queues) waitPrepared() error {
 	return err
 }
 
-// attach has every queue serve through h's char device.
+// attach has every queue serve through h's char device, and fetch.
 func (qs *queues) attach(h handler) {
-	for range cap(qs.handlers) {
-		qs.handlers <- h
-	}
+	qs.handler = h
+	close(qs.attached)
 }
 
 // abort ends queues that were never attached.
 func (qs *queues) abort() error {
-	close(qs.handlers)
+	close(qs.attached)
 	err := qs.stop()
 	if errors.Is(err, errGaveUp) {
 		err = nil
@@ -365,9 +384,28 @@ func (qs *queues) abort() error {
 
 // waitFetched waits until every queue has fetched, or failed to.
 func (qs *queues) waitFetched() error {
-	var err error
+	var errs []error
 	for range cap(qs.fetched) {
-		err = errors.Join(err, <-qs.fetched)
+		err := <-qs.fetched
+		if err == nil {
+			qs.fetching++
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// mapDescs has the queues that fetched map their descriptors.
+func (qs *queues) mapDescs() {
+	close(qs.toMap)
+}
+
+// waitMapped waits until every queue that fetched has mapped its
+// descriptors, or failed to.
+func (qs *queues) waitMapped() error {
+	var err error
+	for range qs.fetching {
+		err = errors.Join(err, <-qs.mapped)
 	}
 	return err
 }
