@@ -362,6 +362,15 @@ func TestSwap(t *testing.T) {
 	if failed := swapsafe.Failed(swapsafe.Apply(swapsafe.Options{LockMemory: true, Realtime: true})); len(failed) > 0 {
 		t.Fatalf("swap safety: %+v", failed)
 	}
+	// And threads started now and kept idle, as the daemon's are
+	// (thread_reserve): without them, a goroutine back from a blocking
+	// call had a queue's thread start another, allocating its M in a
+	// fresh span whose fault waited on reclaim that waited on this
+	// device (seen in the e2e guest: ublk0-q1 in mallocgc, type
+	// runtime.mPadded, 1 run in 4).
+	if s := swapsafe.ReserveThreads(16); s.Err != nil {
+		t.Fatalf("swap safety: %+v", s)
+	}
 	defer swapsafe.DropRealtime()
 	defer unix.Munlockall()
 	s := serveBackend(t, Config{IOFlusher: true}, p)
