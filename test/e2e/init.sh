@@ -150,9 +150,14 @@ if [ "$mode" = ublk ]; then
 		# request grow it, allocating while it serves swap. (The CI run
 		# that hung here on 2026-12-06, the hog and kswapd in D, was the
 		# queue thread's signal stack faulting: pkg/ublk's
-		# signalStackResident.)
+		# signalStackResident.) asyncpreemptoff: the test's backend
+		# compresses in Go (gzramd's codecs are C), long enough for the
+		# runtime to preempt a queue's goroutine, and Go 1.26 saves its
+		# vector registers in a block it allocates off the heap
+		# (runtime.xRegSave): its first write to a fresh page faulted,
+		# into reclaim that waited on the device (a hang, 1 run in 10).
 		step "ublk: TestSwap: hog $ublk_hog MiB"
-		GODEBUG=gcshrinkstackoff=1 UBLK_SWAP_HOG_MIB=$ublk_hog /bin/ublk.test -test.v -test.count=1 -test.run TestSwap -test.timeout 500s 2>&1 |
+		GODEBUG=gcshrinkstackoff=1,asyncpreemptoff=1 UBLK_SWAP_HOG_MIB=$ublk_hog /bin/ublk.test -test.v -test.count=1 -test.run TestSwap -test.timeout 500s 2>&1 |
 			prefix_to /tmp/ublk-swap.out
 		grep -q -- '--- PASS: TestSwap' /tmp/ublk-swap.out || fail "TestSwap did not pass"
 		grep -q '^E2E-UBLK HOG-PASS' /tmp/ublk-swap.out || fail "the hog did not pass"
