@@ -38,6 +38,13 @@ func SourceHash(ptx []byte) string {
 	return strings.TrimSpace(s)
 }
 
+// ZstdDecode is the PTX of zstd_dec.cu: gz_zstd_decompress, which decodes
+// zstd pages (pkg/codec/zstddec_core.h, the host's decoder) for the dense
+// tier's recompression, as lz4.cu's gz_lz4_decompress decodes LZ4 pages.
+//
+//go:embed zstd_dec.ptx
+var ZstdDecode []byte
+
 // ZstdDeep is the PTX of zstd_deep.cu: gz_zstd_deep, which writes frames
 // of several pages compressed hard (zstd_deep.h), a warp a frame, byte for
 // byte as internal/zstddeep does on the host (57 MB/s on an H200 with

@@ -15,7 +15,7 @@ func TestPTXFresh(t *testing.T) {
 	for _, k := range []struct {
 		source string
 		ptx    []byte
-	}{{"lz4.cu", LZ4}, {"zstd.cu", Zstd}, {"zstd_deep.cu", ZstdDeep}} {
+	}{{"lz4.cu", LZ4}, {"zstd.cu", Zstd}, {"zstd_deep.cu", ZstdDeep}, {"zstd_dec.cu", ZstdDecode}} {
 		want, err := sourceHashOf(k.source)
 		if err != nil {
 			t.Fatal(err)
@@ -58,7 +58,7 @@ func TestPTXDeclaresKernels(t *testing.T) {
 	for _, k := range []struct {
 		ptx   []byte
 		names []string
-	}{{LZ4, []string{"gz_lz4_compress", "gz_lz4_decompress"}}, {Zstd, []string{"gz_zstd_parse", "gz_zstd_encode"}}, {ZstdDeep, []string{"gz_zstd_deep"}}} {
+	}{{LZ4, []string{"gz_lz4_compress", "gz_lz4_decompress"}}, {Zstd, []string{"gz_zstd_parse", "gz_zstd_encode"}}, {ZstdDeep, []string{"gz_zstd_deep"}}, {ZstdDecode, []string{"gz_zstd_decompress"}}} {
 		for _, name := range k.names {
 			if !strings.Contains(string(k.ptx), ".entry "+name) {
 				t.Errorf("PTX has no entry %s", name)

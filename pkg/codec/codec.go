@@ -210,18 +210,29 @@ type GroupCompressor interface {
 	// FramePages is the pages of each frame: GroupPages, or a divisor of
 	// it.
 	FramePages() int
+	// Decodes reports whether CompressGroups takes pages of the named
+	// codec ("lz4", "zstd": a Codec's Name) as they are stored, to decode
+	// them itself.
+	Decodes(codec string) bool
 	// CompressGroups compresses the b.N/GroupPages groups of b.Pages (b.N
-	// a multiple of GroupPages). Page i is not in b.Pages but an LZ4 block
-	// at b.Out[lz4Offsets[i]:] of lz4Lens[i] bytes where lz4Lens[i] > 0
-	// (lz4Lens nil: none), which the compressor decodes first: b.Out is
-	// read before it is written. Offsets[f] and Lens[f] locate frame f in
-	// b.Out, frame k of group g being f = g*GroupPages/FramePages() + k.
-	// Lens[f] == 0 is a frame it did not compress (or whose LZ4 blocks did
-	// not decode), which the caller compresses some other way or leaves as
-	// it is; with Offsets[f] == GroupNotSmaller, one that would not be
+	// a multiple of GroupPages), but for the pages packed gives as stored,
+	// which the compressor decodes first: b.Out is read before it is
+	// written. Offsets[f] and Lens[f] locate frame f in b.Out, frame k of
+	// group g being f = g*GroupPages/FramePages() + k. Lens[f] == 0 is a
+	// frame it did not compress (or with a packed page that did not
+	// decode), which the caller compresses some other way or leaves as it
+	// is; with Offsets[f] == GroupNotSmaller, one that would not be
 	// smaller than its pages, which there is no point in compressing
 	// elsewhere. b.Pages is only read.
-	CompressGroups(ctx context.Context, b *Batch, lz4Offsets, lz4Lens []uint32) error
+	CompressGroups(ctx context.Context, b *Batch, packed Packed) error
+}
+
+// Packed is the pages of a GroupCompressor's batch given as stored: page
+// i is not in the batch's Pages but a page of Codec at Out[Offsets[i]:],
+// Lens[i] bytes, where Lens[i] > 0. A Packed without Lens gives none.
+type Packed struct {
+	Codec         string // a codec the compressor Decodes
+	Offsets, Lens []uint32
 }
 
 // GroupNotSmaller is the offset a GroupCompressor gives a group of length

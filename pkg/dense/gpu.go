@@ -30,15 +30,16 @@ type gpuBatch struct {
 	b                    *codec.Batch
 	queued               []queuedGroup
 	snaps                []Snapshot
-	// LZ4 pages go to the GPU as they are stored, packed into the
-	// batch's output (lz4At bytes of it so far), and are decoded there:
-	// page i of the batch at lz4Offsets[i], lz4Lens[i] bytes (0: the
-	// page is decoded into the batch's pages already).
-	lz4Offsets, lz4Lens []uint32
-	lz4At               int
-	// lz4 is where the device leaves a group's LZ4 pages, made once:
-	// it goes to the device through an interface.
-	lz4 LZ4Pages
+	// Compressed pages go to a GPU that decodes the device's codec as
+	// they are stored, packed into the batch's output (packedAt bytes of
+	// it so far), and are decoded there: page i of the batch at
+	// packed.Offsets[i], packed.Lens[i] bytes (0: the page is decoded
+	// into the batch's pages already). Without Lens, every page is.
+	packed   codec.Packed
+	packedAt int
+	// group is where the device leaves a group's compressed pages, made
+	// once: it goes to the device through an interface.
+	group PackedPages
 }
 
 // queuedGroup is a group waiting in the GPU's batch: its index, its age
@@ -49,8 +50,9 @@ type queuedGroup struct {
 }
 
 // SetGPU has the tier recompress on gc from now on, in batches of its
-// pinned memory (allocated here: 4 MiB for up to gpuGroups groups). LZ4
-// pages go to it as they are stored, to be decoded there. It does nothing
+// pinned memory (allocated here: 4 MiB for up to gpuGroups groups). The
+// device's compressed pages go to it as they are stored, to be decoded
+// there, where it decodes their codec (gc.Decodes). It does nothing
 // for a nil Tier.
 func (t *Tier) SetGPU(gc codec.GroupCompressor) error {
 	if t == nil {
@@ -73,8 +75,8 @@ func (t *Tier) SetGPU(gc codec.GroupCompressor) error {
 	clear(b.Out)
 	q := &gpuBatch{gc: gc, framePages: per, perGroup: GroupPages / per, b: b,
 		queued: make([]queuedGroup, 0, groups), snaps: make([]Snapshot, groups)}
-	if t.lz4 {
-		q.lz4Offsets, q.lz4Lens = make([]uint32, groups*GroupPages), make([]uint32, groups*GroupPages)
+	if gc.Decodes(t.codec) {
+		q.packed = codec.Packed{Codec: t.codec, Offsets: make([]uint32, groups*GroupPages), Lens: make([]uint32, groups*GroupPages)}
 	}
 	t.gpu.Store(q)
 	return nil
@@ -93,13 +95,13 @@ func (t *Tier) queue(q *gpuBatch, g, age uint32) bool {
 	}
 	i := len(q.queued)
 	raw := q.b.Pages[i*GroupPages*PageSize : (i+1)*GroupPages*PageSize]
-	var lz4 *LZ4Pages
-	if q.lz4Lens != nil {
-		lz4 = &q.lz4
-		*lz4 = LZ4Pages{Packed: q.b.Out, At: q.lz4At,
-			Offsets: q.lz4Offsets[i*GroupPages : (i+1)*GroupPages], Lens: q.lz4Lens[i*GroupPages : (i+1)*GroupPages]}
+	var packed *PackedPages
+	if q.packed.Lens != nil {
+		packed = &q.group
+		*packed = PackedPages{Packed: q.b.Out, At: q.packedAt,
+			Offsets: q.packed.Offsets[i*GroupPages : (i+1)*GroupPages], Lens: q.packed.Lens[i*GroupPages : (i+1)*GroupPages]}
 	}
-	stored, before, err := t.dev.Snapshot(g, GroupPages, &q.snaps[i], raw, lz4)
+	stored, before, err := t.dev.Snapshot(g, GroupPages, &q.snaps[i], raw, packed)
 	switch {
 	case err != nil:
 		t.settle(g, age, true, err)
@@ -108,8 +110,8 @@ func (t *Tier) queue(q *gpuBatch, g, age uint32) bool {
 		t.settle(g, age, true, nil)
 	default:
 		q.queued = append(q.queued, queuedGroup{g: g, age: age, stored: stored, before: before})
-		if lz4 != nil {
-			q.lz4At = lz4.At
+		if packed != nil {
+			q.packedAt = packed.At
 		}
 	}
 	return true
@@ -123,13 +125,13 @@ func (t *Tier) queue(q *gpuBatch, g, age uint32) bool {
 func (t *Tier) flushGPU(ctx context.Context, q *gpuBatch) time.Duration {
 	b := q.b
 	b.N = len(q.queued) * GroupPages
-	var lz4Offsets, lz4Lens []uint32
-	if q.lz4Lens != nil {
-		lz4Offsets, lz4Lens = q.lz4Offsets[:b.N], q.lz4Lens[:b.N]
+	packed := q.packed
+	if packed.Lens != nil {
+		packed.Offsets, packed.Lens = packed.Offsets[:b.N], packed.Lens[:b.N]
 	}
 	cctx, cancel := context.WithTimeout(ctx, gpuTimeout)
 	start := time.Now()
-	err := q.gc.CompressGroups(cctx, b, lz4Offsets, lz4Lens)
+	err := q.gc.CompressGroups(cctx, b, packed)
 	waited := time.Since(start)
 	cancel()
 	t.gpuTime.Add(int64(waited))
@@ -159,14 +161,14 @@ func (t *Tier) flushGPU(ctx context.Context, q *gpuBatch) time.Duration {
 			if err == nil {
 				t.declined.Add(1)
 			}
-			// Its pages may be in the batch only as LZ4 blocks: the CPU
+			// Its pages may be in the batch only as stored: the CPU
 			// takes the group from the table again.
 			settled, cerr = t.recompress(qg.g, qg.age)
 		}
 		t.settle(qg.g, qg.age, settled, cerr)
 	}
 	q.queued = q.queued[:0]
-	q.lz4At = 0
+	q.packedAt = 0
 	return waited
 }
 

@@ -10,14 +10,15 @@ import "sync/atomic"
 type Device interface {
 	// Snapshot copies the entries of the first pages pages of group g
 	// into snap and decodes its stored pages into raw (the others as
-	// zeroes, which cost a zstd frame nothing), but for its LZ4 pages
-	// where lz4 is not nil: those it copies there as they are stored;
+	// zeroes, which cost a zstd frame nothing), but for its compressed
+	// pages where packed is not nil: those it copies there as they are
+	// stored, for a GPU that decodes them itself;
 	// all under the group's lock. It returns the stored pages and the
 	// bytes they take in the store: 0 pages where the group is as dense
 	// as it gets (all in dense objects, or in one zstd object over the
 	// whole group, which recompressing would only make again), -1 where
 	// a page is staged (its batch commits it soon).
-	Snapshot(g uint32, pages int, snap *Snapshot, raw []byte, lz4 *LZ4Pages) (stored, before int, err error)
+	Snapshot(g uint32, pages int, snap *Snapshot, raw []byte, packed *PackedPages) (stored, before int, err error)
 	// Commit stores frames, the pages of group g compressed again, as
 	// the group's dense objects, if together they are smaller than the
 	// before bytes its stored pages took and if, under the group's
@@ -41,10 +42,11 @@ type Snapshot struct {
 	Writes uint64
 }
 
-// LZ4Pages is where Device.Snapshot leaves a group's LZ4 pages as they
+// PackedPages is where Device.Snapshot leaves a group's compressed pages
+// (LZ4 blocks or zstd frames, as the device's codec writes them) as they
 // are stored: packed from At, each page's offset and length (0 for a page
 // it decoded).
-type LZ4Pages struct {
+type PackedPages struct {
 	Packed        []byte
 	At            int
 	Offsets, Lens []uint32

@@ -50,7 +50,7 @@ type Tier struct {
 	dev   Device
 	log   *slog.Logger
 	pages uint32 // the device's
-	lz4   bool   // the device's pages are LZ4: the GPU decodes them
+	codec string // the device's pages' codec, which a GPU may decode
 	// ages holds, for each group, the ager's ticks since the group was
 	// last accessed (ageMask bits) and settledBit.
 	ages []atomic.Uint32
@@ -72,9 +72,10 @@ type Tier struct {
 }
 
 // New makes the dense tier of a device of pages pages, which it reaches
-// through dev; lz4 says the device's pages are LZ4 (the GPU decodes them
-// itself). cfg.After must not be 0.
-func New(cfg Config, pages uint32, lz4 bool, dev Device, log *slog.Logger) (*Tier, error) {
+// through dev; pageCodec names the codec of the device's pages ("lz4",
+// "zstd"), which a GPU that decodes it is given as stored. cfg.After must
+// not be 0.
+func New(cfg Config, pages uint32, pageCodec string, dev Device, log *slog.Logger) (*Tier, error) {
 	if cfg.CPU == 0 {
 		cfg.CPU = 0.1
 	}
@@ -98,7 +99,7 @@ func New(cfg Config, pages uint32, lz4 bool, dev Device, log *slog.Logger) (*Tie
 		dev:   dev,
 		log:   log,
 		pages: pages,
-		lz4:   lz4,
+		codec: pageCodec,
 		ages:  make([]atomic.Uint32, (pages+GroupPages-1)/GroupPages),
 		comp:  comp,
 	}
@@ -118,7 +119,7 @@ func New(cfg Config, pages uint32, lz4 bool, dev Device, log *slog.Logger) (*Tie
 func (t *Tier) HeldBytes() int64 {
 	held := int64(len(t.ages))*4 + int64(len(t.raw)+len(t.stream)) + t.comp.HeldBytes()
 	if q := t.gpu.Load(); q != nil {
-		held += int64(len(q.b.Pages)+len(q.b.Out)) + int64(len(q.b.Offsets)+len(q.b.Lens)+len(q.lz4Offsets)+len(q.lz4Lens))*4 +
+		held += int64(len(q.b.Pages)+len(q.b.Out)) + int64(len(q.b.Offsets)+len(q.b.Lens)+len(q.packed.Offsets)+len(q.packed.Lens))*4 +
 			int64(cap(q.snaps))*GroupPages*8
 	}
 	return held

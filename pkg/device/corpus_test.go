@@ -181,7 +181,7 @@ func TestCorpusRatioAfterAging(t *testing.T) {
 		name        string
 		objectPages int
 	}{{"lz4 pages alone", 1}, {"lz4 objects of 4", 4}} {
-		r := ageCorpus(t, tc.name, data, tc.objectPages, nil)
+		r := ageCorpus(t, tc.name, data, tc.objectPages, nil, nil)
 		if r.after < 1.35*r.before && tc.objectPages == 1 {
 			t.Errorf("%s: %.3f after aging, %.3f before: want 1.35 times", tc.name, r.after, r.before)
 		}
@@ -196,16 +196,20 @@ type aged struct {
 	st            Stats
 }
 
-// ageCorpus writes data to a device of LZ4 pages (objects of objectPages),
+// ageCorpus writes data to a device of LZ4 pages, or of pageCodec's where it is not
+// nil (objects of objectPages),
 // given to setup first when it is not nil, ages it into the dense tier,
 // compacts it, reads every page back in random order, and logs and
 // returns what it measured.
-func ageCorpus(t *testing.T, name string, data []byte, objectPages int, setup func(*Device)) aged {
+func ageCorpus(t *testing.T, name string, data []byte, objectPages int, pageCodec codec.Codec, setup func(*Device)) aged {
 	t.Helper()
 	ctx := context.Background()
 	f := newDeviceWith(t, int64(len(data)), pagestore.Config{}, pathInline, func(c *Config) {
 		c.ObjectPages = objectPages
 		c.Dense = DenseConfig{After: time.Millisecond, CPU: 1}
+		if pageCodec != nil {
+			c.Codec = pageCodec
+		}
 	})
 	defer f.store.Close()
 	defer f.dev.Close()

@@ -78,7 +78,7 @@ func (d *Device) RunDense(ctx context.Context) { d.dense.Run(ctx) }
 
 // Snapshot copies group g's entries and pages for the tier
 // (dense.Device), under the group's lock.
-func (s *denseSide) Snapshot(g uint32, pages int, snap *dense.Snapshot, raw []byte, lz4 *dense.LZ4Pages) (stored, before int, err error) {
+func (s *denseSide) Snapshot(g uint32, pages int, snap *dense.Snapshot, raw []byte, packed *dense.PackedPages) (stored, before int, err error) {
 	lo := g << groupShift
 	st := s.t.stripe(lo)
 	st.mu.RLock()
@@ -86,7 +86,7 @@ func (s *denseSide) Snapshot(g uint32, pages int, snap *dense.Snapshot, raw []by
 		st.mu.RUnlock()
 		return 0, 0, nil
 	}
-	stored, before, err = s.snapshot(lo, pages, snap, raw, lz4)
+	stored, before, err = s.snapshot(lo, pages, snap, raw, packed)
 	snap.Writes = st.writes
 	st.mu.RUnlock()
 	return stored, before, err
@@ -170,11 +170,11 @@ func storedState(e entry) bool {
 }
 
 // snapshot copies the group's entries into snap and decodes its stored
-// pages into out (the others as zeroes), but for its LZ4 pages where lz4
-// is not nil: those it copies there as they are stored. It returns the
+// pages into out (the others as zeroes), but for its compressed pages
+// where packed is not nil: those it copies there as they are stored. It returns the
 // stored pages (-1 if one is staged) and the bytes they take in the
 // store. The caller holds the group's lock.
-func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []byte, lz4 *dense.LZ4Pages) (stored, before int, err error) {
+func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []byte, packed *dense.PackedPages) (stored, before int, err error) {
 	s.sc.decoded = 0
 	snap.Stored = 0
 	var seen [groupPages]pagestore.Handle
@@ -184,8 +184,8 @@ func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []b
 		e := s.t.table[idx]
 		snap.Entries[k] = uint64(e)
 		raw := out[k*pageSize : (k+1)*pageSize]
-		if lz4 != nil {
-			lz4.Lens[k] = 0
+		if packed != nil {
+			packed.Lens[k] = 0
 		}
 		switch {
 		case e.state() == stateStaged:
@@ -193,9 +193,9 @@ func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []b
 		case !storedState(e):
 			clear(raw)
 			continue
-		case e.state() == stateStored && lz4 != nil:
-			lz4.Offsets[k], lz4.Lens[k] = uint32(lz4.At), uint32(e.length())
-			lz4.At += copy(lz4.Packed[lz4.At:], s.obj.store.Bytes(e.handle(), e.length()))
+		case e.state() == stateStored && packed != nil:
+			packed.Offsets[k], packed.Lens[k] = uint32(packed.At), uint32(e.length())
+			packed.At += copy(packed.Packed[packed.At:], s.obj.store.Bytes(e.handle(), e.length()))
 		default:
 			if err := s.load(idx, raw, &s.sc, pages-1-k); err != nil {
 				return 0, 0, err

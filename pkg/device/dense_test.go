@@ -294,7 +294,8 @@ type cpuGroups struct {
 	fail      bool
 	during    func() // runs inside CompressGroups
 	calls, in int
-	lz4       int // pages given as LZ4 blocks
+	packed    int // pages given as stored
+	decoders  map[string]codec.Codec
 	// framePages, where not 0, makes frames of that many pages, one
 	// block each, as the GPU's high-effort kernel does, with frames.
 	framePages int
@@ -310,7 +311,7 @@ func newCPUGroups(t *testing.T, max int) *cpuGroups {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cpuGroups{z: z, frames: frames, max: max}
+	return &cpuGroups{z: z, frames: frames, max: max, decoders: map[string]codec.Codec{}}
 }
 
 func (c *cpuGroups) NewBatch(pages int) (*codec.Batch, error) { return codec.NewBatch(pages), nil }
@@ -323,7 +324,11 @@ func (c *cpuGroups) FramePages() int {
 	return groupPages
 }
 
-func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
+// Decodes implements codec.GroupCompressor: LZ4 and zstd pages, as the
+// GPU's.
+func (c *cpuGroups) Decodes(name string) bool { return name == "lz4" || name == "zstd" }
+
+func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, packed codec.Packed) error {
 	c.calls++
 	if c.during != nil {
 		c.during()
@@ -331,14 +336,22 @@ func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offse
 	if c.fail {
 		return errors.New("the device fell off the bus")
 	}
-	// The pages given as LZ4 blocks decoded, as the GPU does on its side.
+	// The pages given as stored decoded, as the GPU does on its side.
 	pages := append([]byte(nil), b.Pages[:b.N*pageSize]...)
-	for i, l := range lz4Lens[:min(len(lz4Lens), b.N)] {
+	for i, l := range packed.Lens[:min(len(packed.Lens), b.N)] {
 		if l == 0 {
 			continue
 		}
-		c.lz4++
-		if err := codec.NewLZ4().Decompress(pages[i*pageSize:(i+1)*pageSize], b.Out[lz4Offsets[i]:lz4Offsets[i]+l]); err != nil {
+		c.packed++
+		dec := c.decoders[packed.Codec]
+		if dec == nil {
+			var err error
+			if dec, err = codec.New(packed.Codec); err != nil {
+				return err
+			}
+			c.decoders[packed.Codec] = dec
+		}
+		if err := dec.Decompress(pages[i*pageSize:(i+1)*pageSize], b.Out[packed.Offsets[i]:packed.Offsets[i]+l]); err != nil {
 			return err
 		}
 	}
@@ -370,7 +383,8 @@ func (c *cpuGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offse
 // TestDenseTierOnAGroupCompressor ages devices whose dense tier
 // recompresses on a group compressor as the GPU's (in batches of 3 groups,
 // the device's last group short and for the CPU; pages alone, given to it
-// as LZ4 blocks, or objects of 4, decoded first; a frame a group, or
+// as stored, LZ4 blocks or zstd frames, or objects of 4, decoded first; a
+// frame a group, or
 // frames of 4 pages as the high-effort kernel writes): every page reads back
 // and the store holds exactly the table's chunks, whether the compressor
 // compresses every group, declines some (the CPU does them), or fails
@@ -383,10 +397,13 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 		decline       int
 		framePages    int
 		fail          bool
+		zstd          bool // the device's pages are zstd frames, not LZ4 blocks
 		random        bool // pages of noise: no group comes out smaller
 		onGPU, denied bool
 	}{
 		{name: "all", objects: 1, onGPU: true},
+		{name: "zstd pages", objects: 1, zstd: true, onGPU: true},
+		{name: "zstd pages, frames of 4", objects: 1, zstd: true, framePages: 4, onGPU: true},
 		{name: "frames of 4", objects: 1, framePages: 4, onGPU: true},
 		{name: "frames of 4, declining", objects: 4, framePages: 4, decline: 2, onGPU: true, denied: true},
 		{name: "objects of 4", objects: 4, onGPU: true},
@@ -397,6 +414,9 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := newDenseFixture(t, pages, c.objects)
+			if c.zstd {
+				f.useCodec(t, "zstd")
+			}
 			d, store := f.open(t)
 			defer store.Close()
 			defer d.Close()
@@ -435,8 +455,8 @@ func TestDenseTierOnAGroupCompressor(t *testing.T) {
 			if c.fail && (gc.calls != 1 || d.dense.OnGPU()) {
 				t.Fatalf("after a failure the compressor was called %d times, and is still the tier's: %v", gc.calls, d.dense.OnGPU())
 			}
-			if !c.fail && (st.Dense.OnGPU+st.Dense.Declined != uint64(gc.in) || gc.lz4 == 0) {
-				t.Fatalf("%d groups given to the compressor, %d counted; %d of their pages as LZ4 blocks", gc.in, st.Dense.OnGPU+st.Dense.Declined, gc.lz4)
+			if !c.fail && (st.Dense.OnGPU+st.Dense.Declined != uint64(gc.in) || gc.packed == 0) {
+				t.Fatalf("%d groups given to the compressor, %d counted; %d of their pages as stored", gc.in, st.Dense.OnGPU+st.Dense.Declined, gc.packed)
 			}
 		})
 	}

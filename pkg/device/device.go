@@ -175,7 +175,7 @@ func open(cfg Config, fresh bool) (_ *Device, err error) {
 	}
 	if cfg.Dense.After != 0 {
 		d.denseSide = newDenseSide(&d.pageTable, &d.obj, d.load)
-		if d.dense, err = dense.New(cfg.Dense, d.pages, cfg.Codec.Name() == "lz4", d.denseSide, d.log); err != nil {
+		if d.dense, err = dense.New(cfg.Dense, d.pages, cfg.Codec.Name(), d.denseSide, d.log); err != nil {
 			return nil, err
 		}
 		if err := d.obj.holdZstd(); err != nil {

@@ -18,9 +18,11 @@ import (
 )
 
 // TestCorpusAgingOnGPU ages the shared corpus on the CPU and on a GPU
-// (its LZ4 backend) in one run: the ratio after aging, what the GPU's
-// frames store beside the CPU's, and the CPU it costs per GB recompressed
-// (issue 24: at most 1.0 CPU-s per GB on the GPU).
+// (its LZ4 backend) in one run, from LZ4 pages and from zstd pages (which
+// the GPU decodes itself, as it does LZ4 pages): the ratio after aging,
+// what the GPU's frames store beside the CPU's, and the CPU it costs per
+// GB recompressed (issues 24 and 35: at most 1.0 CPU-s per GB on the
+// GPU).
 func TestCorpusAgingOnGPU(t *testing.T) {
 	data := testneeds.Corpus(t)
 	g, err := gpu.Open(gpu.Config{Logger: slog.New(slog.DiscardHandler)})
@@ -28,8 +30,12 @@ func TestCorpusAgingOnGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	cpu := ageCorpus(t, "CPU recompression", data, 1, nil)
-	onGPU := ageCorpus(t, "GPU recompression", data, 1, func(d *Device) {
+	zstdPages, err := codec.NewZstd(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := ageCorpus(t, "CPU recompression", data, 1, nil, nil)
+	onGPU := ageCorpus(t, "GPU recompression", data, 1, nil, func(d *Device) {
 		if err := d.SetDenseGPU(g); err != nil {
 			t.Fatal(err)
 		}
@@ -38,18 +44,21 @@ func TestCorpusAgingOnGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onDeep := ageCorpus(t, "GPU recompression, frames of 4 pages (DeepGroups)", data, 1, func(d *Device) {
+	setDeep := func(d *Device) {
 		if err := d.SetDenseGPU(deep); err != nil {
 			t.Fatal(err)
 		}
-	})
+	}
+	onDeep := ageCorpus(t, "GPU recompression, frames of 4 pages (DeepGroups)", data, 1, nil, setDeep)
+	cpuZstd := ageCorpus(t, "CPU recompression of zstd pages", data, 1, zstdPages, nil)
+	onDeepZstd := ageCorpus(t, "GPU recompression of zstd pages, frames of 4 pages (DeepGroups)", data, 1, zstdPages, setDeep)
 	gb := func(r aged) float64 { return float64(r.st.Dense.Pages) * pageSize / 1e9 }
 	for _, r := range []struct {
-		what string
-		a    aged
-	}{{"GPU, a frame a group", onGPU}, {"GPU, frames of 4 pages", onDeep}} {
+		what   string
+		a, cpu aged
+	}{{"GPU, a frame a group", onGPU, cpu}, {"GPU, frames of 4 pages", onDeep, cpu}, {"GPU, frames of 4 pages, from zstd pages", onDeepZstd, cpuZstd}} {
 		t.Logf("%s against CPU: ratio after aging %.3f against %.3f (%.3fx); process CPU %.2f against %.2f CPU-s per GB recompressed",
-			r.what, r.a.after, cpu.after, r.a.after/cpu.after, r.a.cpu.Seconds()/gb(r.a), cpu.cpu.Seconds()/gb(cpu))
+			r.what, r.a.after, r.cpu.after, r.a.after/r.cpu.after, r.a.cpu.Seconds()/gb(r.a), r.cpu.cpu.Seconds()/gb(r.cpu))
 		if r.a.st.Dense.OnGPU == 0 {
 			t.Fatalf("%s: no group was recompressed on the GPU", r.what)
 		}

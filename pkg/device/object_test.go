@@ -56,6 +56,20 @@ func newObjectFixture(t *testing.T, pages, objectPages int) *objectFixture {
 	}
 }
 
+// useCodec has the fixture's device store its pages with the named codec.
+func (f *objectFixture) useCodec(t *testing.T, name string) {
+	t.Helper()
+	c, err := codec.New(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := route.New(route.Config{Codec: c, CPUWorkers: 1, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cfg.Codec, f.cfg.Router = c, router
+}
+
 func (f *objectFixture) open(t *testing.T) (*Device, *pagestore.Store) {
 	t.Helper()
 	store, err := pagestore.New(f.sc)

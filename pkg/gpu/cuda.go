@@ -499,6 +499,6 @@ func (dr *driver) launchCompress(f function, grid, block int, s stream, in devic
 
 func (dr *driver) launchDecompress(f function, grid, block int, s stream, in, offsets, lens devicePtr, n int,
 	out, status devicePtr) error {
-	return dr.check("cuLaunchKernel(gz_lz4_decompress)", C.gz_launch_decompress(dr.d, dr.ctx, f, C.uint(grid), C.uint(block), s,
+	return dr.check("cuLaunchKernel", C.gz_launch_decompress(dr.d, dr.ctx, f, C.uint(grid), C.uint(block), s,
 		in, offsets, lens, C.int(n), out, status))
 }

@@ -1,7 +1,8 @@
 //go:build gpu
 
-// Decoding a batch on the GPU: the tests' round trip against liblz4 (the
-// daemon decodes on the CPU).
+// Decoding a batch on the GPU: the tests' round trip against liblz4 and
+// libzstd (the daemon decodes on the GPU only the pages of groups it
+// recompresses).
 
 package gpu
 
@@ -12,7 +13,8 @@ import (
 	"github.com/gzramd/gzramd/pkg/codec"
 )
 
-// DecompressBatch decodes the compressed pages of b (b.Out at b.Offsets,
+// DecompressBatch decodes the compressed pages of b, in the backend's
+// algorithm (b.Out at b.Offsets,
 // b.Lens; as CompressBatch or the CPU codec left them) into b.Pages. Pages
 // with length 0 (stored raw) are left untouched. Malformed pages make it
 // return an error wrapping codec.ErrCorrupt; the other pages are decoded,
@@ -103,7 +105,7 @@ func (g *Backend) decompressPart(ctx context.Context, b *codec.Batch) error {
 	return nil
 }
 
-// decompress runs one decode batch on s (decodeLZ4, the offsets made
+// decompress runs one decode batch on s (decodePages, the offsets made
 // relative to packed, which starts at base): the decoded pages land in dst
 // (pinned memory), and the returned per-page status in s.hMeta.
 func (g *Backend) decompress(ctx context.Context, s *bay, packed []byte, base uint32, offsets, lens []uint32, dst []byte) ([]uint32, error) {
@@ -114,7 +116,7 @@ func (g *Backend) decompress(ctx context.Context, s *bay, packed []byte, base ui
 			rel[i] = o - base
 		}
 	}
-	if err := g.decodeLZ4(s, packed, rel, lens); err != nil {
+	if err := g.decodePages(s, packed, g.cfg.Algorithm, rel, lens); err != nil {
 		return nil, err
 	}
 	if err := g.dr.dtoh(dst[:n*codec.PageSize], s.dPages, s.stream); err != nil {

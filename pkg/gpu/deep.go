@@ -125,12 +125,15 @@ func (d *DeepGroups) MaxGroups() int { return d.frames * deepFramePages / codec.
 // block each, as the CPU's dense tier writes them.
 func (d *DeepGroups) FramePages() int { return deepFramePages }
 
+// Decodes implements codec.GroupCompressor: as the Backend.
+func (d *DeepGroups) Decodes(c string) bool { return d.g.Decodes(c) }
+
 // CompressGroups implements codec.GroupCompressor. The frames are packed
 // at the start of b.Out (16-byte aligned offsets). When it returns an
 // error the GPU may still be working, and may still write b.Out.
-func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
+func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, pp codec.Packed) error {
 	g := d.g
-	packed, err := checkGroups(b, lz4Offsets, lz4Lens, d.MaxGroups())
+	packed, err := checkGroups(b, pp, d.MaxGroups())
 	if err != nil || b.N == 0 {
 		return err
 	}
@@ -151,7 +154,7 @@ func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offs
 		}
 	}
 	n, frames := b.N, b.N/deepFramePages
-	total, err := d.launch(ctx, s, b, packed, lz4Offsets, lz4Lens, dst)
+	total, err := d.launch(ctx, s, b, packed, pp, dst)
 	if err != nil {
 		return err
 	}
@@ -173,7 +176,7 @@ func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offs
 	// A frame with a page that did not decode is not compressed.
 	if packed > 0 {
 		status := g.metaHost(s, metaStatus, n)
-		for i, l := range lz4Lens[:n] {
+		for i, l := range pp.Lens[:n] {
 			if l != 0 && status[i] != 0 {
 				b.Offsets[i/deepFramePages], b.Lens[i/deepFramePages] = 0, 0
 			}
@@ -182,11 +185,11 @@ func (d *DeepGroups) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offs
 	return nil
 }
 
-// launch queues on s the batch's pages going up, its LZ4 blocks decoded
-// (packed bytes of b.Out), gz_zstd_deep a warp a frame, and the frames
-// coming back into dst, and waits for them. It returns the frames' packed
-// bytes.
-func (d *DeepGroups) launch(ctx context.Context, s *bay, b *codec.Batch, packed int, lz4Offsets, lz4Lens []uint32, dst []byte) (int, error) {
+// launch queues on s the batch's pages going up, its pages given as
+// stored decoded (packed bytes of b.Out), gz_zstd_deep a warp a frame, and
+// the frames coming back into dst, and waits for them. It returns the
+// frames' packed bytes.
+func (d *DeepGroups) launch(ctx context.Context, s *bay, b *codec.Batch, packed int, pp codec.Packed, dst []byte) (int, error) {
 	dr, n := d.g.dr, b.N
 	frames := n / deepFramePages
 	if err := dr.memset32(s.dMeta, 0, 1, s.stream); err != nil {
@@ -196,7 +199,7 @@ func (d *DeepGroups) launch(ctx context.Context, s *bay, b *codec.Batch, packed 
 		return 0, err
 	}
 	if packed > 0 {
-		if err := d.g.decodeLZ4(s, b.Out[:packed], lz4Offsets[:n], lz4Lens[:n]); err != nil {
+		if err := d.g.decodePages(s, b.Out[:packed], pp.Codec, pp.Offsets[:n], pp.Lens[:n]); err != nil {
 			return 0, err
 		}
 	}

@@ -265,8 +265,8 @@ func hostMismatches(frames, got [][]byte) int {
 
 // TestDeepGroupsOnDevice runs the corpus's groups through the backend's
 // DeepGroups, as the dense tier does (batches of its most groups, a batch
-// with some pages as LZ4 blocks decoded on the GPU first and one block
-// that does not decode): every frame decodes with libzstd to its 4 pages
+// with some pages as LZ4 blocks and one with some as zstd frames,
+// decoded on the GPU first, and in each one page that does not decode): every frame decodes with libzstd to its 4 pages
 // and is the host build's byte for byte, only the frame with the bad
 // block is declined, and it reports the ratio, the time and this
 // process's CPU per GB.
@@ -310,7 +310,11 @@ func deepGroupsRoundTrip(t *testing.T, d *DeepGroups, pages []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lz4 := codec.NewLZ4()
+	zstdPages, err := codec.NewZstd(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stores := map[int]codec.Codec{1: codec.NewLZ4(), 2: zstdPages}
 	var frames, got [][]byte
 	var stored int64
 	var wall time.Duration
@@ -320,16 +324,17 @@ func deepGroupsRoundTrip(t *testing.T, d *DeepGroups, pages []byte) {
 		n := len(in) / codec.PageSize
 		copy(b.Pages, in)
 		b.N = n
-		var offsets, lens []uint32
+		var packed codec.Packed
 		bad := -1
-		if batch == 1 {
-			// Pages as LZ4 blocks, every third given decoded, and one
-			// block that does not decode.
-			offsets, lens = make([]uint32, n), make([]uint32, n)
+		if store := stores[batch]; store != nil {
+			// Pages as stored, every third given decoded, and one that
+			// does not decode.
+			packed = codec.Packed{Codec: store.Name(), Offsets: make([]uint32, n), Lens: make([]uint32, n)}
+			offsets, lens := packed.Offsets, packed.Lens
 			at := 0
 			for i := range n {
 				page := in[i*codec.PageSize : (i+1)*codec.PageSize]
-				l := lz4.Compress(b.Out[at:at+codec.PageSize-1], page)
+				l := store.Compress(b.Out[at:at+codec.PageSize-1], page)
 				if i%3 == 0 || l <= 0 {
 					continue
 				}
@@ -338,12 +343,12 @@ func deepGroupsRoundTrip(t *testing.T, d *DeepGroups, pages []byte) {
 				at += l
 				if bad < 0 && i >= 5*deepFramePages && l > 8 {
 					bad = i
-					lens[i]-- // a block cut short does not decode
+					lens[i]-- // a page cut short does not decode
 				}
 			}
 		}
 		start := time.Now()
-		if err := d.CompressGroups(context.Background(), b, offsets, lens); err != nil {
+		if err := d.CompressGroups(context.Background(), b, packed); err != nil {
 			t.Fatalf("batch %d: %v", batch, err)
 		}
 		wall += time.Since(start)

@@ -76,21 +76,26 @@ const groupScratchPages = 2
 // gz_lz4_compress_objects.
 const lz4ObjectWarps = 2
 
-// lz4DecodeWarps is D_WARPS in kernels/lz4.cu: pages a block of
-// gz_lz4_decompress, which decodes the LZ4 pages of groups.
-const lz4DecodeWarps = 4
+// pageDecoders decode the pages of groups given as stored
+// (codec.Packed), by codec: lz4.cu's gz_lz4_decompress, D_WARPS pages a
+// block, and zstd_dec.cu's gz_zstd_decompress, a warp a page.
+var pageDecoders = map[string]kernel{
+	"lz4":  {name: "gz_lz4_decompress", pagesPerBlock: 4},
+	"zstd": {name: "gz_zstd_decompress", pagesPerBlock: 1},
+}
 
 // modules is the PTX a backend of algorithm loads: the algorithm's own (ptx
 // in its place when not nil: a variant being measured), then the other's,
-// for the kernels of groups (zstd.cu's) and their LZ4 decoder (lz4.cu's).
+// for the kernels of groups (zstd.cu's) and the LZ4 page decoder (lz4.cu's),
+// then the zstd page decoder.
 func modules(algorithm string, ptx []byte) [][]byte {
 	if ptx == nil {
 		ptx = batchKernels[algorithm].ptx
 	}
 	if algorithm == "zstd" {
-		return [][]byte{ptx, kernels.LZ4}
+		return [][]byte{ptx, kernels.LZ4, kernels.ZstdDecode}
 	}
-	return [][]byte{ptx, kernels.Zstd}
+	return [][]byte{ptx, kernels.Zstd, kernels.ZstdDecode}
 }
 
 // Config selects and sizes the GPU backend.
@@ -205,9 +210,9 @@ type Backend struct {
 	mod     module
 	kernels []kernel // a batch's, in order
 	groups  []kernel // CompressGroups', in order
-	// lz4Decode is gz_lz4_decompress, which CompressGroups runs first
-	// on pages given as LZ4 blocks.
-	lz4Decode function
+	// decoders are pageDecoders' kernels, which CompressGroups runs first
+	// on the pages given as stored.
+	decoders map[string]kernel
 	// objects compress batches with objects of several pages
 	// (codec.Batch.Objects): gz_lz4_compress_objects on an LZ4 backend
 	// (lz4ObjectWarps a block), zstdObjectKernels on a zstd one (a warp
@@ -290,8 +295,12 @@ func (g *Backend) setup(ptx []byte) error {
 			*ks.to = append(*ks.to, k)
 		}
 	}
-	if g.lz4Decode, err = g.dr.function(g.mod, "gz_lz4_decompress"); err != nil {
-		return err
+	g.decoders = make(map[string]kernel, len(pageDecoders))
+	for c, k := range pageDecoders {
+		if k.f, err = g.dr.function(g.mod, k.name); err != nil {
+			return err
+		}
+		g.decoders[c] = k
 	}
 	n := g.cfg.MaxBatchPages
 	for range g.cfg.Bays {

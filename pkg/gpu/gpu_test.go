@@ -85,7 +85,8 @@ func TestLaunchShapesMatchPTX(t *testing.T) {
 	for _, k := range zstdObjectKernels {
 		checkLaunchShape(t, kernels.Zstd, k.name, max(k.pagesPerBlock, 1))
 	}
-	checkLaunchShape(t, kernels.LZ4, "gz_lz4_decompress", lz4DecodeWarps)
+	checkLaunchShape(t, kernels.LZ4, pageDecoders["lz4"].name, pageDecoders["lz4"].pagesPerBlock)
+	checkLaunchShape(t, kernels.ZstdDecode, pageDecoders["zstd"].name, pageDecoders["zstd"].pagesPerBlock)
 }
 
 // checkLaunchShape checks that kernel name of ptx is declared for warps

@@ -20,12 +20,19 @@ func (g *Backend) MaxGroups() int {
 // a block a page (the page kernels' blocks).
 func (g *Backend) FramePages() int { return codec.GroupPages }
 
+// Decodes implements codec.GroupCompressor: LZ4 and zstd pages, whatever
+// the backend's algorithm.
+func (g *Backend) Decodes(c string) bool {
+	_, ok := pageDecoders[c]
+	return ok
+}
+
 // CompressGroups implements codec.GroupCompressor. The frames are packed
 // at the start of b.Out (16-byte aligned offsets). When it returns an
 // error the GPU may still be working on a quarantined bay, and may
 // still write b.Out.
-func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets, lz4Lens []uint32) error {
-	packed, err := checkGroups(b, lz4Offsets, lz4Lens, g.MaxGroups())
+func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, pp codec.Packed) error {
+	packed, err := checkGroups(b, pp, g.MaxGroups())
 	if err != nil || b.N == 0 {
 		return err
 	}
@@ -33,7 +40,7 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 	launch := g.launchGroups
 	if packed > 0 {
 		launch = func(s *bay, n int) error {
-			if err := g.decodeLZ4(s, b.Out[:packed], lz4Offsets[:n], lz4Lens[:n]); err != nil {
+			if err := g.decodePages(s, b.Out[:packed], pp.Codec, pp.Offsets[:n], pp.Lens[:n]); err != nil {
 				return err
 			}
 			return g.launchGroups(s, n)
@@ -43,7 +50,7 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 		g.keepNotSmaller(s, groups, b.Offsets, b.Lens)
 		// A group with a page that did not decode is not compressed.
 		status := g.metaHost(s, metaStatus, n)
-		for i, l := range lz4Lens[:min(len(lz4Lens), n)] {
+		for i, l := range pp.Lens[:min(len(pp.Lens), n)] {
 			if l != 0 && status[i] != 0 {
 				b.Offsets[i/codec.GroupPages], b.Lens[i/codec.GroupPages] = 0, 0
 			}
@@ -52,10 +59,10 @@ func (g *Backend) CompressGroups(ctx context.Context, b *codec.Batch, lz4Offsets
 	return g.run(ctx, b, groups, launch, codec.GroupPages*codec.PageSize, "group", after)
 }
 
-// checkGroups checks a batch of groups of at most maxGroups groups and its LZ4
-// blocks (a GroupCompressor's arguments), and returns the bytes of b.Out
-// the blocks take.
-func checkGroups(b *codec.Batch, lz4Offsets, lz4Lens []uint32, maxGroups int) (packed int, err error) {
+// checkGroups checks a batch of groups of at most maxGroups groups and its
+// pages given as stored (a GroupCompressor's arguments), and returns the
+// bytes of b.Out those take.
+func checkGroups(b *codec.Batch, pp codec.Packed, maxGroups int) (packed int, err error) {
 	if err := checkBatch(b); err != nil {
 		return 0, err
 	}
@@ -63,30 +70,32 @@ func checkGroups(b *codec.Batch, lz4Offsets, lz4Lens []uint32, maxGroups int) (p
 	switch {
 	case n%codec.GroupPages != 0 || n/codec.GroupPages > maxGroups:
 		return 0, fmt.Errorf("gpu: %d pages are not whole groups of %d, or more than %d groups", n, codec.GroupPages, maxGroups)
-	case lz4Lens != nil && (len(lz4Lens) < n || len(lz4Offsets) < n):
-		return 0, fmt.Errorf("gpu: LZ4 blocks of %d pages given for %d pages", len(lz4Lens), n)
+	case pp.Lens != nil && (len(pp.Lens) < n || len(pp.Offsets) < n):
+		return 0, fmt.Errorf("gpu: stored pages of %d pages given for %d pages", len(pp.Lens), n)
+	case pp.Lens != nil && pageDecoders[pp.Codec].name == "":
+		return 0, fmt.Errorf("gpu: pages of codec %q given as stored: it decodes lz4 and zstd", pp.Codec)
 	}
-	// The LZ4 blocks, checked as the kernel reads them: within b.Out,
+	// The stored pages, checked as the kernels read them: within b.Out,
 	// each shorter than a page.
-	for i, l := range lz4Lens[:min(len(lz4Lens), n)] {
+	for i, l := range pp.Lens[:min(len(pp.Lens), n)] {
 		if l == 0 {
 			continue
 		}
-		end := uint64(lz4Offsets[i]) + uint64(l)
+		end := uint64(pp.Offsets[i]) + uint64(l)
 		if l >= codec.PageSize || end > uint64(len(b.Out)) {
-			return 0, fmt.Errorf("gpu: page %d: an LZ4 block of %d bytes at %d, outside the batch's %d bytes", i, l, lz4Offsets[i], len(b.Out))
+			return 0, fmt.Errorf("gpu: page %d: a stored page of %d bytes at %d, outside the batch's %d bytes or not smaller than a page", i, l, pp.Offsets[i], len(b.Out))
 		}
 		packed = max(packed, int(end))
 	}
 	return packed, nil
 }
 
-// decodeLZ4 queues on s the decoding of the LZ4 blocks in packed (page i's
-// at offsets[i], lens[i] bytes; none where 0) into their pages of the
-// batch on the GPU, and the decoder's status of each page back to
-// s.hMeta. The packed blocks go up to the GPU's packed output, which
-// the kernels of groups write only after.
-func (g *Backend) decodeLZ4(s *bay, packed []byte, offsets, lens []uint32) error {
+// decodePages queues on s the decoding of the pages of codec c in packed
+// (page i's at offsets[i], lens[i] bytes; none where 0) into their pages
+// of the batch on the GPU, and the decoder's status of each page back to
+// s.hMeta. The packed pages go up to the GPU's packed output, which the
+// kernels of groups write only after.
+func (g *Backend) decodePages(s *bay, packed []byte, c string, offsets, lens []uint32) error {
 	dr, n := g.dr, len(lens)
 	dOffs, dLens, dStatus := g.metaOn(s, metaOffsets), g.metaOn(s, metaLens), g.metaOn(s, metaStatus)
 	if err := dr.htod(s.dPacked, packed, s.stream); err != nil {
@@ -103,9 +112,10 @@ func (g *Backend) decodeLZ4(s *bay, packed []byte, offsets, lens []uint32) error
 	if err := dr.htod(dLens, bytesOf(hLens), s.stream); err != nil {
 		return err
 	}
-	grid := (n + lz4DecodeWarps - 1) / lz4DecodeWarps
-	if err := dr.launchDecompress(g.lz4Decode, grid, 32*lz4DecodeWarps, s.stream, s.dPacked, dOffs, dLens, n, s.dPages, dStatus); err != nil {
-		return fmt.Errorf("gz_lz4_decompress: %w", err)
+	k := g.decoders[c]
+	grid := (n + k.pagesPerBlock - 1) / k.pagesPerBlock
+	if err := dr.launchDecompress(k.f, grid, 32*k.pagesPerBlock, s.stream, s.dPacked, dOffs, dLens, n, s.dPages, dStatus); err != nil {
+		return fmt.Errorf("%s: %w", k.name, err)
 	}
 	return dr.dtoh(bytesOf(g.metaHost(s, metaStatus, n)), dStatus, s.stream)
 }

@@ -45,7 +45,7 @@ func groupRoundTrip(t *testing.T, g *Backend, pages []byte) (stored, declined in
 		copy(b.Pages, in)
 		b.N = n * codec.GroupPages
 		start, cpu0 := time.Now(), cpuTime(t)
-		if err := g.CompressGroups(context.Background(), b, nil, nil); err != nil {
+		if err := g.CompressGroups(context.Background(), b, codec.Packed{}); err != nil {
 			t.Fatalf("groups %d..%d: %v", lo, lo+n, err)
 		}
 		wall += time.Since(start)
@@ -76,18 +76,24 @@ func groupRoundTrip(t *testing.T, g *Backend, pages []byte) (stored, declined in
 	return stored, declined, wall, cpu
 }
 
-// TestGPUGroupsFromLZ4: groups whose pages come as LZ4 blocks, decoded on
-// the GPU first (every fifth page given decoded), store what the same
-// pages given decoded store, and a group with a block that does not
-// decode is declined, its neighbours not.
-func TestGPUGroupsFromLZ4(t *testing.T) {
+// TestGPUGroupsFromStored: groups whose pages come as stored, LZ4 blocks
+// or zstd frames, decoded on the GPU first (every fifth page given
+// decoded), store what the same pages given decoded store, and a group
+// with a page that does not decode is declined, its neighbours not.
+func TestGPUGroupsFromStored(t *testing.T) {
 	pages := testneeds.Corpus(t)
+	zstdPages, err := codec.NewZstd(1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, alg := range []string{"lz4", "zstd"} {
-		t.Run(alg, func(t *testing.T) { groupsFromLZ4(t, pages, alg) })
+		for _, store := range []codec.Codec{codec.NewLZ4(), zstdPages} {
+			t.Run(alg+"/"+store.Name(), func(t *testing.T) { groupsFromStored(t, pages, alg, store) })
+		}
 	}
 }
 
-func groupsFromLZ4(t *testing.T, pages []byte, alg string) {
+func groupsFromStored(t *testing.T, pages []byte, alg string, store codec.Codec) {
 	g := openGroups(t, alg)
 	per := g.MaxGroups()
 	n := per * codec.GroupPages
@@ -98,19 +104,19 @@ func groupsFromLZ4(t *testing.T, pages []byte, alg string) {
 	}
 	copy(plain.Pages, in)
 	plain.N = n
-	if err := g.CompressGroups(context.Background(), plain, nil, nil); err != nil {
+	if err := g.CompressGroups(context.Background(), plain, codec.Packed{}); err != nil {
 		t.Fatal(err)
 	}
 	b, err := g.NewBatch(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	offsets, lens := make([]uint32, n), make([]uint32, n)
-	lz4 := codec.NewLZ4()
+	packed := codec.Packed{Codec: store.Name(), Offsets: make([]uint32, n), Lens: make([]uint32, n)}
+	offsets, lens := packed.Offsets, packed.Lens
 	at := 0
 	for i := range n {
 		page := in[i*codec.PageSize : (i+1)*codec.PageSize]
-		l := lz4.Compress(b.Out[at:at+codec.PageSize-1], page)
+		l := store.Compress(b.Out[at:at+codec.PageSize-1], page)
 		if i%5 == 0 || l <= 0 {
 			copy(b.Pages[i*codec.PageSize:], page)
 			continue
@@ -118,10 +124,10 @@ func groupsFromLZ4(t *testing.T, pages []byte, alg string) {
 		offsets[i], lens[i] = uint32(at), uint32(l)
 		at += l
 	}
-	bad := 2*codec.GroupPages + 4 // in group 2, given as an LZ4 block
-	lens[bad]--                   // a block cut short does not decode
+	bad := 2*codec.GroupPages + 4 // in group 2, given as stored
+	lens[bad]--                   // a page cut short does not decode
 	b.N = n
-	if err := g.CompressGroups(context.Background(), b, offsets, lens); err != nil {
+	if err := g.CompressGroups(context.Background(), b, packed); err != nil {
 		t.Fatal(err)
 	}
 	dec, err := codec.NewZstdDecoder(1)
@@ -133,10 +139,10 @@ func groupsFromLZ4(t *testing.T, pages []byte, alg string) {
 		switch frame := b.Compressed(i); {
 		case i == bad/codec.GroupPages:
 			if frame != nil {
-				t.Fatalf("%s: group %d, with a block that does not decode, was compressed", alg, i)
+				t.Fatalf("%s: group %d, with a page that does not decode, was compressed", alg, i)
 			}
 		case !bytes.Equal(frame, plain.Compressed(i)):
-			t.Fatalf("%s: group %d: %d bytes from LZ4 blocks, %d from its pages", alg, i, len(frame), len(plain.Compressed(i)))
+			t.Fatalf("%s: group %d: %d bytes from stored pages, %d from its pages", alg, i, len(frame), len(plain.Compressed(i)))
 		case frame != nil:
 			if err := dec.Decompress(got, frame); err != nil || !bytes.Equal(got, in[i*groupBytes:(i+1)*groupBytes]) {
 				t.Fatalf("%s: group %d does not decode to its pages (%v)", alg, i, err)
