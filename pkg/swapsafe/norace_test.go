@@ -1,0 +1,5 @@
+//go:build !race
+
+package swapsafe
+
+const raceEnabled = false
