@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
@@ -31,7 +32,7 @@ func (b *background) start() (stop func()) {
 	compactorDone := make(chan struct{})
 	go func() {
 		defer close(compactorDone)
-		b.pipe.Device.RunCompactor(compactCtx, compactPolicy())
+		b.pipe.Device.RunCompactor(compactCtx, device.CompactPolicy{})
 	}()
 	// Groups of pages left idle go to the dense tier (--dense-after).
 	denseDone := make(chan struct{})
