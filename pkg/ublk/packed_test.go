@@ -268,7 +268,10 @@ func TestPackedBackend(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := faults() - before; n != 0 {
+	switch n := faults() - before; {
+	case raceEnabled:
+		t.Logf("63 pages stored and loaded: %d page faults, not counted under the race detector", n)
+	case n != 0:
 		t.Errorf("63 pages stored and loaded: %d page faults, want none", n)
 	}
 	if big.stored != 64 || len(big.freeSmall) != 0 {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ublk
+
+const raceEnabled = false
