@@ -26,12 +26,10 @@ type Plan struct {
 	// preempted: the collector's stops and stack scans take at most
 	// GOMAXPROCS at a time and let them run again at once, and sysmon
 	// takes those that ran Go code for 10 ms, which the request path,
-	// its long stretches in C (the codecs), does not. So GOMAXPROCS
-	// suffice, each 2 KiB on amd64, with the P's own and the spares
-	// ReservePreemptState adds. Making them takes 10 to 20 ms for every
-	// GOMAXPROCS of them, on the path of a takeover without a standby:
-	// 16 + 4 × GOMAXPROCS, as many as the threads, put 0.5 s on a
-	// start on 2 CPUs.
+	// its long stretches in C (the codecs), does not. So a few times
+	// GOMAXPROCS suffice: as many as the threads, 16 + 4 × GOMAXPROCS,
+	// each 2 KiB on amd64. Making them takes 10 to 20 ms for every
+	// GOMAXPROCS of them (0.3 s on 2 CPUs).
 	Preempted int
 	// ConnBuffers is the payload buffer memory each NBD connection keeps
 	// resident (nbd.Options.ReserveBuffers): 32 requests of the largest
@@ -50,7 +48,7 @@ func PlanFor(ram int64, cpus int, maxRequest int64) Plan {
 	p := Plan{
 		HeapReserve: 8 << 20,
 		Threads:     16 + 4*cpus,
-		Preempted:   cpus,
+		Preempted:   16 + 4*cpus,
 		ConnBuffers: 32 * maxRequest,
 		Prefault:    16 << 20,
 	}
