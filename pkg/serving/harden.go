@@ -34,17 +34,7 @@ func harden(cfg *Config, log *slog.Logger, reexecErr error, standby bool) (reser
 		opts.IOFlusher = true
 		opts.Realtime = cfg.WantRealtime()
 	}
-	// The preemption state after mlockall (so its blocks stay locked)
-	// and before the threads turn real-time: sysmon preempts its
-	// spinning goroutines, and at SCHED_RR it would first wait out each
-	// spinning thread's 100 ms time slice.
-	realtime := opts.Realtime
-	opts.Realtime = false
 	steps := swapsafe.Apply(opts)
-	if cfg.Harden {
-		steps = append(steps, swapsafe.ReservePreemptState(cfg.Plan.Preempted))
-	}
-	steps = append(steps, swapsafe.Apply(swapsafe.Options{Realtime: realtime})...)
 	reserve = &swapsafe.HeapReserve{}
 	if cfg.Harden {
 		var step swapsafe.Step

@@ -42,10 +42,6 @@ func (rp reporter) holdings() []swapsafe.Holding {
 			swapsafe.Holding{Name: "heap-reserve", Bytes: d.reserve.Bytes(), Why: why},
 			swapsafe.Holding{Name: "threads", Count: d.cfg.Plan.Threads,
 				Why: "threads started before serving, each with its signal stack written"})
-		if n := swapsafe.PreemptStateBytes(d.cfg.Plan.Preempted); n > 0 {
-			hs = append(hs, swapsafe.Holding{Name: "preempt-state", Bytes: n,
-				Why: "blocks off the heap in which the Go runtime saves preempted goroutines' vector registers, made and written at start"})
-		}
 	}
 	return hs
 }

@@ -20,17 +20,6 @@ type Plan struct {
 	// (ReserveThreads): enough for every request that can be in a
 	// system call or in C at once, beside those running Go code.
 	Threads int
-	// Preempted is how many goroutines preempted at once find the
-	// blocks their vector registers are saved in made before serving
-	// (ReservePreemptState). Only goroutines running Go code on a P are
-	// preempted: the collector's stops and stack scans take at most
-	// GOMAXPROCS at a time and let them run again at once, and sysmon
-	// takes those that ran Go code for 10 ms, which the request path,
-	// its long stretches in C (the codecs), does not. So a few times
-	// GOMAXPROCS suffice: as many as the threads, 16 + 4 × GOMAXPROCS,
-	// each 2 KiB on amd64. Making them takes 10 to 20 ms for every
-	// GOMAXPROCS of them (0.3 s on 2 CPUs).
-	Preempted int
 	// ConnBuffers is the payload buffer memory each NBD connection keeps
 	// resident (nbd.Options.ReserveBuffers): 32 requests of the largest
 	// size the kernel device sends, which is also the bound the kernel
@@ -48,7 +37,6 @@ func PlanFor(ram int64, cpus int, maxRequest int64) Plan {
 	p := Plan{
 		HeapReserve: 8 << 20,
 		Threads:     16 + 4*cpus,
-		Preempted:   16 + 4*cpus,
 		ConnBuffers: 32 * maxRequest,
 		Prefault:    16 << 20,
 	}

@@ -45,7 +45,7 @@ func (s Step) Without() string {
 		return "the OOM killer may choose gzramd, and every process with pages in it dies with it"
 	case "realtime":
 		return "a reply may wait for the CPU behind the processes whose memory the kernel is reclaiming: swap slows under pressure, and a small machine can freeze"
-	case "heap_reserve", "heap_top_up", "thread_reserve", "preempt_state":
+	case "heap_reserve", "heap_top_up", "thread_reserve":
 		return "serving may fault in memory while the kernel waits on gzramd to free some"
 	}
 	return "nothing gzramd needs to serve"

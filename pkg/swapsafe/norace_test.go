@@ -1,5 +1,0 @@
-//go:build !race
-
-package swapsafe
-
-const raceEnabled = false
