@@ -10,8 +10,6 @@ import (
 
 	"github.com/pierrec/lz4/v4"
 	"golang.org/x/sys/unix"
-
-	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
 // packedBackend keeps each 4 KiB page LZ4-compressed in a slot of memory
@@ -252,13 +250,11 @@ func TestPackedBackend(t *testing.T) {
 	}
 	// And not the runtime's: a signal to this thread (a collection's
 	// stack scan, a preemption) writes its frame on the thread's signal
-	// stack, and a preemption saves the vector registers in a block the
-	// runtime may carve fresh; the daemon makes both resident before it
-	// serves, as a queue does (CI, as an ordinary user: 1 fault).
+	// stack, which a queue makes resident before it serves (CI, as an
+	// ordinary user: 1 fault).
 	if err := signalStackResident(); err != nil {
 		t.Fatal(err)
 	}
-	swapsafe.ReservePreemptState(runtime.GOMAXPROCS(0))
 	before := faults()
 	for off := 4096; off < len(pages); off += 4096 {
 		if err := big.WriteAt(ctx, pages[off:off+4096], int64(off), false); err != nil {
