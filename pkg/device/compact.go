@@ -27,6 +27,15 @@ type CompactPolicy struct {
 	// 1.03): what recompression frees is spread over every slab the
 	// groups' pages were in, and idle, so no write fills it soon.
 	AfterDense float64
+	// DenseInterval is how often it looks for groups the dense tier
+	// recompressed (default 1s), and DenseWaste the slab memory beyond
+	// the data from which it then compacts (default 1 MiB, or MinWaste
+	// where that is less): so that what
+	// a pass freed goes back within a second, on a device of any size.
+	// Writers never fault in the slabs it gives back (the store's
+	// prefaulter warms them first).
+	DenseInterval time.Duration
+	DenseWaste    int64
 }
 
 // RunCompactor compacts the store whenever fragmentation passes the
@@ -55,6 +64,48 @@ func (d *Device) compactor() compactor {
 
 // run compacts until ctx is done (Device.RunCompactor).
 func (c compactor) run(ctx context.Context, p CompactPolicy) {
+	p = p.withDefaults()
+	every := p.Interval
+	if c.dense != nil {
+		every = min(every, p.DenseInterval)
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var compacted uint64 // the dense tier's groups at the last compaction
+	last := time.Now()   // the last look at fragmentation alone
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := c.store.Stats()
+		groups := c.dense.Stats().Groups
+		limit, minWaste, why := p.MaxOverhead, p.MinWaste, "fragmented"
+		switch {
+		case groups != compacted:
+			limit, minWaste, why = p.AfterDense, p.DenseWaste, "the dense tier recompressed groups"
+		case time.Since(last) < p.Interval:
+			continue
+		}
+		last = time.Now()
+		// Staged pages' reservations are not slab memory: compaction
+		// cannot give them back.
+		held := st.MemUsed - st.Reserved
+		if waste := held - st.ComprDataSize; waste < minWaste || float64(held) < limit*float64(st.ComprDataSize) {
+			continue
+		}
+		start := time.Now()
+		moved := c.compact()
+		compacted = groups
+		after := c.store.Stats()
+		c.log.Info("compacted the page store", "why", why, "moved", moved,
+			"mem_used_before", st.MemUsed, "mem_used_after", after.MemUsed, "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// withDefaults is p with its defaults where it leaves a bound unset.
+func (p CompactPolicy) withDefaults() CompactPolicy {
 	if p.Interval <= 0 {
 		p.Interval = 10 * time.Second
 	}
@@ -67,34 +118,13 @@ func (c compactor) run(ctx context.Context, p CompactPolicy) {
 	if p.AfterDense <= 1 {
 		p.AfterDense = 1.03
 	}
-	t := time.NewTicker(p.Interval)
-	defer t.Stop()
-	var compacted uint64 // the dense tier's groups at the last compaction
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		st := c.store.Stats()
-		groups := c.dense.Stats().Groups
-		limit, why := p.MaxOverhead, "fragmented"
-		if groups != compacted {
-			limit, why = p.AfterDense, "the dense tier recompressed groups"
-		}
-		// Staged pages' reservations are not slab memory: compaction
-		// cannot give them back.
-		held := st.MemUsed - st.Reserved
-		if waste := held - st.ComprDataSize; waste < p.MinWaste || float64(held) < limit*float64(st.ComprDataSize) {
-			continue
-		}
-		start := time.Now()
-		moved := c.compact()
-		compacted = groups
-		after := c.store.Stats()
-		c.log.Info("compacted the page store", "why", why, "moved", moved,
-			"mem_used_before", st.MemUsed, "mem_used_after", after.MemUsed, "took", time.Since(start).Round(time.Millisecond))
+	if p.DenseInterval <= 0 {
+		p.DenseInterval = time.Second
 	}
+	if p.DenseWaste <= 0 {
+		p.DenseWaste = min(p.MinWaste, 1<<20)
+	}
+	return p
 }
 
 // compact moves allocations out of sparse slabs (Device.Compact).

@@ -357,28 +357,32 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 	if n := len(c.empty); n > 0 {
 		// With prefaulting, slabs whose pages are resident (kept, or
 		// faulted in again by warmReleased) are on top of the stack and
-		// taken first. A released one below them is still taken before
-		// new arena memory, although its pages fault in on this writer's
-		// path (counted in PrefaultMisses): carving instead would let a
-		// class that churns grow the arenas and slab records without
-		// bound.
+		// taken first. A released one below them is not: its pages would
+		// fault in on this writer's path, which stores a swapped-out
+		// page, as after a compaction gave many back. A new slab comes
+		// from the arena faulted ahead instead, and the prefaulter faults
+		// a released one in again for each such slab (wantWarm), so that
+		// a class that churns reuses its released slabs rather than grow
+		// the arenas and slab records without bound.
 		id := c.empty[n-1]
-		c.empty = c.empty[:n-1]
 		r := s.rec(id)
-		if s.pf.prefault > 0 {
+		switch {
+		case s.pf.prefault == 0:
+		case r.touched > 0: // kept resident
 			s.keptEmpty.Add(-int64(r.touched))
-			switch {
-			case r.touched > 0: // kept resident
-			case !r.cold:
-				s.pf.wake() // to warm the class's next one
-			default:
-				s.prefaultMisses.Add(int64(s.geo[ci].pages))
-				s.pf.wake()
-			}
+		case !r.cold:
+			s.pf.wake() // to warm the class's next one
+		default:
+			c.wantWarm++
+			s.pf.wake()
+			id = 0
 		}
-		r.cold = false
-		r.state = slabActive
-		return id, nil
+		if id != 0 {
+			c.empty = c.empty[:n-1]
+			r.cold = false
+			r.state = slabActive
+			return id, nil
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -210,34 +210,59 @@ func (p *prefaulter) releaseQueued() {
 	}
 }
 
-// warmReleased faults in again the pages of one released slab of each
-// class that has no resident empty slab left. newSlab reuses only
-// resident ones (a fault there would be on the path that stores a
-// swapped-out page): without this, a class whose slabs were released
-// would carve new ones from the arenas for ever, and the store's address
-// space and slab records would grow without bound under churn.
+// warmReleased faults in again the pages of released slabs, so that each
+// class has on top of its empty stack a resident one, and as many as its
+// writers carved since the last round because it had none (wantWarm), up
+// to Prefault bytes in all a round. newSlab reuses only resident ones (a
+// fault there would be on the path that stores a swapped-out page):
+// without this, a class whose slabs were released would carve new ones
+// from the arenas for ever, and the store's address space and slab
+// records would grow without bound under churn.
 func (p *prefaulter) warmReleased() {
 	s := p.s
+	budget := int(p.prefault / pageSize)
 	for ci := range s.classes {
-		if s.closed.Load() {
-			return
-		}
 		c, g := &s.classes[ci], &s.geo[ci]
 		c.mu.Lock()
-		n := len(c.empty)
-		if n == 0 || s.rec(c.empty[n-1]).touched > 0 || !s.rec(c.empty[n-1]).cold {
-			c.mu.Unlock()
-			continue
+		want := c.wantWarm
+		if n := len(c.empty); want == 0 && n > 0 && s.rec(c.empty[n-1]).touched == 0 && s.rec(c.empty[n-1]).cold {
+			want = 1 // none resident on top
 		}
-		// Off the stack while its pages fault in, so nobody takes it.
-		id := c.empty[n-1]
-		c.empty = c.empty[:n-1]
 		c.mu.Unlock()
-		r := s.rec(id)
-		memfd.Populate(s.slabMem(r, g))
+		warmed, none := 0, false
+		for ; warmed < want && budget > 0; warmed++ {
+			if s.closed.Load() {
+				return
+			}
+			c.mu.Lock()
+			// The resident ones are on top, the released ones below.
+			i := len(c.empty) - 1
+			for i >= 0 && !(s.rec(c.empty[i]).touched == 0 && s.rec(c.empty[i]).cold) {
+				i--
+			}
+			if i < 0 {
+				none = true
+				c.mu.Unlock()
+				break
+			}
+			// Off the stack while its pages fault in, so nobody takes it.
+			id := c.empty[i]
+			c.empty = append(c.empty[:i], c.empty[i+1:]...)
+			c.mu.Unlock()
+			r := s.rec(id)
+			memfd.Populate(s.slabMem(r, g))
+			budget -= int(g.pages)
+			c.mu.Lock()
+			r.cold = false
+			c.empty = append(c.empty, id)
+			c.mu.Unlock()
+		}
+		// What the budget left is for the next round; with no released
+		// slab left, there is nothing to warm.
 		c.mu.Lock()
-		r.cold = false
-		c.empty = append(c.empty, id)
+		if c.wantWarm = max(c.wantWarm-warmed, 0); none {
+			c.wantWarm = 0
+		}
 		c.mu.Unlock()
 	}
 }

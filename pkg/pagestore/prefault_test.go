@@ -276,16 +276,39 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 	if n := releasedSlabs(s); n != slabs {
 		t.Errorf("%d released slabs back with their classes, want %d", n, slabs)
 	}
-	// Released slabs are reused, not left behind while new slabs are
-	// carved; each faults in on the writer's path, counted as a miss.
-	misses := s.Stats().PrefaultMisses
-	allocFilled(t, s, 8000, 1000)
-	if got := s.nslabs.Load(); got != nslabs {
-		t.Errorf("%d slabs after allocating again, want the %d released ones reused", got, nslabs)
+	// Released slabs are not taken on the writer's path, where their
+	// pages would fault in: new slabs are carved, and each asks the
+	// prefaulter to fault a released one in again for the next.
+	hs = allocFilled(t, s, 8000, 1000)
+	c := &s.classes[classOf(1000)]
+	carved := int(s.nslabs.Load() - nslabs)
+	if carved == 0 || c.wantWarm != carved {
+		t.Fatalf("%d slabs carved allocating again, %d released slabs wanted warm: want the same, not 0", carved, c.wantWarm)
 	}
-	slab := int64(s.geo[classOf(1000)].pages)
-	if got := s.Stats().PrefaultMisses - misses; got != int64(slabs)*slab {
-		t.Errorf("%d prefault misses reusing %d released slabs: want %d", got, slabs, int64(slabs)*slab)
+	for c.wantWarm > 0 {
+		s.pf.warmReleased()
+	}
+	// Then they are reused, resident: no slab carved, no fault.
+	for _, h := range hs {
+		s.Free(h)
+	}
+	s.pf.releaseQueued()
+	for range 4 {
+		s.pf.warmReleased()
+	}
+	nslabs, misses := s.nslabs.Load(), s.Stats().PrefaultMisses
+	warm := 0
+	for _, id := range c.empty {
+		if r := s.rec(id); r.touched > 0 || !r.cold {
+			warm++
+		}
+	}
+	allocFilled(t, s, warm*int(s.geo[classOf(1000)].cells), 1000)
+	if got := s.nslabs.Load(); got != nslabs {
+		t.Errorf("%d slabs carved filling the %d warm ones", got-nslabs, warm)
+	}
+	if got := s.Stats().PrefaultMisses - misses; got != 0 {
+		t.Errorf("%d prefault misses filling warm slabs", got)
 	}
 }
 

@@ -135,7 +135,12 @@ type class struct {
 	// that a class whose last allocation comes and goes does not pay for
 	// madvise, a TLB shootdown and page faults each time. Compact, Close
 	// and a limit that would fail an Alloc release it.
-	cached      uint32
+	cached uint32
+	// wantWarm counts the slabs writers carved, with a prefaulter,
+	// because the class's empty slabs had their pages given back: the
+	// prefaulter faults as many of those in again for the next
+	// (warmReleased).
+	wantWarm    int
 	allocations atomic.Int64
 	bytes       atomic.Int64
 	_           [64]byte

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gzramd/gzramd/pkg/device"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
@@ -32,7 +31,7 @@ func (b *background) start() (stop func()) {
 	compactorDone := make(chan struct{})
 	go func() {
 		defer close(compactorDone)
-		b.pipe.Device.RunCompactor(compactCtx, device.CompactPolicy{})
+		b.pipe.Device.RunCompactor(compactCtx, compactPolicy())
 	}()
 	// Groups of pages left idle go to the dense tier (--dense-after).
 	denseDone := make(chan struct{})

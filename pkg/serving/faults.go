@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/gzramd/gzramd/pkg/blockdev"
 	"github.com/gzramd/gzramd/pkg/device"
@@ -31,6 +32,19 @@ func standInGPU(a route.Accelerator) route.Accelerator {
 		return routetest.NewAccelerator()
 	}
 	return a
+}
+
+// compactPolicy is the compactor's defaults, or, with
+// GZRAMD_FAULT_COMPACT_OFTEN=1, a compaction every 20 ms once 64 KiB are
+// wasted: TestServingDoesNotFaultWithTheDenseTier's, so that the slabs
+// compaction gives back meet the writers while they serve.
+func compactPolicy() device.CompactPolicy {
+	if os.Getenv("GZRAMD_FAULT_COMPACT_OFTEN") != "1" {
+		return device.CompactPolicy{}
+	}
+	const often, waste = 20 * time.Millisecond, 64 << 10
+	return device.CompactPolicy{Interval: often, MinWaste: waste, MaxOverhead: 1.001,
+		DenseInterval: often, DenseWaste: waste, AfterDense: 1.001}
 }
 
 // withFaults applies the GZRAMD_FAULT_* variables: reads that corrupt

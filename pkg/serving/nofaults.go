@@ -19,5 +19,8 @@ func withFaults(dev *device.Device, _ bool, _ *slog.Logger) (blockdev.Backend, s
 	return dev, swapctl.Host{}
 }
 
+// compactPolicy is the compactor's defaults.
+func compactPolicy() device.CompactPolicy { return device.CompactPolicy{} }
+
 // standInGPU is the router's accelerator, a.
 func standInGPU(a route.Accelerator) route.Accelerator { return a }
