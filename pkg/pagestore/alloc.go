@@ -293,6 +293,9 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 			s.unlink(&c.partial, id)
 			r.state = slabEmpty
 			c.empty = append(c.empty, id)
+			if s.pf.prefault > 0 && !r.cold && r.touched == 0 {
+				s.warmEmpty.Add(int64(g.pages))
+			}
 		}
 		// The head slab needs a new page; another may have a free cell
 		// in pages it already holds.
@@ -371,6 +374,7 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		case r.touched > 0: // kept resident
 			s.keptEmpty.Add(-int64(r.touched))
 		case !r.cold:
+			s.warmEmpty.Add(-int64(s.geo[ci].pages))
 			s.pf.wake() // to warm the class's next one
 		default:
 			c.wantWarm++

@@ -285,8 +285,13 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 	if carved == 0 || c.wantWarm != carved {
 		t.Fatalf("%d slabs carved allocating again, %d released slabs wanted warm: want the same, not 0", carved, c.wantWarm)
 	}
-	for c.wantWarm > 0 {
+	// As many are warmed as the prefault allows, no more.
+	for range 4 {
 		s.pf.warmReleased()
+	}
+	slab := int64(s.geo[classOf(1000)].pages)
+	if warm := s.warmEmpty.Load(); warm > prefault/pageSize+slab || warm < min(int64(carved)*slab, prefault/pageSize) {
+		t.Errorf("%d pages of released slabs warmed for %d slabs carved: want as many, within %d", warm, carved, prefault/pageSize)
 	}
 	// Then they are reused, resident: no slab carved, no fault.
 	for _, h := range hs {
@@ -295,6 +300,9 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 	s.pf.releaseQueued()
 	for range 4 {
 		s.pf.warmReleased()
+	}
+	if warm := s.warmEmpty.Load(); warm > prefault/pageSize+slab {
+		t.Errorf("%d pages of empty slabs warm, more than the prefault's %d", warm, prefault/pageSize)
 	}
 	nslabs, misses := s.nslabs.Load(), s.Stats().PrefaultMisses
 	warm := 0

@@ -112,6 +112,11 @@ type Store struct {
 	// keptEmpty counts the pages of emptied slabs kept resident for
 	// reuse (Prefault > 0), at most Prefault bytes' worth.
 	keptEmpty atomic.Int64
+	// warmEmpty counts the pages of empty slabs that hold no allocation
+	// yet are resident: released ones the prefaulter faulted in again,
+	// and new ones a failed Alloc put back. Beside keptEmpty, within
+	// Prefault: they are not in memUsed.
+	warmEmpty atomic.Int64
 
 	mu        sync.Mutex // guards arena carving, slab creation and Close
 	arenaNext int        // first uncarved page of the last arena
