@@ -366,7 +366,9 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		// from the arena faulted ahead instead, and the prefaulter faults
 		// a released one in again for each such slab (wantWarm), so that
 		// a class that churns reuses its released slabs rather than grow
-		// the arenas and slab records without bound.
+		// the arenas and slab records without bound. Only where no slab
+		// can be made is a released one taken, its pages faulting in
+		// (counted in PrefaultMisses).
 		id := c.empty[n-1]
 		r := s.rec(id)
 		switch {
@@ -377,17 +379,28 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 			s.warmEmpty.Add(-int64(s.geo[ci].pages))
 			s.pf.wake() // to warm the class's next one
 		default:
-			c.wantWarm++
-			s.pf.wake()
-			id = 0
+			made, err := s.carveSlab(ci)
+			switch {
+			case err == nil:
+				c.wantWarm++
+				s.pf.wake()
+				return made, nil
+			case errors.Is(err, ErrClosed):
+				return 0, err
+			}
+			s.prefaultMisses.Add(int64(s.geo[ci].pages))
 		}
-		if id != 0 {
-			c.empty = c.empty[:n-1]
-			r.cold = false
-			r.state = slabActive
-			return id, nil
-		}
+		c.empty = c.empty[:n-1]
+		r.cold = false
+		r.state = slabActive
+		return id, nil
 	}
+	return s.carveSlab(ci)
+}
+
+// carveSlab makes a new active slab for class ci from an arena. c.mu is
+// held.
+func (s *Store) carveSlab(ci int) (uint32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {

@@ -358,3 +358,25 @@ func TestPrefaulterWarmsAReleasedSlab(t *testing.T) {
 		t.Errorf("allocation in slab %d, want the warm slab %d", id, top)
 	}
 }
+
+// A writer takes a released slab, its pages faulting in, only where no
+// new slab can be made: here, with every slab record in use.
+func TestReleasedSlabTakenWhenNoneCanBeMade(t *testing.T) {
+	s := newStore(t, Config{ArenaSize: 4 << 20, Prefault: pageSize}) // none kept
+	s.pf.stop()
+	hs := allocFilled(t, s, 2000, 1000)
+	for _, h := range hs {
+		s.Free(h)
+	}
+	s.pf.releaseQueued()
+	n := s.nslabs.Load()
+	s.nslabs.Store(maxSlabs) // as if every record were in use
+	defer s.nslabs.Store(n)
+	misses := s.Stats().PrefaultMisses
+	if _, _, err := s.Alloc(1000, 1); err != nil {
+		t.Fatalf("Alloc with released slabs and no record left: %v", err)
+	}
+	if got := s.Stats().PrefaultMisses - misses; got != int64(s.geo[classOf(1000)].pages) {
+		t.Errorf("%d prefault misses taking a released slab, want its %d pages", got, s.geo[classOf(1000)].pages)
+	}
+}
