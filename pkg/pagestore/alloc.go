@@ -366,9 +366,12 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		// from the arena faulted ahead instead, and the prefaulter faults
 		// a released one in again for each such slab (wantWarm), so that
 		// a class that churns reuses its released slabs rather than grow
-		// the arenas and slab records without bound. Only where no slab
-		// can be made is a released one taken, its pages faulting in
-		// (counted in PrefaultMisses).
+		// the arenas and slab records without bound. The new slab must
+		// lie in pages already faulted: mapping an arena, or faulting
+		// one's pages, on this path is what taking the released slab
+		// would cost, and more (mmap takes the process's mmap lock for
+		// writing). Where no such slab can be made, the released one is
+		// taken, its pages faulting in (counted in PrefaultMisses).
 		id := c.empty[n-1]
 		r := s.rec(id)
 		switch {
@@ -379,7 +382,7 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 			s.warmEmpty.Add(-int64(s.geo[ci].pages))
 			s.pf.wake() // to warm the class's next one
 		default:
-			made, err := s.carveSlab(ci)
+			made, err := s.carveSlab(ci, true)
 			switch {
 			case err == nil:
 				c.wantWarm++
@@ -395,12 +398,13 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 		r.state = slabActive
 		return id, nil
 	}
-	return s.carveSlab(ci)
+	return s.carveSlab(ci, false)
 }
 
-// carveSlab makes a new active slab for class ci from an arena. c.mu is
-// held.
-func (s *Store) carveSlab(ci int) (uint32, error) {
+// carveSlab makes a new active slab for class ci from an arena; with
+// faultedOnly, only from pages the prefaulter has faulted in, failing
+// with errUnfaulted otherwise. c.mu is held.
+func (s *Store) carveSlab(ci int, faultedOnly bool) (uint32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
@@ -410,7 +414,7 @@ func (s *Store) carveSlab(ci int) (uint32, error) {
 	if id >= maxSlabs {
 		return 0, fmt.Errorf("pagestore: all %d slab records in use: %w", maxSlabs, syscall.ENOSPC)
 	}
-	arena, page, err := s.carve(int(s.geo[ci].pages))
+	arena, page, err := s.carve(int(s.geo[ci].pages), faultedOnly)
 	if err != nil {
 		return 0, err
 	}
@@ -423,14 +427,30 @@ func (s *Store) carveSlab(ci int) (uint32, error) {
 	return id, nil
 }
 
+// errUnfaulted is carve's refusal, asked for faulted pages only, to reach
+// past what the prefaulter has faulted in.
+var errUnfaulted = errors.New("pagestore: no faulted arena pages left to carve")
+
 // carve takes pages contiguous pages from the last arena, mapping a new
-// one when it has too few left. s.mu is held.
-func (s *Store) carve(pages int) (arena, page uint32, err error) {
+// one when it has too few left. With faultedOnly it takes only pages the
+// prefaulter faulted in, from the last arena or its spare, and maps
+// nothing. s.mu is held.
+func (s *Store) carve(pages int, faultedOnly bool) (arena, page uint32, err error) {
 	arenas := *s.arenas.Load()
 	if s.pf.refill != nil {
 		s.pf.wake()
 	}
-	if len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize {
+	full := len(arenas) == 0 || s.arenaNext+pages > s.arenaSize/pageSize
+	if faultedOnly {
+		switch {
+		case !full && s.arenaNext+pages <= s.pf.faultedTo && !s.pf.touching.overlaps(len(arenas)-1, s.arenaNext, pages):
+		case full && s.pf.spare != nil && s.pf.spareArena == len(arenas) && s.pf.spareFaulted >= pages &&
+			!s.pf.touching.overlaps(len(arenas), 0, pages):
+		default:
+			return 0, 0, errUnfaulted
+		}
+	}
+	if full {
 		mem := s.pf.spare
 		if mem != nil && s.pf.spareArena == len(arenas) {
 			s.pf.spare = nil

@@ -33,6 +33,9 @@ type prefaulter struct {
 	spareArena   int // the arena spare maps
 	spareFaulted int // pages of spare touched
 	faultedTo    int
+	// touching is the step of pages the thread is faulting in now,
+	// without the lock: the marks above already count it.
+	touching pageRange
 
 	refill     chan struct{}
 	stopRefill chan struct{}
@@ -45,6 +48,14 @@ type prefaulter struct {
 	releases []pendingRelease
 	// releasing is the prefaulter's copy of releases, swapped with it.
 	releasing []pendingRelease
+}
+
+// pageRange is pages [from, to) of arena arena; arena -1 names none.
+type pageRange struct{ arena, from, to int }
+
+// overlaps reports whether r holds any of the n pages of arena from page.
+func (r pageRange) overlaps(arena, from, n int) bool {
+	return r.arena == arena && from < r.to && r.from < from+n
 }
 
 // pendingRelease is an emptied slab waiting for its pages to go back. It
@@ -300,6 +311,7 @@ func (p *prefaulter) prefaultAhead(want int) {
 			if ahead < want && p.faultedTo < len(last)/pageSize {
 				mem, from = last, p.faultedTo
 				p.faultedTo = min(p.faultedTo+prefaultStep, len(last)/pageSize)
+				p.touching = pageRange{len(arenas) - 1, from, p.faultedTo}
 			} else if ahead < want {
 				spareWant = want - ahead // the rest goes to the spare arena
 			} else {
@@ -332,9 +344,13 @@ func (p *prefaulter) prefaultAhead(want int) {
 			}
 			mem, from = p.spare, p.spareFaulted
 			p.spareFaulted = min(p.spareFaulted+prefaultStep, len(p.spare)/pageSize)
+			p.touching = pageRange{p.spareArena, from, p.spareFaulted}
 		}
 		s.mu.Unlock()
 		memfd.Populate(mem[from*pageSize : min(from+prefaultStep, len(mem)/pageSize)*pageSize])
+		s.mu.Lock()
+		p.touching = pageRange{arena: -1}
+		s.mu.Unlock()
 	}
 }
 

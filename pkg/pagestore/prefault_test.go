@@ -277,13 +277,21 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 		t.Errorf("%d released slabs back with their classes, want %d", n, slabs)
 	}
 	// Released slabs are not taken on the writer's path, where their
-	// pages would fault in: new slabs are carved, and each asks the
-	// prefaulter to fault a released one in again for the next.
-	hs = allocFilled(t, s, 8000, 1000)
+	// pages would fault in: new slabs are carved from the pages faulted
+	// ahead, and each asks the prefaulter to fault a released one in
+	// again for the next.
+	// (The slabs Free kept resident are taken first.)
 	c := &s.classes[classOf(1000)]
+	hs = allocFilled(t, s, residentEmpty(s, c)*int(s.geo[classOf(1000)].cells), 1000)
+	s.pf.prefaultAhead(prefault / pageSize)
+	aheadFrom, misses := s.nslabs.Load(), s.Stats().PrefaultMisses
+	hs = append(hs, allocFilled(t, s, 400, 1000)...) // within the 1 MiB faulted ahead
 	carved := int(s.nslabs.Load() - nslabs)
 	if carved == 0 || c.wantWarm != carved {
 		t.Fatalf("%d slabs carved allocating again, %d released slabs wanted warm: want the same, not 0", carved, c.wantWarm)
+	}
+	if got := s.Stats().PrefaultMisses - misses; got != 0 {
+		t.Errorf("%d prefault misses carving within the pages faulted ahead", got)
 	}
 	// As many are warmed as the prefault allows, no more.
 	for range 4 {
@@ -304,13 +312,8 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 	if warm := s.warmEmpty.Load(); warm > prefault/pageSize+slab {
 		t.Errorf("%d pages of empty slabs warm, more than the prefault's %d", warm, prefault/pageSize)
 	}
-	nslabs, misses := s.nslabs.Load(), s.Stats().PrefaultMisses
-	warm := 0
-	for _, id := range c.empty {
-		if r := s.rec(id); r.touched > 0 || !r.cold {
-			warm++
-		}
-	}
+	nslabs, misses = s.nslabs.Load(), s.Stats().PrefaultMisses
+	warm := residentEmpty(s, c)
 	allocFilled(t, s, warm*int(s.geo[classOf(1000)].cells), 1000)
 	if got := s.nslabs.Load(); got != nslabs {
 		t.Errorf("%d slabs carved filling the %d warm ones", got-nslabs, warm)
@@ -318,6 +321,30 @@ func TestFreeLeavesReleasesToThePrefaulter(t *testing.T) {
 	if got := s.Stats().PrefaultMisses - misses; got != 0 {
 		t.Errorf("%d prefault misses filling warm slabs", got)
 	}
+	// Past the pages faulted ahead, a writer maps and faults nothing
+	// new: it takes a released slab, whose pages fault in (a miss),
+	// rather than carve.
+	misses = s.Stats().PrefaultMisses
+	allocFilled(t, s, 4000, 1000)
+	if got := int64(s.nslabs.Load()-aheadFrom) * slab; got > prefault/pageSize+prefaultStep {
+		t.Errorf("%d pages of slabs carved, more than the %d faulted ahead", got, prefault/pageSize+prefaultStep)
+	}
+	if s.Stats().PrefaultMisses == misses {
+		t.Error("no released slab taken past the pages faulted ahead")
+	}
+}
+
+// residentEmpty counts class c's empty slabs whose pages are resident.
+func residentEmpty(s *Store, c *class) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, id := range c.empty {
+		if r := s.rec(id); r.touched > 0 || !r.cold {
+			n++
+		}
+	}
+	return n
 }
 
 // Once a class has no resident empty slab left, the prefaulter faults a

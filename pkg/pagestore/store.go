@@ -201,7 +201,7 @@ func configure(cfg Config) (*Store, error) {
 	s.memLimit.Store(cfg.MemLimit)
 	s.nslabs.Store(1)
 	s.arenas.Store(new([][]byte))
-	s.pf = prefaulter{s: s, prefault: max(cfg.Prefault, 0), quiet: cfg.PrefaultQuiet}
+	s.pf = prefaulter{s: s, prefault: max(cfg.Prefault, 0), quiet: cfg.PrefaultQuiet, touching: pageRange{arena: -1}}
 	if s.pf.quiet <= 0 {
 		s.pf.quiet = DefaultPrefaultQuiet
 	}
