@@ -192,6 +192,7 @@ func TestCorpusRatioAfterAging(t *testing.T) {
 // process's CPU time while the tier worked, and the device's stats after.
 type aged struct {
 	before, after float64
+	uncompacted   float64 // after aging, before Compact
 	cpu           time.Duration
 	st            Stats
 }
@@ -240,6 +241,7 @@ func ageCorpus(t *testing.T, name string, data []byte, objectPages int, pageCode
 	settled := time.Since(start)
 	cancel()
 	<-done
+	r.uncompacted = float64(len(data)) / float64(f.dev.Stats().MemUsedTotal)
 	for f.dev.Compact() > 0 {
 	}
 	r.st = f.dev.Stats()
@@ -260,8 +262,8 @@ func ageCorpus(t *testing.T, name string, data []byte, objectPages int, pageCode
 	}
 	st, ds := r.st, r.st.Dense
 	gb := float64(ds.Pages) * pageSize / 1e9
-	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f), settled in %.1f s; random 4 KiB reads %.1f µs each",
-		name, r.before, r.after, r.after/r.before, r.after/2.402, st.DensePages, st.StoredPages, st.DenseObjects, st.DenseBytes,
+	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3f before compacting: %.1f %% less; %.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f), settled in %.1f s; random 4 KiB reads %.1f µs each",
+		name, r.before, r.after, r.uncompacted, 100*(1-r.uncompacted/r.after), r.after/r.before, r.after/2.402, st.DensePages, st.StoredPages, st.DenseObjects, st.DenseBytes,
 		ds.Groups, ds.Kept, ds.OnGPU, ds.Declined, ds.Busy.Seconds()/gb, r.cpu.Seconds()/gb, settled.Seconds(), float64(read.Microseconds())/float64(pages))
 	return r
 }
