@@ -115,7 +115,7 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 		return dense.Kept, 0
 	}
 	handles := s.handles[:chunks]
-	if k, _, err := s.obj.store.AllocBatch(s.sizes[:chunks], s.owners[:chunks], handles, 0); err != nil {
+	if k, _, err := s.obj.store.AllocBatch(pagestore.Long, s.sizes[:chunks], s.owners[:chunks], handles, 0); err != nil {
 		s.obj.store.FreeBatch(handles[:k])
 		return dense.Full, 0 // tried again later
 	}

@@ -147,7 +147,7 @@ func (in *inliner) write(first uint32, pages []byte) error {
 		}
 	}
 	defer clear(w.data[:m]) // the request's buffer and the outputs are not the scratch's
-	if k, _, err := store.AllocBatch(w.sizes[:m], w.owners[:m], w.handles[:m], 0); err != nil {
+	if k, _, err := store.AllocBatch(pagestore.Short, w.sizes[:m], w.owners[:m], w.handles[:m], 0); err != nil {
 		store.FreeBatch(w.handles[:k])
 		return fmt.Errorf("device: storing pages %d-%d: %w", first, first+uint32(n)-1, err)
 	}

@@ -281,7 +281,7 @@ func (s *stager) commit(b *stage.Batch, cs *commitScratch) error {
 		}
 		i++
 	}
-	k, credit, err := s.store.AllocBatch(cs.sizes[:m], cs.owners[:m], cs.handles[:m], cs.credit)
+	k, credit, err := s.store.AllocBatch(pagestore.Short, cs.sizes[:m], cs.owners[:m], cs.handles[:m], cs.credit)
 	cs.credit = credit
 	whole := u
 	for j := range u {

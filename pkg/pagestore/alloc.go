@@ -34,8 +34,8 @@ func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 	return h, mem[off : off+uint32(size) : off+uint32(size)], nil
 }
 
-// AllocBatch makes allocations as Alloc does, allocation i of sizes[i] bytes
-// tagged with owners[i], in order, and stores their handles in handles (as
+// AllocBatch makes allocations as Alloc does but of lifetime lt (Alloc's
+// are Short), allocation i of sizes[i] bytes tagged with owners[i], in order, and stores their handles in handles (as
 // long as sizes); the caller fills them through Bytes. Runs of allocations of
 // one size class take the class's lock once: a batch of pages that
 // compress alike (as a program's pages often do) costs one lock, not one
@@ -47,7 +47,10 @@ func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 // allocate, and returns how many it did (the first n handles), the part of
 // reserved it did not use (still reserved, for the caller to use or
 // Unreserve), and the error.
-func (s *Store) AllocBatch(sizes []int, owners []uint32, handles []Handle, reserved int64) (n int, unused int64, err error) {
+func (s *Store) AllocBatch(lt Lifetime, sizes []int, owners []uint32, handles []Handle, reserved int64) (n int, unused int64, err error) {
+	if lt >= lifetimes {
+		return 0, reserved, fmt.Errorf("pagestore: lifetime %d: %w", lt, syscall.EINVAL)
+	}
 	if len(owners) != len(sizes) || len(handles) != len(sizes) {
 		return 0, reserved, fmt.Errorf("pagestore: batch of %d sizes, %d owners and %d handles: %w", len(sizes), len(owners), len(handles), syscall.EINVAL)
 	}
@@ -62,7 +65,7 @@ func (s *Store) AllocBatch(sizes []int, owners []uint32, handles []Handle, reser
 		if err := s.checkAlloc(size, owners[i]); err != nil {
 			return i, credit, err
 		}
-		ci := classOf(size)
+		ci := lt.class(size)
 		if ci != locked {
 			if locked >= 0 {
 				s.classes[locked].mu.Unlock()

@@ -31,7 +31,7 @@ func TestAllocBatchRoundTrip(t *testing.T) {
 			owners[i] = uint32(b*100 + i)
 		}
 		handles := make([]Handle, n)
-		if n, _, err := s.AllocBatch(sizes, owners, handles, 0); err != nil || n != len(sizes) {
+		if n, _, err := s.AllocBatch(Short, sizes, owners, handles, 0); err != nil || n != len(sizes) {
 			t.Fatalf("AllocBatch: %d of %d, %v", n, len(sizes), err)
 		}
 		for i, h := range handles {
@@ -81,7 +81,7 @@ func TestAllocBatchStopsAtTheLimit(t *testing.T) {
 	}
 	owners := make([]uint32, len(sizes))
 	handles := make([]Handle, len(sizes))
-	n, _, err := s.AllocBatch(sizes, owners, handles, 0)
+	n, _, err := s.AllocBatch(Short, sizes, owners, handles, 0)
 	if !errors.Is(err, syscall.ENOSPC) || n == 0 || n == len(sizes) {
 		t.Fatalf("AllocBatch past the limit: %d of %d allocated, %v; want some, and ENOSPC", n, len(sizes), err)
 	}
@@ -141,7 +141,7 @@ func TestReserveCoversAllocations(t *testing.T) {
 	}
 	owners := make([]uint32, len(sizes))
 	handles := make([]Handle, len(sizes))
-	if n, _, err := s.AllocBatch(sizes, owners, handles, 0); !errors.Is(err, ErrFull) || n != 0 {
+	if n, _, err := s.AllocBatch(Short, sizes, owners, handles, 0); !errors.Is(err, ErrFull) || n != 0 {
 		t.Fatalf("a batch without the reservation at the limit: %d allocated, %v; want none, ErrFull", n, err)
 	}
 	// More than the reservation holds stops where it runs out, keeping
@@ -151,7 +151,7 @@ func TestReserveCoversAllocations(t *testing.T) {
 		big[i] = 2000
 	}
 	bigHandles := make([]Handle, len(big))
-	n, unused, err := s.AllocBatch(big, make([]uint32, len(big)), bigHandles, pages*pageSize)
+	n, unused, err := s.AllocBatch(Short, big, make([]uint32, len(big)), bigHandles, pages*pageSize)
 	if !errors.Is(err, ErrFull) || n < pages || n == len(big) {
 		t.Fatalf("a batch beyond its reservation: %d of %d allocated, %v; want ErrFull after at least %d", n, len(big), err, pages)
 	}
@@ -163,7 +163,7 @@ func TestReserveCoversAllocations(t *testing.T) {
 	if err := s.Reserve(pages * pageSize); err != nil {
 		t.Fatal(err)
 	}
-	n, unused, err = s.AllocBatch(sizes, owners, handles, pages*pageSize)
+	n, unused, err = s.AllocBatch(Short, sizes, owners, handles, pages*pageSize)
 	if err != nil || n != len(sizes) {
 		t.Fatalf("a batch within its reservation at the limit: %d of %d, %v", n, len(sizes), err)
 	}
@@ -203,7 +203,7 @@ func TestAllocBatchConcurrent(t *testing.T) {
 				for i := range sizes {
 					sizes[i] = 1024 + 16*r.IntN(3)
 				}
-				if _, _, err := s.AllocBatch(sizes, owners, handles, 0); err != nil {
+				if _, _, err := s.AllocBatch(Short, sizes, owners, handles, 0); err != nil {
 					t.Error(err)
 					return
 				}
@@ -247,4 +247,49 @@ func TestAllocBatchConcurrent(t *testing.T) {
 		t.Fatalf("%d bad handles", st.BadHandles)
 	}
 	expectEmpty(t, s)
+}
+
+// Long-lived allocations fill slabs of their own: once the short-lived
+// ones made between them are freed, their slabs go back whole, with no
+// Compact, where sharing slabs would have pinned about one slab page for
+// each long-lived allocation.
+func TestLifetimesKeepToTheirOwnSlabs(t *testing.T) {
+	s := newStore(t, Config{ArenaSize: 4 << 20})
+	const n, size = 4000, 1500
+	short := make([]Handle, 0, n)
+	long := make([]Handle, 0, n)
+	for i := range n {
+		h, b, err := allocOf(s, Short, size, uint32(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(i))
+		short = append(short, h)
+		// Every other one, a long-lived allocation, as the dense tier
+		// writes a group's frames while others' pages are swapped out.
+		if i%2 == 0 {
+			h, b, err := allocOf(s, Long, size, uint32(n+i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fill(b, uint64(n+i))
+			long = append(long, h)
+		}
+	}
+	s.FreeBatch(short)
+	st := s.Stats()
+	data := int64(len(long)) * size
+	slab := int64(s.geo[classOf(size)].pages) * pageSize
+	if st.MemUsed > data+data/50+2*slab {
+		t.Errorf("%d bytes held for %d bytes of long-lived allocations once the short-lived are freed: want within 2 %% and a slab", st.MemUsed, data)
+	}
+	for i, h := range long {
+		check(t, s.Bytes(h, size), uint64(n+2*i), size)
+	}
+	if moved := s.Compact(func(uint32, Handle, Handle) bool { return true }); moved != 0 {
+		t.Errorf("Compact moved %d allocations, want none", moved)
+	}
+	if _, _, err := s.AllocBatch(lifetimes, []int{1}, []uint32{1}, []Handle{0}, 0); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("AllocBatch of lifetime %d: %v, want EINVAL", lifetimes, err)
+	}
 }

@@ -160,7 +160,7 @@ func BenchmarkOneClass(b *testing.B) {
 						}
 						continue
 					}
-					if _, _, err := s.AllocBatch(sizes, owners, next, 0); err != nil {
+					if _, _, err := s.AllocBatch(Short, sizes, owners, next, 0); err != nil {
 						b.Error(err)
 						return
 					}

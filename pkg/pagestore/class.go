@@ -51,10 +51,36 @@ type geometry struct {
 	tagBytes uint32 // cells * tagSize: where allocations start
 }
 
+// classOf is the class of short-lived allocations of size bytes.
 func classOf(size int) int { return (size - 1) >> classShift }
 
+// Lifetime is how long the owner expects an allocation to live. Each has
+// size classes of its own, so their slabs never mix: allocations that
+// live long (a dense tier's frames of idle pages) would otherwise take the
+// cells that short-lived ones (pages as swapped out) freed, and pin every
+// slab whose other cells the short-lived free later, until Compact moved
+// them. Kept apart, a slab of short-lived allocations empties whole and
+// goes back to the kernel as its pages leave.
+type Lifetime uint8
+
+const (
+	// Short: pages as swapped out, freed as they are written again,
+	// discarded or moved to the long-lived.
+	Short Lifetime = iota
+	// Long: pages kept until written again (the dense tier's frames).
+	Long
+
+	lifetimes = 2
+	// allClasses is the classes of every lifetime: class lt*numClasses+k
+	// is lifetime lt's class k, of the size of class k.
+	allClasses = lifetimes * numClasses
+)
+
+// class is lt's class of allocations of size bytes.
+func (lt Lifetime) class(size int) int { return int(lt)*numClasses + classOf(size) }
+
 func newGeometry(class int) geometry {
-	size := (class + 1) * classStep
+	size := (class%numClasses + 1) * classStep
 	var best geometry
 	bestWaste := 1.0
 	for pages := 1; pages <= maxSlabPages; pages++ {

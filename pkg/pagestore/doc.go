@@ -10,7 +10,13 @@
 // # Layout
 //
 // Allocations fall in 256 size classes 16 bytes apart; the last holds raw
-// 4096-byte pages. A class's slabs are runs of 1 to 161 pages, the fewest
+// 4096-byte pages. Each Lifetime has classes of its own, so that
+// allocations that live long (the dense tier's frames, AllocBatch(Long,
+// ...)) never share a slab with pages as swapped out: a dense pass frees
+// the pages it packed, and their slabs empty whole rather than stay pinned
+// by the frames written among them (on the shared corpus aged on the CPU,
+// the store held 36 % more than after Compact with one set of classes,
+// and 6 % more with two). A class's slabs are runs of 1 to 161 pages, the fewest
 // that leave at most 0.5% of the slab unused at its tail, cut into cells of
 // the class's size, one allocation each. A slab starts
 // with a 5-byte tag per cell (the owner that Compact reports, and how far

@@ -97,10 +97,18 @@ func (m *mapping) mapSlabs(fresh bool) error {
 	m.recs = unsafe.Slice((*slabRec)(unsafe.Pointer(&mem[0])), maxSlabs)
 	h := (*slabsHeader)(unsafe.Pointer(&mem[0]))
 	want := slabsHeader{magic: slabsMagic, version: slabsVersion, recSize: uint32(slabRecSize),
-		arenaSize: uint64(m.arenaSize), classes: numClasses}
+		arenaSize: uint64(m.arenaSize), classes: allClasses}
 	if fresh {
 		*h = want
 		return nil
+	}
+	// Builds before lifetimes wrote the short-lived classes alone: their
+	// state is this layout's with no long-lived slab yet. Marked as this
+	// build's now, so that one of them refuses it once it may hold some.
+	before := want
+	before.classes = numClasses
+	if *h == before {
+		h.classes = allClasses
 	}
 	if *h != want {
 		var magic [8]byte

@@ -57,7 +57,7 @@ func churn(t *testing.T, s *Store, m *model, rng *rand.Rand, ops int) {
 		if rng.IntN(4) == 0 {
 			size = 1 + rng.IntN(64)
 		}
-		h, b, err := s.Alloc(size, o)
+		h, b, err := allocOf(s, Lifetime(rng.IntN(lifetimes)), size, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,6 +75,18 @@ func churn(t *testing.T, s *Store, m *model, rng *rand.Rand, ops int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// allocOf makes one allocation of lifetime lt, as Alloc does a short one.
+func allocOf(s *Store, lt Lifetime, size int, owner uint32) (Handle, []byte, error) {
+	if lt == Short {
+		return s.Alloc(size, owner)
+	}
+	h := []Handle{0}
+	if _, _, err := s.AllocBatch(lt, []int{size}, []uint32{owner}, h, 0); err != nil {
+		return 0, nil, err
+	}
+	return h[0], s.Bytes(h[0], size), nil
 }
 
 func checkModel(t *testing.T, s *Store, m *model) {
@@ -189,6 +201,22 @@ func TestRecoverRefuses(t *testing.T) {
 	m.allocs[7] = allocation{h, 100}
 	s = recoverStore(t, cfg, m)
 	check(t, s.Bytes(h, 100), 7, 100)
+	s.Close()
+
+	// A slab file from a build before lifetimes, which had the
+	// short-lived classes alone: taken over, and marked as this build's.
+	rc, err = Recover(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := (*slabsHeader)(unsafe.Pointer(&rc.s.recs[0]))
+	hdr.classes = numClasses
+	rc.Close()
+	s = recoverStore(t, cfg, m)
+	check(t, s.Bytes(h, 100), 7, 100)
+	if got := (*slabsHeader)(unsafe.Pointer(&s.recs[0])).classes; got != allClasses {
+		t.Errorf("header of a store taken over from before lifetimes: %d classes, want %d", got, allClasses)
+	}
 	s.Close()
 
 	// A slab file from another layout version.

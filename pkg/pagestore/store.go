@@ -93,8 +93,8 @@ type Stats struct {
 // class has its own lock, and the only lock shared by all classes is taken
 // when a class needs a slab it has never had before.
 type Store struct {
-	geo     [numClasses]geometry
-	classes [numClasses]class
+	geo     [allClasses]geometry
+	classes [allClasses]class
 
 	mapping                // the files, and the records and arenas mapped from them
 	ownFiles bool          // New made the files: Close closes them
