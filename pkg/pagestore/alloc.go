@@ -421,6 +421,9 @@ func (s *Store) carveSlab(ci int, faultedOnly bool) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
+	if ci >= numClasses {
+		s.markLong()
+	}
 	r := s.rec(id)
 	*r = slabRec{arena: arena, page: page, class: uint16(ci), state: slabActive}
 	// Sealed last: Recover takes a slab whose seal it finds as written

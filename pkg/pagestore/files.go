@@ -105,18 +105,30 @@ func (m *mapping) mapSlabs(fresh bool) error {
 	// Builds before lifetimes wrote the short-lived classes alone: their
 	// state is this layout's with no long-lived slab yet. Marked as this
 	// build's now, so that one of them refuses it once it may hold some.
+	// Builds before lifetimes wrote the short-lived classes alone: their
+	// state is this layout's with no long-lived slab yet. It stays
+	// marked so until one is made (markLong), so that such a build may
+	// still take it over until then.
 	before := want
 	before.classes = numClasses
-	if *h == before {
-		h.classes = allClasses
-	}
-	if *h != want {
+	if *h != want && *h != before {
 		var magic [8]byte
 		binary.LittleEndian.PutUint64(magic[:], h.magic)
 		return fmt.Errorf("pagestore: slab file %q version %d (records of %d bytes, arenas of %d, %d classes), this build reads %d (%d, %d, %d): %w",
 			magic[:], h.version, h.recSize, h.arenaSize, h.classes, want.version, want.recSize, want.arenaSize, want.classes, ErrLayout)
 	}
 	return nil
+}
+
+// header is the slab file's header.
+func (m *mapping) header() *slabsHeader { return (*slabsHeader)(unsafe.Pointer(&m.recs[0])) }
+
+// markLong marks the slab file as holding long-lived slabs, before the
+// first is sealed: a build before lifetimes refuses it from then on.
+func (m *mapping) markLong() {
+	if h := m.header(); h.classes != allClasses {
+		h.classes = allClasses
+	}
 }
 
 // mapArena maps arena k of the arena file, growing the file to hold it.

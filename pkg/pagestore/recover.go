@@ -71,7 +71,7 @@ func (rc *Recovery) load() error {
 	rc.first = make([]uint32, 1, 1024)
 	for ; id < maxSlabs && atomic.LoadUint32(&s.recs[id].sealed) == recordSeal; id++ {
 		r := s.rec(id)
-		if int(r.class) >= allClasses {
+		if r.class >= uint16(min(s.header().classes, allClasses)) {
 			return fmt.Errorf("slab %d of class %d: %w", id, r.class, ErrLayout)
 		}
 		g := &s.geo[r.class]

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func newFiles(t *testing.T) *Files {
@@ -204,20 +206,51 @@ func TestRecoverRefuses(t *testing.T) {
 	s.Close()
 
 	// A slab file from a build before lifetimes, which had the
-	// short-lived classes alone: taken over, and marked as this build's.
+	// short-lived classes alone: taken over, and marked as this build's
+	// only once it holds a long-lived slab, which such a build would not
+	// read; a file so marked but with no such slab is still taken over.
 	rc, err = Recover(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr := (*slabsHeader)(unsafe.Pointer(&rc.s.recs[0]))
-	hdr.classes = numClasses
+	rc.s.header().classes = numClasses
 	rc.Close()
 	s = recoverStore(t, cfg, m)
 	check(t, s.Bytes(h, 100), 7, 100)
-	if got := (*slabsHeader)(unsafe.Pointer(&s.recs[0])).classes; got != allClasses {
-		t.Errorf("header of a store taken over from before lifetimes: %d classes, want %d", got, allClasses)
+	if _, _, err := s.Alloc(200, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.header().classes; got != numClasses {
+		t.Errorf("header after a short-lived allocation: %d classes, want %d still", got, numClasses)
+	}
+	hl, b, err := allocOf(s, Long, 300, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(b, 5)
+	if got := s.header().classes; got != allClasses {
+		t.Errorf("header once a long-lived slab is made: %d classes, want %d", got, allClasses)
 	}
 	s.Close()
+	m.allocs[5] = allocation{hl, 300}
+	s = recoverStore(t, cfg, m)
+	check(t, s.Bytes(hl, 300), 5, 300)
+	s.Close()
+	// A long-lived slab in a file marked as from before lifetimes is not
+	// this layout.
+	header := func(classes uint32) {
+		mem, err := files.Slabs.Map(0, pageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		(*slabsHeader)(unsafe.Pointer(&mem[0])).classes = classes
+		unix.Munmap(mem)
+	}
+	header(numClasses)
+	if _, err := Recover(cfg); !errors.Is(err, ErrLayout) {
+		t.Errorf("Recover of a long-lived slab in a file from before lifetimes: %v, want ErrLayout", err)
+	}
+	header(allClasses)
 
 	// A slab file from another layout version.
 	rc, err = Recover(cfg)
