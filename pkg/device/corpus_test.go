@@ -193,6 +193,7 @@ func TestCorpusRatioAfterAging(t *testing.T) {
 type aged struct {
 	before, after float64
 	uncompacted   float64 // after aging, before Compact
+	moved         int     // allocations Compact moved
 	cpu           time.Duration
 	st            Stats
 }
@@ -242,7 +243,8 @@ func ageCorpus(t *testing.T, name string, data []byte, objectPages int, pageCode
 	cancel()
 	<-done
 	r.uncompacted = float64(len(data)) / float64(f.dev.Stats().MemUsedTotal)
-	for f.dev.Compact() > 0 {
+	for n := f.dev.Compact(); n > 0; n = f.dev.Compact() {
+		r.moved += n
 	}
 	r.st = f.dev.Stats()
 	r.after = float64(len(data)) / float64(r.st.MemUsedTotal)
@@ -262,8 +264,8 @@ func ageCorpus(t *testing.T, name string, data []byte, objectPages int, pageCode
 	}
 	st, ds := r.st, r.st.Dense
 	gb := float64(ds.Pages) * pageSize / 1e9
-	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3f before compacting: %.1f %% less; %.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f), settled in %.1f s; random 4 KiB reads %.1f µs each",
-		name, r.before, r.after, r.uncompacted, 100*(1-r.uncompacted/r.after), r.after/r.before, r.after/2.402, st.DensePages, st.StoredPages, st.DenseObjects, st.DenseBytes,
+	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3f before compacting, which moved %d allocations: %.1f %% less; %.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f), settled in %.1f s; random 4 KiB reads %.1f µs each",
+		name, r.before, r.after, r.uncompacted, r.moved, 100*(1-r.uncompacted/r.after), r.after/r.before, r.after/2.402, st.DensePages, st.StoredPages, st.DenseObjects, st.DenseBytes,
 		ds.Groups, ds.Kept, ds.OnGPU, ds.Declined, ds.Busy.Seconds()/gb, r.cpu.Seconds()/gb, settled.Seconds(), float64(read.Microseconds())/float64(pages))
 	return r
 }
