@@ -35,11 +35,12 @@ func (s *Store) Alloc(size int, owner uint32) (Handle, []byte, error) {
 }
 
 // AllocBatch makes allocations as Alloc does but of lifetime lt (Alloc's
-// are Short), allocation i of sizes[i] bytes tagged with owners[i], in order, and stores their handles in handles (as
-// long as sizes); the caller fills them through Bytes. Runs of allocations of
-// one size class take the class's lock once: a batch of pages that
-// compress alike (as a program's pages often do) costs one lock, not one
-// each, which is what lets many writers store at once.
+// are Short), allocation i of sizes[i] bytes tagged with owners[i], in
+// order, and stores their handles in handles (as long as sizes); the
+// caller fills them through Bytes. Runs of allocations of one size class
+// take the class's lock once: a batch of pages that compress alike (as a
+// program's pages often do) costs one lock, not one each, which is what
+// lets many writers store at once.
 //
 // reserved is the part of an earlier Reserve the allocations draw on before
 // the memory limit is asked for more (staged pages reserved 4 KiB each and
