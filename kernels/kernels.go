@@ -47,9 +47,9 @@ var ZstdDecode []byte
 
 // ZstdDeep is the PTX of zstd_deep.cu: gz_zstd_deep, which writes frames
 // of several pages compressed hard (zstd_deep.h), a warp a frame, byte for
-// byte as internal/zstddeep does on the host (57 MB/s on an H200 with
-// 1,024 frames a launch: bench/results/dense-deep-2026-11-28.md). The
-// daemon does not load it yet.
+// byte as internal/zstddeep does on the host (36.5 MB/s on an H100 with
+// 1,024 frames a launch: bench/results/dense-lifetimes-deep-h100-2026-12-06.md).
+// The dense tier's GPU (gpu.DeepGroups) runs it.
 //
 //go:embed zstd_deep.ptx
 var ZstdDeep []byte

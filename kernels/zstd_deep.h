@@ -58,13 +58,13 @@
 #define ZD_HASH3_BITS 12
 #endif
 #ifndef ZD_DEPTH
-#define ZD_DEPTH 48
+#define ZD_DEPTH 64
 #endif
 #ifndef ZD_SUFFICIENT
 #define ZD_SUFFICIENT 200
 #endif
 #ifndef ZD_PASSES
-#define ZD_PASSES 2
+#define ZD_PASSES 3
 #endif
 // Candidates a position keeps beside its repeat offsets: the 3-byte one,
 // and those of the chain that were longer than every nearer one.
