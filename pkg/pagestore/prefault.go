@@ -224,11 +224,11 @@ func (p *prefaulter) releaseQueued() {
 // warmReleased faults in again the pages of released slabs, so that each
 // class has on top of its empty stack a resident one, and as many as its
 // writers carved since the last round because it had none (wantWarm),
-// while the empty slabs kept or warmed hold less than Prefault bytes. newSlab reuses only resident ones (a
-// fault there would be on the path that stores a swapped-out page):
-// without this, a class whose slabs were released would carve new ones
-// from the arenas for ever, and the store's address space and slab
-// records would grow without bound under churn.
+// while the empty slabs kept or warmed hold less than Prefault bytes.
+// newSlab reuses only resident ones (a fault there would be on the path
+// that stores a swapped-out page): without this, a class whose slabs were
+// released would carve new ones from the arenas for ever, and the store's
+// address space and slab records would grow without bound under churn.
 func (p *prefaulter) warmReleased() {
 	s := p.s
 	budget := int(p.prefault/pageSize - s.keptEmpty.Load() - s.warmEmpty.Load())
