@@ -30,10 +30,10 @@ type CompactPolicy struct {
 	// DenseInterval is how often it looks for groups the dense tier
 	// recompressed (default 1s), and DenseWaste the slab memory beyond
 	// the data from which it then compacts (default 1 MiB, or MinWaste
-	// where that is less): so that what
-	// a pass freed goes back within a second, on a device of any size.
-	// Writers never fault in the slabs it gives back (the store's
-	// prefaulter warms them first).
+	// where that is less): so that what a pass freed goes back within a
+	// second, on a device of any size. Writers do not fault in the slabs
+	// it gives back while the store has pages faulted ahead to carve (the
+	// store's prefaulter warms released ones for them).
 	DenseInterval time.Duration
 	DenseWaste    int64
 }
