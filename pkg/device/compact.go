@@ -72,7 +72,10 @@ func (c compactor) run(ctx context.Context, p CompactPolicy) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var compacted uint64 // the dense tier's groups at the last compaction
-	last := time.Now()   // the last look at fragmentation alone
+	// Fragmentation alone is looked at every Interval: every perLook
+	// ticks, counted rather than timed, as a tick comes a little under
+	// its period after the last look.
+	perLook, ticks := max(int(p.Interval/every), 1), 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -85,10 +88,11 @@ func (c compactor) run(ctx context.Context, p CompactPolicy) {
 		switch {
 		case groups != compacted:
 			limit, minWaste, why = p.AfterDense, p.DenseWaste, "the dense tier recompressed groups"
-		case time.Since(last) < p.Interval:
+		case ticks+1 < perLook:
+			ticks++
 			continue
 		}
-		last = time.Now()
+		ticks = 0
 		// Staged pages' reservations are not slab memory: compaction
 		// cannot give them back.
 		held := st.MemUsed - st.Reserved
