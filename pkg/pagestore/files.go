@@ -95,7 +95,7 @@ func (m *mapping) mapSlabs(fresh bool) error {
 		return err
 	}
 	m.recs = unsafe.Slice((*slabRec)(unsafe.Pointer(&mem[0])), maxSlabs)
-	h := (*slabsHeader)(unsafe.Pointer(&mem[0]))
+	h := m.header()
 	want := slabsHeader{magic: slabsMagic, version: slabsVersion, recSize: uint32(slabRecSize),
 		arenaSize: uint64(m.arenaSize), classes: allClasses}
 	if fresh {
