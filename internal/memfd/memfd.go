@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -22,6 +23,11 @@ import (
 // come after every other call.
 type File struct {
 	f *os.File
+	// grow makes Grow's look at the size and its ftruncate one step:
+	// two Grows racing would otherwise let the smaller cut back what the
+	// larger added, zeroing what was written there (a store's prefaulter
+	// maps arenas while its writers do).
+	grow sync.Mutex
 }
 
 // Create makes an empty memfd; name shows in /proc/PID/fd and maps as
@@ -73,6 +79,8 @@ func (m *File) Size() (int64, error) {
 // Grow makes the file at least n bytes long. The new bytes read as zero
 // and cost nothing until written.
 func (m *File) Grow(n int64) error {
+	m.grow.Lock()
+	defer m.grow.Unlock()
 	size, err := m.Size()
 	if err != nil || size >= n {
 		return err

@@ -149,3 +149,37 @@ func TestPopulatePastTheEnd(t *testing.T) {
 		t.Errorf("%d pages resident within the file, want 1", got)
 	}
 }
+
+// TestGrowNeverShrinks grows one file from several goroutines at once, as
+// a store's prefaulter and its writers map arenas: a Grow that read the
+// size before another grew the file must not cut it back, which would
+// zero what was written past its end and raise SIGBUS there.
+func TestGrowNeverShrinks(t *testing.T) {
+	m, err := Create("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	const growers, steps = 4, 2000
+	done := make(chan error, growers)
+	for g := range growers {
+		go func() {
+			for i := range steps {
+				if err := m.Grow(int64(i*growers+g+1) * 4096); err != nil {
+					done <- err
+					return
+				}
+				if size, err := m.Size(); err != nil || size < int64(i*growers+g+1)*4096 {
+					done <- fmt.Errorf("after growing to %d bytes: %d, %v", (i*growers+g+1)*4096, size, err)
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range growers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
