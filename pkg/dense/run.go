@@ -17,6 +17,14 @@ func (t *Tier) Run(ctx context.Context) {
 	tk := time.NewTicker(tick)
 	defer tk.Stop()
 	var busy time.Duration
+	var swept uint64 // groups committed or kept when the device was last told
+	sweep := func() {
+		if n := t.groups.Load() + t.kept.Load(); n != swept {
+			swept = n
+			t.dev.Swept()
+		}
+	}
+	defer sweep()
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,6 +70,7 @@ func (t *Tier) Run(ctx context.Context) {
 			onGPU := t.flushGPU(ctx, q)
 			t.busy.Add(int64(time.Since(start) - onGPU))
 		}
+		sweep()
 	}
 }
 

@@ -28,6 +28,11 @@ type Device interface {
 	// returns what came of it and, when Committed, the bytes the objects
 	// take.
 	Commit(g uint32, snap *Snapshot, frames []Frame, before int, idle *atomic.Uint32, age uint32) (Commit, int)
+	// Swept is told, after a sweep over the groups, that the tier
+	// committed or kept groups since it was last told: their pages have
+	// left the slabs the device writes new pages to, and what it keeps
+	// there for reuse may go back.
+	Swept()
 }
 
 // Snapshot is a group's entries as Device.Snapshot found them.

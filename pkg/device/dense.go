@@ -100,7 +100,7 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 	for i, f := range frames {
 		l, ok := layoutFor(len(f.Data))
 		if len(f.Data) == 0 || !ok || chunks+l.chunks > len(s.handles) {
-			return dense.Kept, 0
+			return s.keepLong(lo)
 		}
 		l.codec = streamZstd
 		s.layouts[i] = l
@@ -112,7 +112,7 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 	}
 	// Kept only when they are smaller than what they replace.
 	if len(frames) == 0 || total >= before {
-		return dense.Kept, 0
+		return s.keepLong(lo)
 	}
 	handles := s.handles[:chunks]
 	if k, _, err := s.obj.store.AllocBatch(pagestore.Long, s.sizes[:chunks], s.owners[:chunks], handles, 0); err != nil {
@@ -157,6 +157,107 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 	s.obj.store.FreeBatch(s.frees)
 	s.frees = s.frees[:0]
 	return dense.Committed, total
+}
+
+// Swept gives back the fast tier's cached empty slabs after a sweep that
+// committed groups (dense.Device): the pages the sweep moved out left one
+// in nearly every size class, idle.
+func (s *denseSide) Swept() { s.obj.store.DropCaches(pagestore.Short) }
+
+// keepLong moves the allocations of group lo's pages, which the tier keeps
+// as they are, into long-lived slabs (pagestore.Long), and reports Kept.
+// The group is idle: left in the fast tier's slabs, which the rest of the
+// pass empties around it, it would pin them until the compactor moved it.
+// It moves them as a commit stores frames: only if, under the group's
+// lock, nothing changed since it looked.
+func (s *denseSide) keepLong(lo uint32) (dense.Commit, int) {
+	store := s.obj.store
+	pages := min(groupPages, s.t.pages-lo)
+	var seen [groupPages]entry
+	var moving uint32 // bit k: page k's allocation, or the object it starts, moves
+	n := 0
+	add := func(owner uint32, size int) {
+		s.sizes[n], s.owners[n] = size, owner
+		n++
+	}
+	st := s.t.stripe(lo)
+	st.mu.RLock()
+	writes := st.writes
+	for k := range pages {
+		e := s.t.table[lo+k]
+		seen[k] = e
+		if !(e.hasAllocation() || e.state() == statePart && e.partIndex() == 0 && !e.dense()) ||
+			store.LifetimeOf(e.handle()) == pagestore.Long {
+			continue
+		}
+		if !e.hasAllocation() {
+			first := store.Bytes(e.handle(), e.length())
+			l, err := objectHeader(first, e.partPages())
+			if err != nil || n+l.chunks > len(s.handles) {
+				continue
+			}
+			for c := range l.chunks {
+				add(lo+k, l.chunkLen(c))
+			}
+		} else if n < len(s.handles) {
+			add(lo+k, e.length())
+		} else {
+			continue
+		}
+		moving |= 1 << k
+	}
+	st.mu.RUnlock()
+	if n == 0 {
+		return dense.Kept, 0
+	}
+	news := s.handles[:n]
+	if k, _, err := store.AllocBatch(pagestore.Long, s.sizes[:n], s.owners[:n], news, 0); err != nil {
+		store.FreeBatch(news[:k])
+		return dense.Kept, 0
+	}
+	olds := s.frees[:0]
+	st.mu.Lock()
+	unchanged := st.writes == writes
+	for k := range pages {
+		unchanged = unchanged && s.t.table[lo+k] == seen[k]
+	}
+	for k, at := uint32(0), 0; unchanged && k < pages; k++ {
+		e := seen[k]
+		if moving&(1<<k) == 0 {
+			continue
+		}
+		if e.hasAllocation() {
+			copy(store.Bytes(news[at], e.length()), store.Bytes(e.handle(), e.length()))
+			s.t.table[lo+k] = e.withHandle(news[at])
+			olds = append(olds, e.handle())
+			at++
+			continue
+		}
+		// An object: its chunks, the compactor may have moved since the
+		// look (it rewrites the first chunk's header, not the entries).
+		first, nfirst := store.Bytes(e.handle(), e.length()), store.Bytes(news[at], e.length())
+		l, _ := objectHeader(first, e.partPages())
+		copy(nfirst, first)
+		olds = append(olds, e.handle())
+		for c := 1; c < l.chunks; c++ {
+			old := chunkHandle(first, c)
+			copy(store.Bytes(news[at+c], l.chunkLen(c)), store.Bytes(old, l.chunkLen(c)))
+			setChunkHandle(nfirst, c, news[at+c])
+			olds = append(olds, old)
+		}
+		for j := k; j < pages; j++ {
+			if f := s.t.table[lo+j]; f.state() == statePart && f.handle() == e.handle() {
+				s.t.table[lo+j] = f.withHandle(news[at])
+			}
+		}
+		at += l.chunks
+	}
+	st.mu.Unlock()
+	if !unchanged {
+		olds = news
+	}
+	store.FreeBatch(olds)
+	return dense.Kept, 0
 }
 
 // storedState reports whether e's page is held in the store as data: the

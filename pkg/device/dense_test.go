@@ -3,6 +3,7 @@ package device
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"sync/atomic"
@@ -685,4 +686,136 @@ func TestDenseCommitSeesAnEntryRewrittenToItsOldBits(t *testing.T) {
 	if !bytes.Equal(got, version(2)) {
 		t.Fatalf("page 0 reads version %d, want 2 (written)", got[100])
 	}
+}
+
+// TestKeptGroupsMoveToLongSlabs has the dense tier keep groups as they
+// are, and finds their allocations, pages alone and objects' chunks
+// alike, in the store's long-lived slabs: pages of random bytes through
+// the tier, and pages alone, objects of several chunks and a same-filled
+// page given to keepLong directly, also while a writer rewrites the
+// group's pages. Every page reads back, the store holds exactly the
+// table's allocations, and a process taking the device over keeps them.
+func TestKeptGroupsMoveToLongSlabs(t *testing.T) {
+	const pages = 3 * groupPages
+	f := newDenseFixture(t, pages, 4)
+	d, store := f.open(t)
+	ctx := context.Background()
+	data := make([]byte, pages*pageSize)
+	for i := range groupPages { // group 0: objects of 4 pages, a page filled
+		objectPage(1, i, data[i*pageSize:(i+1)*pageSize])
+	}
+	fill(data[5*pageSize:6*pageSize], 0x0101010101010101)
+	if err := d.WriteAt(ctx, data[:groupPages*pageSize], 0, false); err != nil {
+		t.Fatal(err)
+	}
+	for i := groupPages; i < 2*groupPages; i++ { // group 1: pages alone
+		objectPage(2, i, data[i*pageSize:(i+1)*pageSize])
+		if err := d.WriteAt(ctx, data[i*pageSize:(i+1)*pageSize], int64(i)*pageSize, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4)) // group 2: incompressible
+	for i := 2 * groupPages * pageSize; i < len(data); i += 8 {
+		binary.LittleEndian.PutUint64(data[i:], rng.Uint64())
+	}
+	if err := d.WriteAt(ctx, data[2*groupPages*pageSize:], 2*groupPages*pageSize, false); err != nil {
+		t.Fatal(err)
+	}
+	st := d.Stats()
+	if st.PackedObjects == 0 || st.PackedChunks <= st.PackedObjects {
+		t.Fatalf("%d objects of several pages in %d chunks; want some, of several chunks", st.PackedObjects, st.PackedChunks)
+	}
+	lifetimes := func(from, to uint32) (short, long int) {
+		for i := from; i < to; i++ {
+			e := d.table[i]
+			var hs []pagestore.Handle
+			switch {
+			case e.hasAllocation():
+				hs = append(hs, e.handle())
+			case e.state() == statePart && e.partIndex() == 0:
+				first := store.Bytes(e.handle(), e.length())
+				l, err := objectHeader(first, e.partPages())
+				if err != nil {
+					t.Fatalf("page %d: %v", i, err)
+				}
+				hs = append(hs, e.handle())
+				for c := 1; c < l.chunks; c++ {
+					hs = append(hs, chunkHandle(first, c))
+				}
+			}
+			for _, h := range hs {
+				if store.LifetimeOf(h) == pagestore.Long {
+					long++
+				} else {
+					short++
+				}
+			}
+		}
+		return short, long
+	}
+
+	allocs := store.Stats().Allocations
+	for g := range uint32(2) {
+		if c, _ := d.denseSide.keepLong(g * groupPages); c != dense.Kept {
+			t.Fatalf("group %d: %v, want Kept", g, c)
+		}
+	}
+	if short, long := lifetimes(0, 2*groupPages); short != 0 || long == 0 {
+		t.Fatalf("kept groups: %d allocations short-lived, %d long-lived; want all long-lived", short, long)
+	}
+	if n := store.Stats().Allocations; n != allocs {
+		t.Fatalf("the store holds %d allocations after the move, %d before", n, allocs)
+	}
+	checkContents(t, d, data)
+	checkStore(t, d, store)
+	// Long-lived already: nothing moves again.
+	if c, _ := d.denseSide.keepLong(0); c != dense.Kept || store.Stats().Allocations != allocs {
+		t.Fatalf("keepLong again: %v, %d allocations (%d before)", c, store.Stats().Allocations, allocs)
+	}
+
+	// Pages written while keepLong moves their group: what it moves is
+	// what the group holds at the move, or it moves nothing.
+	done := make(chan error)
+	go func() {
+		defer close(done)
+		for n := range 400 {
+			i := groupPages + n%groupPages
+			objectPage(uint64(10+n), i, data[i*pageSize:(i+1)*pageSize])
+			if err := d.WriteAt(ctx, data[i*pageSize:(i+1)*pageSize], int64(i)*pageSize, false); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	for moving := true; moving; {
+		select {
+		case err, ok := <-done:
+			if ok {
+				t.Fatal(err)
+			}
+			moving = false
+		default:
+			d.denseSide.keepLong(groupPages)
+		}
+	}
+	checkContents(t, d, data)
+	checkStore(t, d, store)
+
+	age(t, d)
+	if ds := d.Stats().Dense; ds.Kept == 0 {
+		t.Fatalf("the tier kept no group of random pages (%+v)", ds)
+	}
+	if short, long := lifetimes(2*groupPages, pages); short != 0 || long != groupPages {
+		t.Fatalf("random pages, kept by the tier: %d allocations short-lived, %d long-lived; want %d long-lived", short, long, groupPages)
+	}
+	checkContents(t, d, data)
+	checkStore(t, d, store)
+	d.Close()
+	store.Close()
+
+	f.cfg.Dense = DenseConfig{}
+	d, store = f.recover(t)
+	defer func() { d.Close(); store.Close() }()
+	checkContents(t, d, data)
+	checkStore(t, d, store)
 }

@@ -147,6 +147,15 @@ func (s *Store) Bytes(h Handle, size int) []byte {
 	return mem[off : off+n : off+n]
 }
 
+// LifetimeOf is the lifetime of the allocation h (Short where h names
+// none).
+func (s *Store) LifetimeOf(h Handle) Lifetime {
+	if _, r, _, _, ok := s.lookup(h); ok && r.class >= numClasses {
+		return Long
+	}
+	return Short
+}
+
 // Prefetch asks the CPU for the cache line of h's tag, which Free(h)
 // reads and writes: a writer replacing h calls it before it compresses
 // the new page, so that the cache miss (the old allocation is cold, on a
@@ -627,6 +636,23 @@ func (s *Store) fits(c *class, n int64) bool {
 		return !over()
 	}
 	return true
+}
+
+// DropCaches releases the cached empty slab of each class of lifetime lt
+// (see Free), which otherwise stays until the next Compact: after the
+// dense tier moved a pass's pages out of the short-lived slabs, one is
+// left in nearly every class, idle, and together they are what the store
+// holds beyond its data.
+func (s *Store) DropCaches(lt Lifetime) {
+	if s.closed.Load() {
+		return
+	}
+	for i := int(lt) * numClasses; i < int(lt+1)*numClasses; i++ {
+		c := &s.classes[i]
+		c.mu.Lock()
+		s.dropCache(c, &s.geo[i])
+		c.mu.Unlock()
+	}
 }
 
 // dropCaches releases the classes' cached empty slabs. c.mu is held; other

@@ -293,3 +293,40 @@ func TestLifetimesKeepToTheirOwnSlabs(t *testing.T) {
 		t.Errorf("AllocBatch of lifetime %d: %v, want EINVAL", lifetimes, err)
 	}
 }
+
+// TestDropCaches frees a lifetime's last allocation of a class, which
+// leaves its slab cached, and has DropCaches give back that lifetime's
+// cached slabs alone. LifetimeOf tells the two lifetimes' allocations
+// apart.
+func TestDropCaches(t *testing.T) {
+	s := newStore(t, Config{ArenaSize: 1 << 20})
+	hs := make([]Handle, lifetimes)
+	for lt := range Lifetime(lifetimes) {
+		h, b, err := allocOf(s, lt, 100, uint32(lt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(lt))
+		if got := s.LifetimeOf(h); got != lt {
+			t.Fatalf("LifetimeOf an allocation of lifetime %d: %d", lt, got)
+		}
+		hs[lt] = h
+	}
+	if got := s.LifetimeOf(1 << 40); got != Short {
+		t.Errorf("LifetimeOf a handle of no slab: %d, want Short", got)
+	}
+	held := s.Stats().MemUsed
+	s.Free(hs[Short])
+	if st := s.Stats(); st.MemUsed != held {
+		t.Fatalf("the slab the free emptied: %d bytes held, %d before; want it cached", st.MemUsed, held)
+	}
+	s.DropCaches(Long)
+	if st := s.Stats(); st.MemUsed != held {
+		t.Fatalf("DropCaches(Long) gave back a short-lived slab: %d bytes held, %d before", st.MemUsed, held)
+	}
+	s.DropCaches(Short)
+	if st := s.Stats(); st.MemUsed != held-pageSize || st.Allocations != 1 {
+		t.Fatalf("DropCaches(Short): %d bytes held in %d allocations, want %d in 1", st.MemUsed, st.Allocations, held-pageSize)
+	}
+	check(t, s.Bytes(hs[Long], 100), uint64(Long), 100)
+}
