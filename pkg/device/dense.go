@@ -160,7 +160,7 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 }
 
 // Swept gives back the fast tier's cached empty slabs after a sweep that
-// committed groups (dense.Device): the pages the sweep moved out left one
+// committed or kept groups (dense.Device): the pages the sweep moved out left one
 // in nearly every size class, idle.
 func (s *denseSide) Swept() { s.obj.store.DropCaches(pagestore.Short) }
 
@@ -233,18 +233,22 @@ func (s *denseSide) keepLong(lo uint32) (dense.Commit, int) {
 			at++
 			continue
 		}
-		// An object: its chunks, the compactor may have moved since the
-		// look (it rewrites the first chunk's header, not the entries).
-		first, nfirst := store.Bytes(e.handle(), e.length()), store.Bytes(news[at], e.length())
+		// An object, moved as the compactor moves one, so that a process
+		// killed meanwhile leaves what Recover takes over: its other
+		// chunks first, the first naming each copy as it is made (read
+		// from the first now: the compactor may have moved them since
+		// the look), then the first copied and the object's pages
+		// pointed at the copy.
+		first := store.Bytes(e.handle(), e.length())
 		l, _ := objectHeader(first, e.partPages())
-		copy(nfirst, first)
-		olds = append(olds, e.handle())
 		for c := 1; c < l.chunks; c++ {
 			old := chunkHandle(first, c)
 			copy(store.Bytes(news[at+c], l.chunkLen(c)), store.Bytes(old, l.chunkLen(c)))
-			setChunkHandle(nfirst, c, news[at+c])
+			setChunkHandle(first, c, news[at+c])
 			olds = append(olds, old)
 		}
+		copy(store.Bytes(news[at], e.length()), first)
+		olds = append(olds, e.handle())
 		for j := k; j < pages; j++ {
 			if f := s.t.table[lo+j]; f.state() == statePart && f.handle() == e.handle() {
 				s.t.table[lo+j] = f.withHandle(news[at])
