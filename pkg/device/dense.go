@@ -6,6 +6,7 @@ package device
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 
 	"github.com/gzramd/gzramd/pkg/codec"
@@ -174,38 +175,11 @@ func (s *denseSide) keepLong(lo uint32) (dense.Commit, int) {
 	store := s.obj.store
 	pages := min(groupPages, s.t.pages-lo)
 	var seen [groupPages]entry
-	var moving uint32 // bit k: page k's allocation, or the object it starts, moves
-	n := 0
-	add := func(owner uint32, size int) {
-		s.sizes[n], s.owners[n] = size, owner
-		n++
-	}
 	st := s.t.stripe(lo)
 	st.mu.RLock()
 	writes := st.writes
-	for k := range pages {
-		e := s.t.table[lo+k]
-		seen[k] = e
-		if !(e.hasAllocation() || e.state() == statePart && e.partIndex() == 0 && !e.dense()) ||
-			store.LifetimeOf(e.handle()) == pagestore.Long {
-			continue
-		}
-		if !e.hasAllocation() {
-			first := store.Bytes(e.handle(), e.length())
-			l, err := objectHeader(first, e.partPages())
-			if err != nil || n+l.chunks > len(s.handles) {
-				continue
-			}
-			for c := range l.chunks {
-				add(lo+k, l.chunkLen(c))
-			}
-		} else if n < len(s.handles) {
-			add(lo+k, e.length())
-		} else {
-			continue
-		}
-		moving |= 1 << k
-	}
+	copy(seen[:pages], s.t.table[lo:lo+pages])
+	moving, n := s.shortLived(seen[:pages], lo)
 	st.mu.RUnlock()
 	if n == 0 {
 		return dense.Kept, 0
@@ -215,20 +189,69 @@ func (s *denseSide) keepLong(lo uint32) (dense.Commit, int) {
 		store.FreeBatch(news[:k])
 		return dense.Kept, 0
 	}
-	olds := s.frees[:0]
+	olds := news // what goes: the copies, if the group changed
 	st.mu.Lock()
-	unchanged := st.writes == writes
-	for k := range pages {
-		unchanged = unchanged && s.t.table[lo+k] == seen[k]
+	if st.writes == writes && slices.Equal(s.t.table[lo:lo+pages], seen[:pages]) {
+		olds = s.moveLong(seen[:pages], lo, moving, news)
 	}
-	for k, at := uint32(0), 0; unchanged && k < pages; k++ {
-		e := seen[k]
+	st.mu.Unlock()
+	store.FreeBatch(olds)
+	return dense.Kept, 0
+}
+
+// shortLived lists in s.sizes and s.owners the allocations of the group
+// whose entries are seen (its first page lo) that short-lived slabs hold:
+// a page's own, or the chunks of a fast-tier object it starts. It returns
+// the pages whose allocations it listed (bit k for page k) and how many
+// it listed. The group's lock is held.
+func (s *denseSide) shortLived(seen []entry, lo uint32) (moving uint32, n int) {
+	store := s.obj.store
+	for k, e := range seen {
+		if !(e.hasAllocation() || e.state() == statePart && e.partIndex() == 0 && !e.dense()) ||
+			store.LifetimeOf(e.handle()) == pagestore.Long {
+			continue
+		}
+		chunks := 1
+		var l objectLayout
+		if !e.hasAllocation() {
+			var err error
+			if l, err = objectHeader(store.Bytes(e.handle(), e.length()), e.partPages()); err != nil {
+				continue
+			}
+			chunks = l.chunks
+		}
+		if n+chunks > len(s.handles) {
+			continue
+		}
+		for c := range chunks {
+			size := e.length()
+			if !e.hasAllocation() {
+				size = l.chunkLen(c)
+			}
+			s.sizes[n], s.owners[n] = size, lo+uint32(k)
+			n++
+		}
+		moving |= 1 << k
+	}
+	return moving, n
+}
+
+// moveLong points the pages of the group whose entries are seen (its
+// first page lo), those in moving, at copies of their allocations in
+// news, listed as shortLived listed them, and returns the allocations
+// they leave. The group's lock is held for writing, and its entries are
+// still those seen.
+func (s *denseSide) moveLong(seen []entry, lo, moving uint32, news []pagestore.Handle) []pagestore.Handle {
+	store := s.obj.store
+	olds := s.frees[:0]
+	at := 0
+	for k, e := range seen {
 		if moving&(1<<k) == 0 {
 			continue
 		}
 		if e.hasAllocation() {
 			copy(store.Bytes(news[at], e.length()), store.Bytes(e.handle(), e.length()))
-			s.t.table[lo+k] = e.withHandle(news[at])
+			s.t.table[lo+uint32(k)] = e.withHandle(news[at])
 			olds = append(olds, e.handle())
 			at++
 			continue
@@ -249,19 +272,14 @@ func (s *denseSide) keepLong(lo uint32) (dense.Commit, int) {
 		}
 		copy(store.Bytes(news[at], e.length()), first)
 		olds = append(olds, e.handle())
-		for j := k; j < pages; j++ {
-			if f := s.t.table[lo+j]; f.state() == statePart && f.handle() == e.handle() {
-				s.t.table[lo+j] = f.withHandle(news[at])
+		for j := k; j < len(seen); j++ {
+			if f := s.t.table[lo+uint32(j)]; f.state() == statePart && f.handle() == e.handle() {
+				s.t.table[lo+uint32(j)] = f.withHandle(news[at])
 			}
 		}
 		at += l.chunks
 	}
-	st.mu.Unlock()
-	if !unchanged {
-		olds = news
-	}
-	store.FreeBatch(olds)
-	return dense.Kept, 0
+	return olds
 }
 
 // storedState reports whether e's page is held in the store as data: the

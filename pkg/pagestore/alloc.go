@@ -521,18 +521,18 @@ func (s *Store) release(c *class, id uint32, r *slabRec, mem []byte, compacted b
 		s.pf.wake()
 		return
 	}
-	s.pushEmpty(c, id)
+	c.pushEmpty(id, s.pf.prefault > 0)
 }
 
-// pushEmpty puts a slab whose pages were given back on its class's stack
-// of empty slabs. c.mu is held.
-func (s *Store) pushEmpty(c *class, id uint32) {
+// pushEmpty puts a slab whose pages were given back on the class's stack
+// of empty slabs: below those that kept their pages where the store
+// prefaults (newSlab takes only those). c.mu is held.
+func (c *class) pushEmpty(id uint32, prefaulting bool) {
 	if c.empty == nil {
 		c.empty = make([]uint32, 0, 16)
 	}
 	c.empty = append(c.empty, id)
-	if s.pf.prefault > 0 {
-		// Below the slabs that kept their pages: newSlab takes only those.
+	if prefaulting {
 		copy(c.empty[1:], c.empty)
 		c.empty[0] = id
 	}
@@ -580,16 +580,17 @@ func (s *Store) holdWithin(c *class, n int64) error {
 			continue
 		}
 		if s.memUsed.CompareAndSwap(used, used+n) {
-			s.noteMax(used + n)
+			raiseMax(&s.memUsedMax, used+n)
 			return nil
 		}
 	}
 }
 
-func (s *Store) noteMax(used int64) {
+// raiseMax raises m to v where v is more.
+func raiseMax(m *atomic.Int64, v int64) {
 	for {
-		m := s.memUsedMax.Load()
-		if used <= m || s.memUsedMax.CompareAndSwap(m, used) {
+		old := m.Load()
+		if v <= old || m.CompareAndSwap(old, v) {
 			return
 		}
 	}

@@ -215,7 +215,7 @@ func (p *prefaulter) releaseQueued() {
 			s.releaseErrors.Add(1)
 		}
 		c.mu.Lock()
-		s.pushEmpty(c, q.id)
+		c.pushEmpty(q.id, p.prefault > 0)
 		c.mu.Unlock()
 		p.releasing[i] = pendingRelease{}
 	}

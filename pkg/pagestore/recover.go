@@ -149,7 +149,7 @@ func (rc *Recovery) Done() (*Store, error) {
 				return nil, fmt.Errorf("pagestore: recovering: %w", err)
 			}
 			r.state, r.cold = slabEmpty, true
-			s.pushEmpty(c, id)
+			c.pushEmpty(id, s.pf.prefault > 0)
 			continue
 		}
 		for cell := int(r.bump) - 1; cell >= 0; cell-- {
