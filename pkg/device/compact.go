@@ -169,11 +169,7 @@ func (c compactor) relocatePart(owner uint32, old, new pagestore.Handle) bool {
 		if e.handle() == old {
 			// As for a page's own allocation: copied again under the lock.
 			copy(c.store.Bytes(new, e.length()), first)
-			for j := i; j < end; j++ {
-				if f := table[j]; f.state() == statePart && f.handle() == old {
-					table[j] = f.withHandle(new)
-				}
-			}
+			c.t.moveObjectLocked(i, end, old, new)
 			return true
 		}
 		l, err := objectHeader(first, e.partPages())

@@ -161,8 +161,8 @@ func (s *denseSide) Commit(g uint32, snap *dense.Snapshot, frames []dense.Frame,
 }
 
 // Swept gives back the fast tier's cached empty slabs after a sweep that
-// committed or kept groups (dense.Device): the pages the sweep moved out left one
-// in nearly every size class, idle.
+// committed or kept groups (dense.Device): the pages the sweep moved out
+// left one in nearly every size class, idle.
 func (s *denseSide) Swept() { s.obj.store.DropCaches(pagestore.Short) }
 
 // keepLong moves the allocations of group lo's pages, which the tier keeps
@@ -272,11 +272,7 @@ func (s *denseSide) moveLong(seen []entry, lo, moving uint32, news []pagestore.H
 		}
 		copy(store.Bytes(news[at], e.length()), first)
 		olds = append(olds, e.handle())
-		for j := k; j < len(seen); j++ {
-			if f := s.t.table[lo+uint32(j)]; f.state() == statePart && f.handle() == e.handle() {
-				s.t.table[lo+uint32(j)] = f.withHandle(news[at])
-			}
-		}
+		s.t.moveObjectLocked(lo+uint32(k), lo+uint32(len(seen)), e.handle(), news[at])
 		at += l.chunks
 	}
 	return olds

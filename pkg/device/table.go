@@ -192,6 +192,17 @@ func (t *pageTable) swapLocked(s *stripe, idx uint32, e entry) freeRef {
 	return t.replaceLocked(idx, e)
 }
 
+// moveObjectLocked points the pages in [from, end) that are part of the
+// object whose first chunk is old at the first chunk new: a copy of it,
+// made by whoever moves the object. The caller holds the group's lock.
+func (t *pageTable) moveObjectLocked(from, end uint32, old, new pagestore.Handle) {
+	for i := from; i < end; i++ {
+		if e := t.table[i]; e.state() == statePart && e.handle() == old {
+			t.table[i] = e.withHandle(new)
+		}
+	}
+}
+
 // replaceLocked is swapLocked for the dense tier's commit, which changes
 // what holds the group's pages, not what they hold: it counts no write.
 func (t *pageTable) replaceLocked(idx uint32, e entry) freeRef {

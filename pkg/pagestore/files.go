@@ -103,9 +103,6 @@ func (m *mapping) mapSlabs(fresh bool) error {
 		return nil
 	}
 	// Builds before lifetimes wrote the short-lived classes alone: their
-	// state is this layout's with no long-lived slab yet. Marked as this
-	// build's now, so that one of them refuses it once it may hold some.
-	// Builds before lifetimes wrote the short-lived classes alone: their
 	// state is this layout's with no long-lived slab yet. It stays
 	// marked so until one is made (markLong), so that such a build may
 	// still take it over until then.
