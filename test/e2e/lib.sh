@@ -340,6 +340,40 @@ guest_stacks() {
 		{ keep = 0 }'
 }
 
+# guest_hang_summary CONSOLE: guest_stacks's tasks, a line for each
+# distinct stack with the number of tasks in it (one that sysrq w and t
+# both show counts once): "3x gzramd S: futex_wait_queue < futex_wait",
+# innermost frame first, the scheduler's own frames and the "? " guesses
+# left out. CI's short tail of a hung run still shows it.
+guest_hang_summary() {
+	guest_stacks "$1" | awk '
+		function flush() {
+			if (task == "" || pid in seen) return
+			seen[pid] = 1
+			key = task " " state ":" frames
+			if (!(key in count)) order[n++] = key
+			count[key]++
+			task = ""
+		}
+		/^task:/ {
+			flush()
+			task = $1; sub(/^task:/, "", task)
+			state = $2; sub(/^state:/, "", state)
+			pid = $0; sub(/.* pid:/, "", pid); sub(/ .*/, "", pid)
+			frames = ""; depth = 0
+			next
+		}
+		/^ +[A-Za-z_0-9.]+\+0x/ {
+			f = $1; sub(/\+0x.*/, "", f)
+			if (f ~ /^(__schedule|schedule|schedule_timeout|schedule_hrtimeout_range_clock|__pfx_.*)$/ || depth >= 7) next
+			frames = frames (depth++ ? " < " : " ") f
+		}
+		END {
+			flush()
+			for (i = 0; i < n; i++) printf "%dx %s\n", count[order[i]], order[i]
+		}'
+}
+
 # guest_run TIMEOUT: boots $QEMU and watches $CONSOLE until a verdict, a
 # panic, QEMU exiting, or TIMEOUT seconds. Returns 0 only on
 # "E2E-RESULT: PASS"; prints the console's tail on anything else.
@@ -402,13 +436,18 @@ guest_run() {
 	echo "---- gzramd warnings and errors, kernel nbd and I/O messages (first 60) ----" >&2
 	grep -aE 'level=(WARN|ERROR)|nbd|I/O error|Read-error|Write-error|blocked for more' "$CONSOLE" | tr -d '\r' | head -n 60 >&2 || true
 	if [ "${verdict#timeout}" != "$verdict" ]; then
-		# The console's tail is sysrq t's last tasks: print the stacks a
-		# hang is read from first (CI shows only the end of its output).
 		echo "---- blocked tasks (sysrq w) and the stacks of gzramd's, ublk's and nbd's threads (sysrq t) ----" >&2
 		guest_stacks "$CONSOLE" | head -n 400 >&2 || true
 	fi
 	echo "---- guest console (tail) ----" >&2
 	tail -n 40 "$CONSOLE" | tr -d '\r' >&2
+	if [ "${verdict#timeout}" != "$verdict" ]; then
+		# CI shows only the end of its output, where the console's tail
+		# is sysrq t's run queues: where the hang sits comes last, short.
+		echo "---- where it hung (sysrq t, a line a stack) and the last guest steps ----" >&2
+		guest_hang_summary "$CONSOLE" | head -n 12 >&2 || true
+		grep -aE '^(E2E-STEP|E2E-CHECK|hog: )' "$CONSOLE" | tr -d '\r' | tail -n 3 >&2 || true
+	fi
 	echo "---- end of console; verdict: $verdict" >&2
 	return 1
 }
