@@ -11,9 +11,9 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -27,6 +27,10 @@ import (
 type HeapReserve struct {
 	ballast []byte
 	n       int64 // bytes faulted in and kept free
+	// free is the heap's free memory once TopUp has faulted it in and
+	// locked it: the reserve, and what the heap may grow by before its
+	// next collection.
+	free atomic.Int64
 
 	// LockHeap's, allocated on its first call and reused: it runs every
 	// 250 ms on a thread that may fault, and a fault in Go code (clearing
@@ -46,9 +50,10 @@ type HeapReserve struct {
 // call on a heap of 100 MiB, and an idle daemon spent 2.5 % of a CPU so.
 const fullLockEvery = 16
 
-// Bytes is the heap faulted in and kept (less than asked for on a small
-// machine).
-func (r *HeapReserve) Bytes() int64 { return r.n }
+// Bytes is the heap faulted in and kept free: the reserve (less than
+// asked for on a small machine), and once TopUp has run, all the free
+// heap it made resident.
+func (r *HeapReserve) Bytes() int64 { return max(r.n, r.free.Load()) }
 
 // KeepAlive keeps the reserve's pacing in effect up to this call.
 func (r *HeapReserve) KeepAlive() { runtime.KeepAlive(r.ballast) }
@@ -245,17 +250,28 @@ func (r *HeapReserve) TopUp() Step {
 		s.Err = err
 		return s
 	}
-	s.Done = fmt.Sprintf("%d MiB of heap mappings locked; %d MiB faulted in (the heap had %d MiB free and grows by %d MiB before its next collection) and the %d MiB reserve above it",
-		locked>>20, total>>20, free>>20, growth>>20, r.n>>20)
+	// What is free now is resident and locked: held for swap safety.
+	metrics.Read(samples[:2])
+	var held int64
+	for _, m := range samples[:2] {
+		if m.Value.Kind() == metrics.KindUint64 {
+			held += int64(m.Value.Uint64())
+		}
+	}
+	r.free.Store(held)
+	s.Done = fmt.Sprintf("%d MiB of heap mappings locked, %d MiB of it free: %d MiB faulted in (the heap had %d MiB free and grows by %d MiB before its next collection) and the %d MiB reserve above it",
+		locked>>20, held>>20, total>>20, free>>20, growth>>20, r.n>>20)
 	return s
 }
 
 // LockHeap faults in and locks the Go heap's mappings, all but the
-// ballast, and returns the bytes locked. Faulting in the free heap is not
-// enough: memory the runtime hands out again after a goroutine stack or a
-// large buffer that was never wholly written is cleared on reuse, and the
-// clearing faults. The daemon calls it again now and then from a thread
-// of its own, which may wait on reclaim, as the heap grows.
+// ballast, and returns the bytes locked: every anonymous mapping of the
+// address range that holds its objects (heapRun). Faulting in the free
+// heap is not enough: memory the runtime hands out again after a
+// goroutine stack or a large buffer that was never wholly written is
+// cleared on reuse, and the clearing faults. The daemon calls it again
+// now and then from a thread of its own, which may wait on reclaim, as
+// the heap grows.
 func (r *HeapReserve) LockHeap() (int64, error) {
 	if r == nil || len(r.ballast) == 0 {
 		return 0, nil
@@ -266,7 +282,7 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	// The heap's mappings are those holding its objects: probe with one of
+	// The heap's range is the one holding its objects: probe with one of
 	// each kind of span, the large one kept from call to call (a new one
 	// each time would be a fresh span, cleared, on this thread).
 	if r.large == nil {
@@ -286,25 +302,30 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 	r.calls++
 	var total int64
 	r.mappings = appendMaps(r.mappings[:0], maps)
-	for _, m := range r.mappings {
-		if m.path != "" || m.perms != "rw-p" { // anonymous and writable
+	for i := 0; i < len(r.mappings); {
+		j, heap := heapRun(r.mappings, i, probes[:])
+		run := r.mappings[i:j]
+		i = j
+		if !heap {
 			continue
 		}
-		if !slices.ContainsFunc(probes[:], func(p uintptr) bool { return p >= m.lo && p < m.hi }) {
-			continue
-		}
-		for _, rg := range [][2]uintptr{{m.lo, min(m.hi, max(m.lo, bLo))}, {max(m.lo, min(m.hi, bHi)), m.hi}} {
-			if rg[1] <= rg[0] {
+		for _, m := range run {
+			if m.perms != "rw-p" { // writable
 				continue
 			}
-			lock := mlockRange
-			if !full {
-				lock = func(lo, hi uintptr) error { return lockMissing(lo, hi, &r.resident) }
+			for _, rg := range [][2]uintptr{{m.lo, min(m.hi, max(m.lo, bLo))}, {max(m.lo, min(m.hi, bHi)), m.hi}} {
+				if rg[1] <= rg[0] {
+					continue
+				}
+				lock := mlockRange
+				if !full {
+					lock = func(lo, hi uintptr) error { return lockMissing(lo, hi, &r.resident) }
+				}
+				if err := lock(rg[0], rg[1]); err != nil {
+					return total, fmt.Errorf("mlock of the heap at %#x-%#x: %w", rg[0], rg[1], err)
+				}
+				total += int64(rg[1] - rg[0])
 			}
-			if err := lock(rg[0], rg[1]); err != nil {
-				return total, fmt.Errorf("mlock of the heap at %#x-%#x: %w", rg[0], rg[1], err)
-			}
-			total += int64(rg[1] - rg[0])
 		}
 	}
 	runtime.KeepAlive(small)
@@ -312,6 +333,34 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 		return total, err
 	}
 	return total, nil
+}
+
+// heapRun returns the end j of the run of mappings that starts at
+// ms[i], and whether it is the heap's: a run is one mapping, or, for an
+// anonymous one, every anonymous mapping after it that begins where the
+// one before ends, and the heap's is a run that holds one of the probes.
+// The heap's arenas are one range of address space, mapped piece by piece
+// as the heap grows, but the kernel lists it as many mappings: one for
+// each range whose flags differ, and under mlockall(MCL_ONFAULT) mlock
+// sets flags the rest lacks, and the scavenger's fresh mappings over the
+// pages it releases (see ReserveHeap) are made without them. Only the
+// mappings holding a probe would miss those fresh ones, which hold the
+// free heap: TopUp's reserve, released and never faulted in again.
+func heapRun(ms []mapping, i int, probes []uintptr) (j int, heap bool) {
+	j = i + 1
+	if ms[i].path != "" {
+		return j, false
+	}
+	for j < len(ms) && ms[j].path == "" && ms[j].lo == ms[j-1].hi {
+		j++
+	}
+	lo, hi := ms[i].lo, ms[j-1].hi
+	for _, p := range probes {
+		if p >= lo && p < hi {
+			return j, true
+		}
+	}
+	return j, false
 }
 
 // readMaps reads /proc/self/maps into r.maps, grown as need be and kept,

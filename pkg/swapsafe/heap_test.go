@@ -202,3 +202,40 @@ func TestLockMissingFaultsInWhatIsNotResident(t *testing.T) {
 		}
 	}
 }
+
+// The heap is one range of address space that the kernel lists as many
+// mappings once mlock and the scavenger's fresh mappings have split it:
+// heapRun takes every adjacent anonymous mapping of a run holding a probe,
+// and nothing past a gap, a file or a run without one.
+func TestHeapRunTakesTheHeapsAdjacentMappings(t *testing.T) {
+	ms := parseMaps(`00400000-00a00000 r-xp 00000000 00:10 12 /bin/gzramd
+00a00000-00b00000 rw-p 00600000 00:10 12 /bin/gzramd
+00b00000-00c00000 rw-p 00000000 00:00 0
+c000000000-c000400000 rw-p 00000000 00:00 0
+c000400000-c005400000 rw-p 00000000 00:00 0
+c005400000-c005600000 rw-p 00000000 00:00 0
+c005600000-c005e00000 rw-p 00000000 00:00 0
+c005e00000-c008000000 ---p 00000000 00:00 0
+c008000000-c008100000 rw-p 00000000 00:00 0
+7f0000000000-7f0000800000 rw-p 00000000 00:00 0
+`)
+	probes := []uintptr{0xc000400000, 0xc000001000, 0xc005500000}
+	var heap [][2]uintptr
+	for i := 0; i < len(ms); {
+		j, ok := heapRun(ms, i, probes)
+		if j <= i {
+			t.Fatalf("heapRun(%d) = %d: no progress", i, j)
+		}
+		if ok {
+			for _, m := range ms[i:j] {
+				heap = append(heap, [2]uintptr{m.lo, m.hi})
+			}
+		}
+		i = j
+	}
+	want := [][2]uintptr{{0xc000000000, 0xc000400000}, {0xc000400000, 0xc005400000}, {0xc005400000, 0xc005600000},
+		{0xc005600000, 0xc005e00000}, {0xc005e00000, 0xc008000000}, {0xc008000000, 0xc008100000}}
+	if !slices.Equal(heap, want) {
+		t.Errorf("the heap's mappings: %x, want %x", heap, want)
+	}
+}
