@@ -212,13 +212,8 @@ func (r *HeapReserve) TopUp() Step {
 		{Name: "/gc/heap/goal:bytes"},
 		{Name: "/memory/classes/heap/objects:bytes"},
 	}
-	metrics.Read(samples)
 	var v [4]int64
-	for i, m := range samples {
-		if m.Value.Kind() == metrics.KindUint64 {
-			v[i] = int64(m.Value.Uint64())
-		}
-	}
+	readBytes(samples, v[:])
 	free, growth := v[0]+v[1], v[2]-v[3]
 	// The heap grows by up to growth before the next collection: that
 	// many bytes must be resident and free, and every free page is, so
@@ -251,17 +246,24 @@ func (r *HeapReserve) TopUp() Step {
 		return s
 	}
 	// What is free now is resident and locked: held for swap safety.
-	metrics.Read(samples[:2])
-	var held int64
-	for _, m := range samples[:2] {
-		if m.Value.Kind() == metrics.KindUint64 {
-			held += int64(m.Value.Uint64())
-		}
-	}
+	readBytes(samples[:2], v[:2])
+	held := v[0] + v[1]
 	r.free.Store(held)
 	s.Done = fmt.Sprintf("%d MiB of heap mappings locked, %d MiB of it free: %d MiB faulted in (the heap had %d MiB free and grows by %d MiB before its next collection) and the %d MiB reserve above it",
 		locked>>20, held>>20, total>>20, free>>20, growth>>20, r.n>>20)
 	return s
+}
+
+// readBytes reads samples into v, a value each (0 for one that is not a
+// count).
+func readBytes(samples []metrics.Sample, v []int64) {
+	metrics.Read(samples)
+	for i, m := range samples {
+		v[i] = 0
+		if m.Value.Kind() == metrics.KindUint64 {
+			v[i] = int64(m.Value.Uint64())
+		}
+	}
 }
 
 // LockHeap faults in and locks the Go heap's mappings, all but the
@@ -302,6 +304,10 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 	r.calls++
 	var total int64
 	r.mappings = appendMaps(r.mappings[:0], maps)
+	lock := mlockRange
+	if !full {
+		lock = func(lo, hi uintptr) error { return lockMissing(lo, hi, &r.resident) }
+	}
 	for i := 0; i < len(r.mappings); {
 		j, heap := heapRun(r.mappings, i, probes[:])
 		run := r.mappings[i:j]
@@ -316,10 +322,6 @@ func (r *HeapReserve) LockHeap() (int64, error) {
 			for _, rg := range [][2]uintptr{{m.lo, min(m.hi, max(m.lo, bLo))}, {max(m.lo, min(m.hi, bHi)), m.hi}} {
 				if rg[1] <= rg[0] {
 					continue
-				}
-				lock := mlockRange
-				if !full {
-					lock = func(lo, hi uintptr) error { return lockMissing(lo, hi, &r.resident) }
 				}
 				if err := lock(rg[0], rg[1]); err != nil {
 					return total, fmt.Errorf("mlock of the heap at %#x-%#x: %w", rg[0], rg[1], err)
