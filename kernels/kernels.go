@@ -47,8 +47,8 @@ var ZstdDecode []byte
 
 // ZstdDeep is the PTX of zstd_deep.cu: gz_zstd_deep, which writes frames
 // of several pages compressed hard (zstd_deep.h), a warp a frame, byte for
-// byte as internal/zstddeep does on the host (36.5 MB/s on an H100 with
-// 1,024 frames a launch: bench/results/dense-lifetimes-deep-h100-2026-12-06.md).
+// byte as internal/zstddeep does on the host (30.7 MB/s on an H100 with
+// 1,024 frames a launch: bench/results/dense-two-ways-h100-2026-12-07.md).
 // The dense tier's GPU (gpu.DeepGroups) runs it.
 //
 //go:embed zstd_deep.ptx

@@ -12,8 +12,10 @@
 // frame as it is written.
 //
 // A warp a frame: its lanes find the match candidates of 32 positions at
-// once, a lane a position (the hash-chain walks), and
-// lane 0 walks the parse and codes the frame. The GPU is used for what
+// once, a lane a position (the hash-chain walks); lane 0 walks the parse,
+// the lanes offering each match's lengths a lane a length; lane 0 codes
+// the frame. The parse's ring, prices and offers are in the block's shared
+// memory (12.2 KiB). The GPU is used for what
 // the CPU cannot afford, level-19-class effort on pages that have gone
 // idle, while it is otherwise idle. What the kernel costs is measured in
 // pkg/gpu's deep_device_test.go.

@@ -110,6 +110,15 @@ typedef struct zd_prices {
 	int32_t ll[36], ml[53], of[32];
 } zd_prices;
 
+// A position's matches from one way in, for the warp's lanes to relax:
+// each match's length and offset, the price up to its match length's, and
+// the repeat offsets it leaves.
+typedef struct zd_offer {
+	int32_t nc;
+	int32_t cl[3 + ZD_CANDS], co[3 + ZD_CANDS], price[3 + ZD_CANDS];
+	uint16_t after[3 + ZD_CANDS][3];
+} zd_offer;
+
 typedef struct zd_scratch {
 	zd_node ring[ZD_RING][2];
 	// Each position's ways in, once final: by a match, the way it left
@@ -126,9 +135,26 @@ typedef struct zd_scratch {
 	// The chosen matches, as the walk back finds them (last first).
 	uint16_t mstart[ZP_PAGE / 3 + 1], mlen[ZP_PAGE / 3 + 1], moff[ZP_PAGE / 3 + 1];
 	zd_prices pr;
+	zd_offer offers[2];
 	// Counts for the prices, here rather than on a GPU thread's stack.
 	uint32_t hist[256], cll[36], cml[53], cof[32];
 } zd_scratch;
+
+// On the GPU the ring, the prices and a position's offers, which the parse
+// reads and writes at every position, are in the block's shared memory (a
+// block is a warp, a frame); on the host they are the scratch's.
+#ifdef __CUDACC__
+__shared__ zd_node zd_shared_ring[ZD_RING][2];
+__shared__ zd_prices zd_shared_prices;
+__shared__ zd_offer zd_shared_offers[2];
+#define ZD_RING_OF(sc) zd_shared_ring
+#define ZD_PRICES_OF(sc) (&zd_shared_prices)
+#define ZD_OFFERS_OF(sc) zd_shared_offers
+#else
+#define ZD_RING_OF(sc) ((sc)->ring)
+#define ZD_PRICES_OF(sc) (&(sc)->pr)
+#define ZD_OFFERS_OF(sc) ((sc)->offers)
+#endif
 
 // zd_rd32 returns bytes p..p+3 of the n at s, 0 past them.
 ZP_FN uint32_t zd_rd32(const uint8_t *s, int p, int n) {
@@ -161,7 +187,7 @@ ZP_FN int32_t zd_cost(uint32_t count, uint32_t total, int nsym) {
 // zd_default_prices prices a frame's first parse: literals by the frame's
 // bytes, the codes by zstd's predefined distributions.
 ZP_FN void zd_default_prices(zd_scratch *sc, const uint8_t *src, int n) {
-	zd_prices *pr = &sc->pr;
+	zd_prices *pr = ZD_PRICES_OF(sc);
 	uint32_t *hist = sc->hist;
 	for (int s = 0; s < 256; s++) hist[s] = 0;
 	for (int i = 0; i < n; i++) hist[src[i]]++;
@@ -175,7 +201,7 @@ ZP_FN void zd_default_prices(zd_scratch *sc, const uint8_t *src, int n) {
 // zd_parse_prices prices the next parse by the sequences and literals of
 // the last (ws->seq_*, nlit literals in ws->u.lit.lit).
 ZP_FN void zd_parse_prices(zd_scratch *sc, const zp_workspace *ws, int nseq, int nlit) {
-	zd_prices *pr = &sc->pr;
+	zd_prices *pr = ZD_PRICES_OF(sc);
 	uint32_t *hist = sc->hist, *ll = sc->cll, *ml = sc->cml, *of = sc->cof;
 	for (int s = 0; s < 256; s++) hist[s] = 0;
 	for (int i = 0; i < nlit; i++) hist[ws->u.lit.lit[i]]++;
@@ -309,24 +335,117 @@ ZP_FN int zd_matches(const uint8_t *src, int n, int p, int k, const zd_node *at,
 	return nc;
 }
 
-// zd_parse finds the cheapest parse of src[0..n) by sc->pr into
-// ws->seq_* and returns the number of sequences (at most ZP_MAX_SEQ; the
-// rest of the frame is then literals); on the GPU, every lane of the warp
-// calls it, and lane 0 gets the parse.
+// zd_step takes position p (first is its block's) out of the ring, its
+// ways in final, and offers what follows from them: a literal to p+1, and
+// the matches at p from each way in (ZD_OFFERS_OF(sc), for zd_relax_offers).
+// A match of ZD_SUFFICIENT bytes or more, the cheapest of either way in, is
+// taken at once instead: the ring is emptied, the match's end offered its
+// way in, and zd_step returns the end; it returns 0 otherwise. Lane 0's.
+ZP_FN int zd_step(const uint8_t *src, int n, int p, int first, zd_scratch *sc) {
+	zd_node(*ring)[2] = ZD_RING_OF(sc);
+	const zd_prices *pr = ZD_PRICES_OF(sc);
+	zd_offer *offers = ZD_OFFERS_OF(sc);
+	zd_node *const slot = ring[p & (ZD_RING - 1)];
+	const zd_node in[2] = {slot[0], slot[1]};
+	slot[0].price = slot[1].price = ZD_INF;
+	sc->back[p] = (uint32_t)in[ZD_MATCHED].from << 31 | (uint32_t)in[ZD_MATCHED].len << 16 | in[ZD_MATCHED].off;
+	sc->litfrom[p] = (uint8_t)in[ZD_LITERAL].from;
+	offers[0].nc = offers[1].nc = 0;
+	// A literal: its byte, and what it adds to the literal length.
+	for (int w = 0; w < 2; w++) {
+		if (in[w].price == ZD_INF) continue;
+		const int32_t c = in[w].price + pr->lit[src[p]] + zd_ll_price(pr, in[w].lit + 1u) - zd_ll_price(pr, in[w].lit);
+		zd_node *t = &ring[(p + 1) & (ZD_RING - 1)][ZD_LITERAL];
+		if (c < t->price) {
+			*t = in[w];
+			t->price = c;
+			t->len = 0, t->off = 0;
+			t->lit = (uint16_t)(in[w].lit + 1);
+			t->from = (uint16_t)w;
+		}
+	}
+	if (p + 3 > n) return 0;
+	const int32_t ll_price0 = zd_ll_price(pr, 0);
+	int32_t jump_price = ZD_INF;
+	int jump_len = 0, jump_off = 0, jump_from = 0;
+	uint32_t jump_rep[3] = {0, 0, 0};
+	for (int w = 0; w < 2; w++) {
+		if (in[w].price == ZD_INF) continue;
+		zd_offer *o = &offers[w];
+		const int nc = zd_matches(src, n, p, p - first, &in[w], sc, o->cl, o->co);
+		if (nc == 0) continue;
+		const uint32_t litlen = in[w].lit;
+		const uint32_t rep[3] = {in[w].rep[0], in[w].rep[1], in[w].rep[2]};
+		const int32_t base = in[w].price + ll_price0;
+		if (o->cl[nc - 1] >= ZD_SUFFICIENT) {
+			const uint32_t off = (uint32_t)o->co[nc - 1];
+			const uint32_t ov = zp_offval(off, litlen, rep);
+			const int32_t c = base + zd_of_price(pr, ov) + zd_ml_price(pr, (uint32_t)o->cl[nc - 1]);
+			if (c < jump_price) {
+				jump_price = c, jump_len = o->cl[nc - 1], jump_off = (int)off, jump_from = w;
+				jump_rep[0] = rep[0], jump_rep[1] = rep[1], jump_rep[2] = rep[2];
+				zp_rep_update(jump_rep, ov, litlen);
+			}
+			continue;
+		}
+		for (int c = 0; c < nc; c++) {
+			const uint32_t ov = zp_offval((uint32_t)o->co[c], litlen, rep);
+			uint32_t after[3] = {rep[0], rep[1], rep[2]};
+			zp_rep_update(after, ov, litlen);
+			o->price[c] = base + zd_of_price(pr, ov);
+			o->after[c][0] = (uint16_t)after[0], o->after[c][1] = (uint16_t)after[1], o->after[c][2] = (uint16_t)after[2];
+		}
+		o->nc = nc;
+	}
+	if (jump_price == ZD_INF) return 0;
+	for (int i = 0; i < ZD_RING; i++) ring[i][0].price = ring[i][1].price = ZD_INF;
+	const int e = p + jump_len;
+	zd_relax(ring, e, jump_price, jump_len, (uint32_t)jump_off, jump_from, jump_rep);
+	return e;
+}
+
+// zd_relax_offers offers every length of position p's matches (zd_step's
+// offers) to the position where it ends, each length priced with the
+// nearest match that reaches it (the matches grow in length and, past the
+// repeat offsets, in offset). On the GPU the warp's lanes take the lengths
+// a lane a length: each position is one lane's, so each is offered its
+// ways in the order the host offers them.
+ZP_FN void zd_relax_offers(int p, zd_scratch *sc) {
+	zd_node(*ring)[2] = ZD_RING_OF(sc);
+	const zd_prices *pr = ZD_PRICES_OF(sc);
+	const zd_offer *offers = ZD_OFFERS_OF(sc);
+	for (int w = 0; w < 2; w++) {
+		const zd_offer *o = &offers[w];
+		int from = 3;
+		for (int c = 0; c < o->nc; c++) {
+			const uint32_t after[3] = {o->after[c][0], o->after[c][1], o->after[c][2]};
+			for (int l = from + ZD_LANE; l <= o->cl[c]; l += ZD_LANES)
+				zd_relax(ring, p + l, o->price[c] + zd_ml_price(pr, (uint32_t)l), l, (uint32_t)o->co[c], w, after);
+			from = o->cl[c] + 1;
+		}
+	}
+}
+
+// zd_parse finds the cheapest parse of src[0..n) by the prices
+// (ZD_PRICES_OF(sc)) into ws->seq_* and returns the number of sequences
+// (at most ZP_MAX_SEQ; the rest of the frame is then literals); on the
+// GPU, every lane of the warp calls it, and lane 0 gets the parse.
 //
 // Positions go in blocks of ZD_BLOCK: the block's candidates first
 // (zd_candidates), then its positions in order. The cheapest ways into
 // the next ZD_RING positions, by a match and by a literal, are kept in a
 // ring; a position leaves it, its ways in final, as the parse reaches it
-// (sc->back, sc->litfrom). A match of ZD_SUFFICIENT bytes or more is taken
-// at once, as libzstd's optimal parser takes one: the parse goes on from
-// its end with the ring emptied.
+// (zd_step: sc->back, sc->litfrom). A match of ZD_SUFFICIENT bytes or more
+// is taken at once, as libzstd's optimal parser takes one: the parse goes
+// on from its end with the ring emptied.
 ZP_FN int zd_parse(const uint8_t *src, int n, zd_scratch *sc, zp_workspace *ws) {
-	zd_node(*ring)[2] = sc->ring;
-	const zd_prices *pr = &sc->pr;
+	zd_node(*ring)[2] = ZD_RING_OF(sc);
+	const zd_prices *pr = ZD_PRICES_OF(sc);
+	ZD_SYNC(); // lane 0 is done with the last pass's ring and has set the prices
+	for (int i = ZD_LANE; i < ZD_RING; i += ZD_LANES) ring[i][0].price = ring[i][1].price = ZD_INF;
+	ZD_SYNC();
 	const int32_t ll_price0 = zd_ll_price(pr, 0);
 	if (ZD_LANE == 0) {
-		for (int i = 0; i < ZD_RING; i++) ring[i][0].price = ring[i][1].price = ZD_INF;
 		zd_node *s = &ring[0][ZD_MATCHED];
 		s->price = ll_price0;
 		s->len = 0, s->off = 0, s->lit = 0, s->from = ZD_MATCHED;
@@ -338,75 +457,18 @@ ZP_FN int zd_parse(const uint8_t *src, int n, zd_scratch *sc, zp_workspace *ws) 
 		ZD_SYNC();
 		zd_candidates(src, n, first, sc);
 		ZD_SYNC();
-		for (; ZD_LANE == 0 && p < n && p < first + ZD_BLOCK; p++) {
-			zd_node *const slot = ring[p & (ZD_RING - 1)];
-			const zd_node in[2] = {slot[0], slot[1]};
-			slot[0].price = slot[1].price = ZD_INF;
-			sc->back[p] = (uint32_t)in[ZD_MATCHED].from << 31 | (uint32_t)in[ZD_MATCHED].len << 16 | in[ZD_MATCHED].off;
-			sc->litfrom[p] = (uint8_t)in[ZD_LITERAL].from;
-			// A literal: its byte, and what it adds to the literal length.
-			for (int w = 0; w < 2; w++) {
-				if (in[w].price == ZD_INF) continue;
-				const int32_t c = in[w].price + pr->lit[src[p]] + zd_ll_price(pr, in[w].lit + 1u) - zd_ll_price(pr, in[w].lit);
-				zd_node *t = &ring[(p + 1) & (ZD_RING - 1)][ZD_LITERAL];
-				if (c < t->price) {
-					*t = in[w];
-					t->price = c;
-					t->len = 0, t->off = 0;
-					t->lit = (uint16_t)(in[w].lit + 1);
-					t->from = (uint16_t)w;
-				}
-			}
-			if (p + 3 > n) continue;
-			// A match of ZD_SUFFICIENT bytes or more, the cheapest of
-			// either way in, ends the ring's positions.
-			int32_t jump_price = ZD_INF;
-			int jump_len = 0, jump_off = 0, jump_from = 0;
-			uint32_t jump_rep[3] = {0, 0, 0};
-			for (int w = 0; w < 2; w++) {
-				if (in[w].price == ZD_INF) continue;
-				int cl[3 + ZD_CANDS], co[3 + ZD_CANDS];
-				const int nc = zd_matches(src, n, p, p - first, &in[w], sc, cl, co);
-				if (nc == 0) continue;
-				const uint32_t litlen = in[w].lit;
-				const uint32_t rep[3] = {in[w].rep[0], in[w].rep[1], in[w].rep[2]};
-				const int32_t base = in[w].price + ll_price0;
-				if (cl[nc - 1] >= ZD_SUFFICIENT) {
-					const uint32_t off = (uint32_t)co[nc - 1];
-					const uint32_t ov = zp_offval(off, litlen, rep);
-					const int32_t c = base + zd_of_price(pr, ov) + zd_ml_price(pr, (uint32_t)cl[nc - 1]);
-					if (c < jump_price) {
-						jump_price = c, jump_len = cl[nc - 1], jump_off = (int)off, jump_from = w;
-						jump_rep[0] = rep[0], jump_rep[1] = rep[1], jump_rep[2] = rep[2];
-						zp_rep_update(jump_rep, ov, litlen);
-					}
-					continue;
-				}
-				// Each length priced with the nearest candidate that
-				// reaches it (the candidates grow in length and, past
-				// the repeat offsets, in offset).
-				int from = 3;
-				for (int c = 0; c < nc; c++) {
-					const uint32_t off = (uint32_t)co[c];
-					const uint32_t ov = zp_offval(off, litlen, rep);
-					uint32_t after[3] = {rep[0], rep[1], rep[2]};
-					zp_rep_update(after, ov, litlen);
-					const int32_t ofp = base + zd_of_price(pr, ov);
-					for (int l = from; l <= cl[c]; l++)
-						zd_relax(ring, p + l, ofp + zd_ml_price(pr, (uint32_t)l), l, off, w, after);
-					from = cl[c] + 1;
-				}
-			}
-			if (jump_price != ZD_INF) {
-				// The parse goes on from the match's end.
-				for (int i = 0; i < ZD_RING; i++) ring[i][0].price = ring[i][1].price = ZD_INF;
-				const int e = p + jump_len;
-				zd_relax(ring, e, jump_price, jump_len, (uint32_t)jump_off, jump_from, jump_rep);
+		for (; p < n && p < first + ZD_BLOCK; p++) {
+			int e = 0;
+			if (ZD_LANE == 0) e = zd_step(src, n, p, first, sc);
+			e = ZD_BCAST(e);
+			ZD_SYNC(); // the offers (or the emptied ring) are every lane's
+			if (e) {
 				p = e;
 				break;
 			}
+			zd_relax_offers(p, sc);
+			ZD_SYNC(); // the ring is whole before lane 0 takes p+1 out
 		}
-		p = ZD_BCAST(p);
 	}
 	if (ZD_LANE != 0) return 0;
 	const zd_node *end = ring[n & (ZD_RING - 1)];
