@@ -153,10 +153,12 @@ func (t *Tier) flushGPU(ctx context.Context, q *gpuBatch) time.Duration {
 			t.onGPU.Add(1)
 			settled, cerr = t.commit(qg.g, qg.age, &q.snaps[i], frames, qg.before, qg.stored)
 		case frames != nil || notSmaller:
-			// Not smaller: the CPU's would not be either.
+			// Not smaller: the CPU's would not be either. Committed
+			// without frames, so that the device keeps the group as
+			// the CPU's path has it kept: in long-lived slabs, not
+			// pinning the fast tier's that the pass empties.
 			t.onGPU.Add(1)
-			t.kept.Add(1)
-			settled = true
+			settled, cerr = t.commit(qg.g, qg.age, &q.snaps[i], nil, qg.before, qg.stored)
 		default:
 			if err == nil {
 				t.declined.Add(1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/dense"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
@@ -185,6 +186,25 @@ func TestCorpusRatioAfterAging(t *testing.T) {
 		if r.after < 1.35*r.before && tc.objectPages == 1 {
 			t.Errorf("%s: %.3f after aging, %.3f before: want 1.35 times", tc.name, r.after, r.before)
 		}
+	}
+}
+
+// TestCorpusRatioAfterAgingOnAGroupCompressor ages the corpus through the
+// GPU's path (Tier.flushGPU) with a group compressor on the CPU standing in
+// for the GPU, frames of 4 pages. The groups it finds not smaller are kept
+// in long-lived slabs, as the CPU's path keeps them, so that the ratio
+// before compacting is within 1 % of after (ageCorpus checks it).
+func TestCorpusRatioAfterAgingOnAGroupCompressor(t *testing.T) {
+	data := testneeds.Corpus(t)
+	r := ageCorpus(t, "lz4 pages on a group compressor", data, 1, nil, func(d *Device) {
+		gc := newCPUGroups(t, 32)
+		gc.framePages = dense.FramePages
+		if err := d.SetDenseGPU(gc); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if r.st.Dense.OnGPU == 0 || r.st.Dense.Kept == 0 {
+		t.Fatalf("%d groups through the group compressor, %d kept: the test needs both", r.st.Dense.OnGPU, r.st.Dense.Kept)
 	}
 }
 
