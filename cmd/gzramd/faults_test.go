@@ -64,9 +64,40 @@ func TestServingDoesNotFaultWithTheDenseTier(t *testing.T) {
 	}
 }
 
+// Writers that outrun the prefaulter (bursts of writes against a store
+// that holds little ahead, as right after a restart) wait for it rather
+// than fault store memory in themselves, and no write fails. Before they
+// waited, a guest swapping onto a restarted daemon froze: a writer's
+// fault waited on reclaim, which waited on that writer.
+func TestServingDoesNotFaultWhenWritersOutrunThePrefaulter(t *testing.T) {
+	d := testServingDoesNotFaultUnder(t, swapOutBurst, nil, "--prefault", "1MiB")
+	if v, _ := d.scrape().Value("gzramd_store_prefault_misses_total"); v == 0 {
+		t.Error("gzramd_store_prefault_misses_total = 0: the writers never outran the prefaulter, as the test meant them to")
+	}
+}
+
 // testServingDoesNotFault runs the test on a daemon started with env and
 // args besides the test's own, and returns it.
 func testServingDoesNotFault(t *testing.T, env []string, args ...string) *daemonProc {
+	t.Helper()
+	return testServingDoesNotFaultUnder(t, swapLike, env, args...)
+}
+
+// Loads: swap-like (reads and writes of pages that compress about as a
+// program's do, trims), or a burst of swap-out (writes only, of pages
+// that do not compress, which the store keeps whole: the most store
+// memory a write can take), 23 MiB a connection for each load, the four
+// loads of two connections within the first 240 MiB of the device.
+const (
+	swapLike = iota
+	swapOutBurst
+
+	burstWrite = 8 << 10
+)
+
+// testServingDoesNotFaultUnder is testServingDoesNotFault under a load of
+// kind (swapLike, swapOutBurst).
+func testServingDoesNotFaultUnder(t *testing.T, kind int, env []string, args ...string) *daemonProc {
 	testneeds.Memlock(t, -1, "the daemon's mlockall (without it, page faults are not locked-memory faults)")
 	d := startDaemon(t, env, append([]string{"--size", "256MiB", "--backend", "cpu"}, args...)...)
 	if !strings.Contains(d.log.String(), "msg=hardening step=mlockall done=") {
@@ -78,7 +109,7 @@ func testServingDoesNotFault(t *testing.T, env []string, args ...string) *daemon
 		var wg sync.WaitGroup
 		for i, nc := range conns {
 			wg.Go(func() {
-				if err := swapLikeLoad(nc, seed*16+uint64(i), inFlight, maxShift); err != nil {
+				if err := swapLikeLoad(nc, seed*16+uint64(i), inFlight, maxShift, kind); err != nil {
 					t.Error(err)
 				}
 			})
@@ -180,7 +211,7 @@ func threadFaults(t *testing.T, pid int) map[int]taskFaults {
 const loadRequests = 3000
 
 // inFlight requests at a time, of up to 4 KiB << maxShift.
-func swapLikeLoad(nc net.Conn, seed uint64, inFlight, maxShift int) error {
+func swapLikeLoad(nc net.Conn, seed uint64, inFlight, maxShift, kind int) error {
 	const (
 		span     = 64 << 20
 		requests = loadRequests
@@ -217,10 +248,15 @@ func swapLikeLoad(nc net.Conn, seed uint64, inFlight, maxShift int) error {
 		}
 		readErr <- nil
 	}()
-	page := make([]byte, 1<<20)
-	for i := range page {
-		// Compressible, but not same-filled.
-		page[i] = byte(i / 7 * 31 % 251)
+	// A window into content, moved for each write, so that no two
+	// writes store the same pages.
+	content := make([]byte, 2<<20)
+	for i := range content {
+		if kind == swapOutBurst {
+			content[i] = byte(rng.Uint32())
+		} else {
+			content[i] = byte(i / 7 * 31 % 251) // compressible, but not same-filled
+		}
 	}
 	hdr := make([]byte, 28)
 	var err error
@@ -243,6 +279,12 @@ func swapLikeLoad(nc net.Conn, seed uint64, inFlight, maxShift int) error {
 		}
 		off := uint64(rng.IntN(span/4096)) * 4096
 		off = min(off, span-uint64(length))
+		if kind == swapOutBurst {
+			// Each load of each connection writes a region of its
+			// own: pages the store has not held before.
+			cmd, length = nbd.CmdWrite, burstWrite
+			off = (seed>>4*2+seed&1)*requests*burstWrite + cookie*burstWrite
+		}
 		binary.BigEndian.PutUint32(hdr[0:], 0x25609513)
 		binary.BigEndian.PutUint16(hdr[4:], 0)
 		binary.BigEndian.PutUint16(hdr[6:], uint16(cmd))
@@ -259,8 +301,9 @@ func swapLikeLoad(nc net.Conn, seed uint64, inFlight, maxShift int) error {
 		}
 		bufs := net.Buffers{hdr}
 		if cmd == nbd.CmdWrite {
-			page[0] = byte(cookie) // distinct pages, not one repeated
-			bufs = append(bufs, page[:length])
+			at := int(cookie*4099) % (len(content) - int(length))
+			content[at] = byte(cookie)
+			bufs = append(bufs, content[at:at+int(length)])
 		}
 		if _, err = bufs.WriteTo(nc); err != nil {
 			err = fmt.Errorf("sending a request: %w", err)

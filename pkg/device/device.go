@@ -455,8 +455,8 @@ type Stats struct {
 	FailedWrites uint64
 	InvalidIO    uint64
 	NotifyFree   uint64
-	// PrefaultMisses is the store's count of slab pages handed out before
-	// its prefaulter touched them (pagestore.Stats.PrefaultMisses).
+	// PrefaultMisses is the store's count of allocations that waited for
+	// its prefaulter (pagestore.Stats.PrefaultMisses).
 	PrefaultMisses int64
 	// StagedWrites counts page writes that were staged; CommitRetries
 	// batches whose commit had to wait for store memory; UnusedSlots

@@ -64,7 +64,7 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 		compacted: prometheus.NewDesc("gzramd_pages_compacted_total",
 			"Memory pages given back by compaction (zram pages_compacted).", nil, nil),
 		prefaultMisses: prometheus.NewDesc("gzramd_store_prefault_misses_total",
-			"Store memory pages used before the prefaulter touched them (--prefault): each may have faulted while storing a swapped-out page.", nil, nil),
+			"Times a write, or the dense tier, needed store memory before the prefaulter had faulted it in (--prefault): each waited for it, and failed with ENOSPC (the kernel keeps a swapped page) where the prefaulter made none ready within 1 s.", nil, nil),
 		failedReads: prometheus.NewDesc("gzramd_failed_reads_total",
 			"Reads that failed inside the device (zram failed_reads).", nil, nil),
 		failedWrites: prometheus.NewDesc("gzramd_failed_writes_total",

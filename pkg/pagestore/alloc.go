@@ -275,10 +275,12 @@ func (s *Store) freeLocked(c *class, id uint32, r *slabRec, mem []byte, cell uin
 
 // take hands out a free cell of class ci, from the most recently used slab
 // with room, making a slab when grow is set and none has room. c.mu is held.
+// With a prefaulter, c.mu is let go while it waits for one to make a
+// slab's memory ready (newSlab).
 func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem []byte, cell uint32, err error) {
 	g := &s.geo[ci]
-	id = c.partial
-	if id == 0 {
+	missed := false
+	for id = c.partial; id == 0; id = c.partial {
 		if !grow {
 			return 0, nil, 0, ErrFull
 		}
@@ -286,10 +288,21 @@ func (s *Store) take(c *class, ci int, grow bool, credit *int64) (id uint32, mem
 		if !s.fits(c, int64(pagesFor(cellAt(g, 1)))*pageSize-creditOf(credit)) {
 			return 0, nil, 0, ErrFull
 		}
-		if id, err = s.newSlab(c, ci); err != nil {
+		ready := s.pf.expect()
+		if id, err = s.newSlab(c, ci); err == nil {
+			s.push(&c.partial, id)
+			break
+		}
+		if !errors.Is(err, ErrNotPrefaulted) {
 			return 0, nil, 0, err
 		}
-		s.push(&c.partial, id)
+		if !missed {
+			s.prefaultMisses.Add(1)
+			missed = true
+		}
+		if !s.pf.await(c, ready) {
+			return 0, nil, 0, err
+		}
 	}
 	r := s.rec(id)
 	cell, err = s.takeFrom(c, r, g, s.slabMem(r, g), credit)
@@ -364,31 +377,33 @@ func (m *mapping) slabMem(r *slabRec, g *geometry) []byte {
 
 // newSlab returns an empty active slab for class ci: one the class used
 // before, or a new one carved from an arena. c.mu is held.
+//
+// With a prefaulter, it takes only memory already faulted in, and fails
+// with ErrNotPrefaulted where there is none: the writer that needs a slab
+// is storing a swapped-out page, and a fault there may wait on reclaim,
+// which may wait on this very write (a guest swapping onto gzramd right
+// after a restart froze so). Mapping an arena on that path would be
+// worse: mmap takes the process's mmap lock for writing.
 func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 	if id := c.cached; id != 0 {
 		c.cached = 0
 		s.rec(id).state = slabActive
 		return id, nil
 	}
+	prefaulting := s.pf.prefault > 0
 	if n := len(c.empty); n > 0 {
 		// With prefaulting, slabs whose pages are resident (kept, or
 		// faulted in again by warmReleased) are on top of the stack and
 		// taken first. A released one below them is not: its pages would
-		// fault in on this writer's path, which stores a swapped-out
-		// page, as after a compaction gave many back. A new slab comes
+		// fault in, as after a compaction gave many back. A new slab comes
 		// from the arena faulted ahead instead, and the prefaulter faults
 		// a released one in again for each such slab (wantWarm), so that
 		// a class that churns reuses its released slabs rather than grow
-		// the arenas and slab records without bound. The new slab must
-		// lie in pages already faulted: mapping an arena, or faulting
-		// one's pages, on this path is what taking the released slab
-		// would cost, and more (mmap takes the process's mmap lock for
-		// writing). Where no such slab can be made, the released one is
-		// taken, its pages faulting in (counted in PrefaultMisses).
+		// the arenas and slab records without bound.
 		id := c.empty[n-1]
 		r := s.rec(id)
 		switch {
-		case s.pf.prefault == 0:
+		case !prefaulting:
 		case r.touched > 0: // kept resident
 			s.keptEmpty.Add(-int64(r.touched))
 		case !r.cold:
@@ -404,19 +419,27 @@ func (s *Store) newSlab(c *class, ci int) (uint32, error) {
 			case errors.Is(err, ErrClosed):
 				return 0, err
 			}
-			s.prefaultMisses.Add(int64(s.geo[ci].pages))
+			// No slab can be made (no pages faulted ahead, or no
+			// record left): the prefaulter warms the released one on
+			// top, which this class has none resident above.
+			s.pf.wake()
+			return 0, ErrNotPrefaulted
 		}
 		c.empty = c.empty[:n-1]
 		r.cold = false
 		r.state = slabActive
 		return id, nil
 	}
-	return s.carveSlab(ci, false)
+	id, err := s.carveSlab(ci, prefaulting)
+	if errors.Is(err, errUnfaulted) {
+		return 0, ErrNotPrefaulted
+	}
+	return id, err
 }
 
 // carveSlab makes a new active slab for class ci from an arena; with
-// faultedOnly, only from pages the prefaulter has faulted in, failing
-// with errUnfaulted otherwise. c.mu is held.
+// faultedOnly, only from pages (and a slab record) the prefaulter has
+// faulted in, failing with errUnfaulted otherwise. c.mu is held.
 func (s *Store) carveSlab(ci int, faultedOnly bool) (uint32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -426,6 +449,9 @@ func (s *Store) carveSlab(ci int, faultedOnly bool) (uint32, error) {
 	id := s.nslabs.Load()
 	if id >= maxSlabs {
 		return 0, fmt.Errorf("pagestore: all %d slab records in use: %w", maxSlabs, syscall.ENOSPC)
+	}
+	if faultedOnly && int(id) >= s.pf.recsTo {
+		return 0, errUnfaulted
 	}
 	arena, page, err := s.carve(int(s.geo[ci].pages), faultedOnly)
 	if err != nil {
@@ -486,9 +512,6 @@ func (s *Store) carve(pages int, faultedOnly bool) (arena, page uint32, err erro
 	}
 	page = uint32(s.arenaNext)
 	s.arenaNext += pages
-	if s.pf.prefault > 0 && s.arenaNext > s.pf.faultedTo {
-		s.prefaultMisses.Add(int64(s.arenaNext - max(s.pf.faultedTo, int(page))))
-	}
 	return uint32(len(arenas) - 1), page, nil
 }
 

@@ -55,15 +55,18 @@
 // trimming a random half of the shared corpus and compacting, the store
 // holds 97% of what the codec's ratio allows.
 //
-// With a prefaulter, the pages a trim gave back are cold: a writer
-// storing a swapped-out page must not fault them in again, so the slab
-// takes allocations into its free cells only, and waits off the partial list
-// when it has none. Nor does a writer take a slab given back whole while
-// the arena has pages faulted ahead: it carves a new one from those, and
-// the prefaulter faults a released one in again for each, for the class's
-// next (warmReleased), so that a compaction that gave many back costs the
-// writers no fault. It never maps an arena for that: past the pages
-// faulted ahead, it takes the released slab.
+// With a prefaulter, no allocation faults store memory in: a writer
+// storing a swapped-out page must not wait on reclaim, which may wait on
+// that very write. The pages a trim gave back are cold, so the slab takes
+// allocations into its free cells only, and waits off the partial list
+// when it has none. Nor does a writer take a slab given back whole: it
+// carves a new one from the pages faulted ahead, and the prefaulter faults
+// a released one in again for each, for the class's next (warmReleased),
+// so that a compaction that gave many back costs the writers no fault. It
+// never maps an arena. Past the pages faulted ahead it waits for the
+// prefaulter, with its class's lock let go, and fails with
+// ErrNotPrefaulted where the thread makes nothing ready within
+// PrefaultWait (prefault.go).
 //
 // An owner that fills allocations after Alloc returns, outside the lock it
 // takes in relocate, must copy the allocation again inside relocate (see

@@ -37,6 +37,28 @@ type prefaulter struct {
 	// without the lock: the marks above already count it.
 	touching pageRange
 
+	// ready is closed, and replaced, each time the thread makes memory
+	// ready (a step faulted in, a released slab warmed), waking the
+	// allocations that wait for it (await); readyTaken says whether one
+	// took it since, so that steps nobody waits for make no channel.
+	// stalled says the thread made nothing ready for PrefaultWait while
+	// an allocation waited (stallTimer, armed at armedAt), and stopped
+	// that the thread is gone: allocations then fail without waiting.
+	// All are guarded by the store's mu.
+	ready      chan struct{}
+	readyTaken bool
+	stalled    bool
+	stopped    bool
+	stallTimer *time.Timer
+	armed      bool
+	armedAt    time.Time
+	// recsTo is how many slab records the thread has faulted in: carve
+	// makes no slab beyond (under the store's mu).
+	recsTo int
+	// largest is the pages of the largest slab: the spare arena holds
+	// that many faulted in while the last arena may not fit the next.
+	largest int
+
 	refill     chan struct{}
 	stopRefill chan struct{}
 	refillDone chan struct{}
@@ -78,6 +100,9 @@ func (p *prefaulter) start() {
 	p.refill = make(chan struct{}, 1)
 	p.stopRefill = make(chan struct{})
 	p.refillDone = make(chan struct{})
+	p.ready = make(chan struct{})
+	p.stallTimer = time.AfterFunc(PrefaultWait, p.stall)
+	p.stallTimer.Stop()
 	p.releases = make([]pendingRelease, 0, maxPendingReleases)
 	p.releasing = make([]pendingRelease, 0, maxPendingReleases)
 	go osthread.Run("gzramd-prefault", p.run)
@@ -93,6 +118,96 @@ func (p *prefaulter) stop() {
 	}
 	p.stopOnce.Do(func() { close(p.stopRefill) })
 	<-p.refillDone
+	p.s.mu.Lock()
+	p.stopped = true
+	p.stallTimer.Stop()
+	p.wakeLocked() // the waiting allocations give up
+	p.s.mu.Unlock()
+}
+
+// expect returns the channel the thread's next step closes (nil without
+// a prefaulter). Taken before an allocation looks for memory, it cannot
+// miss a step made while it looks.
+func (p *prefaulter) expect() <-chan struct{} {
+	if p.prefault == 0 {
+		return nil
+	}
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	p.readyTaken = true
+	return p.ready
+}
+
+// signal wakes the allocations waiting for memory: the thread made some
+// ready.
+func (p *prefaulter) signal() {
+	p.s.mu.Lock()
+	p.signalLocked()
+	p.s.mu.Unlock()
+}
+
+// signalLocked is signal with the store's mu held.
+func (p *prefaulter) signalLocked() {
+	p.stalled = false
+	if p.armed {
+		p.armed = false
+		p.stallTimer.Stop()
+	}
+	p.wakeLocked()
+}
+
+// wakeLocked wakes the allocations waiting on ready. The store's mu is
+// held.
+func (p *prefaulter) wakeLocked() {
+	if p.readyTaken {
+		close(p.ready)
+		p.ready, p.readyTaken = make(chan struct{}), false
+	}
+}
+
+// stall runs PrefaultWait after an allocation began to wait for the
+// thread, unless it made memory ready since: the thread is itself
+// waiting on reclaim, perhaps for this very store's writes. The waiting
+// allocations fail, and the next fail at once (await), so that the kernel
+// keeps pages whose swap writes fail rather than each write hold up its
+// request in turn.
+func (p *prefaulter) stall() {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	if !p.armed || time.Since(p.armedAt) < PrefaultWait {
+		return // it made memory ready, or another wait began since
+	}
+	p.armed, p.stalled = false, true
+	p.wakeLocked()
+}
+
+// await waits, with c.mu released, until the thread makes memory ready
+// after ready was taken (expect), and reports whether it did; it gives up
+// when the thread stalls (stall), and does not wait while it is stalled.
+// c.mu is held.
+func (p *prefaulter) await(c *class, ready <-chan struct{}) bool {
+	select {
+	case <-ready:
+		return true
+	default:
+	}
+	s := p.s
+	s.mu.Lock()
+	if p.stalled || p.stopped || ready == nil {
+		s.mu.Unlock()
+		return false
+	}
+	if !p.armed {
+		p.armed, p.armedAt = true, time.Now()
+		p.stallTimer.Reset(PrefaultWait)
+	}
+	s.mu.Unlock()
+	c.mu.Unlock()
+	<-ready
+	c.mu.Lock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !p.stalled && !p.stopped
 }
 
 // queue hands an emptied slab to the thread to release, unless the queue
@@ -161,6 +276,7 @@ const prefaultStep = 64
 // carve must never take a page while it is being given back.
 func (p *prefaulter) shrinkAhead(want int) {
 	s := p.s
+	want = max(want, p.largest)
 	for {
 		s.mu.Lock()
 		if s.closed.Load() {
@@ -168,27 +284,27 @@ func (p *prefaulter) shrinkAhead(want int) {
 			return
 		}
 		arenas := *s.arenas.Load()
-		ahead, spare := 0, 0
+		ahead, spare, keepSpare := 0, 0, 0
 		if len(arenas) > 0 {
 			ahead = max(p.faultedTo-s.arenaNext, 0)
+			if s.arenaSize/pageSize-s.arenaNext < p.largest {
+				keepSpare = p.largest // the next slab may not fit the last arena
+			}
 		}
 		if p.spare != nil {
 			spare = p.spareFaulted
 		}
 		over := ahead + spare - want
-		if over <= 0 {
-			s.mu.Unlock()
-			return
-		}
 		var err error
-		if spare > 0 {
-			n := min(over, spare, prefaultStep)
+		if n := min(over, spare-keepSpare, prefaultStep); n > 0 {
 			p.spareFaulted -= n
 			err = s.files.Arenas.Punch(int64(p.spareArena)*int64(s.arenaSize)+int64(p.spareFaulted)*pageSize, int64(n)*pageSize)
-		} else {
-			n := min(over, ahead, prefaultStep)
+		} else if n := min(over, ahead, prefaultStep); n > 0 {
 			p.faultedTo -= n
 			err = s.files.Arenas.Punch(int64(len(arenas)-1)*int64(s.arenaSize)+int64(p.faultedTo)*pageSize, int64(n)*pageSize)
+		} else {
+			s.mu.Unlock()
+			return
 		}
 		s.mu.Unlock()
 		if err != nil {
@@ -268,6 +384,7 @@ func (p *prefaulter) warmReleased() {
 			r.cold = false
 			c.empty = append(c.empty, id)
 			c.mu.Unlock()
+			p.signal()
 		}
 		// What the budget left is for the next round; with no released
 		// slab left, there is nothing to warm.
@@ -286,17 +403,24 @@ func (p *prefaulter) warmReleased() {
 // while it is being touched, and the add changes no byte a slab wrote.
 func (p *prefaulter) prefaultAhead(want int) {
 	s := p.s
-	// The slab records for the next slabs too: newSlab writes them on a
-	// writer's path.
-	if next := int(s.nslabs.Load()); next < maxSlabs {
-		recs := unsafe.Slice((*byte)(unsafe.Pointer(&s.recs[next])), min(256, maxSlabs-next)*int(slabRecSize))
-		memfd.Populate(recs)
-	}
+	want = max(want, p.largest)
 	for {
 		s.mu.Lock()
 		if s.closed.Load() {
 			s.mu.Unlock()
 			return
+		}
+		// The slab records first: carveSlab writes one for each new
+		// slab, of a page at the least.
+		if recs := min(int(s.nslabs.Load())+want+prefaultStep, maxSlabs); p.recsTo < recs {
+			from := p.recsTo
+			s.mu.Unlock()
+			memfd.Populate(s.recordPages(from, recs))
+			s.mu.Lock()
+			p.recsTo = max(p.recsTo, recs)
+			p.signalLocked()
+			s.mu.Unlock()
+			continue
 		}
 		arenas := *s.arenas.Load()
 		spareWant := want
@@ -308,13 +432,13 @@ func (p *prefaulter) prefaultAhead(want int) {
 			if p.faultedTo < s.arenaNext {
 				p.faultedTo, ahead = s.arenaNext, 0
 			}
-			if ahead < want && p.faultedTo < len(last)/pageSize {
+			spareWant = p.spareWant(want, ahead, len(last)/pageSize-s.arenaNext)
+			switch {
+			case ahead < want && p.faultedTo < len(last)/pageSize:
 				mem, from = last, p.faultedTo
 				p.faultedTo = min(p.faultedTo+prefaultStep, len(last)/pageSize)
 				p.touching = pageRange{len(arenas) - 1, from, p.faultedTo}
-			} else if ahead < want {
-				spareWant = want - ahead // the rest goes to the spare arena
-			} else {
+			case spareWant <= 0:
 				s.mu.Unlock()
 				return
 			}
@@ -350,8 +474,29 @@ func (p *prefaulter) prefaultAhead(want int) {
 		memfd.Populate(mem[from*pageSize : min(from+prefaultStep, len(mem)/pageSize)*pageSize])
 		s.mu.Lock()
 		p.touching = pageRange{arena: -1}
+		p.signalLocked()
 		s.mu.Unlock()
 	}
+}
+
+// recordPages is the memory of slab records [from, to), in whole pages.
+func (m *mapping) recordPages(from, to int) []byte {
+	all := unsafe.Slice((*byte)(unsafe.Pointer(&m.recs[0])), maxSlabs*slabRecSize)
+	lo := from * int(slabRecSize) &^ (pageSize - 1)
+	hi := min((to*int(slabRecSize)+pageSize-1)&^(pageSize-1), len(all))
+	return all[lo:hi]
+}
+
+// spareWant is the pages of the spare arena to hold faulted in, when
+// want pages are wanted ahead of carve and the last arena has ahead
+// faulted and room left to carve: the rest of want, and a whole slab of
+// the largest class where the next slab may not fit the last arena.
+func (p *prefaulter) spareWant(want, ahead, room int) int {
+	n := want - ahead
+	if room < p.largest {
+		n = max(n, p.largest)
+	}
+	return n
 }
 
 // unmapSpare unmaps the spare arena, if there is one. The store's mu is

@@ -26,6 +26,11 @@ var (
 	ErrFull = fmt.Errorf("pagestore: memory limit reached: %w", syscall.ENOSPC)
 	// ErrClosed reports use of a closed store.
 	ErrClosed = errors.New("pagestore: store is closed")
+	// ErrNotPrefaulted reports that storing needed memory the prefaulter
+	// had not faulted in yet, and did not within PrefaultWait (see
+	// Config.Prefault). Like ErrFull, it changes nothing; a swap write
+	// that fails so leaves the page with the kernel.
+	ErrNotPrefaulted = fmt.Errorf("pagestore: no prefaulted memory ready: %w", syscall.ENOSPC)
 )
 
 // DefaultArenaSize is the size of each arena when Config.ArenaSize is 0.
@@ -46,10 +51,13 @@ type Config struct {
 	// When nil, New makes its own and closes them at Close.
 	Files *Files
 	// Prefault, when positive, keeps this many bytes of not yet carved
-	// arena memory faulted in ahead of use, by a background goroutine.
-	// A swap daemon needs it: a page fault on the path that stores a
-	// swapped-out page may need memory the kernel can only get by
-	// swapping to this very store. 0 leaves arenas to fault lazily.
+	// arena memory faulted in ahead of use, by a thread of its own, and
+	// no allocation faults store memory in: one that needs memory the
+	// prefaulter has not faulted in yet waits for it, up to PrefaultWait,
+	// and then fails with ErrNotPrefaulted. A swap daemon needs this: a
+	// page fault on the path that stores a swapped-out page may need
+	// memory the kernel can only get by swapping to this very store. 0
+	// leaves arenas to fault lazily, on the allocating thread.
 	Prefault int64
 	// PrefaultQuiet is how long the store must carve no memory before
 	// the pages held ahead shrink to half of Prefault, given back until
@@ -60,6 +68,14 @@ type Config struct {
 // DefaultPrefaultQuiet is Config.PrefaultQuiet's default: longer than the
 // pauses within a burst of swap-out.
 const DefaultPrefaultQuiet = 5 * time.Second
+
+// PrefaultWait is the longest an allocation waits for the prefaulter
+// (Config.Prefault) before it fails with ErrNotPrefaulted. A step of the
+// prefaulter takes microseconds, or milliseconds under memory pressure;
+// one that takes longer is waiting on reclaim, which may be waiting on
+// this very store's writes, and every allocation fails at once, without
+// waiting, until it makes memory ready again.
+const PrefaultWait = time.Second
 
 // Stats are the store's counters, with kernel zram's meanings where zram
 // has the same figure.
@@ -80,10 +96,11 @@ type Stats struct {
 	// ReleaseErrors counts failures to give an empty slab's pages back to
 	// the kernel (the pages stay mapped and are reused).
 	ReleaseErrors int64
-	// PrefaultMisses counts pages handed to new slabs before the
-	// prefaulter had touched them (Config.Prefault > 0): each may fault
-	// on a writer's path. Writers outran the prefaulter, or it was starved
-	// of memory.
+	// PrefaultMisses counts the times an allocation needed a new slab
+	// when the prefaulter had faulted in no memory for one
+	// (Config.Prefault > 0): writers outran the prefaulter, or it was
+	// starved of memory. Each waited for it, and failed with
+	// ErrNotPrefaulted where it did not come within PrefaultWait.
 	PrefaultMisses int64
 }
 
@@ -201,7 +218,7 @@ func configure(cfg Config) (*Store, error) {
 	s.memLimit.Store(cfg.MemLimit)
 	s.nslabs.Store(1)
 	s.arenas.Store(new([][]byte))
-	s.pf = prefaulter{s: s, prefault: max(cfg.Prefault, 0), quiet: cfg.PrefaultQuiet, touching: pageRange{arena: -1}}
+	s.pf = prefaulter{s: s, prefault: max(cfg.Prefault, 0), quiet: cfg.PrefaultQuiet, touching: pageRange{arena: -1}, largest: largest / pageSize}
 	if s.pf.quiet <= 0 {
 		s.pf.quiet = DefaultPrefaultQuiet
 	}

@@ -62,9 +62,11 @@ func (b *background) start() (stop func()) {
 	}
 }
 
-// watchPrefault logs when writers used store memory before the prefaulter
-// had faulted it in: as swap, that is how a freeze under memory pressure
-// starts.
+// watchPrefault logs when writers needed store memory before the
+// prefaulter had faulted it in: they wait for it, and a write fails
+// (ENOSPC: the kernel keeps the page) where it does not come within
+// pagestore.PrefaultWait. Faulting it in themselves is how a freeze under
+// memory pressure starts.
 func (b *background) watchPrefault(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -76,8 +78,8 @@ func (b *background) watchPrefault(ctx context.Context) {
 		case <-t.C:
 		}
 		if n := b.pipe.Store.Stats().PrefaultMisses; n > seen {
-			b.log.Warn("store memory used before it was prefaulted; raise --prefault if this repeats under load",
-				"pages", n-seen, "total", n, "prefault", b.prefault.String())
+			b.log.Warn("writers waited for store memory to be prefaulted; raise --prefault if this repeats under load",
+				"waits", n-seen, "total", n, "prefault", b.prefault.String())
 			seen = n
 		}
 	}
