@@ -12,10 +12,12 @@
 // only for the modes a block names, the predefined ones built once (on
 // the GPU, where nothing is built at start, as a block names them).
 //
-// It reads every frame the format allows but those with a dictionary (and
-// skippable frames); those, literals of a block longer than its buffer,
-// and anything it finds malformed it returns as errors, on which the
-// caller decodes with libzstd instead. So a frame it misreads as malformed
+// It reads every frame the format allows but skippable ones, and frames
+// with a dictionary when it is not given theirs (a dictionary's tables are
+// built once, gz_zdict_load, and its content is read where it lies); those,
+// literals of a block longer than its buffer, and anything it finds
+// malformed it returns as errors, on which the caller decodes with libzstd
+// instead. So a frame it misreads as malformed
 // costs time, never data; what it must never do is decode a frame to
 // other bytes than libzstd, or touch memory outside its buffers, which
 // every length and offset is checked against.
@@ -50,6 +52,15 @@
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
+
+// ZD_DICTS says whether frames with a dictionary are read: on the host.
+// The GPU decodes the fast tier's pages, which have none, and its code
+// stays as it was without them.
+#ifdef __CUDACC__
+#define ZD_DICTS 0
+#else
+#define ZD_DICTS 1
+#endif
 
 #define ZD_MAGIC 0xFD2FB528u
 #define ZD_BLOCK_MAX (128 << 10)
@@ -103,13 +114,32 @@ struct gz_zdec {
 	uint8_t lit[ZD_LIT_MAX + ZD_LIT_SLACK];
 };
 
+// A zstd dictionary (RFC 8878, section 5) as the decoder uses it: its
+// entropy tables, built once, which a frame's first blocks may repeat, its
+// repeat offsets, and its content, which the frame's matches may reach
+// back into as if it preceded the frame's output.
+struct gz_zdict {
+	uint16_t huf[1 << ZD_HUF_LOG];
+	zd_sym ll[1 << ZD_LL_LOG], of[1 << ZD_OF_LOG], ml[1 << ZD_ML_LOG];
+	unsigned log[3]; // literal lengths, offsets, match lengths
+	unsigned huflog;
+	uint32_t rep[3];
+	uint32_t id;
+	const uint8_t *content;
+	size_t contentlen;
+};
+
 // A frame's state besides z's tables: which tables the last block used,
-// for the next block's repeat modes.
+// for the next block's repeat modes (z's own, or a dictionary's), and the
+// dictionary content its matches may reach into.
 typedef struct {
 	const zd_sym *t[3]; // literal lengths, offsets, match lengths
 	unsigned log[3];
+	const uint16_t *huf;
 	unsigned huflog; // 0: no Huffman table yet
 	uint32_t rep[3];
+	const uint8_t *dict; // the dictionary's content, dictlen bytes
+	size_t dictlen;
 } zd_frame;
 
 ZD_INLINE uint64_t rd64(const uint8_t *p) {
@@ -636,10 +666,12 @@ ZD_INLINE int zd_literals(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, s
 		if (used < 0) return GZ_ZDEC_CORRUPT;
 		s += used;
 		sn -= (size_t)used;
+		f->huf = z->huf;
 	} else if (f->huflog == 0) {
 		return GZ_ZDEC_CORRUPT;
 	}
-	int r = four ? zd_huf4(z->lit, regen, s, sn, z->huf, f->huflog) : zd_huf1(z->lit, regen, s, sn, z->huf, f->huflog);
+	const uint16_t *huf = ZD_DICTS ? f->huf : z->huf;
+	int r = four ? zd_huf4(z->lit, regen, s, sn, huf, f->huflog) : zd_huf1(z->lit, regen, s, sn, huf, f->huflog);
 	if (r < 0) return GZ_ZDEC_CORRUPT;
 	*cnt = regen;
 	return (int)(h + csize);
@@ -689,8 +721,45 @@ ZD_INLINE int zd_table(gz_zdec *z, zd_frame *f, int i, unsigned mode, const uint
 		return 0;
 	}
 	default:
-		return f->t[i] ? 0 : -1;
+		if (!f->t[i]) return -1;
+		if (ZD_DICTS && f->t[i] != own) {
+			// A dictionary's, repeated: to z's place for the loop.
+			memcpy(own, f->t[i], sizeof(zd_sym) << f->log[i]);
+			f->t[i] = own;
+		}
+		return 0;
 	}
+}
+
+// zd_dict_seq writes a sequence whose match reaches back before dst, into
+// the dictionary's content: ll literals from *litp, then ml bytes from off
+// bytes back, exactly (no wild copies), where dst's output and the
+// content read as one.
+ZD_INLINE int zd_dict_seq(const zd_frame *f, uint8_t **opp, const uint8_t **litp, size_t ll, size_t off, size_t ml,
+		const uint8_t *oend, const uint8_t *dst) {
+	uint8_t *op = *opp;
+	size_t room = (size_t)(oend - op);
+	if (ll + ml > room) return GZ_ZDEC_DST_SMALL;
+	const uint8_t *lit = *litp;
+	*litp += ll;
+	size_t back = off - (size_t)(op + ll - dst); // 1..dictlen: checked
+	const uint8_t *from = f->dict + f->dictlen - back;
+	if (likely(room >= ll + ml + ZD_WILD && back >= ml + 16)) {
+		// As the loop's fast path: 16 bytes at a time, past the end,
+		// the match all inside the content, up to 16 bytes before its end.
+		for (size_t j = 0; j < ll; j += 16) copy16(op + j, lit + j);
+		op += ll;
+		for (size_t j = 0; j < ml; j += 16) copy16(op + j, from + j);
+		*opp = op + ml;
+		return 0;
+	}
+	memcpy(op, lit, ll);
+	op += ll;
+	size_t n = back < ml ? back : ml;
+	memcpy(op, from, n);
+	for (size_t j = n; j < ml; j++) op[j] = op[j - off]; // from dst on
+	*opp = op + ml;
+	return 0;
 }
 
 // zd_back4 and zd_back8 are, for a match's period under 8, whole numbers
@@ -791,29 +860,36 @@ ZD_INLINE int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint
 				ofs = O->next + zd_br_read(&b, O->nb);
 			}
 			if (unlikely(ll > (size_t)(litend - lit))) return GZ_ZDEC_CORRUPT;
-			if (unlikely(off - 1 >= (size_t)(op + ll - dst))) return GZ_ZDEC_CORRUPT; // 0, or before dst
-			size_t room = (size_t)(oend - op);
-			if (likely(room >= ll + ml + ZD_WILD)) {
-				// Most literals and matches take one 16-byte copy.
-				copy16(op, lit);
-				for (size_t j = 16; unlikely(j < ll); j += 16) copy16(op + j, lit + j);
-				op += ll;
-				lit += ll;
-				if (likely(off >= 16)) {
-					copy16(op, op - off);
-					copy16(op + 16, op - off + 16);
-					for (size_t j = 32; unlikely(j < ml); j += 16) copy16(op + j, op - off + j);
-				} else {
-					zd_copy_match(op, off, ml);
-				}
-				op += ml;
+			if (unlikely(off - 1 >= (size_t)(op + ll - dst))) {
+				// 0, or before dst: into the dictionary's content, if
+				// it is that far.
+				if (!ZD_DICTS || off == 0 || off - (size_t)(op + ll - dst) > f->dictlen) return GZ_ZDEC_CORRUPT;
+				int r = zd_dict_seq(f, &op, &lit, ll, off, ml, oend, dst);
+				if (r < 0) return r;
 			} else {
-				if (ll + ml > room) return GZ_ZDEC_DST_SMALL;
-				memcpy(op, lit, ll);
-				op += ll;
-				lit += ll;
-				for (size_t j = 0; j < ml; j++) op[j] = op[j - off];
-				op += ml;
+				size_t room = (size_t)(oend - op);
+				if (likely(room >= ll + ml + ZD_WILD)) {
+					// Most literals and matches take one 16-byte copy.
+					copy16(op, lit);
+					for (size_t j = 16; unlikely(j < ll); j += 16) copy16(op + j, lit + j);
+					op += ll;
+					lit += ll;
+					if (likely(off >= 16)) {
+						copy16(op, op - off);
+						copy16(op + 16, op - off + 16);
+						for (size_t j = 32; unlikely(j < ml); j += 16) copy16(op + j, op - off + j);
+					} else {
+						zd_copy_match(op, off, ml);
+					}
+					op += ml;
+				} else {
+					if (ll + ml > room) return GZ_ZDEC_DST_SMALL;
+					memcpy(op, lit, ll);
+					op += ll;
+					lit += ll;
+					for (size_t j = 0; j < ml; j++) op[j] = op[j - off];
+					op += ml;
+				}
 			}
 			if ((uintptr_t)op >= stop) {
 				*opp = op;
@@ -835,7 +911,10 @@ ZD_INLINE int zd_block(gz_zdec *z, zd_frame *f, const uint8_t *p, size_t n, uint
 	return 0;
 }
 
-ZD_INLINE ptrdiff_t zd_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t *dst, size_t dstlen, size_t want) {
+// zd_decode_dict is gz_zdec_decode_dict; d may be NULL, for frames with
+// no dictionary.
+ZD_INLINE ptrdiff_t zd_decode_dict(gz_zdec *z, const gz_zdict *d, const uint8_t *src, size_t srclen, uint8_t *dst,
+		size_t dstlen, size_t want) {
 	const uint8_t *ip = src, *end = src + srclen;
 	if (srclen < 6) return GZ_ZDEC_CORRUPT;
 	uint32_t magic = src[0] | (uint32_t)src[1] << 8 | (uint32_t)src[2] << 16 | (uint32_t)src[3] << 24;
@@ -849,7 +928,8 @@ ZD_INLINE ptrdiff_t zd_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uin
 	if ((size_t)(end - ip) < didlen + fcslen) return GZ_ZDEC_CORRUPT;
 	uint32_t did = 0;
 	for (size_t i = 0; i < didlen; i++) did |= (uint32_t)ip[i] << (8 * i);
-	if (did != 0) return GZ_ZDEC_UNSUPPORTED;
+	// A frame may leave its dictionary's ID out.
+	if (did != 0 && (!ZD_DICTS || !d || did != d->id)) return GZ_ZDEC_UNSUPPORTED;
 	ip += didlen;
 	uint64_t fcs = 0;
 	for (size_t i = 0; i < fcslen; i++) fcs |= (uint64_t)ip[i] << (8 * i);
@@ -859,10 +939,23 @@ ZD_INLINE ptrdiff_t zd_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uin
 	int full = want >= dstlen;
 	if (full) want = SIZE_MAX;
 	zd_frame f;
-	f.t[0] = f.t[1] = f.t[2] = NULL;
-	f.log[0] = f.log[1] = f.log[2] = 0;
-	f.huflog = 0;
-	f.rep[0] = 1, f.rep[1] = 4, f.rep[2] = 8;
+	if (ZD_DICTS && d) {
+		f.t[0] = d->ll, f.t[1] = d->of, f.t[2] = d->ml;
+		f.log[0] = d->log[0], f.log[1] = d->log[1], f.log[2] = d->log[2];
+		f.huf = d->huf;
+		f.huflog = d->huflog;
+		f.rep[0] = d->rep[0], f.rep[1] = d->rep[1], f.rep[2] = d->rep[2];
+		f.dict = d->content;
+		f.dictlen = d->contentlen;
+	} else {
+		f.t[0] = f.t[1] = f.t[2] = NULL;
+		f.log[0] = f.log[1] = f.log[2] = 0;
+		f.huf = z->huf;
+		f.huflog = 0;
+		f.rep[0] = 1, f.rep[1] = 4, f.rep[2] = 8;
+		f.dict = NULL;
+		f.dictlen = 0;
+	}
 	uint8_t *op = dst, *oend = dst + dstlen;
 	for (;;) {
 		if (end - ip < 3) return GZ_ZDEC_CORRUPT;
@@ -905,4 +998,8 @@ ZD_INLINE ptrdiff_t zd_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uin
 	}
 	if (full && ip != end) return GZ_ZDEC_CORRUPT;
 	return op - dst;
+}
+
+ZD_INLINE ptrdiff_t zd_decode(gz_zdec *z, const uint8_t *src, size_t srclen, uint8_t *dst, size_t dstlen, size_t want) {
+	return zd_decode_dict(z, NULL, src, srclen, dst, dstlen, want);
 }
