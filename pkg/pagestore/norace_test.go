@@ -1,0 +1,5 @@
+//go:build !race
+
+package pagestore
+
+const raceEnabled = false
