@@ -26,8 +26,6 @@ size_t ZSTD_decompressDCtx(ZSTD_DCtx *, void *dst, size_t cap, const void *src, 
 size_t ZSTD_compress_usingCDict(ZSTD_CCtx *, void *dst, size_t cap, const void *src, size_t n, const ZSTD_CDict *);
 size_t ZSTD_decompress_usingDDict(ZSTD_DCtx *, void *dst, size_t cap, const void *src, size_t n, const ZSTD_DDict *);
 unsigned ZSTD_isError(size_t);
-size_t ZDICT_trainFromBuffer(void *dict, size_t cap, const void *samples, const size_t *sizes, unsigned n);
-unsigned ZDICT_isError(size_t);
 */
 import "C"
 
@@ -38,29 +36,6 @@ import (
 
 	_ "github.com/DataDog/zstd" // libzstd's C sources
 )
-
-// trainDict trains a dictionary of at most size bytes on samples, cut into
-// pieces of sample bytes each (ZDICT_trainFromBuffer's defaults).
-func trainDict(samples []byte, sample, size int) ([]byte, error) {
-	n := len(samples) / sample
-	if n == 0 {
-		return nil, errors.New("no samples")
-	}
-	sizes := (*[1 << 28]C.size_t)(C.malloc(C.size_t(n) * C.size_t(unsafe.Sizeof(C.size_t(0)))))[:n:n]
-	defer C.free(unsafe.Pointer(&sizes[0]))
-	for i := range sizes {
-		sizes[i] = C.size_t(sample)
-	}
-	cs := C.CBytes(samples[:n*sample])
-	defer C.free(cs)
-	dict := C.malloc(C.size_t(size))
-	defer C.free(dict)
-	r := C.ZDICT_trainFromBuffer(dict, C.size_t(size), cs, &sizes[0], C.uint(n))
-	if C.ZDICT_isError(r) != 0 {
-		return nil, fmt.Errorf("ZDICT_trainFromBuffer: error %d", int64(r))
-	}
-	return C.GoBytes(dict, C.int(r)), nil
-}
 
 // dictCodec compresses and decodes frames with one context each, made
 // ahead and reused as gzramd's are, and a dictionary (none where nil).

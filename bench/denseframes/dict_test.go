@@ -84,7 +84,7 @@ func TestDictFrames(t *testing.T) {
 					dicts[dictSize] = map[int][]byte{}
 				}
 				start := time.Now()
-				d, err := trainDict(train, frame, dictSize)
+				d, err := codec.TrainZstdDict(train, frame, dictSize)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -118,6 +118,11 @@ func (m *mapping) mapSlabs(fresh bool) error {
 }
 
 // header is the slab file's header.
+// recordBytes is the memory the slab records are mapped in.
+func (m *mapping) recordBytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(&m.recs[0])), maxSlabs*slabRecSize)
+}
+
 func (m *mapping) header() *slabsHeader { return (*slabsHeader)(unsafe.Pointer(&m.recs[0])) }
 
 // markLong marks the slab file as holding long-lived slabs, before the
@@ -165,8 +170,7 @@ func (m *mapping) unmapAll() error {
 	}
 	m.arenas.Store(new([][]byte))
 	if m.recs != nil {
-		mem := unsafe.Slice((*byte)(unsafe.Pointer(&m.recs[0])), maxSlabs*slabRecSize)
-		if err := unix.Munmap(mem); err != nil {
+		if err := unix.Munmap(m.recordBytes()); err != nil {
 			errs = append(errs, fmt.Errorf("pagestore: munmap slab records: %w", err))
 		}
 		m.recs = nil

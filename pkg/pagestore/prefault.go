@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -287,9 +286,7 @@ func (p *prefaulter) shrinkAhead(want int) {
 		ahead, spare, keepSpare := 0, 0, 0
 		if len(arenas) > 0 {
 			ahead = max(p.faultedTo-s.arenaNext, 0)
-			if s.arenaSize/pageSize-s.arenaNext < p.largest {
-				keepSpare = p.largest // the next slab may not fit the last arena
-			}
+			keepSpare = p.spareFloor(s.arenaSize/pageSize - s.arenaNext)
 		}
 		if p.spare != nil {
 			spare = p.spareFaulted
@@ -481,7 +478,7 @@ func (p *prefaulter) prefaultAhead(want int) {
 
 // recordPages is the memory of slab records [from, to), in whole pages.
 func (m *mapping) recordPages(from, to int) []byte {
-	all := unsafe.Slice((*byte)(unsafe.Pointer(&m.recs[0])), maxSlabs*slabRecSize)
+	all := m.recordBytes()
 	lo := from * int(slabRecSize) &^ (pageSize - 1)
 	hi := min((to*int(slabRecSize)+pageSize-1)&^(pageSize-1), len(all))
 	return all[lo:hi]
@@ -489,14 +486,20 @@ func (m *mapping) recordPages(from, to int) []byte {
 
 // spareWant is the pages of the spare arena to hold faulted in, when
 // want pages are wanted ahead of carve and the last arena has ahead
-// faulted and room left to carve: the rest of want, and a whole slab of
-// the largest class where the next slab may not fit the last arena.
+// faulted and room left to carve: the rest of want, and at least
+// spareFloor.
 func (p *prefaulter) spareWant(want, ahead, room int) int {
-	n := want - ahead
+	return max(want-ahead, p.spareFloor(room))
+}
+
+// spareFloor is the pages of the spare arena held faulted in whatever is
+// wanted, when the last arena has room pages left to carve: a whole slab
+// of the largest class where the next slab may not fit the last arena.
+func (p *prefaulter) spareFloor(room int) int {
 	if room < p.largest {
-		n = max(n, p.largest)
+		return p.largest
 	}
-	return n
+	return 0
 }
 
 // unmapSpare unmaps the spare arena, if there is one. The store's mu is
