@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/DataDog/zstd"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/pagestore"
@@ -118,4 +123,80 @@ func BenchmarkReadObjects(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkReadTrace replays the reads of a recorded swap trace
+// (bench/traces/host-2.iolog.zst: the kernel's readahead windows, most of
+// 8 pages, at any page) over the corpus, its pages taken modulo the
+// device's: from the fast tier, and from the dense tier with and without
+// its cache of decoded frames. One op is one of the trace's reads.
+func BenchmarkReadTrace(b *testing.B) {
+	data := benchPages(b)
+	const write = 32 * pageSize
+	data = data[:len(data)/write*write]
+	pages := len(data) / pageSize
+	reads := traceReads(b, "../../bench/traces/host-2.iolog.zst", pages)
+	for _, name := range []string{"fast", "dense", "dense-no-cache"} {
+		b.Run(name, func(b *testing.B) {
+			f := newDeviceWith(b, int64(len(data)), pagestore.Config{}, pathInline, func(c *Config) {
+				if name != "fast" {
+					c.Dense = DenseConfig{After: 100 * time.Microsecond, CPU: 1}
+				}
+			})
+			for off := 0; off < len(data); off += write {
+				if err := f.dev.WriteAt(context.Background(), data[off:off+write], int64(off), false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if name != "fast" {
+				age(b, f.dev)
+			}
+			if name == "dense-no-cache" {
+				f.dev.obj.frames = nil
+			}
+			buf := make([]byte, 32*pageSize)
+			var bytes int64
+			b.ResetTimer()
+			for i := range b.N {
+				r := reads[i%len(reads)]
+				if err := f.dev.ReadAt(context.Background(), buf[:r.n*pageSize], int64(r.first)*pageSize); err != nil {
+					b.Fatal(err)
+				}
+				bytes += int64(r.n) * pageSize
+			}
+			b.ReportMetric(float64(bytes)/b.Elapsed().Seconds()/1e6, "MB/s")
+			if st := f.dev.Stats(); st.DenseFramesCached+st.DenseFramesDecoded > 0 {
+				b.ReportMetric(float64(st.DenseFramesCached)/float64(st.DenseFramesCached+st.DenseFramesDecoded), "cached-frames")
+			}
+		})
+	}
+}
+
+type traceRead struct{ first, n int }
+
+// traceReads returns the reads of a fio iolog (version 2, zstd), moved
+// onto pages pages (modulo, a read's pages kept adjacent).
+func traceReads(b *testing.B, path string, pages int) []traceRead {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	text, err := zstd.Decompress(nil, raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var reads []traceRead
+	for _, line := range strings.Split(string(text), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 || f[1] != "read" {
+			continue
+		}
+		off, err1 := strconv.Atoi(f[2])
+		n, err2 := strconv.Atoi(f[3])
+		if err1 != nil || err2 != nil || n > 32*pageSize {
+			b.Fatalf("the trace: %q", line)
+		}
+		reads = append(reads, traceRead{first: off / pageSize % (pages - 32), n: (n + pageSize - 1) / pageSize})
+	}
+	return reads
 }

@@ -18,7 +18,8 @@
 // state, and replacing an entry. Device keeps the table, the files
 // (files.go), reads and writes (device.go, write.go). Its other jobs are
 // types of their own, given what they use, never the device: objects owns
-// the format of the objects pages are stored in (object.go), stager the
+// the format of the objects pages are stored in (object.go) and the cache
+// of the dense tier's decoded frames (framecache.go), stager the
 // write-behind, inliner the writes compressed in the writer's goroutine,
 // compactor compaction (compact.go), recovery the takeover of a table a
 // dead process left (recover.go), and denseSide the device as the dense
@@ -281,6 +282,7 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 	defer func() { d.obj.putScratch(sc) }()
 	held := stripeHold{read: true}
 	last := uint32((off + int64(len(p)) - 1) / pageSize)
+	readPages := int(last-uint32(off/pageSize)) + 1
 	err := forPages(off, int64(len(p)), func(idx uint32, in, n int) error {
 		dst := p[:n]
 		p = p[n:]
@@ -301,6 +303,7 @@ func (d *Device) ReadAt(_ context.Context, p []byte, off int64) error {
 			s := held.s
 			held.release()
 			sc = d.obj.scratch()
+			sc.readPages = readPages
 			held.lock(s)
 			err = d.load(idx, page, sc, int(last-idx))
 		}
@@ -474,6 +477,9 @@ type Stats struct {
 	// pages.
 	DensePages, DenseObjects, DenseBytes int64
 	Dense                                DenseStats
+	// DenseFramesCached and DenseFramesDecoded count the dense tier's
+	// frames reads took from the cache of decoded frames, and decoded.
+	DenseFramesCached, DenseFramesDecoded uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -505,6 +511,7 @@ func (d *Device) Stats() Stats {
 		DenseBytes:     d.obj.denseBytes.Load(),
 		Dense:          d.dense.Stats(),
 	}
+	s.DenseFramesCached, s.DenseFramesDecoded = d.obj.frames.counts()
 	if w := d.stager; w != nil {
 		s.Staging = w.area.Stats()
 		s.StagedWrites, s.CommitRetries, s.UnusedSlots = w.stagedWrites.Load(), w.commitRetries.Load(), w.unusedSlots.Load()

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/gzramd/gzramd/pkg/codec"
+	"github.com/gzramd/gzramd/pkg/dense"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
 
@@ -77,6 +78,9 @@ type objects struct {
 	// fast is the codec of the fast tier's objects of several pages: the
 	// device's own, LZ4 or zstd.
 	fast byte
+	// frames caches the dense tier's frames that reads decoded, made
+	// with the dense tier's decoder (holdZstd).
+	frames *frameCache
 	// scratches holds what reading objects of several pages needs, made
 	// with the device when it may hold such objects (nil otherwise): a
 	// read waits for one rather than allocating.
@@ -135,8 +139,11 @@ func (o *objects) holdScratch(inline bool) {
 }
 
 // holdZstd makes the decoder of the dense tier's objects, if there is
-// none.
+// none, and the cache of the frames it decodes.
 func (o *objects) holdZstd() error {
+	if o.frames == nil {
+		o.frames = newFrameCache()
+	}
 	if o.zstd != nil {
 		return nil
 	}
@@ -149,11 +156,15 @@ func (o *objects) holdZstd() error {
 }
 
 // held is the memory o holds from the start: its scratch, and the
-// decoder of the dense tier's objects where it made one.
+// decoder of the dense tier's objects where it made one, and the cache
+// of their frames.
 func (o *objects) held() (scratch, dense int64) {
 	scratch = int64(cap(o.scratches)) * int64(unsafe.Sizeof(objectScratch{}))
 	if z, ok := o.zstd.(*codec.ZstdDecoder); ok {
 		dense = z.HeldBytes()
+	}
+	if o.frames != nil {
+		dense += o.frames.held()
 	}
 	return scratch, dense
 }
@@ -165,7 +176,7 @@ func (o *objects) scratch() *objectScratch {
 		return nil
 	}
 	sc := <-o.scratches
-	sc.decoded = 0
+	sc.decoded, sc.readPages = 0, 0
 	return sc
 }
 
@@ -317,6 +328,9 @@ type objectScratch struct {
 	// of that object's group is held without a break.
 	decoded   pagestore.Handle
 	decodedTo int
+	// readPages is the pages of the read (ReadAt) the scratch serves: 0
+	// for any other use, which leaves the cache of dense frames alone.
+	readPages int
 }
 
 // decode decodes the object of which e is a page into sc.out, as far
@@ -348,6 +362,8 @@ func (o *objects) decode(idx uint32, e entry, sc *objectScratch, upto int) ([]by
 	switch {
 	case l.codec == streamZstd && o.zstd == nil:
 		err = errors.New("no zstd decoder")
+	case l.codec == streamZstd && o.frames != nil && sc.readPages > 0 && pages <= dense.FramePages:
+		want, err = o.decodeFrame(e.handle(), pages, src, out, want, sc.readPages > 1)
 	case l.codec == streamZstd && want < len(out):
 		err = o.zstd.DecompressPrefix(out, src, want)
 	case l.codec == streamZstd:
@@ -362,6 +378,28 @@ func (o *objects) decode(idx uint32, e entry, sc *objectScratch, upto int) ([]by
 	}
 	sc.decoded, sc.decodedTo = e.handle(), want
 	return out, nil
+}
+
+// decodeFrame decodes a frame of the dense tier into out, as far as want
+// bytes at least, from the cache where it holds that much, and returns
+// how far out holds it. A read of several pages decodes a frame it does
+// not find whole: the kernel's next readahead window begins in the frame
+// this one ends in.
+func (o *objects) decodeFrame(first pagestore.Handle, pages int, src, out []byte, want int, whole bool) (int, error) {
+	if n := o.frames.get(first, pages, src, out, want); n > 0 {
+		return n, nil
+	}
+	var err error
+	if whole || want >= len(out) {
+		want, err = len(out), o.zstd.Decompress(out, src)
+	} else {
+		err = o.zstd.DecompressPrefix(out, src, want)
+	}
+	if err != nil {
+		return 0, err
+	}
+	o.frames.put(first, pages, src, out[:want])
+	return want, nil
 }
 
 // freeRef is what an entry that was replaced leaves to free: the handle

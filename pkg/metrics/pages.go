@@ -36,7 +36,7 @@ type Device struct {
 	stagingRefused, stagingWaits, stagingSealed, commitRetries, unusedSlots    *prometheus.Desc
 	compressedPages, inlinePages                                               *prometheus.Desc
 	tierPages, tierBytes, denseGroups, densePages, denseBytes, denseSkipped    *prometheus.Desc
-	denseSeconds, denseGPUGroups, denseGPUSeconds                              *prometheus.Desc
+	denseSeconds, denseGPUGroups, denseGPUSeconds, denseFrameReads             *prometheus.Desc
 }
 
 func gauge(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
@@ -111,6 +111,8 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 			"Idle groups the dense tier gave the GPU, by result: compressed there, or declined (a page of it would not fit a block; compressed on the CPU).", []string{"result"}, nil),
 		denseGPUSeconds: prometheus.NewDesc("gzramd_dense_gpu_seconds_total",
 			"Time the dense tier's recompressor waited for the GPU (not CPU time).", nil, nil),
+		denseFrameReads: prometheus.NewDesc("gzramd_dense_frame_reads_total",
+			"Frames of the dense tier that reads needed, by where they came from: the cache of the 8 frames last decoded (the kernel's next readahead window begins in the frame the last one ended in), or decoded.", []string{"from"}, nil),
 	}
 }
 
@@ -122,7 +124,7 @@ func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingWaits, m.stagingSealed, m.commitRetries, m.unusedSlots,
 		m.compressedPages, m.inlinePages,
 		m.tierPages, m.tierBytes, m.denseGroups, m.densePages, m.denseBytes, m.denseSkipped, m.denseSeconds,
-		m.denseGPUGroups, m.denseGPUSeconds,
+		m.denseGPUGroups, m.denseGPUSeconds, m.denseFrameReads,
 	} {
 		ch <- d
 	}
@@ -162,6 +164,8 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	c(m.denseSkipped, float64(st.Dense.Raced), "raced")
 	c(m.denseSkipped, float64(st.Dense.Kept), "kept")
 	c(m.denseSeconds, st.Dense.Busy.Seconds())
+	c(m.denseFrameReads, float64(st.DenseFramesCached), "cache")
+	c(m.denseFrameReads, float64(st.DenseFramesDecoded), "decoded")
 	c(m.denseGPUGroups, float64(st.Dense.OnGPU), "compressed")
 	c(m.denseGPUGroups, float64(st.Dense.Declined), "declined")
 	c(m.denseGPUSeconds, st.Dense.GPUTime.Seconds())
