@@ -29,6 +29,11 @@
 #                  more to recompress, for steadier CPU figures
 #   AGING_AFTER    --dense-after (default 2s)
 #   AGING_RUNTIME  seconds per read measurement (default 8)
+#   AGING_TRACE    a recorded trace (fio iolog, version 2; zstd) whose reads
+#                  are replayed at QD1, 3 times over, before aging and after
+#                  (each read moved onto the corpus): the kernel's own
+#                  swap-in pattern, readahead windows at any page (default
+#                  bench/traces/host-2.iolog.zst; empty: none)
 #   AGING_OUT      also write the markdown table here
 # Needs fio, nbdcopy and zstd; zram targets need root and /dev/zram0.
 set -euo pipefail
@@ -58,6 +63,42 @@ BYTES=$(stat -c %s "$WORK/corpus")
 REGION=$((BYTES / 32768 * 32768))
 export GZRAMD_ARGS="${GZRAMD_ARGS:-} --dense-after $AFTER --dense-cpu 1 --prefault 0"
 RESULTS=$WORK/results.txt
+TRACE=${AGING_TRACE-$BENCH_ROOT/bench/traces/host-2.iolog.zst}
+TRACE_ROWS=$WORK/trace-rows.txt
+if [ -n "$TRACE" ]; then
+	# The trace's reads, each moved onto the corpus (modulo, page-aligned,
+	# within fio's region), 3 times over.
+	zstd -dqc "$TRACE" | awk -v region="$REGION" '
+		NR == 1 || NF == 2 && $2 != "close" { head = head $0 "\n"; if ($2 == "open") name = $1; next }
+		NF == 4 && $2 == "read" && $4 <= 131072 {
+			off = $3 % (region - 131072); off -= off % 4096
+			body[++n] = $1 " read " off " " $4
+		}
+		END {
+			printf "%s", head
+			for (r = 1; r <= 3; r++) for (i = 1; i <= n; i++) print body[i]
+			print name " close"
+		}' >"$WORK/reads.iolog"
+fi
+
+# tracereads TARGET NAME: the trace's reads replayed at QD1; prints "MB/s
+# mean-µs p50-µs p99-µs CPU-s/GB".
+tracereads() {
+	local target=$1 name=$2 t0 t1 redirect=()
+	case "$target" in zram | zram-*) redirect=(--replay_redirect=/dev/zram0) ;; esac
+	t0=$(machine_cpu_ticks)
+	target_fio "$target" "$name" --read_iolog="$WORK/reads.iolog" --replay_no_stall=1 "${redirect[@]}" --iodepth=1 \
+		--output-format=json --output="$WORK/$target.$name.json" >/dev/null
+	t1=$(machine_cpu_ticks)
+	python3 - "$WORK/$target.$name.json" "$t0" "$t1" "$(getconf CLK_TCK)" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["jobs"][0]["read"]
+clat = r["clat_ns"]
+cpu = (int(sys.argv[3]) - int(sys.argv[2])) / float(sys.argv[4])
+print("%.1f %.1f %.1f %.1f %.3f" % (r["bw_bytes"] / 1e6, clat["mean"] / 1e3, clat["percentile"]["50.000000"] / 1e3,
+      clat["percentile"]["99.000000"] / 1e3, cpu / (r["io_bytes"] / 1e9)))
+EOF
+}
 
 # reads TARGET NAME BS: one QD1 random-read run over the corpus; prints
 # fio_summary's "MB/s IOPS CPU-s/GB p50 p99".
@@ -100,12 +141,15 @@ for target in $TARGETS; do
 		fast=$(reads "$target" read4k 4k)
 		read32=$(reads "$target" read32k 32k)
 		echo "$target $(python3 -c "print('%.3f' % ($BYTES / $used))") $fast - - - - - - $read32 - - - - - -" >>"$RESULTS"
+		[ -z "$TRACE" ] || echo "$target $(tracereads "$target" trace) - - - - - -" >>"$TRACE_ROWS"
 		;;
 	*)
 		nbdcopy --synchronous "$WORK/corpus" "nbd+unix:///$BENCH_EXPORT?socket=$WORK/${target//+/_}.sock"
 		used=$(gzramd_metric gzramd_mem_used_bytes)
 		fast=$(reads "$target" fast4k 4k)
 		fast32=$(reads "$target" fast32k 32k)
+		tfast=""
+		[ -z "$TRACE" ] || tfast=$(tracereads "$target" tracefast)
 		bench_log "$target: written, mem_used $used; aging"
 		t0=$(machine_cpu_ticks) s0=$(date +%s.%N) p0=$(gzramd_metric process_cpu_seconds_total)
 		# The serving process's idle CPU, before any group is idle, where
@@ -132,6 +176,12 @@ for target in $TARGETS; do
 		busy=$(gzramd_metric gzramd_dense_busy_seconds_total)
 		denseread=$(reads "$target" dense4k 4k)
 		read32=$(reads "$target" dense32k 32k)
+		if [ -n "$TRACE" ]; then
+			c0=$(gzramd_metric gzramd_dense_frame_reads_total 'from="cache"') d0=$(gzramd_metric gzramd_dense_frame_reads_total 'from="decoded"')
+			tdense=$(tracereads "$target" tracedense)
+			c1=$(gzramd_metric gzramd_dense_frame_reads_total 'from="cache"') d1=$(gzramd_metric gzramd_dense_frame_reads_total 'from="decoded"')
+			echo "$target $tfast $tdense $(python3 -c "c, d = $c1 - $c0, $d1 - $d0; print('%.1f' % (100 * c / (c + d)) if c + d else '-')")" >>"$TRACE_ROWS"
+		fi
 		python3 - "$target" "$BYTES" "$used" "$aged" "$dense" "$stored" "$pages" "$busy" "$t0" "$t1" "$(getconf CLK_TCK)" "$fast" "$denseread" "$read32" \
 			"$s0" "$s1" "$p0" "$p1" "$idle" "$fast32" >>"$RESULTS" <<'EOF'
 import sys
@@ -169,5 +219,15 @@ done
 		fi
 		echo "| $t | $r0 | $p50 / $p99 | $f32, $fc32 | $r1 | $q50 / $q99 | $m32 | $c32 | $dp | $own / $proc / $mach |"
 	done <"$RESULTS"
+	if [ -s "$TRACE_ROWS" ]; then
+		echo
+		echo "The kernel's swap-in reads: $(basename "$TRACE")'s reads replayed 3 times over at QD1 ($(grep -c ' read ' "$WORK/reads.iolog") reads), each moved onto the corpus; zram has no tiers (its row is under \"before\")."
+		echo
+		echo "| target | before: MB/s | mean / p50 / p99 µs | CPU-s/GB | after aging: MB/s | mean / p50 / p99 µs | CPU-s/GB | dense frames from the cache % |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+		while read -r t m0 a0 p0 q0 c0 m1 a1 p1 q1 c1 hit; do
+			echo "| $t | $m0 | $a0 / $p0 / $q0 | $c0 | $m1 | $a1 / $p1 / $q1 | $c1 | ${hit:--} |"
+		done <"$TRACE_ROWS"
+	fi
 	[ ! -s "$WORK/skipped.txt" ] || { echo; sed 's/^/- /' "$WORK/skipped.txt"; }
 } | tee "${AGING_OUT:-/dev/null}"
