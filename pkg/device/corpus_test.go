@@ -216,12 +216,14 @@ type aged struct {
 	moved         int     // allocations Compact moved
 	cpu           time.Duration
 	st            Stats
+	cachedFrames  uint64 // frames readahead windows took from the cache
 }
 
 // ageCorpus writes data to a device of LZ4 pages, or of pageCodec's where it is not
 // nil (objects of objectPages),
 // given to setup first when it is not nil, ages it into the dense tier,
-// compacts it, reads every page back in random order, and logs and
+// compacts it, reads every page back in random order and then in
+// readahead windows, and logs and
 // returns what it measured.
 func ageCorpus(t *testing.T, name string, data []byte, objectPages int, pageCodec codec.Codec, setup func(*Device)) aged {
 	t.Helper()
@@ -287,11 +289,25 @@ func ageCorpus(t *testing.T, name string, data []byte, objectPages int, pageCode
 	if !bytes.Equal(got, data) {
 		t.Fatalf("%s: corpus read back differs after aging", name)
 	}
+	// Again in the kernel's readahead windows, 8 pages from every 8th
+	// page but the first three: frames from the cache of decoded ones.
+	clear(got)
+	const window = 8 * pageSize
+	for off := 3 * pageSize; off+window <= len(data); off += window {
+		if err := f.dev.ReadAt(ctx, got[off:off+window], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if end := 3*pageSize + (len(data)-3*pageSize)/window*window; !bytes.Equal(got[3*pageSize:end], data[3*pageSize:end]) {
+		t.Fatalf("%s: corpus read back in readahead windows differs after aging", name)
+	}
+	// (A GPU that writes a frame a group leaves nothing to cache.)
+	r.cachedFrames = f.dev.Stats().DenseFramesCached
 	st, ds := r.st, r.st.Dense
 	gb := float64(ds.Pages) * pageSize / 1e9
-	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3f before compacting, which moved %d allocations: %.1f %% less; %.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f), settled in %.1f s; random 4 KiB reads %.1f µs each",
+	t.Logf("%s: whole corpus / mem_used %.3f before aging, %.3f after (%.3f before compacting, which moved %d allocations: %.1f %% less; %.3fx; %.3fx zram lzo-rle's 2.402); %d of %d stored pages dense in %d objects (%d bytes); recompressed %d groups (%d kept as they were, %d on a GPU, %d it declined), %.2f CPU-s per GB recompressed (the recompressor's own; the process's %.2f), settled in %.1f s; random 4 KiB reads %.1f µs each; %d frames from the cache in readahead windows",
 		name, r.before, r.after, r.uncompacted, r.moved, 100*(1-r.uncompacted/r.after), r.after/r.before, r.after/2.402, st.DensePages, st.StoredPages, st.DenseObjects, st.DenseBytes,
-		ds.Groups, ds.Kept, ds.OnGPU, ds.Declined, ds.Busy.Seconds()/gb, r.cpu.Seconds()/gb, settled.Seconds(), float64(read.Microseconds())/float64(pages))
+		ds.Groups, ds.Kept, ds.OnGPU, ds.Declined, ds.Busy.Seconds()/gb, r.cpu.Seconds()/gb, settled.Seconds(), float64(read.Microseconds())/float64(pages), r.cachedFrames)
 	return r
 }
 
