@@ -17,7 +17,7 @@
 # comma-separated); bench/transports.sh sets them.
 devices=zram,nbd,ublk jobs=1,4 repeat=1 iodepth=32 rounds=1 size=512MiB
 zalg=lz4 kconns= gargs=--backend,cpu,--supervise=false idle_s=10
-qd1_mib=64 qd1_s=10 traces=
+qd1_mib=64 qd1_s=10 traces= profile=0
 for arg in $(cat /proc/cmdline); do
 	case "$arg" in
 	e2e.t_*=*) kv=${arg#e2e.t_}; eval "${kv%%=*}='${kv#*=}'" ;;
@@ -78,8 +78,12 @@ dev_start() {
 		starts=$((starts + 1))
 		glog=/tmp/gzramd.$starts.log
 		: >"$glog"
+		# With profile=1 (a gzramd built with -tags pprof), a CPU profile
+		# of each start, sent back as a T-PROF line at its stop.
+		local prof=
+		[ "$profile" != 1 ] || prof=/tmp/gzramd.$starts.$1.prof
 		# shellcheck disable=SC2086 # lists of flags
-		gzramd serve $devargs --size "$size" --socket /run/gzramd/gzramd.sock --metrics '' $gargs \
+		GZRAMD_CPUPROFILE=$prof gzramd serve $devargs --size "$size" --socket /run/gzramd/gzramd.sock --metrics '' $gargs \
 			>"$glog" 2>&1 &
 		gpid=$!
 		local i=0
@@ -102,6 +106,8 @@ dev_stop() {
 	*)
 		kill -TERM "$gpid"
 		wait "$gpid" || die "gzramd ($1) exited $? after SIGTERM"
+		local prof=/tmp/gzramd.$starts.$1.prof
+		[ ! -s "$prof" ] || emit "T-PROF $1 $starts $(base64 "$prof" | tr -d '\n')"
 		grep -E 'level=(WARN|ERROR)' "$glog" | grep -v 'will not survive the serving process' |
 			sed "s/^/E2E-GZRAMD $1: /" | head -n 5
 		gpid=

@@ -46,6 +46,10 @@
 #                       --backend,cpu,--supervise=false: the same process
 #                       model for both transports)
 #   TRANSPORTS_TIMEOUT  seconds before the guest counts as hung (3600)
+#   TRANSPORTS_PROFILE  1: a CPU profile of each gzramd start, written to
+#                       the report directory as gzramd-DEVICE-N.pprof (GZRAMD
+#                       must be built with -tags pprof: go tool pprof -top
+#                       GZRAMD FILE)
 #   E2E_TCG_THREAD      multi by default here (one host thread per vCPU)
 #   E2E_BUNDLE          QEMU, the kernel, the initramfs and this archive
 #                       from a bundle made by test/e2e/gpu-e2e-bundle.sh
@@ -260,7 +264,7 @@ fi
 [[ $SIZE_MIB =~ ^[0-9]+$ ]] || die "TRANSPORTS_SIZE=$TRANSPORTS_SIZE: MiB, a whole number (512 or 512MiB)"
 
 csv() { echo "$*" | tr ' ' ','; }
-params="e2e.mode=transports e2e.t_devices=$(csv $DEVICES) e2e.t_jobs=$(csv $JOBS) e2e.t_traces=$(csv $TRACES) e2e.t_repeat=$REPEAT e2e.t_iodepth=$IODEPTH e2e.t_rounds=$ROUNDS e2e.t_size=${SIZE_MIB}M e2e.t_zalg=$ZALG e2e.t_gargs=$GARGS e2e.t_qd1_mib=$QD1_MIB e2e.t_qd1_s=$QD1_S${TRANSPORTS_KCONNS:+ e2e.t_kconns=$TRANSPORTS_KCONNS} rootfstype=ramfs"
+params="e2e.mode=transports e2e.t_devices=$(csv $DEVICES) e2e.t_jobs=$(csv $JOBS) e2e.t_traces=$(csv $TRACES) e2e.t_repeat=$REPEAT e2e.t_iodepth=$IODEPTH e2e.t_rounds=$ROUNDS e2e.t_size=${SIZE_MIB}M e2e.t_zalg=$ZALG e2e.t_gargs=$GARGS e2e.t_qd1_mib=$QD1_MIB e2e.t_qd1_s=$QD1_S${TRANSPORTS_KCONNS:+ e2e.t_kconns=$TRANSPORTS_KCONNS} e2e.t_profile=${TRANSPORTS_PROFILE:-0} rootfstype=ramfs"
 qemu_cmd "$MEM" "$SMP" "$params" -serial "file:$SERIAL"
 log "transports: booting ($ACCEL, TCG thread=$E2E_TCG_THREAD, kernel $KVER, $SMP vCPUs, $MEM; devices $DEVICES; traces $TRACES; jobs $JOBS; repeat $REPEAT; rounds $ROUNDS; setup $((SECONDS - T0)) s)"
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -272,6 +276,9 @@ cp "$CONSOLE" "$OUTDIR/console.log"
 tr -d '\r' <"$SERIAL" >"$OUTDIR/results.raw"
 [ "$ok" = 0 ] || die "transports: $GUEST_VERDICT (console in $OUTDIR/console.log)"
 log "transports: the guest passed ($GUEST_WALL s)"
+grep -a '^T-PROF ' "$OUTDIR/results.raw" | while read -r _ kind n data; do
+	echo "$data" | base64 -d >"$OUTDIR/gzramd-$kind-$n.pprof" || log "transports: the profile of start $n ($kind) did not decode"
+done
 
 host_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 python3 "$ROOT/bench/transports_report.py" "$OUTDIR/results.raw" "$WORK/etc/transports" "$OUTDIR" \
