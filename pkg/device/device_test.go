@@ -257,7 +257,8 @@ func runModel(t *testing.T, totalOps int, opts modelOptions) {
 		stopDense = sync.OnceFunc(func() {
 			cancel()
 			<-done
-			t.Logf("dense tier: %+v", f.dev.Stats().Dense)
+			st := f.dev.Stats()
+			t.Logf("dense tier: %+v; frames read from the cache %d, decoded %d", st.Dense, st.DenseFramesCached, st.DenseFramesDecoded)
 		})
 		defer stopDense()
 	}
