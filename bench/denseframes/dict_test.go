@@ -60,14 +60,7 @@ func kibs(t *testing.T, list string) []int {
 func TestDictFrames(t *testing.T) {
 	testneeds.Env(t, "GZRAMD_DENSE_FRAMES", "measures dense frames with a trained zstd dictionary on the corpus (minutes)")
 	pages := corpus.StoredPages(testneeds.Corpus(t))
-	var train, eval []byte
-	for g := 0; g+groupPages*pageSize <= len(pages); g += groupPages * pageSize {
-		if g/(groupPages*pageSize)%2 == 0 {
-			train = append(train, pages[g:g+groupPages*pageSize]...)
-		} else {
-			eval = append(eval, pages[g:g+groupPages*pageSize]...)
-		}
-	}
+	train, eval := splitGroups(pages)
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	out := t.Output()
@@ -96,6 +89,21 @@ func TestDictFrames(t *testing.T) {
 			}
 		}
 	}
+}
+
+// splitGroups splits pages by 64 KiB group: the even groups train a
+// dictionary (the pages a device holds when it trains one), the odd ones
+// are measured.
+func splitGroups(pages []byte) (train, eval []byte) {
+	const group = groupPages * pageSize
+	for g := 0; g+group <= len(pages); g += group {
+		if g/group%2 == 0 {
+			train = append(train, pages[g:g+group]...)
+		} else {
+			eval = append(eval, pages[g:g+group]...)
+		}
+	}
+	return train, eval
 }
 
 func measureDictFrames(t *testing.T, out interface{ Write([]byte) (int, error) }, pages []byte, frame int, dict []byte, dictSize, level int) {

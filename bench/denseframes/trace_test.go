@@ -46,14 +46,7 @@ var (
 func TestTraceReads(t *testing.T) {
 	testneeds.Env(t, "GZRAMD_DENSE_FRAMES", "replays a recorded swap trace's reads over the dense tier's frame layouts (minutes)")
 	pages := corpus.StoredPages(testneeds.Corpus(t))
-	var train, eval []byte
-	for g := 0; g+groupPages*pageSize <= len(pages); g += groupPages * pageSize {
-		if g/(groupPages*pageSize)%2 == 0 {
-			train = append(train, pages[g:g+groupPages*pageSize]...)
-		} else {
-			eval = append(eval, pages[g:g+groupPages*pageSize]...)
-		}
-	}
+	train, eval := splitGroups(pages)
 	total := len(eval) / pageSize
 	reqs := traceRequests(t, *traceFile, total)
 
