@@ -1,21 +1,16 @@
 package denseframes
 
 import (
-	"bufio"
 	"bytes"
 	"flag"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/DataDog/zstd"
-
 	"github.com/gzramd/gzramd/internal/corpus"
+	"github.com/gzramd/gzramd/internal/swaptrace"
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/codec"
 )
@@ -127,44 +122,30 @@ type traceRequest struct {
 	write    bool
 }
 
-// traceRequests reads a fio iolog (version 2, zstd-compressed) and returns
-// its reads, writes and trims of at most 32 pages, each moved onto total
-// pages (modulo, keeping a request's pages adjacent).
+// traceRequests reads a recorded trace and returns its reads, writes and
+// trims of whole pages, each moved onto total pages (modulo, keeping a
+// request's pages adjacent); a read must be of at most 32 pages.
 func traceRequests(t *testing.T, path string, total int) []traceRequest {
-	raw, err := os.ReadFile(path)
+	trace, err := swaptrace.Read(path)
 	if err != nil {
-		t.Fatalf("the trace: %v", err)
-	}
-	text, err := zstd.Decompress(nil, raw)
-	if err != nil {
-		t.Fatalf("the trace %s: %v", path, err)
+		t.Fatal(err)
 	}
 	var reqs []traceRequest
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 4 || (f[1] != "read" && f[1] != "write" && f[1] != "trim") {
-			continue
+	for _, r := range trace {
+		if r.Off%pageSize != 0 || r.Len%pageSize != 0 {
+			t.Fatalf("the trace: %s of %d bytes at %d, not of whole pages", r.Op, r.Len, r.Off)
 		}
-		off, err1 := strconv.ParseInt(f[2], 10, 64)
-		n, err2 := strconv.ParseInt(f[3], 10, 64)
-		if err1 != nil || err2 != nil || off%pageSize != 0 || n%pageSize != 0 || n == 0 {
-			t.Fatalf("the trace: %q", sc.Text())
-		}
-		if f[1] != "read" {
+		first, n := int(r.Off/pageSize), int(r.Len/pageSize)
+		if r.Op != "read" {
 			// A write or a trim only empties caches; longer ones too.
-			first := int(off/pageSize) % total
-			reqs = append(reqs, traceRequest{first: first, n: min(int(n/pageSize), total-first), write: true})
+			first %= total
+			reqs = append(reqs, traceRequest{first: first, n: min(n, total-first), write: true})
 			continue
 		}
-		if n > 32*pageSize {
-			t.Fatalf("the trace reads %d bytes at once: more than this replay takes", n)
+		if n > 32 {
+			t.Fatalf("the trace reads %d bytes at once: more than this replay takes", r.Len)
 		}
-		first := int(off/pageSize) % (total - 32)
-		reqs = append(reqs, traceRequest{first: first, n: int(n / pageSize)})
-	}
-	if len(reqs) == 0 {
-		t.Fatalf("the trace %s has no requests", path)
+		reqs = append(reqs, traceRequest{first: first % (total - 32), n: n})
 	}
 	return reqs
 }

@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/DataDog/zstd"
-
+	"github.com/gzramd/gzramd/internal/swaptrace"
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/pagestore"
 )
@@ -174,29 +170,22 @@ func BenchmarkReadTrace(b *testing.B) {
 
 type traceRead struct{ first, n int }
 
-// traceReads returns the reads of a fio iolog (version 2, zstd), moved
-// onto pages pages (modulo, a read's pages kept adjacent).
+// traceReads returns the reads of a recorded trace, moved onto pages
+// pages (modulo, a read's pages kept adjacent).
 func traceReads(b *testing.B, path string, pages int) []traceRead {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	text, err := zstd.Decompress(nil, raw)
+	trace, err := swaptrace.Read(path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var reads []traceRead
-	for _, line := range strings.Split(string(text), "\n") {
-		f := strings.Fields(line)
-		if len(f) != 4 || f[1] != "read" {
+	for _, r := range trace {
+		if r.Op != "read" {
 			continue
 		}
-		off, err1 := strconv.Atoi(f[2])
-		n, err2 := strconv.Atoi(f[3])
-		if err1 != nil || err2 != nil || n > 32*pageSize {
-			b.Fatalf("the trace: %q", line)
+		if r.Len > 32*pageSize {
+			b.Fatalf("the trace reads %d bytes at once: more than this benchmark takes", r.Len)
 		}
-		reads = append(reads, traceRead{first: off / pageSize % (pages - 32), n: (n + pageSize - 1) / pageSize})
+		reads = append(reads, traceRead{first: int(r.Off/pageSize) % (pages - 32), n: int((r.Len + pageSize - 1) / pageSize)})
 	}
 	return reads
 }
