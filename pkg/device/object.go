@@ -359,11 +359,23 @@ func (o *objects) decode(idx uint32, e entry, sc *objectScratch, upto int) ([]by
 		}
 		src = sc.in[:n]
 	}
+	// A read's frame of the dense tier comes from the cache of decoded
+	// frames where it holds that much. A read of several pages decodes a
+	// frame it does not find whole: the kernel's next readahead window
+	// begins in the frame this one ends in.
+	cached := l.codec == streamZstd && o.frames != nil && sc.readPages > 0 && pages <= dense.FramePages
+	if cached {
+		if n := o.frames.get(e.handle(), pages, src, out, want); n > 0 {
+			sc.decoded, sc.decodedTo = e.handle(), n
+			return out, nil
+		}
+		if sc.readPages > 1 {
+			want = len(out)
+		}
+	}
 	switch {
 	case l.codec == streamZstd && o.zstd == nil:
 		err = errors.New("no zstd decoder")
-	case l.codec == streamZstd && o.frames != nil && sc.readPages > 0 && pages <= dense.FramePages:
-		want, err = o.decodeFrame(e.handle(), pages, src, out, want, sc.readPages > 1)
 	case l.codec == streamZstd && want < len(out):
 		err = o.zstd.DecompressPrefix(out, src, want)
 	case l.codec == streamZstd:
@@ -376,30 +388,11 @@ func (o *objects) decode(idx uint32, e entry, sc *objectScratch, upto int) ([]by
 	if err != nil {
 		return nil, fmt.Errorf("device: page %d: object of %d pages does not decode: %w", idx, pages, err)
 	}
+	if cached {
+		o.frames.put(e.handle(), pages, src, out[:want])
+	}
 	sc.decoded, sc.decodedTo = e.handle(), want
 	return out, nil
-}
-
-// decodeFrame decodes a frame of the dense tier into out, as far as want
-// bytes at least, from the cache where it holds that much, and returns
-// how far out holds it. A read of several pages decodes a frame it does
-// not find whole: the kernel's next readahead window begins in the frame
-// this one ends in.
-func (o *objects) decodeFrame(first pagestore.Handle, pages int, src, out []byte, want int, whole bool) (int, error) {
-	if n := o.frames.get(first, pages, src, out, want); n > 0 {
-		return n, nil
-	}
-	var err error
-	if whole || want >= len(out) {
-		want, err = len(out), o.zstd.Decompress(out, src)
-	} else {
-		err = o.zstd.DecompressPrefix(out, src, want)
-	}
-	if err != nil {
-		return 0, err
-	}
-	o.frames.put(first, pages, src, out[:want])
-	return want, nil
 }
 
 // freeRef is what an entry that was replaced leaves to free: the handle
