@@ -358,6 +358,13 @@ func (s *Store) takeFrom(c *class, r *slabRec, g *geometry, mem []byte, credit *
 		if need > uint32(r.touched) && r.cold && s.pf.prefault > 0 {
 			return 0, errCold
 		}
+		if need > uint32(r.touched) && s.pf.prefault > 0 {
+			// Faulted in whole ahead of use (carved from the pages
+			// faulted ahead, or warmed whole), the slab is held whole
+			// from its first allocation, as zsmalloc's pages are
+			// counted in zram's mem_used_total.
+			need = g.pages
+		}
 		if need > uint32(r.touched) {
 			if err := s.hold(c, int64(need-uint32(r.touched))*pageSize, credit); err != nil {
 				return 0, err

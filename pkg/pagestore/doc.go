@@ -31,10 +31,12 @@
 // # Accounting
 //
 // Memory is counted as the kernel holds it: a slab's pages count from the
-// first allocation that reaches into them (untouched pages cost nothing), and
-// an empty slab's pages go back by punching a hole in the arena file, so
-// MemUsed is what zram calls mem_used_total and matches the resident
-// pages of the arenas. Arenas refuse transparent huge pages so that one
+// first allocation that reaches into them (untouched pages cost nothing),
+// or, with a prefaulter, all of them from its first allocation, for they
+// were faulted in whole ahead of it, as zsmalloc's pages count whole in
+// zram's mem_used_total; and an empty slab's pages go back by punching a
+// hole in the arena file. So MemUsed is what zram calls mem_used_total and
+// matches the resident pages of the arenas, less those faulted ahead. Arenas refuse transparent huge pages so that one
 // touched allocation does not fault in 2 MiB. The only memory held beyond the
 // allocations' pages is one emptied slab of at most two pages per class, kept
 // so that a class whose last allocation comes and goes does not fault pages in

@@ -166,6 +166,9 @@ func (rc *Recovery) Done() (*Store, error) {
 		if err := s.releasePages(r, mem[int(r.touched)*pageSize:]); err != nil {
 			return nil, fmt.Errorf("pagestore: recovering: %w", err)
 		}
+		// Its pages above touched went back: with a prefaulter, no
+		// writer reaches into them (takeFrom's errCold).
+		r.cold = uint32(r.touched) < g.pages
 		s.memUsed.Add(int64(r.touched) * pageSize)
 		if uint32(r.live) < g.cells {
 			s.push(&c.partial, id)

@@ -83,7 +83,15 @@ func checkInvariants(t *testing.T, s *Store) {
 				t.Fatalf("slab %d (state %d) is empty but holds %d pages", id, r.state, r.touched)
 			}
 			// A reused cached slab may hold pages its mark has not reached.
-			if want := pagesFor(cellAt(g, uint32(r.bump))); uint32(r.touched) != want && (r.touched < uint16(want) || r.touched > maxCachedPages) {
+			want := pagesFor(cellAt(g, uint32(r.bump)))
+			if s.pf.prefault > 0 && !r.cold {
+				// Faulted in whole ahead, and counted whole.
+				want = g.pages
+				if n := residentPages(t, mem); n != int(g.pages) {
+					t.Fatalf("slab %d: %d of its %d pages resident, and writers may reach into the rest", id, n, g.pages)
+				}
+			}
+			if uint32(r.touched) != want && (r.touched < uint16(want) || r.touched > maxCachedPages) {
 				t.Fatalf("slab %d: %d pages counted, %d reached", id, r.touched, want)
 			}
 			switch r.state {
