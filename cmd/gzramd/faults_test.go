@@ -8,11 +8,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
 	"github.com/gzramd/gzramd/pkg/nbd"
@@ -76,6 +79,30 @@ func TestServingDoesNotFaultWhenWritersOutrunThePrefaulter(t *testing.T) {
 	}
 }
 
+// A standby gives its heap reserve back until it takes over
+// (swapsafe.HeapReserve.GiveBack), and faults it in again as it does: the
+// process it becomes serves as the first did, on slabs the first left
+// half full.
+func TestServingDoesNotFaultAfterATakeover(t *testing.T) {
+	d := startFaultsDaemon(t, nil)
+	first := d.servingPID()
+	if err := swapLikeLoad(dialRaw(t, d.socket).NC, 99, 16, 5, swapLike); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(`standby: started ahead and hardened`, 20*time.Second)
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.waitLog(`the standby serving process takes over`, 20*time.Second)
+	d.waitLog(`(?s)gzramd ready.*gzramd ready`, 20*time.Second)
+	if d.servingPID() == first {
+		t.Fatalf("still the first serving process, %d:\n%s", first, d.log.String())
+	}
+	urls := regexp.MustCompile(`msg="serving metrics" url=http://([0-9.:]+)/metrics`).FindAllStringSubmatch(d.log.String(), -1)
+	d.metrics = urls[len(urls)-1][1]
+	serveWithoutFaults(t, d, swapLike)
+}
+
 // testServingDoesNotFault runs the test on a daemon started with env and
 // args besides the test's own, and returns it.
 func testServingDoesNotFault(t *testing.T, env []string, args ...string) *daemonProc {
@@ -98,11 +125,27 @@ const (
 // testServingDoesNotFaultUnder is testServingDoesNotFault under a load of
 // kind (swapLike, swapOutBurst).
 func testServingDoesNotFaultUnder(t *testing.T, kind int, env []string, args ...string) *daemonProc {
+	d := startFaultsDaemon(t, env, args...)
+	serveWithoutFaults(t, d, kind)
+	return d
+}
+
+// startFaultsDaemon starts a hardened daemon for the fault tests, or
+// skips where mlockall does not take.
+func startFaultsDaemon(t *testing.T, env []string, args ...string) *daemonProc {
+	t.Helper()
 	testneeds.Memlock(t, -1, "the daemon's mlockall (without it, page faults are not locked-memory faults)")
 	d := startDaemon(t, env, append([]string{"--size", "256MiB", "--backend", "cpu"}, args...)...)
 	if !strings.Contains(d.log.String(), "msg=hardening step=mlockall done=") {
 		testneeds.Machine(t, "mlockall, which fails here though the memlock limit allows it (see the daemon's log): without it page faults are not locked-memory faults")
 	}
+	return d
+}
+
+// serveWithoutFaults serves d's serving process a load of kind and fails
+// t if any thread but those that fault memory in ahead faulted.
+func serveWithoutFaults(t *testing.T, d *daemonProc, kind int) {
+	t.Helper()
 	pid := d.servingPID()
 	conns := []net.Conn{dialRaw(t, d.socket).NC, dialRaw(t, d.socket).NC}
 	load := func(seed uint64, inFlight, maxShift int) {
@@ -159,7 +202,6 @@ func testServingDoesNotFaultUnder(t *testing.T, kind int, env []string, args ...
 	if total > allowed {
 		t.Errorf("%d page faults outside gzramd-prefault while serving (allowed %d)", total, allowed)
 	}
-	return d
 }
 
 type taskFaults struct {

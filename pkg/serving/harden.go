@@ -39,6 +39,13 @@ func harden(cfg *Config, log *slog.Logger, reexecErr error, standby bool) (reser
 	if cfg.Harden {
 		var step swapsafe.Step
 		reserve, step = swapsafe.ReserveHeap(cfg.Plan.HeapReserve)
+		if standby {
+			// Until it takes over, a standby keeps the reserve's pacing
+			// and span records, not its memory: TopUp faults that in
+			// as it takes the kernel device over.
+			reserve.GiveBack()
+			step.Done += "; given back until this standby takes over"
+		}
 		steps = append(steps, step, swapsafe.ReserveThreads(cfg.Plan.Threads))
 	}
 	// After the reserve: the operator's --gc-percent wins over its pacing.

@@ -124,6 +124,20 @@ func ReserveHeap(n int64) (*HeapReserve, Step) {
 	return r, s
 }
 
+// GiveBack returns the free heap, the reserve with it, to the kernel,
+// and keeps what costs no memory: the ballast's pacing and the span
+// records ReserveHeap made. A standby holds its reserve so until it
+// takes over, when TopUp faults the free heap in again: held from the
+// standby's start, it cost every idle daemon 10 MiB, and bought a
+// takeover little, for TopUp releases the free heap and faults it in
+// again anyway, and the process that died has by then given back more
+// than that, its address space gone before the standby is let go.
+func (r *HeapReserve) GiveBack() {
+	// Under mlockall the runtime maps fresh memory over the free pages
+	// (it cannot madvise locked ones), and the kernel frees the old.
+	debug.FreeOSMemory()
+}
+
 // touchedChunks allocates total bytes in chunks of size and writes every
 // page of them, so that the pages are resident when the chunks are freed.
 func touchedChunks(total, size int64) [][]byte {

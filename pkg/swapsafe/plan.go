@@ -9,9 +9,10 @@ package swapsafe
 type Plan struct {
 	// HeapReserve is Go heap faulted in and kept (ReserveHeap): request
 	// buffers, goroutine stacks and the runtime's own allocations come
-	// from it instead of from fresh memory. It costs about three times
-	// its size in all (the serving process keeps it free above the heap
-	// and faults in the heap's free gaps, the standby keeps one too).
+	// from it instead of from fresh memory. It costs about twice its
+	// size in all (the serving process keeps it free above the heap and
+	// faults in the heap's free gaps; a standby gives its own back until
+	// it takes over, HeapReserve.GiveBack).
 	// 8 MiB: TestServingDoesNotFault (two connections, 32 requests in
 	// flight each, beside two busy loops) passed 450 runs of 450 with
 	// it; with 4 MiB 99 of 100, with 2 MiB 61 of 100.
