@@ -119,7 +119,7 @@ func serveCmd(cfg *serving.Config) *cobra.Command {
 func serveFlags(f *pflag.FlagSet, cfg *serving.Config) {
 	f.Var((*sizeValue)(&cfg.Size), "size", "device size (e.g. 8GiB); a multiple of 4KiB")
 	f.Var((*sizeValue)(&cfg.MemLimit), "mem-limit", "most memory the compressed pages may use (e.g. 2GiB); 0 means no limit; writes past it fail with ENOSPC")
-	f.Var((*sizeValue)(&cfg.Prefault), "prefault", "store memory kept faulted in ahead of use, so storing a swapped-out page never waits for a page fault that needs swap (0 to fault lazily); by default at most 1/32 of RAM; half of it is given back while no write has come for 5 s")
+	f.Var((*sizeValue)(&cfg.Prefault), "prefault", "store memory kept faulted in ahead of use, so storing a swapped-out page never waits for a page fault that needs swap (0 to fault lazily); by default at most 1/32 of RAM; once no write has come for 5 s, what is above twice the most the last writes took in 100 ms is given back, keeping between an eighth and half of it")
 	f.StringVar(&cfg.Socket, "socket", defaultSocket(), "Unix socket to serve NBD on (mode 0600); empty to disable. By default "+systemSocketDir+"/gzramd.sock as root, $RUNTIME_DIRECTORY/gzramd.sock under systemd, $XDG_RUNTIME_DIR/gzramd/gzramd.sock for a user who may not write "+systemSocketDir+"; only the default's directory is created")
 	f.StringVar(&cfg.TCP, "tcp", "", "TCP address to serve NBD on, e.g. 127.0.0.1:10809 (a bare :PORT means loopback); off by default")
 	tlsFlags(f, cfg)

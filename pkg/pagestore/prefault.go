@@ -224,20 +224,23 @@ func (p *prefaulter) queue(r pendingRelease) bool {
 	return queued
 }
 
-// run keeps Config.Prefault bytes of arena faulted in ahead of
-// carve, woken by carve and every 100ms, and half of it once the store
-// has carved nothing for Config.PrefaultQuiet: what is held ahead covers
-// a burst of writes while the prefaulter catches up, and between bursts
-// half of it is memory the machine lacks for nothing (8 MiB by default,
-// as much as the daemon holds before its first store). It runs on a
-// thread of its own, named gzramd-prefault, so that a stack dump
-// (sysrq-t, top -H) shows whether the one thread allowed to wait on
-// reclaim is doing so.
+// run keeps Config.Prefault bytes of arena faulted in ahead of carve,
+// woken by carve and every 100ms, and less once the store has carved
+// nothing for Config.PrefaultQuiet: what is held ahead covers a burst of
+// writes while the prefaulter catches up, and between bursts it is
+// memory the machine lacks. How much less follows the write rate
+// (idleAhead): twice the most carved in 100 ms lately, between an eighth
+// and half of Prefault, so that a daemon whose writes come slowly holds
+// 2 MiB between them rather than 8. It runs on a thread of its own, named
+// gzramd-prefault, so that a stack dump (sysrq-t, top -H) shows whether
+// the one thread allowed to wait on reclaim is doing so.
 func (p *prefaulter) run() {
 	defer close(p.refillDone)
-	t := time.NewTicker(100 * time.Millisecond)
+	t := time.NewTicker(rateWindow)
 	defer t.Stop()
 	carved, active := p.carved(), time.Now()
+	var rate carveRate
+	rate.start(carved, active)
 	for {
 		select {
 		case <-p.stopRefill:
@@ -248,22 +251,57 @@ func (p *prefaulter) run() {
 		p.releaseQueued()
 		p.warmReleased()
 		ahead := p.prefault
-		if now, c := time.Now(), p.carved(); c != carved {
+		now, c := time.Now(), p.carved()
+		rate.observe(c, now)
+		if c != carved {
 			carved, active = c, now
 		} else if now.Sub(active) >= p.quiet {
-			ahead = p.prefault / 2
+			ahead = p.idleAhead(rate.peak)
 			p.shrinkAhead(int(ahead / pageSize))
 		}
 		p.prefaultAhead(int(ahead / pageSize))
 	}
 }
 
-// carved is how far carve has gone: its arenas and the carve point.
+// idleAhead is what the prefaulter holds ahead of carve while no write
+// comes: enough for twice the most the store has carved in rateWindow
+// lately (peak pages), between an eighth and half of Prefault. The burst
+// that ends a quiet spell is met by the pages held and then by the
+// thread, which writers wait for where it falls behind (await).
+func (p *prefaulter) idleAhead(peak int) int64 {
+	return min(max(2*int64(peak)*pageSize, p.prefault/8), p.prefault/2)
+}
+
+// rateWindow is the window carveRate measures carving over.
+const rateWindow = 100 * time.Millisecond
+
+// carveRate is the most pages carved in one rateWindow, decaying: by a
+// 600th a window, so that a burst is remembered for about a minute.
+type carveRate struct {
+	from   time.Time
+	carved int
+	peak   int
+}
+
+func (r *carveRate) start(carved int, now time.Time) { r.from, r.carved = now, carved }
+
+// observe notes that carve had reached carved at now, and closes the
+// window once it is rateWindow long.
+func (r *carveRate) observe(carved int, now time.Time) {
+	if now.Sub(r.from) < rateWindow {
+		return
+	}
+	r.peak = max(r.peak-(r.peak+599)/600, carved-r.carved)
+	r.start(carved, now)
+}
+
+// carved is how far carve has gone, in pages: the arenas before the last
+// and the carve point in it.
 func (p *prefaulter) carved() int {
 	s := p.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(*s.arenas.Load())*(s.arenaSize/pageSize) + s.arenaNext
+	return max(len(*s.arenas.Load())-1, 0)*(s.arenaSize/pageSize) + s.arenaNext
 }
 
 // prefaultStep is the pages the prefaulter touches, or gives back,

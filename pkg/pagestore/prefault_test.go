@@ -109,6 +109,39 @@ func TestPrefaultShrinksWhenQuiet(t *testing.T) {
 	}
 }
 
+// TestPrefaultFollowsTheWriteRate: a store whose writes come slowly
+// holds an eighth of Prefault ahead once quiet, not the half a burst
+// leaves (TestPrefaultShrinksWhenQuiet), and a burst after it misses
+// no page: the writers wait for the thread instead.
+func TestPrefaultFollowsTheWriteRate(t *testing.T) {
+	const arena, prefault = 8 << 20, 8 << 20
+	s := newStore(t, Config{ArenaSize: arena, Prefault: prefault, PrefaultQuiet: time.Second})
+	var allocs []allocation
+	alloc := func(size int) {
+		h, b, err := s.Alloc(size, uint32(len(allocs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(len(allocs)))
+		allocs = append(allocs, allocation{h, size})
+	}
+	// A write every 20 ms, of one class: a slab carved now and then.
+	for range 50 {
+		alloc(1000)
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitAhead(t, s, func(ahead int64) bool { return ahead == prefault/8 }, "an eighth of Prefault")
+	for i := range 3000 {
+		alloc(1000 + i%3000)
+	}
+	for i, o := range allocs {
+		check(t, s.Bytes(o.h, o.size), uint64(i), o.size)
+	}
+	t.Logf("%d allocations waited for the prefaulter after the quiet spell", s.Stats().PrefaultMisses)
+	waitAhead(t, s, func(ahead int64) bool { return ahead == prefault/2 }, "half of Prefault, after the burst")
+	checkInvariants(t, s)
+}
+
 // waitAhead waits up to 5 s for the bytes faulted ahead of carve to
 // satisfy ok.
 func waitAhead(t *testing.T, s *Store, ok func(int64) bool, what string) {
