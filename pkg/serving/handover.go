@@ -61,7 +61,7 @@ func receiveHandover(start supervise.Started, log *slog.Logger) (*os.File, []sup
 	standby := start.Standby
 	timeout := 10 * time.Second
 	if standby {
-		log.Info("standby: started ahead and hardened (its heap reserve is made as it takes over); waiting to take over when the serving process ends")
+		log.Info("standby: started ahead and hardened (its heap reserve given back until it takes over); waiting to take over when the serving process ends")
 		timeout = 0
 		// A terminal's ^C reaches the standby too, but a stop is the
 		// supervisor's to tell it: with the go, or by ending it.
