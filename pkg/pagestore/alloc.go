@@ -500,6 +500,9 @@ func (s *Store) carve(pages int, faultedOnly bool) (arena, page uint32, err erro
 		}
 	}
 	if full {
+		if len(arenas) > 0 {
+			s.pf.leaveTail(len(arenas)-1, s.arenaNext)
+		}
 		mem := s.pf.spare
 		if mem != nil && s.pf.spareArena == len(arenas) {
 			s.pf.spare = nil

@@ -142,6 +142,77 @@ func TestPrefaultFollowsTheWriteRate(t *testing.T) {
 	checkInvariants(t, s)
 }
 
+// TestPrefaultGivesBackTheTailsOfArenasLeft: where the next slab does
+// not fit in the last arena, carve leaves the pages faulted ahead at its
+// end; the prefaulter gives them back, and so does Recover for the tails
+// a process left.
+func TestPrefaultGivesBackTheTailsOfArenasLeft(t *testing.T) {
+	const arena = 1 << 20
+	files := newFiles(t)
+	cfg := Config{ArenaSize: arena, Prefault: arena, Files: files}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newModel(4000)
+	for o := range m.allocs {
+		size := 1500 + 37*o%2500
+		h, b, err := s.Alloc(size, uint32(o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fill(b, uint64(o)<<20|uint64(size))
+		m.allocs[o] = allocation{h, size}
+	}
+	// The pages resident past each arena's last slab, but the last's.
+	tails := func(s *Store) (resident, arenas int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		all := *s.arenas.Load()
+		ends := make([]int, len(all))
+		for id := uint32(1); id < s.nslabs.Load(); id++ {
+			r := s.rec(id)
+			ends[r.arena] = max(ends[r.arena], int(r.page)+int(s.geo[r.class].pages))
+		}
+		for a, mem := range all[:len(all)-1] {
+			resident += residentPages(t, mem[ends[a]*pageSize:])
+		}
+		return resident, len(all)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, arenas := tails(s)
+		if arenas < 4 {
+			t.Fatalf("%d arenas used; the test meant to fill several", arenas)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pages resident at the ends of the %d arenas left, 5 s on", n, arenas-1)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	checkModel(t, s, m)
+	// A process that died before its prefaulter gave the tails back:
+	// fault them in again (a hole reads as zero, and the write faults
+	// it in) and take the store over.
+	all := *s.arenas.Load()
+	for _, mem := range all[:len(all)-1] {
+		for i := len(mem) - pageSize; i >= 0 && residentPages(t, mem[i:i+pageSize]) == 0; i -= pageSize {
+			mem[i] = 0
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := recoverStore(t, cfg, m)
+	checkModel(t, r, m)
+	if n, arenas := tails(r); n != 0 {
+		t.Errorf("%d pages resident at the ends of the %d arenas left after Recover", n, arenas-1)
+	}
+}
+
 // waitAhead waits up to 5 s for the bytes faulted ahead of carve to
 // satisfy ok.
 func waitAhead(t *testing.T, s *Store, ok func(int64) bool, what string) {

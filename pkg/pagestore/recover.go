@@ -174,6 +174,12 @@ func (rc *Recovery) Done() (*Store, error) {
 			s.push(&c.partial, id)
 		}
 	}
+	// So do the tails of the other arenas, faulted ahead and left when
+	// the next slab did not fit (a process that died before its
+	// prefaulter gave them back).
+	if err := rc.giveBackTails(); err != nil {
+		return nil, fmt.Errorf("pagestore: recovering: %w", err)
+	}
 	// What lies beyond the last slab (a spare arena faulted ahead, a slab
 	// carved but never sealed) goes back too.
 	if arenas := *s.arenas.Load(); len(arenas) > 0 {
@@ -208,4 +214,30 @@ func (rc *Recovery) Kept() int {
 		n += bits.OnesCount64(w)
 	}
 	return n
+}
+
+// giveBackTails punches out each arena but the last from the end of its
+// last slab on.
+func (rc *Recovery) giveBackTails() error {
+	s := rc.s
+	arenas := *s.arenas.Load()
+	if len(arenas) < 2 {
+		return nil
+	}
+	ends := make([]int, len(arenas))
+	for id := uint32(1); id < s.nslabs.Load(); id++ {
+		r := s.rec(id)
+		if int(r.arena) < len(ends) {
+			ends[r.arena] = max(ends[r.arena], int(r.page)+int(s.geo[r.class].pages))
+		}
+	}
+	pages := s.arenaSize / pageSize
+	for a, end := range ends[:len(ends)-1] {
+		if end < pages {
+			if err := s.files.Arenas.Punch(int64(a)*int64(s.arenaSize)+int64(end)*pageSize, int64(pages-end)*pageSize); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
