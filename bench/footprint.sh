@@ -9,8 +9,11 @@
 #     every process is up (gzramd: the supervisor, the serving process and
 #     its standby), caches dropped before each reading, median of
 #     FOOTPRINT_STARTS starts; and each process's RSS, anonymous, locked
-#     and shared memory (smaps_rollup), pinned memory (VmPin) and GPU
-#     memory (nvidia-smi), from the median start;
+#     and shared memory and PSS (smaps_rollup), pinned memory (VmPin) and
+#     GPU memory (nvidia-smi), from the median start; the processes' PSS
+#     in all is a second measure of own memory, steady where MemAvailable
+#     is not (a small or busy machine), without the kernel's memory for
+#     them;
 #   - stored: the same after writing FOOTPRINT_STORE of corpus pages (the
 #     corpus repeated), plus mem_used_total; "own" is the drop less
 #     mem_used_total;
@@ -131,9 +134,9 @@ proc_row() {
 			awk -F', *' -v p="$pid" '$1 == p { print $2 * 1024 }')
 	fi
 	awk -v head="proc $1 $2 $3 $4 $5" -v gpu="${gpu:-0}" '
-		FILENAME ~ /smaps_rollup/ && /^(Rss|Anonymous|Locked|Pss_Shmem):/ { v[$1] = $2 }
+		FILENAME ~ /smaps_rollup/ && /^(Rss|Pss|Anonymous|Locked|Pss_Shmem):/ { v[$1] = $2 }
 		FILENAME ~ /status/ && /^VmPin:/ { v[$1] = $2 }
-		END { printf "%s %d %d %d %d %d %d\n", head, v["Rss:"], v["Anonymous:"], v["Locked:"], v["Pss_Shmem:"], v["VmPin:"], gpu }
+		END { printf "%s %d %d %d %d %d %d %d\n", head, v["Rss:"], v["Anonymous:"], v["Locked:"], v["Pss_Shmem:"], v["VmPin:"], gpu, v["Pss:"] }
 	' "/proc/$pid/smaps_rollup" "/proc/$pid/status" >>"$RAW"
 }
 
@@ -347,9 +350,15 @@ for line in open(sys.argv[1]):
         # what nbdcopy skips as zeroes)
         stores[tuple(f[1:3])] = (int(float(f[4])), int(float(f[5])))
 mib = lambda kib: "%.1f" % (kib / 1024)
-print("| target | size | state | MemAvailable drop | process | RSS | anon | locked | shmem | pinned | GPU |")
-print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
+print("| target | size | state | MemAvailable drop | process | RSS | anon | locked | shmem | pinned | GPU | PSS |")
+print("|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 own, own_stored = {}, {}
+# The processes' PSS summed: their memory, shared pages counted once,
+# steady where MemAvailable is not (a busy or small machine); it leaves
+# out the kernel's memory for them (page tables, stacks, the GPU
+# driver's).
+pss, pss_stored = {}, {}
+pss_of = lambda rows: sum(r[7] for r in rows) if rows and all(len(r) > 7 for r in rows) else None
 for (t, size, state), runs in drops.items():
     vals = sorted(runs)
     med, run = vals[(len(vals) - 1) // 2] if state == "idle" else vals[-1]
@@ -359,15 +368,24 @@ for (t, size, state), runs in drops.items():
     note = " (median of %d)" % len(vals) if state == "idle" and len(vals) > 1 else ""
     rows = procs.get((t, size, state, run), [])
     if not rows:
-        print("| %s | %s | %s | %s%s | | | | | | | |" % (t, size, state, label, note))
+        print("| %s | %s | %s | %s%s | | | | | | | | |" % (t, size, state, label, note))
     for i, r in enumerate(rows):
         head = "| %s | %s | %s | %s%s |" % (t, size, state, label, note) if i == 0 else "| | | | |"
-        print(head + " %s | %s | %s | %s | %s | %s | %s |" % (r[0], *[mib(x) for x in r[1:]]))
+        cells = [mib(x) for x in r[1:8]] + [""] * (7 - len(r[1:8]))
+        print(head + " %s | %s |" % (r[0], " | ".join(cells)))
+    p = pss_of(rows)
+    if p is not None and state == "idle":
+        pss[(t, size)] = p
+        print("| | | | | processes' PSS in all %s | | | | | | | |" % mib(p))
     if state == "stored" and (t, size) in stores:
         orig, used = stores[(t, size)]
         own_stored[(t, size)] = med - used / 1024
-        print("| | | | | written %s, mem_used_total %s: ratio %.3f; own (drop - mem_used) %s | | | | | | |" % (
-            mib(orig / 1024), mib(used / 1024), orig / used if used else 0, mib(med - used / 1024)))
+        extra = ""
+        if p is not None:
+            pss_stored[(t, size)] = p - used / 1024
+            extra = "; PSS in all %s, less mem_used %s" % (mib(p), mib(p - used / 1024))
+        print("| | | | | written %s, mem_used_total %s: ratio %.3f; own (drop - mem_used) %s%s | | | | | | | |" % (
+            mib(orig / 1024), mib(used / 1024), orig / used if used else 0, mib(med - used / 1024), extra))
 print()
 zrams = sorted({t for (t, _) in own if t.startswith("zram-")})
 gzs = sorted({t for (t, _) in own if t.startswith("gzramd-")})
@@ -407,6 +425,10 @@ def net_saving(title, owns):
 if zrams and gzs:
     net_saving("Net saving: gzramd saves more memory than zram from this much swapped (own: gzramd's idle drop, zram's table; ratio: bytes written / mem_used_total, the same pages written to each).", own)
     net_saving("The same with gzramd's own memory as it is with the data stored (its drop then, less mem_used_total).", {k: v for k, v in own_stored.items() if k[0].startswith("gzramd-")})
+    if pss:
+        net_saving("The same with gzramd's own memory as its processes' PSS in all, idle (steady where MemAvailable is not; without the kernel's memory for them).", {k: v for k, v in pss.items() if k[0].startswith("gzramd-")})
+    if pss_stored:
+        net_saving("And with their PSS with the data stored, less mem_used_total.", {k: v for k, v in pss_stored.items() if k[0].startswith("gzramd-")})
 EOF_PY
 }
 report | tee "${FOOTPRINT_OUT:-/dev/null}"
