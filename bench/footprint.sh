@@ -375,8 +375,12 @@ for (t, size, state), runs in drops.items():
         print(head + " %s | %s |" % (r[0], " | ".join(cells)))
     p = pss_of(rows)
     if p is not None and state == "idle":
+        # The median over the starts, not the median start's: that one
+        # is picked by MemAvailable.
+        all_p = sorted(x for x in (pss_of(procs.get((t, size, state, r), [])) for _, r in runs) if x is not None)
+        p = all_p[(len(all_p) - 1) // 2]
         pss[(t, size)] = p
-        print("| | | | | processes' PSS in all %s | | | | | | | |" % mib(p))
+        print("| | | | | processes' PSS in all %s%s | | | | | | | |" % (mib(p), " (median of %d)" % len(all_p) if len(all_p) > 1 else ""))
     if state == "stored" and (t, size) in stores:
         orig, used = stores[(t, size)]
         own_stored[(t, size)] = med - used / 1024
