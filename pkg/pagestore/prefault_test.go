@@ -78,7 +78,9 @@ func TestPrefaultShrinksWhenQuiet(t *testing.T) {
 	// Past the first arena, so that the pages ahead span the last one's
 	// tail and the spare.
 	store(2500)
-	waitAhead(t, s, func(ahead int64) bool { return ahead == prefault/2 }, "half of Prefault")
+	// Half, the most kept between bursts, where the burst carved
+	// Prefault/4 in 100 ms; a loaded machine may carve it more slowly.
+	waitAhead(t, s, func(ahead int64) bool { return ahead > prefault/8 && ahead <= prefault/2 }, "between an eighth and half of Prefault")
 	if n := len(*s.arenas.Load()); n < 2 {
 		t.Fatalf("%d arenas used; the test meant to go past the first", n)
 	}
@@ -138,7 +140,9 @@ func TestPrefaultFollowsTheWriteRate(t *testing.T) {
 		check(t, s.Bytes(o.h, o.size), uint64(i), o.size)
 	}
 	t.Logf("%d allocations waited for the prefaulter after the quiet spell", s.Stats().PrefaultMisses)
-	waitAhead(t, s, func(ahead int64) bool { return ahead == prefault/2 }, "half of Prefault, after the burst")
+	// More than the slow writer's eighth (half where the burst took
+	// under 200 ms; a loaded machine may take longer).
+	waitAhead(t, s, func(ahead int64) bool { return ahead > prefault/8 && ahead <= prefault/2 }, "more than an eighth of Prefault, after the burst")
 	checkInvariants(t, s)
 }
 
