@@ -462,8 +462,15 @@ func TestDashboardAndRulesUseExportedMetrics(t *testing.T) {
 	if !enospc {
 		t.Fatal("16 MiB of pages written under a 1 MiB --mem-limit without ENOSPC")
 	}
+	// A request is counted once its reply is written: the scrape may
+	// come first.
+	scrape := d.scrape()
+	for deadline := time.Now().Add(5 * time.Second); scrape["gzramd_nbd_request_errors_total"] == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		scrape = d.scrape()
+	}
 	exported := map[string]map[string]bool{} // metric name: its labels
-	for name, fam := range d.scrape() {
+	for name, fam := range scrape {
 		labels := map[string]bool{}
 		for _, m := range fam.GetMetric() {
 			for _, l := range m.GetLabel() {
