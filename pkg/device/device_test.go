@@ -87,7 +87,7 @@ func newDeviceWith(t testing.TB, size int64, storeCfg pagestore.Config, path wri
 	rc.Codec = cfg.Codec // set may choose another
 	if path != pathInline {
 		f.accel = routetest.NewAcceleratorFor(cfg.Codec)
-		rc.Accelerator, rc.BatchPages, rc.Outputs, rc.Shadows = f.accel, sc.BatchPages, sc.Workers, sc.Workers
+		rc.Accelerator, rc.BatchPages, rc.Workers = f.accel, sc.BatchPages, sc.Workers
 	}
 	if f.router, err = route.New(rc); err != nil {
 		t.Fatal(err)
@@ -674,7 +674,7 @@ func TestCloseCommitsStagedPages(t *testing.T) {
 	defer store.Close()
 	accel := routetest.NewAccelerator()
 	accel.Delay.Store(int64(10 * time.Millisecond))
-	router, err := route.New(route.Config{Codec: codec.NewLZ4(), Accelerator: accel, BatchPages: 32, Outputs: 2, Shadows: 2, MinAcceleratorPages: 1, Logger: quiet})
+	router, err := route.New(route.Config{Codec: codec.NewLZ4(), Accelerator: accel, BatchPages: 32, Workers: 2, MinAcceleratorPages: 1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

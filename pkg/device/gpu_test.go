@@ -99,7 +99,7 @@ func corpusObjectsOnGPU(t *testing.T, data []byte, g *gpu.Backend, alg string, p
 	}
 	sc := stage.Config{Batches: 8, BatchPages: 1024, Deadline: time.Millisecond, Workers: 4}
 	router, err := route.New(route.Config{Codec: c, CPUWorkers: 2, Logger: quiet,
-		Accelerator: g, BatchPages: sc.BatchPages, Outputs: sc.Workers, Shadows: sc.Workers, MinAcceleratorPages: 1,
+		Accelerator: g, BatchPages: sc.BatchPages, Workers: sc.Workers, MinAcceleratorPages: 1,
 		Watchdog: 10 * time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Second})
 	if err != nil {
 		t.Fatal(err)

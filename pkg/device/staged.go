@@ -136,7 +136,6 @@ func (s *stager) flush(b *stage.Batch) {
 	cs := &s.commits[b.ID]
 	b.Objects = s.objectsOf(b, cs.objects)
 	defer func() { b.Objects = nil }()
-	s.router.AttachOutputs(b.Batch)
 	defer s.router.ReleaseOutputs(b.Batch)
 	s.router.CompressBatch(b.Batch)
 	cs.done, cs.credit = 0, 0

@@ -110,7 +110,7 @@ func TestBenchReport(t *testing.T) {
 	fmt.Fprintf(&rep, "### CPU time per batch, one batch at a time (process CPU, 200 batches)\n\n")
 	fmt.Fprintf(&rep, "| batch pages | GPU via the router µs CPU | CPU LZ4 µs CPU (1 goroutine) | cheaper |\n|---|---|---|---|\n")
 	r, err := route.New(route.Config{Accelerator: g, Codec: codec.NewLZ4(), Logger: quiet,
-		BatchPages: 1024, Outputs: 1, Shadows: 2, MinAcceleratorPages: 1})
+		BatchPages: 1024, Workers: 2, MinAcceleratorPages: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func e2e(t *testing.T, pages []byte, bays, batch, workers int, fallback, decompr
 	var comp codec.BatchCompressor = g
 	if fallback {
 		r, err := route.New(route.Config{Accelerator: g, Codec: codec.NewLZ4(), Logger: quiet,
-			BatchPages: batch, Outputs: 1, Shadows: 2 * workers, MinAcceleratorPages: 1})
+			BatchPages: batch, Workers: 2 * workers, MinAcceleratorPages: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

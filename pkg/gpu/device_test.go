@@ -428,8 +428,6 @@ func TestGPUHangQuarantine(t *testing.T) {
 	}
 }
 
-// newRouter routes batches of up to 300 pages between g and the CPU, as
-// the daemon does.
 // runOneFault compresses pages five times through r, checking each batch
 // with verify, and expects the one injected fault to have sent exactly one
 // batch to the CPU.
@@ -453,10 +451,12 @@ func runOneFault(t *testing.T, g *Backend, r *route.Router, pages []byte, verify
 	}
 }
 
+// newRouter routes batches of up to 300 pages between g and the CPU, as
+// the daemon does.
 func newRouter(t *testing.T, g *Backend, c route.Config) *route.Router {
 	t.Helper()
 	c.Accelerator, c.Codec, c.Logger = g, codec.NewLZ4(), quiet
-	c.BatchPages, c.Outputs, c.Shadows, c.MinAcceleratorPages = 300, 1, 8, 1
+	c.BatchPages, c.Workers, c.MinAcceleratorPages = 300, 8, 1
 	r, err := route.New(c)
 	if err != nil {
 		t.Fatal(err)

@@ -227,7 +227,7 @@ func TestGPUZstdFaultInjection(t *testing.T) {
 			c.Bays, c.Algorithm = 2, "zstd"
 			g := openPTX(t, c, zstdPTX(t), wrapFaults(NewFaultPlan(map[FaultPoint][]int{p: {2}}), 0))
 			r, err := route.New(route.Config{Accelerator: g, Codec: dec, Logger: quiet, MinBackoff: time.Millisecond,
-				BatchPages: 300, Outputs: 1, Shadows: 8, MinAcceleratorPages: 1})
+				BatchPages: 300, Workers: 8, MinAcceleratorPages: 1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -163,10 +163,9 @@ func build(cfg Config, recover bool) (_ *Pipeline, _ *device.Recovered, err erro
 	}
 	if staging.Batches > 0 {
 		rc.Accelerator = cfg.Accelerator
-		// Outputs for each batch a worker compresses, and shadows for as
-		// many on the accelerator, or held by it when it hangs past the
-		// watchdog.
-		rc.BatchPages, rc.Outputs, rc.Shadows = staging.BatchPages, staging.Workers, staging.Workers
+		// An output set for each batch a worker compresses, and one for
+		// the CPU should every batch on the accelerator hang.
+		rc.BatchPages, rc.Workers = staging.BatchPages, staging.Workers
 		rc.Window = staging.Deadline
 	}
 	if p.Router, err = route.New(rc); err != nil {

@@ -13,10 +13,14 @@
 // CompressInline. Stage tells the device which of the two a write takes.
 //
 // The accelerator never writes the caller's outputs: it gets a shadow batch
-// that shares the (read-only) pages and has pinned outputs of its own,
-// swapped into the caller's batch on success. So an accelerator still
+// that shares the (read-only) pages and has a pinned output set of its own,
+// which becomes the caller's batch's on success. So an accelerator still
 // running after its deadline (a hung GPU) cannot touch results the CPU has
-// since written; a shadow is reused only once the accelerator has returned.
+// since written; a set is reused only once the accelerator has returned.
+// Staged batches carry no outputs of their own: a batch takes a set when
+// it is compressed, from the accelerator on success or for the CPU, and
+// gives it back once committed (ReleaseOutputs). So the sets number the
+// batches compressed at once and one more, not twice that.
 package route
 
 import (
@@ -94,16 +98,17 @@ type Config struct {
 	// it doubles on each consecutive failure up to MaxBackoff (defaults
 	// 100ms and 1m).
 	MinBackoff, MaxBackoff time.Duration
-	// BatchPages is the largest staged batch. Outputs is the number of
-	// output sets for staged batches being compressed at once (the
-	// staging area's workers; AttachOutputs), Shadows the number of
-	// shadow output sets for the accelerator (its batches in flight,
-	// plus those a hung accelerator still holds; a batch finding none
-	// left goes to the CPU). All in the accelerator's memory, all 0
-	// without staging.
-	BatchPages, Outputs, Shadows int
-	Observer                     Observer
-	Logger                       *slog.Logger
+	// BatchPages is the largest staged batch, and Workers the most
+	// batches compressed at once (the staging area's workers): the
+	// router makes Workers+1 output sets of BatchPages pages, in the
+	// accelerator's memory. The accelerator runs at most Workers batches
+	// at once, fewer by each batch it still holds after the watchdog gave
+	// up on it, so that should all of them hang, a set is left for the
+	// CPU to redo them with; a batch finding no room goes to the CPU.
+	// Both 0 without staging.
+	BatchPages, Workers int
+	Observer            Observer
+	Logger              *slog.Logger
 }
 
 // Stats count what the router did.
@@ -116,7 +121,7 @@ type Stats struct {
 	Timeouts                             uint64 // of Fallbacks: watchdog deadlines
 	Skipped                              uint64 // batches sent to the CPU while the accelerator backed off
 	Small                                uint64 // batches below MinAcceleratorPages, sent to the CPU
-	NoShadow                             uint64 // batches sent to the CPU for want of a free shadow
+	NoShadow                             uint64 // batches sent to the CPU for want of room on the accelerator or a free set
 	NotReady                             uint64 // batches sent to the CPU before the accelerator was ready (Readier)
 }
 
@@ -133,15 +138,17 @@ type Router struct {
 	mu       sync.Mutex   // guards failures
 	failures int          // consecutive failures of the accelerator
 
-	shadows chan *codec.Batch // free shadow outputs
-	// shadowObjects is each shadow's own copy of its batch's objects
+	// sets are the free output sets; lent holds the structs of the sets
+	// whose outputs a batch holds, to carry them back (ReleaseOutputs).
+	sets, lent chan *codec.Batch
+	// setObjects is each set's own copy of its batch's objects
 	// (codec.Batch.Objects): an accelerator the watchdog gave up on may
 	// still read them after the batch's owner has moved on.
-	shadowObjects map[*codec.Batch][]uint8
-	calls         sync.WaitGroup // accelerator calls not yet returned, given up on or not
-	// outputs are the output sets for staged batches; empty holds the
-	// structs of the sets attached to batches, to carry them back.
-	outputs, empty chan *codec.Batch
+	setObjects map[*codec.Batch][]uint8
+	// onAccel counts the accelerator's calls not yet returned, given up
+	// on or not; calls waits for them.
+	onAccel atomic.Int64
+	calls   sync.WaitGroup
 
 	// The write rate, for Stage: pages written since winStart (unix
 	// nanoseconds), and whether the last window had enough of them.
@@ -152,7 +159,7 @@ type Router struct {
 	fallbacks, timeouts, skipped, small, noShadow, notReadyBatches atomic.Uint64
 }
 
-// New makes a router and the accelerator's shadow outputs.
+// New makes a router and, with an accelerator, its output sets.
 func New(cfg Config) (*Router, error) {
 	if cfg.Codec == nil {
 		return nil, errors.New("route: a CPU codec is required")
@@ -183,61 +190,61 @@ func New(cfg Config) (*Router, error) {
 		r.ready = rd.Ready
 	}
 	if r.accel != nil {
-		if cfg.Shadows < 1 || cfg.Outputs < 1 || cfg.BatchPages < 1 {
-			return nil, fmt.Errorf("route: %d shadows and %d output sets of %d pages for the accelerator: want at least 1 of 1", cfg.Shadows, cfg.Outputs, cfg.BatchPages)
+		if cfg.Workers < 1 || cfg.BatchPages < 1 {
+			return nil, fmt.Errorf("route: %d workers with batches of %d pages for the accelerator: want at least 1 of 1", cfg.Workers, cfg.BatchPages)
 		}
-		sets, err := r.accel.NewOutputs(cfg.Shadows+cfg.Outputs, cfg.BatchPages)
+		n := r.numSets()
+		sets, err := r.accel.NewOutputs(n, cfg.BatchPages)
 		if err != nil {
-			return nil, fmt.Errorf("route: outputs for staged batches and the accelerator's shadows: %w", err)
+			return nil, fmt.Errorf("route: output sets for staged batches: %w", err)
 		}
-		r.shadows, r.outputs = outputSets(sets[:cfg.Shadows]), outputSets(sets[cfg.Shadows:])
-		r.shadowObjects = make(map[*codec.Batch][]uint8, cfg.Shadows)
-		for _, sb := range sets[:cfg.Shadows] {
-			r.shadowObjects[sb] = make([]uint8, cfg.BatchPages)
+		r.sets, r.lent = make(chan *codec.Batch, n), make(chan *codec.Batch, n)
+		r.setObjects = make(map[*codec.Batch][]uint8, n)
+		for _, s := range sets {
+			// Faulted in now, in one system call each (a takeover
+			// waits for this), so that they are resident.
+			memfd.Populate(s.Out)
+			r.setObjects[s] = make([]uint8, cfg.BatchPages)
+			r.sets <- s
 		}
-		r.empty = make(chan *codec.Batch, cfg.Outputs)
 	}
 	return r, nil
 }
 
-// outputSets queues sets, faulted in first so that they are resident (in
-// one system call: a takeover waits for this).
-func outputSets(sets []*codec.Batch) chan *codec.Batch {
-	c := make(chan *codec.Batch, len(sets))
-	for _, sb := range sets {
-		memfd.Populate(sb.Out)
-		c <- sb
-	}
-	return c
-}
+// numSets is the output sets made: one for each worker's batch and one
+// for the CPU when all of them hang on the accelerator.
+func (r *Router) numSets() int { return r.cfg.Workers + 1 }
 
-// AttachOutputs gives a staged batch, whose buffer holds pages only, an
-// output set for CompressBatch; ReleaseOutputs takes it back once the
-// batch is committed. Sets are made for the staging area's workers, so
-// one is always free for a batch a worker holds.
-func (r *Router) AttachOutputs(b *codec.Batch) {
-	s := <-r.outputs
+// takeOutputs gives b, a batch without outputs, a free set's, waiting for
+// one if need be: a batch holding one is committed and gives it back, and
+// the accelerator never holds them all (accelerate).
+func (r *Router) takeOutputs(b *codec.Batch) {
+	s := <-r.sets
 	b.Out, b.Offsets, b.Lens = s.Out, s.Offsets, s.Lens
 	s.Out, s.Offsets, s.Lens = nil, nil, nil
-	r.empty <- s
+	r.lent <- s
 }
 
-// ReleaseOutputs takes back the output set of a batch given one by
-// AttachOutputs (which may since be a shadow set swapped in).
+// ReleaseOutputs takes back the output set CompressBatch gave a batch
+// without outputs of its own, once the batch is committed; it does
+// nothing if CompressBatch gave it none (a batch of no pages).
 func (r *Router) ReleaseOutputs(b *codec.Batch) {
-	s := <-r.empty
+	if b.Out == nil {
+		return
+	}
+	s := <-r.lent
 	s.Out, s.Offsets, s.Lens = b.Out, b.Offsets, b.Lens
 	b.Out, b.Offsets, b.Lens = nil, nil, nil
-	r.outputs <- s
+	r.sets <- s
 }
 
-// HeldBytes is the accelerator's memory the router holds: the output and
-// shadow sets.
+// HeldBytes is the accelerator's memory the router holds: the output sets
+// and their copies of objects.
 func (r *Router) HeldBytes() int64 {
 	if r.accel == nil {
 		return 0
 	}
-	return int64(r.cfg.Shadows+r.cfg.Outputs)*int64(r.cfg.BatchPages)*(codec.PageSize+8) + int64(r.cfg.Shadows)*int64(r.cfg.BatchPages)
+	return int64(r.numSets()) * int64(r.cfg.BatchPages) * (codec.PageSize + 8 + 1)
 }
 
 // Stage reports whether a write of pages whole pages is to be staged for
@@ -330,8 +337,10 @@ func (r *Router) CountInline(pages int) {
 
 // CompressBatch compresses a sealed batch of staged pages: on the
 // accelerator when there is one, it is not backing off, the batch is
-// large enough and a shadow is free; on the CPU otherwise, and whenever
-// the accelerator fails or overruns the watchdog. It never fails.
+// large enough and the accelerator has room (Config.Workers); on the CPU
+// otherwise, and whenever the accelerator fails or overruns the
+// watchdog. It never fails. A batch without outputs of its own (Out nil)
+// is given a set, which the caller gives back with ReleaseOutputs.
 func (r *Router) CompressBatch(b *codec.Batch) {
 	if b.N == 0 {
 		return
@@ -349,6 +358,9 @@ func (r *Router) CompressBatch(b *codec.Batch) {
 			return
 		}
 	}
+	if b.Out == nil {
+		r.takeOutputs(b)
+	}
 	start := time.Now()
 	r.cpu.CompressBatch(context.Background(), b) //nolint:errcheck // the CPU never fails
 	r.cpuPages.Add(uint64(b.N))
@@ -360,22 +372,34 @@ func (r *Router) CompressBatch(b *codec.Batch) {
 
 // accelerate runs b on the accelerator under the watchdog and reports
 // whether b now holds its results.
+//
+// The accelerator gets a set as its shadow of b, and only while fewer
+// than Workers of its calls have not returned: so that, were every one of
+// them to hang, the sets not held by one would still let the batches they
+// left be redone on the CPU.
 func (r *Router) accelerate(b *codec.Batch) bool {
-	var sb *codec.Batch
-	select {
-	case sb = <-r.shadows:
-	default:
+	if b.N > r.cfg.BatchPages {
 		r.noShadow.Add(1)
 		return false
 	}
-	if sb.Cap() < b.N || len(sb.Out) < b.N*codec.PageSize {
-		r.shadows <- sb
+	if r.onAccel.Add(1) > int64(r.cfg.Workers) {
+		r.onAccel.Add(-1)
+		r.noShadow.Add(1)
+		return false
+	}
+	var sb *codec.Batch
+	select {
+	case sb = <-r.sets:
+	default:
+		// Hung calls hold the sets the other batches do not: to the
+		// CPU, which waits for a batch to give one back.
+		r.onAccel.Add(-1)
 		r.noShadow.Add(1)
 		return false
 	}
 	sb.Pages, sb.N, sb.Limit = b.Pages, b.N, b.Limit
 	if b.Objects != nil {
-		sb.Objects = r.shadowObjects[sb][:b.N]
+		sb.Objects = r.setObjects[sb][:b.N]
 		copy(sb.Objects, b.Objects)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.Watchdog)
@@ -385,18 +409,27 @@ func (r *Router) accelerate(b *codec.Batch) bool {
 	r.calls.Add(1)
 	go func() {
 		defer r.calls.Done()
-		done <- r.accel.CompressBatch(ctx, sb)
+		err := r.accel.CompressBatch(ctx, sb)
+		r.onAccel.Add(-1)
+		done <- err
 	}()
 	var err error
 	select {
 	case err = <-done:
 		if err == nil {
-			// The results are the shadow's: swap them in, and the
-			// caller's old outputs become the next shadow.
+			// The results are the shadow's: swap them in. The
+			// caller's old outputs, if it had any, make a set again;
+			// if not, the set's struct waits in lent for the outputs
+			// the caller now holds.
 			b.Out, sb.Out = sb.Out, b.Out
 			b.Offsets, sb.Offsets = sb.Offsets, b.Offsets
 			b.Lens, sb.Lens = sb.Lens, b.Lens
-			r.recycle(sb)
+			if sb.Out == nil {
+				sb.Pages, sb.N, sb.Objects = nil, 0, nil
+				r.lent <- sb
+			} else {
+				r.recycle(sb)
+			}
 			r.succeeded()
 			r.accelPages.Add(uint64(b.N))
 			r.accelBatches.Add(1)
@@ -420,10 +453,10 @@ func (r *Router) accelerate(b *codec.Batch) bool {
 	return false
 }
 
-// recycle returns a shadow to the pool, without the caller's pages.
+// recycle returns a set to the free ones, without the caller's pages.
 func (r *Router) recycle(sb *codec.Batch) {
 	sb.Pages, sb.N, sb.Objects = nil, 0, nil
-	r.shadows <- sb
+	r.sets <- sb
 }
 
 func (r *Router) succeeded() {

@@ -32,8 +32,8 @@ func newRouter(t *testing.T, a *routetest.Accelerator, cfg Config) *Router {
 	cfg.Logger = quiet
 	if a != nil {
 		cfg.Accelerator = a
-		if cfg.Shadows == 0 {
-			cfg.Shadows, cfg.Outputs, cfg.BatchPages = 4, 1, 64
+		if cfg.Workers == 0 {
+			cfg.Workers, cfg.BatchPages = 4, 64
 		}
 	}
 	r, err := New(cfg)
@@ -180,7 +180,7 @@ func TestSmallBatchesGoToCPU(t *testing.T) {
 // or allocating.
 func TestNoShadowGoesToCPU(t *testing.T) {
 	a := routetest.NewAccelerator()
-	r := newRouter(t, a, Config{Shadows: 1, Outputs: 1, BatchPages: 64, Watchdog: 10 * time.Millisecond, MinBackoff: time.Nanosecond, MinAcceleratorPages: 1})
+	r := newRouter(t, a, Config{Workers: 1, BatchPages: 64, Watchdog: 10 * time.Millisecond, MinBackoff: time.Nanosecond, MinAcceleratorPages: 1})
 	pages := batchtest.Pages(10, 6)
 	a.HangFor.Store(int64(100 * time.Millisecond))
 	b := batchtest.BatchOf(pages)
@@ -214,7 +214,7 @@ func TestNoShadowGoesToCPU(t *testing.T) {
 // output memory is shared between the accelerator and the caller.
 func TestConcurrent(t *testing.T) {
 	a := routetest.NewAccelerator()
-	r := newRouter(t, a, Config{MinBackoff: time.Microsecond, MaxBackoff: time.Millisecond, Shadows: 16, Outputs: 1, BatchPages: 20, MinAcceleratorPages: 1})
+	r := newRouter(t, a, Config{MinBackoff: time.Microsecond, MaxBackoff: time.Millisecond, Workers: 16, BatchPages: 20, MinAcceleratorPages: 1})
 	workers, rounds := 8, 30
 	if testing.Short() {
 		rounds = 10
@@ -304,7 +304,7 @@ func (l *lateAccel) Ready() bool { return l.ready.Load() }
 func TestAcceleratorReadyLater(t *testing.T) {
 	a := &lateAccel{Accelerator: routetest.NewAccelerator()}
 	r, err := New(Config{Codec: codec.NewLZ4(), Logger: quiet, Accelerator: a,
-		Shadows: 4, Outputs: 1, BatchPages: 64, MinAcceleratorPages: 8})
+		Workers: 4, BatchPages: 64, MinAcceleratorPages: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,5 +328,64 @@ func TestAcceleratorReadyLater(t *testing.T) {
 	verify(t, b, pages)
 	if s := r.Stats(); s.AcceleratorBatches != 1 || s.Fallbacks != 0 {
 		t.Errorf("once ready: stats %+v, want one accelerated batch", s)
+	}
+}
+
+// TestStagedBatchesShareTheSets: batches without outputs of their own (the
+// staging area's) take a set as they are compressed and give it back
+// with ReleaseOutputs. With Workers+1 sets, the batches of a hung
+// accelerator are still redone on the CPU, one set left over between them,
+// and every set comes back once it returns.
+func TestStagedBatchesShareTheSets(t *testing.T) {
+	const workers = 2
+	a := routetest.NewAccelerator()
+	r := newRouter(t, a, Config{Workers: workers, BatchPages: 64, Watchdog: 20 * time.Millisecond,
+		MinBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond, MinAcceleratorPages: 1})
+	if got := len(r.sets); got != workers+1 {
+		t.Fatalf("%d sets, want %d", got, workers+1)
+	}
+	staged := func(pages []byte) *codec.Batch {
+		return &codec.Batch{Pages: slices.Clone(pages), N: len(pages) / codec.PageSize}
+	}
+	pages := batchtest.Pages(30, 21)
+
+	b := staged(pages)
+	r.CompressBatch(b)
+	verify(t, b, pages)
+	r.ReleaseOutputs(b)
+	if b.Out != nil || len(r.sets) != workers+1 {
+		t.Fatalf("after a batch on the accelerator: outputs %v kept, %d sets free", b.Out != nil, len(r.sets))
+	}
+
+	// Every batch hangs on the accelerator: each is redone on the CPU
+	// with the one set the hung calls leave.
+	a.HangFor.Store(int64(300 * time.Millisecond))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			b := staged(pages)
+			r.CompressBatch(b)
+			verify(t, b, pages)
+			time.Sleep(5 * time.Millisecond) // committing, holding the set
+			r.ReleaseOutputs(b)
+		})
+	}
+	wg.Wait()
+	if s := r.Stats(); s.Timeouts != workers || s.CPUBatches != workers {
+		t.Fatalf("stats %+v, want %d batches timed out and redone on the CPU", s, workers)
+	}
+	// While the calls hang, the accelerator gets no more batches.
+	b = staged(pages)
+	r.CompressBatch(b)
+	verify(t, b, pages)
+	r.ReleaseOutputs(b)
+	if s := r.Stats(); s.NoShadow != 1 {
+		t.Fatalf("stats %+v, want one batch refused the accelerator while its calls hang", s)
+	}
+	a.HangFor.Store(0)
+	for deadline := time.Now().Add(5 * time.Second); len(r.sets) != workers+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sets free once the accelerator returned, want %d", len(r.sets), workers+1)
+		}
 	}
 }
