@@ -6,7 +6,8 @@ package gpu
 import "fmt"
 
 // Compile compiles algorithm's embedded PTX (and zstd.cu's kernels of
-// groups, where the algorithm is not zstd) for GPU index device and
+// groups, where the algorithm is not zstd, the page decoders and the dense
+// tier's kernel: modules) for GPU index device and
 // returns the module image (a cubin) for Config.Image. The driver's PTX
 // compiler is loaded into the calling process for it and stays: 20 MiB of
 // libnvidia-ptxjitcompiler, locked under mlockall, and 25-30 MiB more of

@@ -12,8 +12,9 @@ import (
 )
 
 // TestCompiledImage: the kernels compiled ahead (Compile, what `gzramd
-// gpu-compile` runs) load as Config.Image and write the same bytes as the
-// embedded PTX compiled in the process, for each algorithm.
+// gpu-compile` runs) load as Config.Image, the dense tier's among them,
+// and write the same bytes as the embedded PTX compiled in the process,
+// for each algorithm.
 func TestCompiledImage(t *testing.T) {
 	pages := testneeds.Corpus(t)
 	pages = pages[:min(len(pages), 4096*codec.PageSize)]
@@ -25,6 +26,13 @@ func TestCompiledImage(t *testing.T) {
 		compiled := openPTX(t, Config{Logger: quiet, Algorithm: alg, Image: img}, nil, nil)
 		if !compiled.Info().Compiled {
 			t.Errorf("%s: a Backend opened with an image reports its kernels compiled in the process", alg)
+		}
+		// The dense tier's kernel comes with the image: compiling its
+		// PTX here would map the driver's PTX compiler.
+		if deep, err := compiled.DeepGroups(); err != nil {
+			t.Errorf("%s: DeepGroups on the image: %v", alg, err)
+		} else if deep.mod != nil {
+			t.Errorf("%s: DeepGroups loaded its PTX: the image lacks %s", alg, deepKernel)
 		}
 		jit := openPTX(t, Config{Logger: quiet, Algorithm: alg}, batch.ptx, nil)
 		if jit.Info().Compiled {

@@ -87,15 +87,16 @@ var pageDecoders = map[string]kernel{
 // modules is the PTX a backend of algorithm loads: the algorithm's own (ptx
 // in its place when not nil: a variant being measured), then the other's,
 // for the kernels of groups (zstd.cu's) and the LZ4 page decoder (lz4.cu's),
-// then the zstd page decoder.
+// then the zstd page decoder and the dense tier's kernel (DeepGroups), so
+// that the image compiled ahead holds every kernel the daemon runs.
 func modules(algorithm string, ptx []byte) [][]byte {
 	if ptx == nil {
 		ptx = batchKernels[algorithm].ptx
 	}
 	if algorithm == "zstd" {
-		return [][]byte{ptx, kernels.LZ4, kernels.ZstdDecode}
+		return [][]byte{ptx, kernels.LZ4, kernels.ZstdDecode, kernels.ZstdDeep}
 	}
-	return [][]byte{ptx, kernels.Zstd, kernels.ZstdDecode}
+	return [][]byte{ptx, kernels.Zstd, kernels.ZstdDecode, kernels.ZstdDeep}
 }
 
 // Config selects and sizes the GPU backend.
