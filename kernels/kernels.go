@@ -66,3 +66,10 @@ var zstdDeepPTX string
 // 1,024 frames a launch: bench/results/dense-two-ways-h100-2026-12-07.md).
 // The dense tier's GPU (gpu.DeepGroups) runs it.
 var ZstdDeep = readOnly(zstdDeepPTX)
+
+// All is the PTX of every kernel. `gzramd gpu-compile` reads it, to
+// compile the image the serving process loads; a serving process reads it
+// only as it opens the GPU where the driver refused that image. So it is
+// left out of the code a serving process locks in memory (1.8 MB;
+// swapsafe.Options.Unlocked).
+func All() [][]byte { return [][]byte{LZ4, Zstd, ZstdDecode, ZstdDeep} }

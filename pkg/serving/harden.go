@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gzramd/gzramd/kernels"
 	"github.com/gzramd/gzramd/pkg/swapsafe"
 )
 
@@ -33,6 +34,7 @@ func harden(cfg *Config, log *slog.Logger, reexecErr error, standby bool) (reser
 		opts.OOMScoreAdj = &adj
 		opts.IOFlusher = true
 		opts.Realtime = cfg.WantRealtime()
+		opts.Unlocked = kernels.All()
 	}
 	steps := swapsafe.Apply(opts)
 	reserve = &swapsafe.HeapReserve{}

@@ -11,15 +11,19 @@
 package swapsafe
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -69,6 +73,10 @@ type Options struct {
 	// IOFlusher checks that the threads are IO flushers (see ReExecAsIOFlusher,
 	// which must have run first) and reports how many are.
 	IOFlusher bool
+	// Unlocked is read-only data of the program that serving never reads
+	// (the GPU kernels' PTX, which only `gzramd gpu-compile` compiles),
+	// left out of the program's pages LockMemory faults in and locks.
+	Unlocked [][]byte
 }
 
 // Apply runs the steps opts asks for, in an order where an earlier failure
@@ -89,7 +97,7 @@ func Apply(opts Options) []Step {
 		steps = append(steps, checkIOFlusher())
 	}
 	if opts.LockMemory {
-		steps = append(steps, lockMemory())
+		steps = append(steps, lockMemory(opts.Unlocked))
 	}
 	if opts.Realtime {
 		steps = append(steps, setRealtime())
@@ -142,7 +150,7 @@ func setOOMScoreAdj(v int) Step {
 	return s
 }
 
-func lockMemory() Step {
+func lockMemory(unlocked [][]byte) Step {
 	s := Step{Name: "mlockall"}
 	var lim unix.Rlimit
 	_ = unix.Getrlimit(unix.RLIMIT_MEMLOCK, &lim)
@@ -162,7 +170,7 @@ func lockMemory() Step {
 	err := unix.Mlockall(unix.MCL_CURRENT | unix.MCL_FUTURE | unix.MCL_ONFAULT)
 	if err == nil {
 		s.Done = "current and future memory locked (MCL_ONFAULT)"
-		n, err := lockMappedFiles("/proc/self/maps")
+		n, err := lockMappedFiles("/proc/self/maps", unlocked)
 		if err != nil {
 			s.Err = fmt.Errorf("memory locked, but faulting in the program's code: %w", err)
 			return s
@@ -362,27 +370,68 @@ func ioFlusherHint(err error) string {
 }
 
 // lockMappedFiles faults in and locks every mapping of a file (the
-// program's code and data, the C libraries) listed in maps, and returns
-// the bytes locked. Under MCL_ONFAULT a page of code runs for the first
-// time with a page fault, and code first run while the kernel waits for
-// gzramd to store swapped pages (an error path, a rare size of request)
-// would freeze it.
-func lockMappedFiles(maps string) (int64, error) {
+// program's code and data, the C libraries) listed in maps, but for the
+// whole pages of unlocked, and returns the bytes locked. Under MCL_ONFAULT
+// a page of code runs for the first time with a page fault, and code
+// first run while the kernel waits for gzramd to store swapped pages (an
+// error path, a rare size of request) would freeze it.
+func lockMappedFiles(maps string, unlocked [][]byte) (int64, error) {
 	b, err := os.ReadFile(maps)
 	if err != nil {
 		return 0, err
 	}
+	holes := pageHoles(unlocked)
 	var total int64
 	for _, m := range parseMaps(string(b)) {
 		if !strings.HasPrefix(m.path, "/") || m.perms == "---p" {
 			continue
 		}
-		if err := mlockRange(m.lo, m.hi); err != nil {
-			return total, fmt.Errorf("mlock %#x-%#x (%s): %w", m.lo, m.hi, m.path, err)
+		for lo, hi := range rangesBetween(m.lo, m.hi, holes) {
+			if err := mlockRange(lo, hi); err != nil {
+				return total, fmt.Errorf("mlock %#x-%#x (%s): %w", lo, hi, m.path, err)
+			}
+			total += int64(hi - lo)
 		}
-		total += int64(m.hi - m.lo)
 	}
 	return total, nil
+}
+
+// pageHoles returns the whole pages of each of bufs as [lo, hi) ranges,
+// in address order.
+func pageHoles(bufs [][]byte) [][2]uintptr {
+	page := uintptr(os.Getpagesize())
+	var holes [][2]uintptr
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		lo, hi := (start+page-1)&^(page-1), (start+uintptr(len(b)))&^(page-1)
+		if lo < hi {
+			holes = append(holes, [2]uintptr{lo, hi})
+		}
+	}
+	slices.SortFunc(holes, func(a, b [2]uintptr) int { return cmp.Compare(a[0], b[0]) })
+	return holes
+}
+
+// rangesBetween yields the parts of [lo, hi) outside holes (sorted, not
+// overlapping).
+func rangesBetween(lo, hi uintptr, holes [][2]uintptr) iter.Seq2[uintptr, uintptr] {
+	return func(yield func(uintptr, uintptr) bool) {
+		for _, h := range holes {
+			if h[1] <= lo || h[0] >= hi {
+				continue
+			}
+			if h[0] > lo && !yield(lo, h[0]) {
+				return
+			}
+			lo = max(lo, h[1])
+		}
+		if lo < hi {
+			yield(lo, hi)
+		}
+	}
 }
 
 // mapping is one line of /proc/PID/maps.

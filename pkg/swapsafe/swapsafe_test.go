@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gzramd/gzramd/internal/testneeds"
+	"github.com/gzramd/gzramd/kernels"
 )
 
 func TestStatFlags(t *testing.T) {
@@ -223,7 +224,7 @@ func TestMayLockFuture(t *testing.T) {
 
 // lockMappedFiles locks the test binary's own code and the C libraries.
 func TestLockMappedFiles(t *testing.T) {
-	n, err := lockMappedFiles("/proc/self/maps")
+	n, err := lockMappedFiles("/proc/self/maps", nil)
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOMEM) {
 		testneeds.MlockRefused(t, err, "mlock")
 	}
@@ -233,8 +234,54 @@ func TestLockMappedFiles(t *testing.T) {
 	if n < 1<<20 {
 		t.Errorf("%d bytes locked, want at least the test binary's code", n)
 	}
-	if _, err := lockMappedFiles("/nonexistent/maps"); err == nil {
+	if _, err := lockMappedFiles("/nonexistent/maps", nil); err == nil {
 		t.Error("no error for a missing maps file")
+	}
+}
+
+// TestLockMappedFilesLeavesHoles: the whole pages of Options.Unlocked are
+// left out of the program's locked pages; the rest of the mapping is
+// still locked.
+func TestLockMappedFilesLeavesHoles(t *testing.T) {
+	all, err := lockMappedFiles("/proc/self/maps", nil)
+	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.ENOMEM) {
+		testneeds.MlockRefused(t, err, "mlock")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	holes := pageHoles([][]byte{kernels.ZstdDeep, nil})
+	if len(holes) != 1 {
+		t.Fatalf("holes %x, want one for the PTX", holes)
+	}
+	less, err := lockMappedFiles("/proc/self/maps", [][]byte{kernels.ZstdDeep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(holes[0][1] - holes[0][0]); all-less != want || want < int64(len(kernels.ZstdDeep))-2*int64(os.Getpagesize()) {
+		t.Errorf("%d bytes locked with the PTX left out, %d without: want %d fewer", less, all, want)
+	}
+}
+
+func TestRangesBetween(t *testing.T) {
+	holes := [][2]uintptr{{0x2000, 0x3000}, {0x5000, 0x8000}}
+	for _, tc := range []struct {
+		lo, hi uintptr
+		want   [][2]uintptr
+	}{
+		{0x0, 0x2000, [][2]uintptr{{0x0, 0x2000}}},
+		{0x1000, 0x6000, [][2]uintptr{{0x1000, 0x2000}, {0x3000, 0x5000}}},
+		{0x2000, 0x3000, nil},
+		{0x5000, 0x9000, [][2]uintptr{{0x8000, 0x9000}}},
+		{0x0, 0x9000, [][2]uintptr{{0x0, 0x2000}, {0x3000, 0x5000}, {0x8000, 0x9000}}},
+	} {
+		var got [][2]uintptr
+		for lo, hi := range rangesBetween(tc.lo, tc.hi, holes) {
+			got = append(got, [2]uintptr{lo, hi})
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("[%#x, %#x): %x, want %x", tc.lo, tc.hi, got, tc.want)
+		}
 	}
 }
 
