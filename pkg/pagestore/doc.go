@@ -36,11 +36,12 @@
 // were faulted in whole ahead of it, as zsmalloc's pages count whole in
 // zram's mem_used_total; and an empty slab's pages go back by punching a
 // hole in the arena file. So MemUsed is what zram calls mem_used_total and
-// matches the resident pages of the arenas, less those faulted ahead. Arenas refuse transparent huge pages so that one
-// touched allocation does not fault in 2 MiB. The only memory held beyond the
-// allocations' pages is one emptied slab of at most two pages per class, kept
-// so that a class whose last allocation comes and goes does not fault pages in
-// and out each time; Compact, DropCaches and the memory limit take those back.
+// matches the resident pages of the arenas, less those faulted ahead.
+// Arenas refuse transparent huge pages so that one touched allocation
+// does not fault in 2 MiB. The only memory held beyond the allocations'
+// pages is one emptied slab of at most two pages per class, kept so that
+// a class whose last allocation comes and goes does not fault pages in and
+// out each time; Compact, DropCaches and the memory limit take those back.
 //
 // The memory limit is checked whenever a slab reaches into a new page, so
 // an Alloc that fails with ErrFull leaves everything as it was.

@@ -5,6 +5,7 @@ package pagestore
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -64,6 +65,9 @@ type prefaulter struct {
 	// takeover's Recover gives it back.
 	tails  [4]pageRange
 	ntails int
+	// hasTails is set with a tail and cleared as they go, so that the
+	// thread takes mu for them only when there are some.
+	hasTails atomic.Bool
 
 	refill     chan struct{}
 	stopRefill chan struct{}
@@ -313,15 +317,20 @@ func (p *prefaulter) leaveTail(arena, next int) {
 	}
 	p.tails[p.ntails] = pageRange{arena: arena, from: next, to: p.faultedTo}
 	p.ntails++
+	p.hasTails.Store(true)
 }
 
 // giveBackTails punches out the arena tails carve left. No carve takes
 // those pages again, so the store's mu is not held while they go.
 func (p *prefaulter) giveBackTails() {
+	if !p.hasTails.Load() {
+		return
+	}
 	s := p.s
 	s.mu.Lock()
 	tails, n := p.tails, p.ntails
 	p.ntails = 0
+	p.hasTails.Store(false)
 	s.mu.Unlock()
 	for _, t := range tails[:n] {
 		if s.closed.Load() {

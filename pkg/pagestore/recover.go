@@ -174,24 +174,11 @@ func (rc *Recovery) Done() (*Store, error) {
 			s.push(&c.partial, id)
 		}
 	}
-	// So do the tails of the other arenas, faulted ahead and left when
-	// the next slab did not fit (a process that died before its
-	// prefaulter gave them back).
+	// So do the tails of the arenas, faulted ahead and left when the next
+	// slab did not fit (a process that died before its prefaulter gave
+	// them back), and what lies beyond the last slab.
 	if err := rc.giveBackTails(); err != nil {
 		return nil, fmt.Errorf("pagestore: recovering: %w", err)
-	}
-	// What lies beyond the last slab (a spare arena faulted ahead, a slab
-	// carved but never sealed) goes back too.
-	if arenas := *s.arenas.Load(); len(arenas) > 0 {
-		k := len(arenas) - 1
-		from := int64(k)*int64(s.arenaSize) + int64(s.arenaNext)*pageSize
-		if size, err := s.files.Arenas.Size(); err != nil {
-			return nil, err
-		} else if size > from {
-			if err := s.files.Arenas.Punch(from, size-from); err != nil {
-				return nil, fmt.Errorf("pagestore: recovering: %w", err)
-			}
-		}
 	}
 	s.memUsedMax.Store(s.memUsed.Load())
 	rc.kept, rc.first, rc.live, rc.bump = nil, nil, nil, nil
@@ -216,13 +203,18 @@ func (rc *Recovery) Kept() int {
 	return n
 }
 
-// giveBackTails punches out each arena but the last from the end of its
-// last slab on.
+// giveBackTails punches out each arena from the end of its last slab on,
+// and the last from the carve point to the end of the file: a slab carved
+// but never sealed, and the spare arena faulted ahead.
 func (rc *Recovery) giveBackTails() error {
 	s := rc.s
 	arenas := *s.arenas.Load()
-	if len(arenas) < 2 {
+	if len(arenas) == 0 {
 		return nil
+	}
+	size, err := s.files.Arenas.Size()
+	if err != nil {
+		return err
 	}
 	ends := make([]int, len(arenas))
 	for id := uint32(1); id < s.nslabs.Load(); id++ {
@@ -231,10 +223,15 @@ func (rc *Recovery) giveBackTails() error {
 			ends[r.arena] = max(ends[r.arena], int(r.page)+int(s.geo[r.class].pages))
 		}
 	}
-	pages := s.arenaSize / pageSize
-	for a, end := range ends[:len(ends)-1] {
-		if end < pages {
-			if err := s.files.Arenas.Punch(int64(a)*int64(s.arenaSize)+int64(end)*pageSize, int64(pages-end)*pageSize); err != nil {
+	last := len(ends) - 1
+	ends[last] = s.arenaNext
+	for a, end := range ends {
+		from, to := int64(a)*int64(s.arenaSize)+int64(end)*pageSize, int64(a+1)*int64(s.arenaSize)
+		if a == last {
+			to = size
+		}
+		if to > from {
+			if err := s.files.Arenas.Punch(from, to-from); err != nil {
 				return err
 			}
 		}
