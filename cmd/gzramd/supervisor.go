@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/gzramd/gzramd/internal/sdnotify"
+	"github.com/gzramd/gzramd/kernels"
 	"github.com/gzramd/gzramd/pkg/pipeline"
 	"github.com/gzramd/gzramd/pkg/serving"
 	"github.com/gzramd/gzramd/pkg/supervise"
@@ -161,6 +162,7 @@ func childEnv() []string {
 func supervisorHardening(cfg *serving.Config, adj *int) swapsafe.Options {
 	return swapsafe.Options{
 		LockMemory:  cfg.Harden,
+		Unlocked:    kernels.All(), // as the serving process (serving.harden)
 		OOMScoreAdj: oomAdj(cfg, adj),
 		Realtime:    cfg.Harden && cfg.WantRealtime(),
 		IOFlusher:   cfg.Harden && cfg.Reexec,
