@@ -15,6 +15,7 @@ import (
 func newGPUCompileCmd() *cobra.Command {
 	var device int
 	var algorithm string
+	var dense bool
 	cmd := &cobra.Command{
 		Use:    "gpu-compile",
 		Short:  "Compile the GPU kernels for one GPU and write the image to standard output (gzramd serve runs it)",
@@ -25,7 +26,11 @@ func newGPUCompileCmd() *cobra.Command {
 			// maybe at real-time priority, which a compiler must not
 			// inherit.
 			swapsafe.DropRealtime() //nolint:errcheck // not real-time to begin with, most often
-			img, err := gpu.Compile(device, algorithm)
+			compile := func() ([]byte, error) { return gpu.Compile(device, algorithm) }
+			if dense {
+				compile = func() ([]byte, error) { return gpu.CompileDeep(device) }
+			}
+			img, err := compile()
 			if err != nil {
 				return err
 			}
@@ -35,5 +40,6 @@ func newGPUCompileCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&device, "gpu-device", 0, "CUDA device index")
 	cmd.Flags().StringVar(&algorithm, "algorithm", "lz4", "lz4 or zstd")
+	cmd.Flags().BoolVar(&dense, "dense", false, "compile the dense tier's kernel instead of the algorithm's (a module of its own)")
 	return cmd
 }

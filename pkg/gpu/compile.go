@@ -3,11 +3,14 @@
 
 package gpu
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gzramd/gzramd/kernels"
+)
 
 // Compile compiles algorithm's embedded PTX (and zstd.cu's kernels of
-// groups, where the algorithm is not zstd, the page decoders and the dense
-// tier's kernel: modules) for GPU index device and
+// groups, where the algorithm is not zstd) for GPU index device and
 // returns the module image (a cubin) for Config.Image. The driver's PTX
 // compiler is loaded into the calling process for it and stays: 20 MiB of
 // libnvidia-ptxjitcompiler, locked under mlockall, and 25-30 MiB more of
@@ -27,6 +30,23 @@ func Compile(device int, algorithm string) ([]byte, error) {
 	img, err := dr.link(modules(algorithm, nil)...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: compiling the %s kernels: %w", ErrUnavailable, info.Name, algorithm, err)
+	}
+	return img, nil
+}
+
+// CompileDeep compiles the dense tier's kernel (kernels.ZstdDeep) for GPU
+// index device and returns its image for Config.DeepImage: a module of
+// its own, as DeepGroups loads it, and for the same reason as Compile.
+// Every error wraps ErrUnavailable.
+func CompileDeep(device int) ([]byte, error) {
+	dr, info, err := loadDriver(device, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer dr.close()
+	img, err := dr.link(kernels.ZstdDeep)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: compiling the dense tier's kernel: %w", ErrUnavailable, info.Name, err)
 	}
 	return img, nil
 }

@@ -12,9 +12,9 @@ import (
 )
 
 // TestCompiledImage: the kernels compiled ahead (Compile, what `gzramd
-// gpu-compile` runs) load as Config.Image, the dense tier's among them,
-// and write the same bytes as the embedded PTX compiled in the process,
-// for each algorithm.
+// gpu-compile` runs) load as Config.Image, and the dense tier's
+// (CompileDeep) as Config.DeepImage, and write the same bytes as the
+// embedded PTX compiled in the process, for each algorithm.
 func TestCompiledImage(t *testing.T) {
 	pages := testneeds.Corpus(t)
 	pages = pages[:min(len(pages), 4096*codec.PageSize)]
@@ -23,20 +23,28 @@ func TestCompiledImage(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Compile(%s): %v", alg, err)
 		}
-		compiled := openPTX(t, Config{Logger: quiet, Algorithm: alg, Image: img}, nil, nil)
+		deepImg, err := CompileDeep(0)
+		if err != nil {
+			t.Fatalf("CompileDeep: %v", err)
+		}
+		compiled := openPTX(t, Config{Logger: quiet, Algorithm: alg, Image: img, DeepImage: deepImg}, nil, nil)
 		if !compiled.Info().Compiled {
 			t.Errorf("%s: a Backend opened with an image reports its kernels compiled in the process", alg)
-		}
-		// The dense tier's kernel comes with the image: compiling its
-		// PTX here would map the driver's PTX compiler.
-		if deep, err := compiled.DeepGroups(); err != nil {
-			t.Errorf("%s: DeepGroups on the image: %v", alg, err)
-		} else if deep.mod != nil {
-			t.Errorf("%s: DeepGroups loaded its PTX: the image lacks %s", alg, deepKernel)
 		}
 		jit := openPTX(t, Config{Logger: quiet, Algorithm: alg}, batch.ptx, nil)
 		if jit.Info().Compiled {
 			t.Errorf("%s: a Backend opened on PTX reports its kernels compiled ahead", alg)
+		}
+		// The dense tier's kernel is compiled ahead too: compiling its
+		// PTX here would map the driver's PTX compiler.
+		for _, g := range []*Backend{compiled, jit} {
+			deep, err := g.DeepGroups()
+			if err != nil {
+				t.Fatalf("%s: DeepGroups: %v", alg, err)
+			}
+			if want := g.cfg.DeepImage != nil; deep.Compiled() != want {
+				t.Errorf("%s: DeepGroups compiled ahead %v, want %v", alg, deep.Compiled(), want)
+			}
 		}
 		per := compiled.MaxBatchPages()
 		a, err := compiled.NewBatch(per)

@@ -38,6 +38,9 @@ type DeepGroups struct {
 	g   *Backend
 	mod module
 	f   function
+	// compiled is whether the kernel came compiled ahead
+	// (Config.DeepImage), not from its PTX compiled here.
+	compiled bool
 
 	mu sync.Mutex // one launch at a time: the scratch is one
 	// lost is set when a launch overran its deadline: its kernel may
@@ -76,17 +79,11 @@ func (g *Backend) DeepGroups() (*DeepGroups, error) {
 func (d *DeepGroups) open() error {
 	dr := d.g.dr
 	var err error
-	// The kernel is in the backend's image (modules). Loading its PTX
-	// alone, where it is not (a variant of the kernels being measured),
-	// maps the driver's PTX compiler into this process: 20 MiB locked,
-	// and 25-30 MiB more while it compiles (Compile).
-	if d.f, err = dr.function(d.g.mod, deepKernel); err != nil {
-		if d.mod, err = dr.loadModule(kernels.ZstdDeep); err != nil {
-			return err
-		}
-		if d.f, err = dr.function(d.mod, deepKernel); err != nil {
-			return err
-		}
+	if d.mod, err = d.load(); err != nil {
+		return err
+	}
+	if d.f, err = dr.function(d.mod, deepKernel); err != nil {
+		return err
 	}
 	for _, a := range []struct {
 		p *devicePtr
@@ -102,6 +99,23 @@ func (d *DeepGroups) open() error {
 	words := unsafe.Slice((*uint32)(unsafe.Pointer(&d.host[0])), 2*d.frames)
 	d.hEntries, d.hLens = words[:d.frames], words[d.frames:]
 	return nil
+}
+
+// load loads the kernel's module: the image compiled ahead
+// (Config.DeepImage) where the driver takes it, else the PTX, compiled
+// here, which maps the driver's PTX compiler into this process (20 MiB
+// locked, and 25-30 MiB more while it compiles: Compile).
+func (d *DeepGroups) load() (module, error) {
+	dr := d.g.dr
+	if img := d.g.cfg.DeepImage; img != nil {
+		m, err := dr.loadModule(img)
+		if err == nil {
+			d.compiled = true
+			return m, nil
+		}
+		d.g.log.Warn("gpu: the GPU refused the dense tier's kernel compiled ahead; compiling it here", "err", err)
+	}
+	return dr.loadModule(kernels.ZstdDeep)
 }
 
 // free frees what open made; the backend's teardown calls it.
@@ -122,6 +136,10 @@ func (d *DeepGroups) free() error {
 	*d = DeepGroups{g: d.g}
 	return errors.Join(errs...)
 }
+
+// Compiled reports whether the kernel was compiled ahead
+// (Config.DeepImage), not in this process.
+func (d *DeepGroups) Compiled() bool { return d.compiled }
 
 // NewBatch implements codec.BatchAllocator: the backend's pinned batches.
 func (d *DeepGroups) NewBatch(pages int) (*codec.Batch, error) { return d.g.NewBatch(pages) }

@@ -87,16 +87,16 @@ var pageDecoders = map[string]kernel{
 // modules is the PTX a backend of algorithm loads: the algorithm's own (ptx
 // in its place when not nil: a variant being measured), then the other's,
 // for the kernels of groups (zstd.cu's) and the LZ4 page decoder (lz4.cu's),
-// then the zstd page decoder and the dense tier's kernel (DeepGroups), so
-// that the image compiled ahead holds every kernel the daemon runs.
+// then the zstd page decoder. The dense tier's kernel is a module of its
+// own (DeepGroups, CompileDeep).
 func modules(algorithm string, ptx []byte) [][]byte {
 	if ptx == nil {
 		ptx = batchKernels[algorithm].ptx
 	}
 	if algorithm == "zstd" {
-		return [][]byte{ptx, kernels.LZ4, kernels.ZstdDecode, kernels.ZstdDeep}
+		return [][]byte{ptx, kernels.LZ4, kernels.ZstdDecode}
 	}
-	return [][]byte{ptx, kernels.Zstd, kernels.ZstdDecode, kernels.ZstdDeep}
+	return [][]byte{ptx, kernels.Zstd, kernels.ZstdDecode}
 }
 
 // Config selects and sizes the GPU backend.
@@ -118,6 +118,10 @@ type Config struct {
 	// place of the embedded PTX, so that the driver's PTX compiler never
 	// comes into the process. nil: the PTX, compiled here.
 	Image []byte
+	// DeepImage is the dense tier's kernel compiled for this GPU by
+	// CompileDeep, for DeepGroups, as Image is for the rest. nil, or an
+	// image the driver refuses: its PTX, compiled here.
+	DeepImage []byte
 	// WorkQueues is how many hardware work queues the CUDA context gets
 	// (CUDA_DEVICE_MAX_CONNECTIONS, which wins when set): each costs the
 	// host about 7 MiB of driver memory, mostly mapped from /dev/nvidiactl

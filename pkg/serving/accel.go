@@ -61,7 +61,7 @@ func (a *accelerator) staged() bool {
 func (a *accelerator) openLate(c gpuSetup, onOpen func(gpu.DeviceInfo), onReady func(*gpu.Backend), log *slog.Logger) {
 	start := time.Now()
 	if c.kernels.image == nil && c.kernels.err == nil {
-		c.kernels = compileKernels(context.Background(), c.device, c.algorithm)
+		c.kernels = compileKernels(context.Background(), c.device, c.algorithm, c.dense)
 	}
 	opened, err := openAccelerator(c, log)
 	if err == nil && opened.gpu == nil {
@@ -91,11 +91,13 @@ func (a *accelerator) openLate(c gpuSetup, onOpen func(gpu.DeviceInfo), onReady 
 }
 
 // gpuSetup is what opening the GPU takes: --backend, --algorithm,
-// --gpu-device, the batches' shape, and the kernels compiled ahead.
+// --gpu-device, the batches' shape, --dense-after, and the kernels
+// compiled ahead.
 type gpuSetup struct {
 	backend, algorithm   string
 	device               int
 	batchPages, inFlight int
+	dense                bool // the dense tier is on (its kernel compiled too)
 	kernels              kernelImage
 }
 
@@ -154,7 +156,7 @@ func setUpAccelerator(cfg *Config, died time.Time, kernels kernelImage, opened f
 		log.Info("compressing on the CPU: "+why, "backend", cfg.Backend)
 	}
 	setup := gpuSetup{backend: backend, algorithm: cfg.Algorithm, device: cfg.GPUDevice,
-		batchPages: cfg.BatchPages, inFlight: cfg.BatchInFlight, kernels: kernels}
+		batchPages: cfg.BatchPages, inFlight: cfg.BatchInFlight, dense: cfg.DenseAfter != 0, kernels: kernels}
 	if !died.IsZero() && (backend == "gpu" || backend == "auto" && kernels.image != nil) {
 		// A takeover after a death: every request waits for it, so serve
 		// first, on the CPU, and open the GPU meanwhile (openLate). With
@@ -180,13 +182,13 @@ func openAccelerator(c gpuSetup, log *slog.Logger) (*accelerator, error) {
 	a := &accelerator{}
 	g, unused, err := OpenBackend("--backend", c.backend, func() (*gpu.Backend, error) {
 		g, err := gpu.Open(gpu.Config{Device: c.device, Bays: c.inFlight, MaxBatchPages: c.batchPages,
-			Algorithm: c.algorithm, Image: c.kernels.image, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
+			Algorithm: c.algorithm, Image: c.kernels.image, DeepImage: c.kernels.deep, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
 		if err != nil && c.kernels.image != nil {
 			// An image the driver refuses (a driver upgraded since)
 			// costs the JIT compiler in this process, not the GPU.
 			log.Warn("the GPU refused the kernels compiled ahead; compiling them here", "err", err)
 			g, err = gpu.Open(gpu.Config{Device: c.device, Bays: c.inFlight, MaxBatchPages: c.batchPages,
-				Algorithm: c.algorithm, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
+				Algorithm: c.algorithm, DeepImage: c.kernels.deep, WorkQueues: GPUWorkQueues(c.algorithm), Logger: log})
 		}
 		return g, err
 	})
@@ -204,6 +206,10 @@ func openAccelerator(c gpuSetup, log *slog.Logger) (*accelerator, error) {
 	if !g.Info().Compiled && c.kernels.err != nil {
 		log.Warn("the GPU kernels were compiled in the serving process, which keeps the driver's PTX compiler (about 20 MiB, locked): compiling them ahead failed",
 			"err", c.kernels.err)
+	}
+	if c.kernels.deepErr != nil {
+		log.Warn("the dense tier's GPU kernel was not compiled ahead: the serving process compiles it when the tier starts, and keeps the driver's PTX compiler (about 20 MiB, locked)",
+			"err", c.kernels.deepErr)
 	}
 	a.gpu, a.info = g, g.Info()
 	if mon, err := gpu.OpenMonitor(c.device); err != nil {
@@ -231,25 +237,37 @@ func GPUWorkQueues(algorithm string) int {
 }
 
 // kernelImage is the GPU kernels compiled ahead for the serving process,
-// or why they are not.
+// or why they are not: the algorithm's, and the dense tier's.
 type kernelImage struct {
-	image []byte
-	err   error
+	image, deep  []byte
+	err, deepErr error
 }
 
 // compileKernels compiles the algorithm's kernels for GPU index device in
 // a process of its own (`gzramd gpu-compile`), so that the driver's PTX
 // compiler, its 20 MiB library and the heap it fills, never come into the
-// serving process. A standby calls it at its start, while memory is
+// serving process; and the dense tier's kernel, where the dense tier is
+// on, in another. A standby calls it at its start, while memory is
 // plentiful, and so loads no compiler either when it takes over.
-func compileKernels(ctx context.Context, device int, algorithm string) kernelImage {
+func compileKernels(ctx context.Context, device int, algorithm string, dense bool) kernelImage {
+	var k kernelImage
+	k.image, k.err = runGPUCompile(ctx, "--gpu-device", strconv.Itoa(device), "--algorithm", algorithm)
+	if k.err == nil && dense {
+		k.deep, k.deepErr = runGPUCompile(ctx, "--gpu-device", strconv.Itoa(device), "--dense")
+	}
+	return k
+}
+
+// runGPUCompile runs `gzramd gpu-compile args` and returns the image it
+// writes.
+func runGPUCompile(ctx context.Context, args ...string) ([]byte, error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return kernelImage{err: fmt.Errorf("finding gzramd's executable: %w", err)}
+		return nil, fmt.Errorf("finding gzramd's executable: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe, "gpu-compile", "--gpu-device", strconv.Itoa(device), "--algorithm", algorithm)
+	cmd := exec.CommandContext(ctx, exe, append([]string{"gpu-compile"}, args...)...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	// The compiler dies with the process that asked for it: a serving
@@ -265,9 +283,9 @@ func compileKernels(ctx context.Context, device int, algorithm string) kernelIma
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			err = fmt.Errorf("%w: %s", err, msg)
 		}
-		return kernelImage{err: fmt.Errorf("gzramd gpu-compile: %w", err)}
+		return nil, fmt.Errorf("gzramd gpu-compile: %w", err)
 	}
-	return kernelImage{image: out.Bytes()}
+	return out.Bytes(), nil
 }
 
 // routeAccelerator is the GPU for pkg/route, or nil.
@@ -355,6 +373,9 @@ func denseOnGPU(cfg *Config, dev *device.Device, g *gpu.Backend, log *slog.Logge
 		log.Warn("the dense tier's high-effort kernel did not load: it recompresses with the fast tier's", "err", err)
 	} else {
 		gc, kind = deep, "deep"
+		if !deep.Compiled() {
+			kind = "deep, compiled in this process"
+		}
 	}
 	if err := dev.SetDenseGPU(gc); err != nil {
 		log.Warn("the dense tier recompresses on the CPU", "err", err)

@@ -51,7 +51,7 @@ func Run(ctx context.Context, cfg *Config, version string, level slog.Level) err
 	var kernels kernelImage
 	backend, _ := cfg.ResolveBackend()
 	if backend != "cpu" && !(backend == "gpu" && !start.DiedAt.IsZero()) {
-		kernels = compileKernels(ctx, cfg.GPUDevice, cfg.Algorithm)
+		kernels = compileKernels(ctx, cfg.GPUDevice, cfg.Algorithm, cfg.DenseAfter != 0)
 	}
 	reserve, locked, err := harden(cfg, log, reexecErr, start.Standby)
 	if err != nil {
