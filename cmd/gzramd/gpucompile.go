@@ -26,11 +26,13 @@ func newGPUCompileCmd() *cobra.Command {
 			// maybe at real-time priority, which a compiler must not
 			// inherit.
 			swapsafe.DropRealtime() //nolint:errcheck // not real-time to begin with, most often
-			compile := func() ([]byte, error) { return gpu.Compile(device, algorithm) }
+			var img []byte
+			var err error
 			if dense {
-				compile = func() ([]byte, error) { return gpu.CompileDeep(device) }
+				img, err = gpu.CompileDeep(device)
+			} else {
+				img, err = gpu.Compile(device, algorithm)
 			}
-			img, err := compile()
 			if err != nil {
 				return err
 			}

@@ -22,16 +22,7 @@ func Compile(device int, algorithm string) ([]byte, error) {
 	if _, ok := batchKernels[algorithm]; !ok {
 		return nil, fmt.Errorf("%w: gpu: unknown algorithm %q (want lz4 or zstd)", ErrUnavailable, algorithm)
 	}
-	dr, info, err := loadDriver(device, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer dr.close()
-	img, err := dr.link(modules(algorithm, nil)...)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: compiling the %s kernels: %w", ErrUnavailable, info.Name, algorithm, err)
-	}
-	return img, nil
+	return compile(device, "the "+algorithm+" kernels", modules(algorithm, nil))
 }
 
 // CompileDeep compiles the dense tier's kernel (kernels.ZstdDeep) for GPU
@@ -39,14 +30,19 @@ func Compile(device int, algorithm string) ([]byte, error) {
 // its own, as DeepGroups loads it, and for the same reason as Compile.
 // Every error wraps ErrUnavailable.
 func CompileDeep(device int) ([]byte, error) {
+	return compile(device, "the dense tier's kernel", [][]byte{kernels.ZstdDeep})
+}
+
+// compile links ptx, what it names, into one image for GPU index device.
+func compile(device int, what string, ptx [][]byte) ([]byte, error) {
 	dr, info, err := loadDriver(device, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer dr.close()
-	img, err := dr.link(kernels.ZstdDeep)
+	img, err := dr.link(ptx...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: compiling the dense tier's kernel: %w", ErrUnavailable, info.Name, err)
+		return nil, fmt.Errorf("%w: %s: compiling %s: %w", ErrUnavailable, info.Name, what, err)
 	}
 	return img, nil
 }
