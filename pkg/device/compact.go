@@ -137,7 +137,7 @@ func (c compactor) compact() int { return c.store.Compact(c.relocate) }
 // relocate points the page table at new, where the store moved the
 // allocation old, tagged with owner, under the lock of owner's group.
 func (c compactor) relocate(owner uint32, old, new pagestore.Handle) bool {
-	if owner >= c.t.pages {
+	if owner >= c.t.pages || !c.t.held(owner) {
 		return false
 	}
 	s := c.t.stripe(owner)

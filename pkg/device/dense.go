@@ -300,7 +300,7 @@ func (s *denseSide) snapshot(lo uint32, pages int, snap *dense.Snapshot, out []b
 	objects := 0
 	for k := range pages {
 		idx := lo + uint32(k)
-		e := s.t.table[idx]
+		e := s.t.at(idx)
 		snap.Entries[k] = uint64(e)
 		raw := out[k*pageSize : (k+1)*pageSize]
 		if packed != nil {
@@ -353,7 +353,7 @@ func (s *denseSide) asDenseAsItGets(lo uint32, pages int) bool {
 	var fast pagestore.Handle
 	inDense := false
 	for k := range pages {
-		e := s.t.table[lo+uint32(k)]
+		e := s.t.at(lo + uint32(k))
 		switch {
 		case e.state() == statePart && e.dense():
 			inDense = true

@@ -225,7 +225,7 @@ type Held struct {
 // Held returns what the device holds ahead of need.
 func (d *Device) Held() Held {
 	h := Held{
-		Table:   int64(len(d.table)) * 8,
+		Table:   d.backing.bytes(),
 		Scratch: d.inline.held() + pageBuffers*pageSize,
 	}
 	objScratch, zstd := d.obj.held()
@@ -330,7 +330,7 @@ var errNeedScratch = errors.New("device: an object scratch is needed")
 // and passes the scratch it took (objects.scratch) for objects of several
 // pages, and how many pages after this one it will read.
 func (d *Device) load(idx uint32, dst []byte, sc *objectScratch, ahead int) error {
-	e := d.table[idx]
+	e := d.at(idx)
 	switch e.state() {
 	case stateEmpty:
 		clear(dst)
@@ -392,7 +392,7 @@ func (d *Device) discard(off, length int64, e entry) error {
 		}
 		s := d.stripe(idx)
 		s.mu.Lock()
-		if d.table[idx] == e {
+		if d.at(idx) == e {
 			// Already so: leave the table's page untouched, so discarding
 			// a never-written device does not fault its table in.
 			s.mu.Unlock()
@@ -461,6 +461,9 @@ type Stats struct {
 	// PrefaultMisses is the store's count of allocations that waited for
 	// its prefaulter (pagestore.Stats.PrefaultMisses).
 	PrefaultMisses int64
+	// TableLate counts the pages of the page table that writes faulted in
+	// themselves, beyond what gzramd-table had faulted in ahead of them.
+	TableLate uint64
 	// StagedWrites counts page writes that were staged; CommitRetries
 	// batches whose commit had to wait for store memory; UnusedSlots
 	// staging slots that held no write (same-filled pages found once
@@ -503,6 +506,7 @@ func (d *Device) Stats() Stats {
 		InvalidIO:      d.invalidIO.Load(),
 		NotifyFree:     d.notifyFree.Load(),
 		PrefaultMisses: st.PrefaultMisses,
+		TableLate:      d.backing.late.Load(),
 		PackedPages:    d.packedPages.Load(),
 		PackedObjects:  d.obj.packedObjects.Load(),
 		PackedChunks:   d.obj.packedChunks.Load(),

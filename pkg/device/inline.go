@@ -120,7 +120,7 @@ func (in *inliner) write(first uint32, pages []byte) error {
 		idx := first + uint32(j)
 		s := t.stripe(idx)
 		s.mu.RLock()
-		old := t.table[idx]
+		old := t.at(idx)
 		s.mu.RUnlock()
 		if old.hasAllocation() {
 			store.Prefetch(old.handle())

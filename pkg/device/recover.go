@@ -98,8 +98,8 @@ type recovery struct {
 func (r *recovery) adopt(holdObjects func()) (*pagestore.Store, error) {
 	var bad int
 	var firstBad error
-	for i := range r.t.table {
-		if err := r.check(uint32(i), r.t.table[i]); err != nil {
+	for i, e := range r.t.entries() {
+		if err := r.check(i, e); err != nil {
 			if bad == 0 {
 				firstBad = fmt.Errorf("page %d: %w", i, err)
 			}
@@ -113,7 +113,7 @@ func (r *recovery) adopt(holdObjects func()) (*pagestore.Store, error) {
 	for _, a := range r.aliases {
 		r.t.table[a.idx] = a.to
 	}
-	for _, e := range r.t.table {
+	for _, e := range r.t.entries() {
 		r.t.count(e, +1)
 	}
 	if r.parts && r.obj.scratches == nil {
@@ -168,8 +168,7 @@ func (r *recovery) check(idx uint32, e entry) error {
 func (r *recovery) storeStaged(store *pagestore.Store, write func(p []byte, off int64) error) {
 	limit := store.Stats().MemLimit
 	store.SetMemLimit(0)
-	for i := range r.t.table {
-		idx, e := uint32(i), r.t.table[i]
+	for idx, e := range r.t.entries() {
 		if e.state() != stateStaged {
 			continue
 		}

@@ -6,6 +6,7 @@ package device
 
 import (
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -120,7 +121,10 @@ type stripe struct {
 // Device embeds it; stager, inliner, compactor, recovery and denseSide are
 // given it, and take its locks themselves, as their commits' order needs.
 type pageTable struct {
-	table   []entry // mapped from Files.Table: no pointers, no GC scanning, faulted in
+	table []entry // mapped from Files.Table: no pointers, no GC scanning
+	// backing has the table's pages faulted in ahead of the writes; read
+	// entries with at, which never faults a page of table in.
+	backing *backing
 	pages   uint32
 	stripes []stripe
 	// groupShift is log2 of the pages that share a stripe: 0, or that
@@ -156,12 +160,20 @@ func (t *pageTable) mapEntries(f *memfd.File, fresh bool) error {
 	if err != nil {
 		return err
 	}
-	// The table is faulted in now, as zram allocates its own up front (8
-	// bytes per 4 KiB page, 0.2 % of the device): a swap-out that lands on
-	// a never-used part of the device must not fault in a page of table
-	// while the kernel is out of free memory.
-	memfd.Populate(mem)
 	t.table = unsafe.Slice((*entry)(unsafe.Pointer(&mem[0])), t.pages)
+	// Not faulted in whole, as zram's table is (8 bytes per 4 KiB page,
+	// 0.2 % of the device): backing faults in the part of it writes reach,
+	// ahead of them.
+	b, err := newBacking(mem, t.table, f)
+	if err == nil {
+		err = b.start()
+	}
+	if err != nil {
+		t.table = nil
+		unix.Munmap(mem)
+		return fmt.Errorf("device: the page table: %w", err)
+	}
+	t.backing = b
 	return nil
 }
 
@@ -170,9 +182,38 @@ func (t *pageTable) unmapEntries() error {
 	if t.table == nil {
 		return nil
 	}
+	t.backing.close()
 	mem := unsafe.Slice((*byte)(unsafe.Pointer(&t.table[0])), len(t.table)*8)
 	t.table = nil
 	return unix.Munmap(mem)
+}
+
+// at returns page idx's entry: empty where its page of table was never
+// faulted in, which it leaves so. The caller holds the page's stripe.
+func (t *pageTable) at(idx uint32) entry {
+	if !t.held(idx) {
+		return 0
+	}
+	return t.table[idx]
+}
+
+// held reports whether the page of table holding page idx's entry is
+// faulted in: otherwise every entry in it is empty.
+func (t *pageTable) held(idx uint32) bool { return t.backing.has(idx >> entryPageShift) }
+
+// entries yields the pages whose entries' page of table is faulted in,
+// with their entries: every page but empty ones, for scans of the whole
+// table, which fault in none of it.
+func (t *pageTable) entries() iter.Seq2[uint32, entry] {
+	return func(yield func(uint32, entry) bool) {
+		for lo, hi := range t.backing.runs(t.pages) {
+			for i := lo; i < hi; i++ {
+				if !yield(i, t.table[i]) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // holdGroups has the pages of a group of groupPages share a stripe, as
@@ -206,8 +247,12 @@ func (t *pageTable) moveObjectLocked(from, end uint32, old, new pagestore.Handle
 // replaceLocked is swapLocked for the dense tier's commit, which changes
 // what holds the group's pages, not what they hold: it counts no write.
 func (t *pageTable) replaceLocked(idx uint32, e entry) freeRef {
-	old := t.table[idx]
+	old := t.at(idx)
+	if old == e && !t.held(idx) {
+		return 0 // empty for empty: no page of table to fault in
+	}
 	t.table[idx] = e
+	t.backing.written(idx)
 	t.count(old, -1)
 	t.count(e, +1)
 	return t.released(idx, old)

@@ -31,7 +31,7 @@ type Device struct {
 	infoDesc, diskSize                                                         *prometheus.Desc
 	orig, compr, memUsed, memUsedMax, memLimit                                 *prometheus.Desc
 	same, huge, stored, packed, packedObjects, lost, compacted, prefaultMisses *prometheus.Desc
-	failedReads, failedWrites, invalidIO, notifyFree                           *prometheus.Desc
+	failedReads, failedWrites, invalidIO, notifyFree, tableLate                *prometheus.Desc
 	staged, stagingBytes, stagingBusy, stagedTotal                             *prometheus.Desc
 	stagingRefused, stagingWaits, stagingSealed, commitRetries, unusedSlots    *prometheus.Desc
 	compressedPages, inlinePages                                               *prometheus.Desc
@@ -65,6 +65,8 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 			"Memory pages given back by compaction (zram pages_compacted).", nil, nil),
 		prefaultMisses: prometheus.NewDesc("gzramd_store_prefault_misses_total",
 			"Times a write, or the dense tier, needed store memory before the prefaulter had faulted it in (--prefault): each waited for it, and failed with ENOSPC (the kernel keeps a swapped page) where the prefaulter made none ready within 1 s.", nil, nil),
+		tableLate: prometheus.NewDesc("gzramd_table_late_faults_total",
+			"Pages of the page table (each 2 MiB of device) a write faulted in itself, beyond what gzramd-table had faulted in ahead of the writes. Under swap it stays 0: such a fault could wait on the reclaim that waits on that write.", nil, nil),
 		failedReads: prometheus.NewDesc("gzramd_failed_reads_total",
 			"Reads that failed inside the device (zram failed_reads).", nil, nil),
 		failedWrites: prometheus.NewDesc("gzramd_failed_writes_total",
@@ -120,7 +122,7 @@ func NewDevice(info Info, dev func() device.Stats, router func() route.Stats) *D
 func (m *Device) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		m.infoDesc, m.diskSize, m.orig, m.compr, m.memUsed, m.memUsedMax, m.memLimit,
-		m.same, m.huge, m.stored, m.packed, m.packedObjects, m.lost, m.compacted, m.prefaultMisses, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
+		m.same, m.huge, m.stored, m.packed, m.packedObjects, m.lost, m.compacted, m.prefaultMisses, m.tableLate, m.failedReads, m.failedWrites, m.invalidIO, m.notifyFree,
 		m.staged, m.stagingBytes, m.stagingBusy, m.stagedTotal, m.stagingRefused, m.stagingWaits, m.stagingSealed, m.commitRetries, m.unusedSlots,
 		m.compressedPages, m.inlinePages,
 		m.tierPages, m.tierBytes, m.denseGroups, m.densePages, m.denseBytes, m.denseSkipped, m.denseSeconds,
@@ -171,6 +173,7 @@ func (m *Device) Collect(ch chan<- prometheus.Metric) {
 	c(m.denseGPUSeconds, st.Dense.GPUTime.Seconds())
 	c(m.compacted, float64(st.PagesCompacted))
 	c(m.prefaultMisses, float64(st.PrefaultMisses))
+	c(m.tableLate, float64(st.TableLate))
 	c(m.failedReads, float64(st.FailedReads))
 	c(m.failedWrites, float64(st.FailedWrites))
 	c(m.invalidIO, float64(st.InvalidIO))

@@ -228,7 +228,7 @@ func (p *Pipeline) recover(cfg *Config, sc pagestore.Config, dc device.Config) (
 func (p *Pipeline) Holdings() []swapsafe.Holding {
 	held := p.Device.Held()
 	hs := []swapsafe.Holding{
-		{Name: "page-table", Bytes: held.Table, Why: "8 bytes per page of the device, faulted in: a swap-out to a page never used must not fault in the table"},
+		{Name: "page-table", Bytes: held.Table, Why: "8 bytes per page of the device, faulted in by gzramd-table as far as writes reach and 128 MiB of device beyond: a swap-out to a page never used must not fault in the table"},
 		{Name: "store-prefault", Bytes: p.prefault, Why: "store memory faulted in ahead of use by gzramd-prefault (after 5 s without a write, what the write rate asks for: an eighth to half of it), and emptied slabs kept for reuse (--prefault)"},
 		{Name: "write-scratch", Bytes: held.Scratch, Why: "outputs of writes compressed inline and buffers of partial pages, written at start; a write waits for one rather than allocating"},
 		{Name: "codec-contexts", Bytes: p.Codec.HeldBytes(), Why: "the " + p.Codec.Name() + " codec's compression and decompression contexts (with zstd and --object-pages, those of objects of several pages too), written at start; a page's compression or decoding waits for a free one rather than allocating"},

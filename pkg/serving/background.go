@@ -40,7 +40,7 @@ func (b *background) start() (stop func()) {
 		b.pipe.Device.RunDense(compactCtx)
 	}()
 
-	stopLock, stopWatch := func() {}, func() {}
+	stopLock := func() {}
 	if b.reserve != nil && b.lockHeap {
 		var lockCtx context.Context
 		lockCtx, stopLock = context.WithCancel(context.Background())
@@ -48,11 +48,8 @@ func (b *background) start() (stop func()) {
 			b.log.Warn("keeping the Go heap locked", "err", err)
 		})
 	}
-	if b.prefault > 0 {
-		var watchCtx context.Context
-		watchCtx, stopWatch = context.WithCancel(context.Background())
-		go b.watchPrefault(watchCtx)
-	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	go b.watchPrefault(watchCtx)
 	return func() {
 		stopWatch()
 		stopLock()
@@ -66,11 +63,14 @@ func (b *background) start() (stop func()) {
 // prefaulter had faulted it in: they wait for it, and a write fails
 // (ENOSPC: the kernel keeps the page) where it does not come within
 // pagestore.PrefaultWait. Faulting it in themselves is how a freeze under
-// memory pressure starts.
+// memory pressure starts. It logs too when writes faulted in pages of the
+// page table ahead of gzramd-table (writes far from the others: not swap's
+// way).
 func (b *background) watchPrefault(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var seen int64
+	var late uint64
 	for {
 		select {
 		case <-ctx.Done():
@@ -81,6 +81,11 @@ func (b *background) watchPrefault(ctx context.Context) {
 			b.log.Warn("writers waited for store memory to be prefaulted; raise --prefault if this repeats under load",
 				"waits", n-seen, "total", n, "prefault", b.prefault.String())
 			seen = n
+		}
+		if n := b.pipe.Device.Stats().TableLate; n > late {
+			b.log.Warn("writes faulted in pages of the page table themselves, beyond those faulted in ahead of the writes; under swap this is worth reporting",
+				"pages", n-late, "total", n)
+			late = n
 		}
 	}
 }

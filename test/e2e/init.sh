@@ -383,7 +383,7 @@ if [ "$mode" = survive ]; then
 	takeovers=$(awk '$1 == "gzramd_takeovers_total" { print $2 }' /tmp/metrics 2>/dev/null)
 	lost=$(awk '$1 == "gzramd_lost_pages" { print $2 }' /tmp/metrics 2>/dev/null)
 	pause=$(awk '$1 == "gzramd_takeover_pause_seconds" { print $2 }' /tmp/metrics 2>/dev/null)
-	grep -E '^gzramd_(takeover|lost_pages|stored_pages|packed_pages|tier_pages|dense_recompressed_groups|nbd_requests_total)' /tmp/metrics 2>/dev/null | sed 's/^/E2E-METRIC end /'
+	grep -E '^gzramd_(takeover|lost_pages|stored_pages|packed_pages|tier_pages|dense_recompressed_groups|nbd_requests_total|table_late_faults_total)' /tmp/metrics 2>/dev/null | sed 's/^/E2E-METRIC end /'
 	echo "E2E-SURVIVE takeovers_total=${takeovers:-none} lost_pages=${lost:-none} last_pause_seconds=${pause:-none}"
 	# Each kill and each upgrade is one takeover, unless a kill fell on
 	# the process that was to take over before it had (the next one then
@@ -470,7 +470,11 @@ cat /proc/swaps
 if [ -n "$metrics" ]; then
 	[ -s /tmp/metrics.peak ] || echo "E2E-STEP: no metrics scraped at the hog's peak"
 	grep '^gzramd_' /tmp/metrics.peak | grep -v '_bucket{' | sed 's/^/E2E-METRIC peak /'
+	# Swap goes into never-used parts of the device in order: gzramd-table
+	# keeps the page table faulted in ahead of it, and no write faults it.
+	late=$(awk '$1 == "gzramd_table_late_faults_total" { print $2 }' /tmp/metrics.peak 2>/dev/null)
 	rm -f /tmp/metrics.peak
+	[ "${late:-0}" = 0 ] || fail "gzramd_table_late_faults_total=$late at the hog's peak: swap wrote beyond the page table faulted in ahead of it"
 fi
 
 step "stopping"
