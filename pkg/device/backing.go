@@ -84,10 +84,7 @@ func newBacking(mem []byte, table []entry, f *memfd.File) (*backing, error) {
 	if err != nil {
 		return nil, err
 	}
-	front := uint32(0)
-	for front < b.pages && b.has(front) {
-		front++
-	}
+	front := b.heldFrom(0)
 	b.front.Store(front)
 	// Where the last process's writes reached: the pages of table it
 	// faulted in ahead of them hold only empty entries.
@@ -100,6 +97,15 @@ func newBacking(mem []byte, table []entry, f *memfd.File) (*backing, error) {
 	}
 	b.reach.Store(reach)
 	return b, nil
+}
+
+// heldFrom returns the first page of table from p on not faulted in (or
+// the table's end).
+func (b *backing) heldFrom(p uint32) uint32 {
+	for p < b.pages && b.has(p) {
+		p++
+	}
+	return p
 }
 
 // has reports whether page of table p is faulted in.
@@ -120,12 +126,12 @@ func (b *backing) mark(p uint32) bool {
 func (b *backing) bytes() int64 { return b.count.Load() * pageSize }
 
 // written records a write to page idx's entry, which the caller has just
-// stored (faulting the page in if no one had) under the page's stripe
-// lock: a page of table faulted in by it is late, and a write reaching
-// further than any before wakes the thread.
-func (b *backing) written(idx uint32) {
+// stored under the page's stripe lock, faulting its page of table in
+// where that was not held before: such a page is late, and a write
+// reaching further than any before wakes the thread.
+func (b *backing) written(idx uint32, held bool) {
 	p := idx >> entryPageShift
-	if !b.has(p) && b.mark(p) {
+	if !held && b.mark(p) {
 		b.late.Add(1)
 	}
 	front := b.front.Load()
@@ -141,11 +147,9 @@ func (b *backing) written(idx uint32) {
 			break
 		}
 	}
-	if b.wake != nil {
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
+	select {
+	case b.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -162,10 +166,7 @@ func (b *backing) faultAhead() error {
 		for p := front; p < end; p++ {
 			b.mark(p)
 		}
-		front = end
-		for front < b.pages && b.has(front) {
-			front++
-		}
+		front = b.heldFrom(end)
 		b.front.Store(front)
 	}
 	return nil
@@ -229,10 +230,7 @@ func (b *backing) runs(n uint32) iter.Seq2[uint32, uint32] {
 			if !b.has(p) {
 				continue
 			}
-			end := p + 1
-			for end < b.pages && b.has(end) {
-				end++
-			}
+			end := b.heldFrom(p)
 			if !yield(p*entriesPerPage, min(end*entriesPerPage, n)) {
 				return
 			}

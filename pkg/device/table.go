@@ -247,12 +247,16 @@ func (t *pageTable) moveObjectLocked(from, end uint32, old, new pagestore.Handle
 // replaceLocked is swapLocked for the dense tier's commit, which changes
 // what holds the group's pages, not what they hold: it counts no write.
 func (t *pageTable) replaceLocked(idx uint32, e entry) freeRef {
-	old := t.at(idx)
-	if old == e && !t.held(idx) {
+	held := t.held(idx)
+	var old entry // empty where its page of table is not held
+	switch {
+	case held:
+		old = t.table[idx]
+	case e == 0:
 		return 0 // empty for empty: no page of table to fault in
 	}
 	t.table[idx] = e
-	t.backing.written(idx)
+	t.backing.written(idx, held)
 	t.count(old, -1)
 	t.count(e, +1)
 	return t.released(idx, old)

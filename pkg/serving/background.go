@@ -77,12 +77,13 @@ func (b *background) watchPrefault(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if n := b.pipe.Store.Stats().PrefaultMisses; n > seen {
+		st := b.pipe.Device.Stats()
+		if n := st.PrefaultMisses; n > seen {
 			b.log.Warn("writers waited for store memory to be prefaulted; raise --prefault if this repeats under load",
 				"waits", n-seen, "total", n, "prefault", b.prefault.String())
 			seen = n
 		}
-		if n := b.pipe.Device.Stats().TableLate; n > late {
+		if n := st.TableLate; n > late {
 			b.log.Warn("writes faulted in pages of the page table themselves, beyond those faulted in ahead of the writes; under swap this is worth reporting",
 				"pages", n-late, "total", n)
 			late = n
